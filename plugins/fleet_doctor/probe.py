@@ -1,0 +1,1472 @@
+#!/usr/bin/env python3
+"""Kafka log-dir probe: reads Kafka broker data directories exactly as Kafka writes them.
+
+This file is the single home of Kafka's on-disk formats in Fleet Doctor. It is streamed to a
+broker over SSH and run there as ``python3 - [--deep] [--verify-crc] LOGDIR...``, so it must
+run on Python 3.6+ and import nothing outside the standard library.
+
+It states facts, never judgements: it walks log dirs and prints JSON Lines records of kind
+``probe``, ``logdir``, ``partition``, ``segment``, ``file`` and ``probe_end`` (schema in
+docs/probe-schema.md). Rule ids and severities live in the detection app, not here.
+
+Modes
+  metadata (default)  stat every file, read index heads/tails (a binary search finds the
+                      preallocated zero tail), parse the small metadata files. Never reads .log.
+  deep (--deep)       also walks .log batch headers, seeking from header to header, and checks
+                      every offset-index entry against the batch it points at.
+  --verify-crc        deep, plus every batch CRC (CRC-32C for v2, CRC-32 for v0/v1), streamed.
+
+Kafka sources are cited as in docs/kafka-reference.md: ``S/`` = storage/.../storage/internals/,
+``R/`` = clients/.../common/record/, ``C/`` = core/src/main/scala/kafka/.
+"""
+
+import json
+import os
+import re
+import socket
+import stat
+import struct
+import sys
+import time
+import zlib
+
+PROBE_VERSION = "1.0.0"
+SCHEMA_VERSION = 1
+
+# --------------------------------------------------------------------------------------------
+# Offset index: <20-digit base offset>.index, big-endian, 8 bytes per entry.
+# S/log/OffsetIndex.java (ENTRY_SIZE = 8; getInt(n*8), getInt(n*8+4)); C/log/OffsetIndex.scala @0.8.2.2
+OFFSET_INDEX_ENTRY = struct.Struct(
+    ">"
+    "i"  # relativeOffset  int32  offset - baseOffset
+    "i"  # position        int32  byte position of the batch in the .log
+)
+# Time index: <base>.timeindex (0.10.1.0+), big-endian, 12 bytes per entry.
+# S/log/TimeIndex.java (getLong(n*12), getInt(n*12+8))
+TIME_INDEX_ENTRY = struct.Struct(
+    ">"
+    "q"  # timestamp       int64  max timestamp seen so far (ms)
+    "i"  # relativeOffset  int32  offset of that timestamp - baseOffset
+)
+# segment.index.bytes default (ServerLogConfigs.java); a fresh index is setLength(roundDown(10 MiB,
+# entrySize)): 10,485,760 B for .index, 10,485,756 B for .timeindex (S/log/AbstractIndex.java).
+DEFAULT_SEGMENT_INDEX_BYTES = 10485760
+
+# Record batch, magic v2: R/DefaultRecordBatch.java. CRC-32C over [21, end) (attributes onward).
+V2_BATCH_HEADER = struct.Struct(
+    ">"
+    "q"  # 0  baseOffset            int64
+    "i"  # 8  batchLength           int32  bytes after this field; batch size = 12 + batchLength
+    "i"  # 12 partitionLeaderEpoch  int32
+    "b"  # 16 magic                 int8   = 2
+    "I"  # 17 crc                   uint32 CRC-32C of bytes [21, end)
+    "h"  # 21 attributes            int16  bits 0-2 codec, 3 timestamp type, 0x10 txn, 0x20 control
+    "i"  # 23 lastOffsetDelta       int32
+    "q"  # 27 baseTimestamp         int64
+    "q"  # 35 maxTimestamp          int64
+    "q"  # 43 producerId            int64
+    "h"  # 51 producerEpoch         int16
+    "i"  # 53 baseSequence          int32
+    "i"  # 57 recordsCount          int32  then the records (varint-framed), maybe compressed
+)
+V2_CRC_START = 21
+V2_MIN_BATCH_SIZE = V2_BATCH_HEADER.size  # 61: "smaller than the minimum allowed overhead 61"
+
+# Message set, magic v0/v1: R/LegacyRecord.java. CRC-32 over [16, end) (magic onward).
+LOG_OVERHEAD = struct.Struct(
+    ">"
+    "q"  # 0  offset  int64  (a compressed wrapper carries its last inner message's offset)
+    "i"  # 8  size    int32  bytes after this field
+)
+LEGACY_HEADER = struct.Struct(
+    ">"
+    "q"  # 0  offset      int64
+    "i"  # 8  size        int32
+    "I"  # 12 crc         uint32 CRC-32 of bytes [16, end)
+    "b"  # 16 magic       int8   0 or 1  (every format puts magic at byte 16: R/Records.java)
+    "b"  # 17 attributes  int8   bits 0-2 codec (v1: bit 3 timestamp type)
+)
+V1_TIMESTAMP = struct.Struct(">q")  # 18 timestamp int64, magic v1 only
+LEGACY_CRC_START = 16
+MAGIC_OFFSET = 16
+HEADER_SIZE_UP_TO_MAGIC = 17  # FileLogInputStream.nextBatch: fewer than 17 bytes left = end of log
+LEGACY_MIN_RECORD_OVERHEAD = 14  # "record size N smaller than minimum record overhead (14)"
+CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+# Offset checkpoint files (C/server/checkpoints/OffsetCheckpointFile.scala, CheckpointFile.java):
+#   0                         <- version
+#   N                         <- entry count
+#   topic partition offset    <- N lines, split on \s+
+OFFSET_CHECKPOINT_FILES = (
+    "recovery-point-offset-checkpoint",
+    "log-start-offset-checkpoint",
+    "replication-offset-checkpoint",
+    "cleaner-offset-checkpoint",
+)
+# leader-epoch-checkpoint (S/checkpoint/LeaderEpochCheckpointFile.java): 0 / N / "epoch startOffset"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+# partition.metadata (S/checkpoint/PartitionMetadata.java): b"version: 0\ntopic_id: <uuid>", no
+# trailing newline; lines split on ":\s+". The topic ID is Uuid.toString(): url-safe base64 of the
+# 16 bytes (msb||lsb) without padding, 22 characters.
+PARTITION_METADATA = "partition.metadata"
+ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
+METADATA_TOPIC_UUID = "AAAAAAAAAAAAAAAAAAAAAQ"  # Uuid.ONE: KRaft's __cluster_metadata
+META_PROPERTIES = "meta.properties"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"  # empty, or {"version":0,"brokerEpoch":N} (3.7+)
+LOCK_FILE = ".lock"
+QUORUM_STATE = "quorum-state"  # KRaft __cluster_metadata-0: JSON
+
+# Partition dir names (C/log/LocalLog.scala, UnifiedLog.scala): "<topic>-<partition>", and while a
+# replica is being deleted / moved / found stray: "<topic>-<partition>.<uniqueId>-delete|-future|-stray".
+PARTITION_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+SUFFIXED_DIR_RE = re.compile(
+    r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9A-Za-z_-]+)-(?P<state>delete|future|stray)$"
+)
+# Segment file names: 20-digit zero-padded base offset (LogFileUtils.filenamePrefixFromOffset) plus
+# an extension; ".swap", ".cleaned", ".deleted" are appended while a file is being swapped in,
+# written by the cleaner, or awaiting async deletion (S/log/LogFileUtils.java).
+SEGMENT_EXTENSIONS = ("log", "index", "timeindex", "txnindex")
+LEFTOVER_SUFFIXES = ("swap", "cleaned", "deleted")
+KRAFT_SNAPSHOT_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint(?:\.(part|deleted))?$")
+
+HEAD_READ_BYTES = 4096  # metadata mode reads an index's head in one pread: first entries + order
+READ_CHUNK = 1 << 20
+
+
+# --------------------------------------------------------------------------------------------
+# CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven: the stdlib has only CRC-32.
+def _make_crc32c_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return tuple(table)
+
+
+_CRC32C_TABLE = _make_crc32c_table()
+
+
+def crc32c(data, crc=0):
+    """CRC-32C of ``data``; pass the previous result as ``crc`` to continue a stream."""
+    table = _CRC32C_TABLE
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------------------------
+# Names
+def parse_partition_dir_name(name):
+    """Return {topic, partition, dir_state, dir_uid} for a partition dir name, or None.
+
+    dir_state is "live", "delete", "future" or "stray" (KRaft 3.7+ LogManager.isStrayKraftReplica).
+    """
+    m = SUFFIXED_DIR_RE.match(name)
+    if m:
+        return {
+            "topic": m.group("topic"),
+            "partition": int(m.group("partition")),
+            "dir_state": m.group("state"),
+            "dir_uid": m.group("uid"),
+        }
+    m = PARTITION_DIR_RE.match(name)
+    if m:
+        return {
+            "topic": m.group("topic"),
+            "partition": int(m.group("partition")),
+            "dir_state": "live",
+            "dir_uid": None,
+        }
+    return None
+
+
+def parse_segment_file_name(name):
+    """Split "<20 digits>.<ext>[.<suffix>]" into (base_offset, ext, suffix), or None.
+
+    ext is one of log/index/timeindex/txnindex/snapshot; suffix is swap/cleaned/deleted or None.
+    """
+    if len(name) < 22 or name[20] != "." or not name[:20].isdigit():
+        return None
+    rest = name[21:]
+    ext, _, suffix = rest.partition(".")
+    if ext not in SEGMENT_EXTENSIONS and ext != "snapshot":
+        return None
+    if suffix and suffix not in LEFTOVER_SUFFIXES:
+        return None
+    return int(name[:20]), ext, (suffix or None)
+
+
+def segment_file_name(base_offset, ext):
+    return "%020d.%s" % (base_offset, ext)
+
+
+# --------------------------------------------------------------------------------------------
+# Small text formats. Each returns (value, error); error is None or a message naming the file.
+def _read_small(path, limit=1 << 20):
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError("file is larger than %d bytes; not a Kafka metadata file" % limit)
+    return data
+
+
+def _decode_text(data, path):
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        return None, "not UTF-8 text in %s: %s" % (path, e)
+
+
+def parse_offset_checkpoint(data, path):
+    """Parse an offset checkpoint file's bytes into ([[topic, partition, offset], ...], version).
+
+    Raises ValueError with Kafka's own wording (CheckpointFile.java) when malformed. A file with no
+    content reads as an empty map, as in Kafka.
+    """
+    text, err = _decode_text(data, path)
+    if err:
+        raise ValueError(err)
+    if text.strip() == "":
+        return [], None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    try:
+        version = int(lines[0].strip())
+    except ValueError:
+        raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, lines[0]))
+    if version != 0:
+        raise ValueError(
+            "Unrecognised version:%d, expected version: 0 in checkpoint file at: %s" % (version, path)
+        )
+    if len(lines) < 2:
+        raise ValueError("Malformed line in checkpoint file [%s]: (missing entry count)" % path)
+    try:
+        expected = int(lines[1].strip())
+    except ValueError:
+        raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, lines[1]))
+    entries = []
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) != 3:
+            raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
+        try:
+            entries.append([parts[0], int(parts[1]), int(parts[2])])
+        except ValueError:
+            raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
+    if len(entries) != expected:
+        raise ValueError(
+            "Expected [%d] entries in checkpoint file [%s], but found only [%d]"
+            % (expected, path, len(entries))
+        )
+    return entries, version
+
+
+def parse_leader_epoch_checkpoint(data, path):
+    """Parse leader-epoch-checkpoint bytes into [[epoch, start_offset], ...].
+
+    Same framing as the offset checkpoints (version 0, count, entries); a 0-byte file is the normal
+    state of a replica that has never been assigned an epoch. Raises ValueError when malformed.
+    """
+    text, err = _decode_text(data, path)
+    if err:
+        raise ValueError(err)
+    if text.strip() == "":
+        return []
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    try:
+        version = int(lines[0].strip())
+        expected = int(lines[1].strip()) if len(lines) > 1 else None
+    except ValueError:
+        raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, "\\n".join(lines[:2])))
+    if version != 0:
+        raise ValueError(
+            "Unrecognised version:%d, expected version: 0 in checkpoint file at: %s" % (version, path)
+        )
+    if expected is None:
+        raise ValueError("Malformed line in checkpoint file [%s]: (missing entry count)" % path)
+    entries = []
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) != 2:
+            raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
+        try:
+            entries.append([int(parts[0]), int(parts[1])])
+        except ValueError:
+            raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
+    if len(entries) != expected:
+        raise ValueError(
+            "Expected [%d] entries in checkpoint file [%s], but found only [%d]"
+            % (expected, path, len(entries))
+        )
+    return entries
+
+
+_B64URL = re.compile(r"^[A-Za-z0-9_-]{22}$")
+
+
+def valid_topic_id(text):
+    """True if text is a Kafka Uuid string (22 url-safe base64 chars decoding to 16 bytes)."""
+    if not _B64URL.match(text):
+        return False
+    # 22 chars carry 132 bits; the last char's low 4 bits must be zero for an exact 16-byte value,
+    # i.e. its base64 index is a multiple of 16: A, Q, g or w.
+    return text[-1] in "AQgw"
+
+
+def parse_partition_metadata(data, path):
+    """Parse partition.metadata bytes into {"version": int, "topic_id": str}.
+
+    Raises ValueError as PartitionMetadataFile does: malformed lines, or the zero UUID ("Invalid
+    topic ID in partition metadata file").
+    """
+    text, err = _decode_text(data, path)
+    if err:
+        raise ValueError(err)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2:
+        raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, text[:80]))
+    fields = {}
+    for line in lines[:2]:
+        kv = re.split(r":\s+", line, maxsplit=1)
+        if len(kv) != 2:
+            raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
+        fields[kv[0]] = kv[1]
+    if set(fields) != {"version", "topic_id"}:
+        raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, lines[0]))
+    try:
+        version = int(fields["version"])
+    except ValueError:
+        raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, lines[0]))
+    if version < 0:
+        raise ValueError("Unrecognised version:%d in partition metadata file %s" % (version, path))
+    topic_id = fields["topic_id"]
+    if not valid_topic_id(topic_id):
+        raise ValueError("Malformed topic ID %r in partition metadata file (%s)" % (topic_id, path))
+    if topic_id == ZERO_UUID:
+        raise ValueError("Invalid topic ID in partition metadata file (%s)" % path)
+    return {"version": version, "topic_id": topic_id}
+
+
+def parse_properties(data, path):
+    """Parse a Java .properties file (meta.properties) into a dict of strings."""
+    text, err = _decode_text(data, path)
+    if err:
+        raise ValueError(err)
+    props = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"^((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)$", line)
+        if not m:
+            props[line] = ""
+            continue
+        props[m.group(1).replace("\\", "")] = m.group(2)
+    return props
+
+
+def parse_meta_properties(data, path):
+    """meta.properties: version 0 (ZK: broker.id) or 1 (KRaft: node.id, directory.id)."""
+    props = parse_properties(data, path)
+    out = {"properties": props, "version": None, "broker_id": None, "cluster_id": None,
+           "directory_id": None}
+    if "version" in props:
+        try:
+            out["version"] = int(props["version"])
+        except ValueError:
+            raise ValueError("Invalid version %r in %s" % (props["version"], path))
+    node = props.get("node.id", props.get("broker.id"))
+    if node is not None:
+        try:
+            out["broker_id"] = int(node)
+        except ValueError:
+            raise ValueError("Invalid broker.id/node.id %r in %s" % (node, path))
+    out["cluster_id"] = props.get("cluster.id")
+    out["directory_id"] = props.get("directory.id")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Index files
+def _is_zero(b):
+    return not b.strip(b"\0")
+
+
+def read_index_summary(path, entry_struct, full=False, fd=None, size=None):
+    """Summarise an offset or time index without loading it.
+
+    Reads the head (HEAD_READ_BYTES) and, when the last entry is zero, binary-searches the first
+    zero entry: real entries are monotonic and non-zero, the preallocated tail is all zeros (a
+    fresh index is setLength(10 MiB) and only trimToValidSize() on close or roll shortens it).
+    With full=True every entry is read (streamed) and checked.
+
+    Returns a dict: bytes, entries (real), zero_tail_entries, remainder (size % entry size),
+    first, last (raw tuples), monotonic (over the entries examined, or None), checked_entries,
+    first_violation (entry number) and, with full=True, zero_entries_inside.
+    """
+    esize = entry_struct.size
+    own = fd is None
+    if own:
+        fd = os.open(path, os.O_RDONLY)
+    try:
+        if size is None:
+            size = os.fstat(fd).st_size
+        n = size // esize
+        out = {
+            "bytes": size,
+            "entries": 0,
+            "zero_tail_entries": 0,
+            "remainder": size % esize,
+            "first": None,
+            "last": None,
+            "monotonic": None,
+            "checked_entries": 0,
+            "first_violation": None,
+        }
+        if n == 0:
+            return out
+        if full:
+            return _index_full_scan(fd, n, entry_struct, out)
+        head = os.pread(fd, min(n * esize, HEAD_READ_BYTES), 0)
+        hn = len(head) // esize
+        if hn == n:
+            tail_entry = head[(n - 1) * esize:n * esize]
+        else:
+            tail_entry = os.pread(fd, esize, (n - 1) * esize)
+        if not _is_zero(tail_entry):
+            real = n
+        elif hn == n:
+            real = _first_zero_in_buffer(head, n, esize)
+        else:
+            lo, hi = 0, n - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if mid < hn:
+                    chunk = head[mid * esize:(mid + 1) * esize]
+                else:
+                    chunk = os.pread(fd, esize, mid * esize)
+                if _is_zero(chunk):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            real = lo
+        out["entries"] = real
+        out["zero_tail_entries"] = n - real
+        if real:
+            out["first"] = entry_struct.unpack_from(head, 0)
+            if real <= hn:
+                out["last"] = entry_struct.unpack_from(head, (real - 1) * esize)
+            else:
+                out["last"] = entry_struct.unpack(os.pread(fd, esize, (real - 1) * esize))
+            checked = min(real, hn)
+            viol = _first_order_violation(entry_struct.iter_unpack(head[:checked * esize]), esize)
+            if viol is None and real > hn:
+                # last must not precede the head's final entry
+                viol = _first_order_violation(
+                    [entry_struct.unpack_from(head, (checked - 1) * esize), out["last"]], esize
+                )
+                if viol is not None:
+                    viol = real - 1
+            out["checked_entries"] = checked
+            out["monotonic"] = viol is None
+            out["first_violation"] = viol
+        return out
+    finally:
+        if own:
+            os.close(fd)
+
+
+def _first_zero_in_buffer(buf, n, esize):
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _is_zero(buf[mid * esize:(mid + 1) * esize]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _first_order_violation(entries, esize):
+    """Entry number of the first entry that breaks the index order, or None.
+
+    Offset index (8 B): relative offsets strictly increase (OffsetIndex.append requires
+    offset > lastOffset), positions never decrease. Time index (12 B): timestamps and offsets never
+    decrease (TimeIndex.maybeAppend).
+    """
+    prev = None
+    for i, e in enumerate(entries):
+        if prev is not None:
+            if esize == OFFSET_INDEX_ENTRY.size:
+                if e[0] <= prev[0] or e[1] < prev[1]:
+                    return i
+            elif e[0] < prev[0] or e[1] < prev[1]:
+                return i
+        prev = e
+    return None
+
+
+def _index_full_scan(fd, n, entry_struct, out):
+    esize = entry_struct.size
+    last_nonzero = -1
+    zeros_seen = 0
+    first = last = None
+    viol = None
+    prev = None
+    pos = 0
+    i = 0
+    step = (READ_CHUNK // esize) * esize
+    total = n * esize
+    while pos < total:
+        buf = os.pread(fd, min(step, total - pos), pos)
+        if not buf:
+            break
+        pos += len(buf)
+        for e in entry_struct.iter_unpack(buf[: (len(buf) // esize) * esize]):
+            if e[0] == 0 and e[1] == 0:
+                zeros_seen += 1
+            else:
+                last_nonzero = i
+                last = e
+                if first is None:
+                    first = e
+            if prev is not None and viol is None:
+                if esize == OFFSET_INDEX_ENTRY.size:
+                    if e[0] <= prev[0] or e[1] < prev[1]:
+                        viol = i
+                elif e[0] < prev[0] or e[1] < prev[1]:
+                    viol = i
+            prev = e
+            i += 1
+    real = last_nonzero + 1
+    out["entries"] = real
+    out["zero_tail_entries"] = n - real
+    out["zero_entries_inside"] = zeros_seen - (n - real)
+    out["first"] = first
+    out["last"] = last
+    if real:
+        # zeros at the very end are the preallocated tail, not an order violation
+        out["monotonic"] = viol is None or viol >= real
+        out["first_violation"] = viol if (viol is not None and viol < real) else None
+        out["checked_entries"] = real
+    return out
+
+
+def iter_index_entries(path, entry_struct, limit_entries=None):
+    """Yield every entry of an index file, streamed in chunks (trailing partial entry ignored)."""
+    esize = entry_struct.size
+    with open(path, "rb") as f:
+        count = 0
+        while True:
+            buf = f.read((READ_CHUNK // esize) * esize)
+            if not buf:
+                return
+            usable = (len(buf) // esize) * esize
+            for e in entry_struct.iter_unpack(buf[:usable]):
+                yield e
+                count += 1
+                if limit_entries is not None and count >= limit_entries:
+                    return
+            if usable < len(buf):
+                return
+
+
+# --------------------------------------------------------------------------------------------
+# Log segments (deep mode)
+def _snappy_decompress_raw(data):
+    """Raw snappy block decompression (format_description.txt of google/snappy)."""
+    pos = 0
+    n = len(data)
+    length = 0
+    shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        length |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 35:
+            raise ValueError("snappy: bad length varint")
+    out = bytearray()
+    while pos < n:
+        tag = data[pos]
+        pos += 1
+        kind = tag & 3
+        if kind == 0:
+            ln = tag >> 2
+            if ln >= 60:
+                nb = ln - 59
+                ln = int.from_bytes(data[pos:pos + nb], "little")
+                pos += nb
+            ln += 1
+            out += data[pos:pos + ln]
+            pos += ln
+            continue
+        if kind == 1:
+            ln = ((tag >> 2) & 7) + 4
+            off = ((tag >> 5) << 8) | data[pos]
+            pos += 1
+        elif kind == 2:
+            ln = (tag >> 2) + 1
+            off = int.from_bytes(data[pos:pos + 2], "little")
+            pos += 2
+        else:
+            ln = (tag >> 2) + 1
+            off = int.from_bytes(data[pos:pos + 4], "little")
+            pos += 4
+        if off == 0 or off > len(out):
+            raise ValueError("snappy: bad copy offset")
+        for _ in range(ln):
+            out.append(out[-off])
+    if len(out) != length:
+        raise ValueError("snappy: length mismatch")
+    return bytes(out)
+
+
+def _snappy_decompress(data):
+    """Snappy as Kafka's v0/v1 producers wrote it: xerial framing, or a raw block."""
+    if data[:8] == b"\x82SNAPPY\x00":
+        pos = 16  # magic(8) + version(4) + compatible version(4)
+        out = bytearray()
+        while pos + 4 <= len(data):
+            ln = int.from_bytes(data[pos:pos + 4], "big")
+            pos += 4
+            out += _snappy_decompress_raw(data[pos:pos + ln])
+            pos += ln
+        return bytes(out)
+    return _snappy_decompress_raw(data)
+
+
+def _legacy_value(buf, magic):
+    """Return the value bytes of a legacy message buffer (starting at its offset field)."""
+    pos = 18 + (8 if magic == 1 else 0)
+    klen = struct.unpack_from(">i", buf, pos)[0]
+    pos += 4 + max(klen, 0)
+    vlen = struct.unpack_from(">i", buf, pos)[0]
+    pos += 4
+    if vlen < 0:
+        return b""
+    return buf[pos:pos + vlen]
+
+
+def count_legacy_inner(wrapper, magic, codec):
+    """Count inner messages of a compressed v0/v1 wrapper, or None when the codec is not decodable
+    with the standard library (lz4)."""
+    value = _legacy_value(wrapper, magic)
+    if codec == 1:
+        inner = zlib.decompress(value, 16 + zlib.MAX_WBITS)
+    elif codec == 2:
+        inner = _snappy_decompress(value)
+    else:
+        return None
+    count = 0
+    pos = 0
+    while pos + LOG_OVERHEAD.size <= len(inner):
+        _off, size = LOG_OVERHEAD.unpack_from(inner, pos)
+        if size < LEGACY_MIN_RECORD_OVERHEAD or pos + 12 + size > len(inner):
+            break
+        count += 1
+        pos += 12 + size
+    return count
+
+
+def _crc_stream(f, start, length, v2):
+    """CRC of [start, start+length) of an open file, read in chunks."""
+    f.seek(start)
+    crc = 0
+    remaining = length
+    while remaining > 0:
+        chunk = f.read(min(READ_CHUNK, remaining))
+        if not chunk:
+            break
+        crc = crc32c(chunk, crc) if v2 else zlib.crc32(chunk, crc)
+        remaining -= len(chunk)
+    return crc & 0xFFFFFFFF
+
+
+def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
+    """Walk a .log from header to header without loading it. Mirrors FileLogInputStream.nextBatch
+    and LogSegment.recover (S/log/LogSegment.java): stops cleanly on a batch that extends past EOF
+    or when fewer than 17 bytes remain, with an error on a too-small size, a bad magic or a CRC
+    failure. Everything after valid_bytes is what recovery would truncate.
+
+    on_batch(position, first_offset, last_offset, size) is called for each valid batch.
+    """
+    res = {
+        "batch_count": 0,
+        "record_count": 0,
+        "uncounted_batches": 0,
+        "first_offset": None,
+        "last_offset": None,
+        "next_offset": None,
+        "max_timestamp": None,
+        "valid_bytes": 0,
+        "torn_tail": False,
+        "tail_error": None,
+        "magic": [],
+        "codecs": [],
+        "crc_checked": 0,
+        "crc_errors": 0,
+        "first_crc_error_position": None,
+        "offset_errors": 0,
+        "first_offset_error_position": None,
+        "control_batches": 0,
+        "transactional_batches": 0,
+        "max_leader_epoch": None,
+    }
+    magics = set()
+    codecs = set()
+    with open(path, "rb", buffering=65536) as f:
+        size = os.fstat(f.fileno()).st_size
+        pos = 0
+        prev_last = None
+        while True:
+            remaining = size - pos
+            if remaining == 0:
+                break
+            if remaining < HEADER_SIZE_UP_TO_MAGIC:
+                res["torn_tail"] = True
+                res["tail_error"] = "%d trailing bytes, fewer than a batch header" % remaining
+                break
+            f.seek(pos)
+            head = f.read(V2_MIN_BATCH_SIZE if remaining >= V2_MIN_BATCH_SIZE else remaining)
+            offset, length = LOG_OVERHEAD.unpack_from(head, 0)
+            magic = head[MAGIC_OFFSET]
+            if magic > 127:
+                magic -= 256
+            bsize = 12 + length
+            if length < LEGACY_MIN_RECORD_OVERHEAD:
+                res["torn_tail"] = True
+                res["tail_error"] = (
+                    "record size %d smaller than minimum record overhead (14) at byte %d" % (length, pos)
+                )
+                break
+            if magic not in (0, 1, 2):
+                res["torn_tail"] = True
+                res["tail_error"] = "invalid magic %d at byte %d" % (magic, pos)
+                break
+            if bsize > remaining:
+                res["torn_tail"] = True
+                res["tail_error"] = "batch at byte %d needs %d bytes, only %d left" % (pos, bsize, remaining)
+                break
+            if magic == 2:
+                if bsize < V2_MIN_BATCH_SIZE:
+                    res["torn_tail"] = True
+                    res["tail_error"] = (
+                        "Record batch is corrupt (the size %d is smaller than the minimum allowed "
+                        "overhead 61) at byte %d" % (bsize, pos)
+                    )
+                    break
+                (b_off, _bl, epoch, _m, crc, attrs, lod, _bts, max_ts, _pid, _pe, _bs, count) = (
+                    V2_BATCH_HEADER.unpack_from(head, 0)
+                )
+                first, last = b_off, b_off + lod
+                codec = attrs & 7
+                records = count
+                if attrs & 0x20:
+                    res["control_batches"] += 1
+                if attrs & 0x10:
+                    res["transactional_batches"] += 1
+                if epoch >= 0 and (res["max_leader_epoch"] is None or epoch > res["max_leader_epoch"]):
+                    res["max_leader_epoch"] = epoch
+                crc_start = V2_CRC_START
+            else:
+                (_o, _s, crc, _m, attrs) = LEGACY_HEADER.unpack_from(head, 0)
+                codec = attrs & 7
+                max_ts = None
+                if magic == 1 and len(head) >= 26:
+                    max_ts = V1_TIMESTAMP.unpack_from(head, 18)[0]
+                last = offset
+                records = 1
+                if codec:
+                    f.seek(pos)
+                    wrapper = f.read(bsize)
+                    try:
+                        records = count_legacy_inner(wrapper, magic, codec)
+                    except Exception:
+                        records = None
+                    if records is None:
+                        res["uncounted_batches"] += 1
+                        first = (prev_last + 1) if prev_last is not None else last
+                    elif magic == 1:
+                        first = last - records + 1
+                    else:
+                        first = last - records + 1
+                else:
+                    first = offset
+                crc_start = LEGACY_CRC_START
+            if verify_crc:
+                computed = _crc_stream(f, pos + crc_start, bsize - crc_start, magic == 2)
+                res["crc_checked"] += 1
+                if computed != crc:
+                    res["crc_errors"] += 1
+                    if res["first_crc_error_position"] is None:
+                        res["first_crc_error_position"] = pos
+                        res["tail_error"] = "Record is corrupt (stored crc = %d, computed crc = %d) at byte %d" % (
+                            crc, computed, pos)
+                    # LogSegment.recover stops at the first invalid batch
+                    break
+            if (prev_last is not None and first <= prev_last) or (
+                base_offset is not None and first < base_offset
+            ):
+                res["offset_errors"] += 1
+                if res["first_offset_error_position"] is None:
+                    res["first_offset_error_position"] = pos
+            magics.add(magic)
+            codecs.add(CODECS.get(codec, str(codec)))
+            res["batch_count"] += 1
+            if records is not None:
+                res["record_count"] += records
+            if res["first_offset"] is None:
+                res["first_offset"] = first
+            res["last_offset"] = last
+            if max_ts is not None and max_ts >= 0 and (
+                res["max_timestamp"] is None or max_ts > res["max_timestamp"]
+            ):
+                res["max_timestamp"] = max_ts
+            if on_batch is not None:
+                on_batch(pos, first, last, bsize)
+            prev_last = last
+            pos += bsize
+        res["valid_bytes"] = pos
+    if res["last_offset"] is not None:
+        res["next_offset"] = res["last_offset"] + 1
+    res["magic"] = sorted(magics)
+    res["codecs"] = sorted(codecs)
+    return res
+
+
+class _IndexMatcher(object):
+    """Merge-walks offset-index entries against the batches of the log (both sorted by position),
+    like DumpLogSegments --verify-index-only, without holding either in memory."""
+
+    def __init__(self, entries, base_offset):
+        self._it = iter(entries)
+        self._base = base_offset
+        self._cur = None
+        self._pos_prev_last = None
+        self.checked = 0
+        self.not_batch_start = 0
+        self.offset_outside_batch = 0
+        self.offset_after_batch = 0  # 2.0+ multi-batch appends index the append's last offset
+        self.beyond_log = 0
+        self.examples = []
+        self._advance()
+
+    def _advance(self):
+        for rel, position in self._it:
+            if rel == 0 and position == 0:
+                # the preallocated zero tail (a real entry never has position 0: the first entry is
+                # appended only after index.interval.bytes of data)
+                self._cur = None
+                return
+            self._cur = (self._base + rel, position)
+            return
+        self._cur = None
+
+    def _example(self, what, entry, batch):
+        if len(self.examples) < 5:
+            self.examples.append({"problem": what, "index_offset": entry[0], "index_position": entry[1],
+                                  "batch": batch})
+
+    def on_batch(self, pos, first, last, size):
+        while self._cur is not None and self._cur[1] < pos + size:
+            off, p = self._cur
+            self.checked += 1
+            if p != pos:
+                self.not_batch_start += 1
+                self._example("not_batch_start", self._cur, [pos, first, last])
+            elif off > last:
+                self.offset_after_batch += 1
+                self._example("offset_after_batch", self._cur, [pos, first, last])
+            elif off < first:
+                self.offset_outside_batch += 1
+                self._example("offset_before_batch", self._cur, [pos, first, last])
+            self._advance()
+
+    def finish(self):
+        while self._cur is not None:
+            self.checked += 1
+            self.beyond_log += 1
+            self._example("beyond_valid_log", self._cur, None)
+            self._advance()
+
+
+# --------------------------------------------------------------------------------------------
+# Locks: which log dirs are held by a running broker. Read /proc/locks (never take the lock:
+# a probe that grabbed .lock even briefly could make a starting broker fail "Failed to acquire lock").
+def held_lock_inodes():
+    held = {}
+    try:
+        with open("/proc/locks") as f:
+            for line in f:
+                parts = line.split()
+                # "1: POSIX  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"   (a "->" marks a waiter)
+                if "->" in parts:
+                    continue
+                try:
+                    pid = int(parts[4])
+                    maj, mnr, ino = parts[5].split(":")
+                    held[(int(maj, 16), int(mnr, 16), int(ino))] = pid
+                except (IndexError, ValueError):
+                    continue
+    except OSError:
+        return None
+    return held
+
+
+# --------------------------------------------------------------------------------------------
+# The walker
+def _err(e):
+    if isinstance(e, OSError) and e.strerror:
+        return "%s: %s" % (type(e).__name__, e.strerror)
+    return "%s: %s" % (type(e).__name__, e)
+
+
+def _j(s):
+    # ASCII-escaped: odd file names (unicode, undecodable bytes as surrogates) stay valid JSON
+    return json.dumps(s)
+
+
+def _num(v):
+    return "null" if v is None else str(v)
+
+
+class Probe(object):
+    def __init__(self, out, deep=False, verify_crc=False):
+        self.out = out
+        self.deep = deep or verify_crc
+        self.verify_crc = verify_crc
+        self.counts = {"logdirs": 0, "partitions": 0, "segments": 0, "files": 0, "errors": 0}
+        self.locks = held_lock_inodes()
+
+    # -- output
+    def emit(self, record):
+        if record.get("error"):
+            self.counts["errors"] += 1
+        self.out.write(json.dumps(record, separators=(",", ":")))
+        self.out.write("\n")
+
+    def file_record(self, logdir, path, file_type, **fields):
+        self.counts["files"] += 1
+        rec = {"kind": "file", "logdir": logdir, "path": path, "file_type": file_type}
+        rec.update(fields)
+        self.emit(rec)
+
+    def _stat_fields(self, path):
+        st = os.stat(path)  # symlinks leaving the log dir were filtered out before this
+        return {"bytes": st.st_size, "mtime_ms": int(st.st_mtime * 1000)}
+
+    # -- entry point
+    def run(self, paths):
+        started = time.time()
+        self.emit({
+            "kind": "probe",
+            "schema_version": SCHEMA_VERSION,
+            "probe_version": PROBE_VERSION,
+            "mode": "deep" if self.deep else "metadata",
+            "verify_crc": self.verify_crc,
+            "hostname": socket.gethostname(),
+            "python": "%d.%d.%d" % sys.version_info[:3],
+            "started_at_ms": int(started * 1000),
+            "paths": list(paths),
+        })
+        for p in paths:
+            self.probe_logdir(p)
+        self.counts["elapsed_ms"] = int((time.time() - started) * 1000)
+        rec = {"kind": "probe_end", "schema_version": SCHEMA_VERSION, "complete": True}
+        rec.update(self.counts)
+        self.emit(rec)
+        self.out.flush()
+
+    # -- one log dir
+    def probe_logdir(self, logdir):
+        self.counts["logdirs"] += 1
+        rec = {
+            "kind": "logdir", "logdir": logdir, "path": logdir, "realpath": None, "exists": False,
+            "error": None, "meta": None, "meta_error": None, "clean_shutdown": None,
+            "clean_shutdown_broker_epoch": None, "lock_present": None, "lock_held_by_pid": None,
+            "kraft": None, "checkpoints": {}, "partition_dirs": 0, "other_entries": 0,
+        }
+        try:
+            st = os.stat(logdir)
+        except OSError as e:
+            rec["error"] = "cannot open log dir %s: %s" % (logdir, _err(e))
+            self.emit(rec)
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            rec["error"] = "log dir %s is not a directory" % logdir
+            self.emit(rec)
+            return
+        rec["exists"] = True
+        root = os.path.realpath(logdir)
+        rec["realpath"] = root
+        try:
+            entries = sorted(os.scandir(logdir), key=lambda e: e.name)
+        except OSError as e:
+            rec["error"] = "cannot list log dir %s: %s" % (logdir, _err(e))
+            self.emit(rec)
+            return
+        partition_entries = []
+        files = []
+        for e in entries:
+            name = e.name
+            if name in (META_PROPERTIES, CLEAN_SHUTDOWN_FILE, LOCK_FILE) or name in OFFSET_CHECKPOINT_FILES:
+                files.append(e)
+                continue
+            try:
+                is_dir = e.is_dir(follow_symlinks=False)
+                is_link = e.is_symlink()
+            except OSError:
+                is_dir = is_link = False
+            if is_link:
+                target_inside, target = self._link_inside(e.path, root)
+                if target_inside and os.path.isdir(e.path) and parse_partition_dir_name(name):
+                    partition_entries.append(e)
+                else:
+                    files.append(e)
+                continue
+            if is_dir and parse_partition_dir_name(name):
+                partition_entries.append(e)
+            else:
+                files.append(e)
+        rec["partition_dirs"] = len(partition_entries)
+        rec["lock_present"] = os.path.lexists(os.path.join(logdir, LOCK_FILE))
+        rec["clean_shutdown"] = os.path.lexists(os.path.join(logdir, CLEAN_SHUTDOWN_FILE))
+        # log-dir level files, parsed first so partition records can carry their checkpoint values
+        cp_values = {}
+        for e in files:
+            self._logdir_file(logdir, root, e, rec, cp_values)
+        if self.locks is not None and rec["lock_present"]:
+            try:
+                lst = os.stat(os.path.join(logdir, LOCK_FILE))
+                key = (os.major(lst.st_dev), os.minor(lst.st_dev), lst.st_ino)
+                rec["lock_held_by_pid"] = self.locks.get(key)
+            except OSError:
+                pass
+        rec["kraft"] = bool(
+            (rec["meta"] and rec["meta"].get("version") == 1)
+            or any(p.name == "__cluster_metadata-0" for p in partition_entries)
+        )
+        self.emit(rec)
+        for e in partition_entries:
+            try:
+                self.probe_partition(logdir, root, e, cp_values)
+            except Exception as ex:  # the safety net: never crash, never skip silently
+                self.emit({"kind": "partition", "logdir": logdir, "path": e.path, "dir": e.name,
+                           "error": "probe failed on %s: %s" % (e.path, _err(ex))})
+
+    def _link_inside(self, path, root):
+        try:
+            target = os.path.realpath(path)
+        except OSError:
+            return False, None
+        return (target == root or target.startswith(root + os.sep)), target
+
+    def _logdir_file(self, logdir, root, e, rec, cp_values):
+        name, path = e.name, e.path
+        try:
+            if e.is_symlink():
+                inside, target = self._link_inside(path, root)
+                if not inside:
+                    self.file_record(logdir, path, "symlink", symlink_target=target,
+                                     error="symlink %s points outside the log dir (%s); not followed"
+                                     % (path, target))
+                    return
+            if e.is_dir():
+                self.file_record(logdir, path, "unknown_dir", name=name)
+                rec["other_entries"] += 1
+                return
+            fields = self._stat_fields(path)
+        except OSError as ex:
+            self.file_record(logdir, path, "unknown", error="cannot stat %s: %s" % (path, _err(ex)))
+            return
+        if name == META_PROPERTIES:
+            try:
+                meta = parse_meta_properties(_read_small(path), path)
+                rec["meta"] = meta
+                self.file_record(logdir, path, "meta_properties", meta=meta, **fields)
+            except Exception as ex:
+                rec["meta_error"] = "%s: %s" % (path, _err(ex))
+                self.file_record(logdir, path, "meta_properties", error=rec["meta_error"], **fields)
+        elif name == CLEAN_SHUTDOWN_FILE:
+            content = None
+            err = None
+            try:
+                data = _read_small(path)
+                if data.strip():
+                    content = json.loads(data.decode("utf-8"))
+                    if isinstance(content, dict):
+                        rec["clean_shutdown_broker_epoch"] = content.get("brokerEpoch")
+            except Exception as ex:
+                err = "%s: %s" % (path, _err(ex))
+            self.file_record(logdir, path, "clean_shutdown", content=content, error=err, **fields)
+        elif name == LOCK_FILE:
+            self.file_record(logdir, path, "lock", **fields)
+        elif name in OFFSET_CHECKPOINT_FILES or (
+            name.endswith(".tmp") and name[:-4] in OFFSET_CHECKPOINT_FILES
+        ):
+            cp = name[:-4] if name.endswith(".tmp") else name
+            try:
+                entries, version = parse_offset_checkpoint(_read_small(path, 64 << 20), path)
+                err = None
+            except Exception as ex:
+                entries, version, err = None, None, "%s" % (ex if isinstance(ex, ValueError) else _err(ex))
+            if not name.endswith(".tmp"):
+                rec["checkpoints"][cp] = {"entries": None if entries is None else len(entries),
+                                          "error": err}
+                if entries:
+                    for topic, part, off in entries:
+                        cp_values.setdefault((topic, part), {})[cp] = off
+            self.file_record(logdir, path, "offset_checkpoint", checkpoint=cp, temporary=name.endswith(".tmp"),
+                             version=version, entries=entries, error=err, **fields)
+        elif name == "bootstrap.checkpoint":
+            self.file_record(logdir, path, "bootstrap_checkpoint", **fields)
+        else:
+            rec["other_entries"] += 1
+            self.file_record(logdir, path, "unknown", name=name, **fields)
+
+    # -- one partition dir
+    def probe_partition(self, logdir, root, pentry, cp_values):
+        self.counts["partitions"] += 1
+        pdir = pentry.path
+        info = parse_partition_dir_name(pentry.name)
+        prec = {
+            "kind": "partition", "logdir": logdir, "path": pdir, "dir": pentry.name,
+            "topic": info["topic"], "partition": info["partition"], "dir_state": info["dir_state"],
+            "dir_uid": info["dir_uid"], "topic_id": None, "partition_metadata_present": False,
+            "partition_metadata_version": None, "partition_metadata_error": None,
+            "leader_epochs": None, "leader_epoch_present": False, "leader_epoch_error": None,
+            "latest_leader_epoch": None, "segment_count": 0, "log_start_segment_offset": None,
+            "active_base_offset": None, "size_bytes": 0, "producer_snapshots": [],
+            "recovery_point": None, "log_start_offset": None, "high_watermark": None,
+            "cleaner_offset": None, "leftover_files": 0, "error": None,
+        }
+        cps = cp_values.get((info["topic"], info["partition"]), {}) if info["dir_state"] == "live" else {}
+        prec["recovery_point"] = cps.get("recovery-point-offset-checkpoint")
+        prec["log_start_offset"] = cps.get("log-start-offset-checkpoint")
+        prec["high_watermark"] = cps.get("replication-offset-checkpoint")
+        prec["cleaner_offset"] = cps.get("cleaner-offset-checkpoint")
+        try:
+            names = sorted(os.scandir(pdir), key=lambda e: e.name)
+        except OSError as ex:
+            prec["error"] = "cannot list partition dir %s: %s" % (pdir, _err(ex))
+            self.emit(prec)
+            return
+        segments = {}
+        for e in names:
+            parsed = parse_segment_file_name(e.name)
+            if parsed is not None and parsed[2] is None and parsed[1] != "snapshot":
+                segments.setdefault(parsed[0], {})[parsed[1]] = e
+                continue
+            self._partition_file(logdir, root, prec, e, parsed)
+        bases = sorted(segments)
+        prec["segment_count"] = len(bases)
+        if bases:
+            prec["log_start_segment_offset"] = bases[0]
+            prec["active_base_offset"] = bases[-1]
+        deep_totals = {"batch_count": 0, "record_count": 0, "log_end_offset": None,
+                       "max_timestamp": None, "torn_segments": 0, "crc_errors": 0,
+                       "uncounted_batches": 0}
+        seg_ctx = (_j(logdir), _j(pdir), _j(info["topic"]), info["partition"])
+        for i, base in enumerate(bases):
+            seg_bytes = self.probe_segment(seg_ctx, pdir, root, base, segments[base],
+                                           i == len(bases) - 1, deep_totals)
+            prec["size_bytes"] += seg_bytes
+        if self.deep:
+            leo = deep_totals["log_end_offset"]
+            if leo is None and bases:
+                leo = bases[-1]  # every segment empty: LEO is the active segment's base offset
+            prec["log_end_offset"] = leo
+            prec["batch_count"] = deep_totals["batch_count"]
+            prec["record_count"] = deep_totals["record_count"]
+            prec["max_timestamp"] = deep_totals["max_timestamp"]
+            prec["torn_segments"] = deep_totals["torn_segments"]
+            prec["crc_errors"] = deep_totals["crc_errors"]
+            prec["uncounted_batches"] = deep_totals["uncounted_batches"]
+        self.emit(prec)
+
+    def _partition_file(self, logdir, root, prec, e, parsed):
+        name, path = e.name, e.path
+        try:
+            if e.is_symlink():
+                inside, target = self._link_inside(path, root)
+                if not inside:
+                    self.file_record(logdir, path, "symlink", partition_dir=prec["dir"], symlink_target=target,
+                                     error="symlink %s points outside the log dir (%s); not followed"
+                                     % (path, target))
+                    return
+            if e.is_dir():
+                self.file_record(logdir, path, "unknown_dir", partition_dir=prec["dir"], name=name)
+                return
+            fields = self._stat_fields(path)
+        except OSError as ex:
+            self.file_record(logdir, path, "unknown", partition_dir=prec["dir"],
+                             error="cannot stat %s: %s" % (path, _err(ex)))
+            return
+        prec["size_bytes"] += fields["bytes"]
+        common = {"partition_dir": prec["dir"], "topic": prec["topic"], "partition": prec["partition"]}
+        if name == PARTITION_METADATA:
+            prec["partition_metadata_present"] = True
+            try:
+                pm = parse_partition_metadata(_read_small(path), path)
+                prec["topic_id"] = pm["topic_id"]
+                prec["partition_metadata_version"] = pm["version"]
+                self.file_record(logdir, path, "partition_metadata", topic_id=pm["topic_id"],
+                                 version=pm["version"], **dict(common, **fields))
+            except Exception as ex:
+                prec["partition_metadata_error"] = str(ex) if isinstance(ex, ValueError) else "%s: %s" % (
+                    path, _err(ex))
+                self.file_record(logdir, path, "partition_metadata", error=prec["partition_metadata_error"],
+                                 **dict(common, **fields))
+        elif name == LEADER_EPOCH_CHECKPOINT:
+            prec["leader_epoch_present"] = True
+            try:
+                eps = parse_leader_epoch_checkpoint(_read_small(path, 16 << 20), path)
+                prec["leader_epochs"] = eps
+                prec["latest_leader_epoch"] = eps[-1][0] if eps else None
+                self.file_record(logdir, path, "leader_epoch_checkpoint", entries=eps, **dict(common, **fields))
+            except Exception as ex:
+                prec["leader_epoch_error"] = str(ex) if isinstance(ex, ValueError) else "%s: %s" % (
+                    path, _err(ex))
+                self.file_record(logdir, path, "leader_epoch_checkpoint", error=prec["leader_epoch_error"],
+                                 **dict(common, **fields))
+        elif parsed is not None and parsed[1] == "snapshot" and parsed[2] is None:
+            prec["producer_snapshots"].append(parsed[0])
+            self.file_record(logdir, path, "producer_snapshot", base_offset=parsed[0], **dict(common, **fields))
+        elif parsed is not None and parsed[2] is not None:
+            prec["leftover_files"] += 1
+            self.file_record(logdir, path, "segment_leftover", base_offset=parsed[0], segment_file=parsed[1],
+                             leftover=parsed[2], **dict(common, **fields))
+        elif name == QUORUM_STATE:
+            content, err = None, None
+            try:
+                content = json.loads(_read_small(path).decode("utf-8"))
+            except Exception as ex:
+                err = "%s: %s" % (path, _err(ex))
+            self.file_record(logdir, path, "quorum_state", content=content, error=err, **dict(common, **fields))
+        else:
+            m = KRAFT_SNAPSHOT_RE.match(name)
+            if m:
+                self.file_record(logdir, path, "kraft_snapshot", end_offset=int(m.group(1)),
+                                 epoch=int(m.group(2)), state=m.group(3), **dict(common, **fields))
+            else:
+                self.file_record(logdir, path, "unknown", name=name, **dict(common, **fields))
+
+    # -- one segment (hot path: one record per segment, formatted directly)
+    def probe_segment(self, ctx, pdir, root, base, files, is_active, totals):
+        self.counts["segments"] += 1
+        errors = []
+        log_bytes = log_mtime = None
+        e = files.get("log")
+        if e is not None:
+            try:
+                if e.is_symlink() and not self._link_inside(e.path, root)[0]:
+                    errors.append("symlink %s points outside the log dir; not followed" % e.path)
+                    e = None
+                else:
+                    st = e.stat()
+                    if not stat.S_ISREG(st.st_mode):
+                        errors.append("%s is not a regular file" % e.path)
+                        e = None
+                    else:
+                        log_bytes = st.st_size
+                        log_mtime = int(st.st_mtime * 1000)
+            except OSError as ex:
+                errors.append("cannot stat %s: %s" % (e.path, _err(ex)))
+                e = None
+        oi = self._index(files.get("index"), OFFSET_INDEX_ENTRY, root, errors)
+        ti = self._index(files.get("timeindex"), TIME_INDEX_ENTRY, root, errors)
+        txn = files.get("txnindex")
+        txn_bytes = None
+        if txn is not None:
+            try:
+                txn_bytes = txn.stat().st_size
+            except OSError as ex:
+                errors.append("cannot stat %s: %s" % (txn.path, _err(ex)))
+        parts = [
+            '{"kind":"segment","logdir":%s,"path":%s,"topic":%s,"partition":%d,"base_offset":%d,'
+            '"active":%s,"has_log":%s,"log_bytes":%s,"log_mtime_ms":%s,"has_txnindex":%s,"txnindex_bytes":%s'
+            % (ctx[0], ctx[1], ctx[2], ctx[3], base, "true" if is_active else "false",
+               "true" if log_bytes is not None else "false", _num(log_bytes), _num(log_mtime),
+               "true" if txn is not None else "false", _num(txn_bytes))
+        ]
+        for prefix, s, present in (("index", oi, "index" in files), ("timeindex", ti, "timeindex" in files)):
+            if s is None:
+                parts.append(
+                    ',"has_%s":%s,"%s_bytes":null,"%s_entries":null,"%s_zero_tail_entries":null'
+                    % (prefix, "true" if present else "false", prefix, prefix, prefix))
+                continue
+            first, last = s["first"], s["last"]
+            if prefix == "index":
+                extra = ',"index_first_offset":%s,"index_last_offset":%s,"index_last_position":%s' % (
+                    _num(None if first is None else base + first[0]),
+                    _num(None if last is None else base + last[0]),
+                    _num(None if last is None else last[1]))
+            else:
+                extra = (',"timeindex_first_timestamp":%s,"timeindex_last_timestamp":%s,'
+                         '"timeindex_last_offset":%s') % (
+                    _num(None if first is None else first[0]), _num(None if last is None else last[0]),
+                    _num(None if last is None else base + last[1]))
+            parts.append(
+                ',"has_%s":true,"%s_bytes":%d,"%s_entries":%d,"%s_zero_tail_entries":%d,"%s_remainder":%d,'
+                '"%s_monotonic":%s,"%s_checked_entries":%d,"%s_first_violation":%s%s'
+                % (prefix, prefix, s["bytes"], prefix, s["entries"], prefix, s["zero_tail_entries"],
+                   prefix, s["remainder"], prefix,
+                   "null" if s["monotonic"] is None else ("true" if s["monotonic"] else "false"),
+                   prefix, s["checked_entries"], prefix, _num(s["first_violation"]), extra))
+        if self.deep:
+            parts.append(self._deep_segment(e, base, files.get("index"), root, errors, totals))
+        if errors:
+            self.counts["errors"] += 1
+            parts.append(',"error":%s' % _j("; ".join(errors)))
+        else:
+            parts.append(',"error":null')
+        parts.append("}\n")
+        self.out.write("".join(parts))
+        return (log_bytes or 0) + (oi["bytes"] if oi else 0) + (ti["bytes"] if ti else 0) + (txn_bytes or 0)
+
+    def _index(self, e, entry_struct, root, errors):
+        if e is None:
+            return None
+        try:
+            if e.is_symlink() and not self._link_inside(e.path, root)[0]:
+                errors.append("symlink %s points outside the log dir; not followed" % e.path)
+                return None
+            fd = os.open(e.path, os.O_RDONLY)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    errors.append("%s is not a regular file" % e.path)
+                    return None
+                return read_index_summary(e.path, entry_struct, full=self.deep, fd=fd, size=st.st_size)
+            finally:
+                os.close(fd)
+        except Exception as ex:
+            errors.append("cannot read %s: %s" % (e.path, _err(ex)))
+            return None
+
+    def _deep_segment(self, log_entry, base, index_entry, root, errors, totals):
+        if log_entry is None:
+            return ',"deep":null'
+        matcher = None
+        if index_entry is not None and not (
+            index_entry.is_symlink() and not self._link_inside(index_entry.path, root)[0]
+        ):
+            try:
+                matcher = _IndexMatcher(iter_index_entries(index_entry.path, OFFSET_INDEX_ENTRY), base)
+            except Exception as ex:
+                errors.append("cannot read %s: %s" % (index_entry.path, _err(ex)))
+        try:
+            w = walk_log(log_entry.path, base, self.verify_crc, matcher.on_batch if matcher else None)
+            if matcher is not None:
+                matcher.finish()
+        except Exception as ex:
+            errors.append("cannot read %s: %s" % (log_entry.path, _err(ex)))
+            return ',"deep":null'
+        totals["batch_count"] += w["batch_count"]
+        totals["record_count"] += w["record_count"]
+        totals["uncounted_batches"] += w["uncounted_batches"]
+        if w["next_offset"] is not None:
+            totals["log_end_offset"] = max(totals["log_end_offset"] or 0, w["next_offset"])
+        if w["max_timestamp"] is not None:
+            totals["max_timestamp"] = max(totals["max_timestamp"] or w["max_timestamp"], w["max_timestamp"])
+        if w["torn_tail"]:
+            totals["torn_segments"] += 1
+        totals["crc_errors"] += w["crc_errors"]
+        if matcher is not None:
+            w["index_checked"] = matcher.checked
+            w["index_not_batch_start"] = matcher.not_batch_start
+            w["index_offset_before_batch"] = matcher.offset_outside_batch
+            w["index_offset_after_batch"] = matcher.offset_after_batch
+            w["index_beyond_log"] = matcher.beyond_log
+            w["index_mismatch_examples"] = matcher.examples
+        out = []
+        for k, v in w.items():
+            out.append(",%s:%s" % (_j(k), json.dumps(v, separators=(",", ":"))))
+        return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+def discover_logdirs(roots, max_depth=4):
+    """Find Kafka log dirs under roots: directories holding meta.properties or a
+    recovery-point-offset-checkpoint. Symlinks are not followed."""
+    found = []
+    for root in roots:
+        stack = [(root, 0)]
+        while stack:
+            d, depth = stack.pop()
+            try:
+                names = os.listdir(d)
+            except OSError:
+                continue
+            if META_PROPERTIES in names or "recovery-point-offset-checkpoint" in names:
+                found.append(d)
+                continue
+            if depth >= max_depth:
+                continue
+            for n in sorted(names, reverse=True):
+                p = os.path.join(d, n)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    stack.append((p, depth + 1))
+    return sorted(found)
+
+
+USAGE = """usage: probe.py [--deep] [--verify-crc] [--discover] LOGDIR...
+
+Walk Kafka log dirs and print JSON Lines facts (schema: docs/probe-schema.md).
+  --deep        also walk .log batch headers and check offset-index entries against them
+  --verify-crc  deep, and check every batch CRC (CRC-32C for v2, CRC-32 for v0/v1)
+  --discover    treat each PATH as a tree and probe every log dir found beneath it
+"""
+
+
+def main(argv=None):
+    args = list(sys.argv[1:] if argv is None else argv)
+    deep = verify = discover = False
+    paths = []
+    for a in args:
+        if a == "--deep":
+            deep = True
+        elif a == "--verify-crc":
+            verify = True
+        elif a == "--discover":
+            discover = True
+        elif a in ("-h", "--help"):
+            sys.stdout.write(USAGE)
+            return 0
+        elif a.startswith("--"):
+            sys.stderr.write("probe: unknown option %s\n%s" % (a, USAGE))
+            return 2
+        else:
+            paths.append(a)
+    if not paths:
+        sys.stderr.write(USAGE)
+        return 2
+    if discover:
+        found = discover_logdirs(paths)
+        if not found:
+            sys.stderr.write("probe: no Kafka log dir (meta.properties or checkpoints) under %s\n"
+                             % ", ".join(paths))
+            return 2
+        paths = found
+    out = sys.stdout
+    probe = Probe(out, deep=deep, verify_crc=verify)
+    try:
+        probe.run(paths)
+    except BrokenPipeError:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
