@@ -22,8 +22,7 @@ CORPUS = Path(os.environ.get("FLEET_DOCTOR_CORPUS", REPO.parent / "shared" / "ka
 def corpus() -> Path:
     if not (CORPUS / "MANIFEST.md").is_file():
         pytest.fail(
-            f"real-data corpus not found at {CORPUS}: clone the repo next to shared/ "
-            "or set FLEET_DOCTOR_CORPUS"
+            f"real-data corpus not found at {CORPUS}: clone the repo next to shared/ or set FLEET_DOCTOR_CORPUS"
         )
     return CORPUS
 

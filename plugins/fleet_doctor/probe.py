@@ -239,9 +239,7 @@ def parse_offset_checkpoint(data, path):
     except ValueError:
         raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, lines[0]))
     if version != 0:
-        raise ValueError(
-            "Unrecognised version:%d, expected version: 0 in checkpoint file at: %s" % (version, path)
-        )
+        raise ValueError("Unrecognised version:%d, expected version: 0 in checkpoint file at: %s" % (version, path))
     if len(lines) < 2:
         raise ValueError("Malformed line in checkpoint file [%s]: (missing entry count)" % path)
     try:
@@ -259,8 +257,7 @@ def parse_offset_checkpoint(data, path):
             raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
     if len(entries) != expected:
         raise ValueError(
-            "Expected [%d] entries in checkpoint file [%s], but found only [%d]"
-            % (expected, path, len(entries))
+            "Expected [%d] entries in checkpoint file [%s], but found only [%d]" % (expected, path, len(entries))
         )
     return entries, version
 
@@ -285,9 +282,7 @@ def parse_leader_epoch_checkpoint(data, path):
     except ValueError:
         raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, "\\n".join(lines[:2])))
     if version != 0:
-        raise ValueError(
-            "Unrecognised version:%d, expected version: 0 in checkpoint file at: %s" % (version, path)
-        )
+        raise ValueError("Unrecognised version:%d, expected version: 0 in checkpoint file at: %s" % (version, path))
     if expected is None:
         raise ValueError("Malformed line in checkpoint file [%s]: (missing entry count)" % path)
     entries = []
@@ -301,8 +296,7 @@ def parse_leader_epoch_checkpoint(data, path):
             raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
     if len(entries) != expected:
         raise ValueError(
-            "Expected [%d] entries in checkpoint file [%s], but found only [%d]"
-            % (expected, path, len(entries))
+            "Expected [%d] entries in checkpoint file [%s], but found only [%d]" % (expected, path, len(entries))
         )
     return entries
 
@@ -376,8 +370,7 @@ def parse_properties(data, path):
 def parse_meta_properties(data, path):
     """meta.properties: version 0 (ZK: broker.id) or 1 (KRaft: node.id, directory.id)."""
     props = parse_properties(data, path)
-    out = {"properties": props, "version": None, "broker_id": None, "cluster_id": None,
-           "directory_id": None}
+    out = {"properties": props, "version": None, "broker_id": None, "cluster_id": None, "directory_id": None}
     if "version" in props:
         try:
             out["version"] = int(props["version"])
@@ -438,7 +431,7 @@ def read_index_summary(path, entry_struct, full=False, fd=None, size=None):
         head = os.pread(fd, min(n * esize, HEAD_READ_BYTES), 0)
         hn = len(head) // esize
         if hn == n:
-            tail_entry = head[(n - 1) * esize:n * esize]
+            tail_entry = head[(n - 1) * esize : n * esize]
         else:
             tail_entry = os.pread(fd, esize, (n - 1) * esize)
         if not _is_zero(tail_entry):
@@ -450,7 +443,7 @@ def read_index_summary(path, entry_struct, full=False, fd=None, size=None):
             while lo < hi:
                 mid = (lo + hi) // 2
                 if mid < hn:
-                    chunk = head[mid * esize:(mid + 1) * esize]
+                    chunk = head[mid * esize : (mid + 1) * esize]
                 else:
                     chunk = os.pread(fd, esize, mid * esize)
                 if _is_zero(chunk):
@@ -467,7 +460,7 @@ def read_index_summary(path, entry_struct, full=False, fd=None, size=None):
             else:
                 out["last"] = entry_struct.unpack(os.pread(fd, esize, (real - 1) * esize))
             checked = min(real, hn)
-            viol = _first_order_violation(entry_struct.iter_unpack(head[:checked * esize]), esize)
+            viol = _first_order_violation(entry_struct.iter_unpack(head[: checked * esize]), esize)
             if viol is None and real > hn:
                 # last must not precede the head's final entry
                 viol = _first_order_violation(
@@ -488,7 +481,7 @@ def _first_zero_in_buffer(buf, n, esize):
     lo, hi = 0, n - 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if _is_zero(buf[mid * esize:(mid + 1) * esize]):
+        if _is_zero(buf[mid * esize : (mid + 1) * esize]):
             hi = mid
         else:
             lo = mid + 1
@@ -605,10 +598,10 @@ def _snappy_decompress_raw(data):
             ln = tag >> 2
             if ln >= 60:
                 nb = ln - 59
-                ln = int.from_bytes(data[pos:pos + nb], "little")
+                ln = int.from_bytes(data[pos : pos + nb], "little")
                 pos += nb
             ln += 1
-            out += data[pos:pos + ln]
+            out += data[pos : pos + ln]
             pos += ln
             continue
         if kind == 1:
@@ -617,11 +610,11 @@ def _snappy_decompress_raw(data):
             pos += 1
         elif kind == 2:
             ln = (tag >> 2) + 1
-            off = int.from_bytes(data[pos:pos + 2], "little")
+            off = int.from_bytes(data[pos : pos + 2], "little")
             pos += 2
         else:
             ln = (tag >> 2) + 1
-            off = int.from_bytes(data[pos:pos + 4], "little")
+            off = int.from_bytes(data[pos : pos + 4], "little")
             pos += 4
         if off == 0 or off > len(out):
             raise ValueError("snappy: bad copy offset")
@@ -638,9 +631,9 @@ def _snappy_decompress(data):
         pos = 16  # magic(8) + version(4) + compatible version(4)
         out = bytearray()
         while pos + 4 <= len(data):
-            ln = int.from_bytes(data[pos:pos + 4], "big")
+            ln = int.from_bytes(data[pos : pos + 4], "big")
             pos += 4
-            out += _snappy_decompress_raw(data[pos:pos + ln])
+            out += _snappy_decompress_raw(data[pos : pos + ln])
             pos += ln
         return bytes(out)
     return _snappy_decompress_raw(data)
@@ -655,7 +648,7 @@ def _legacy_value(buf, magic):
     pos += 4
     if vlen < 0:
         return b""
-    return buf[pos:pos + vlen]
+    return buf[pos : pos + vlen]
 
 
 def count_legacy_inner(wrapper, magic, codec):
@@ -746,8 +739,9 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
             bsize = 12 + length
             if length < LEGACY_MIN_RECORD_OVERHEAD:
                 res["torn_tail"] = True
-                res["tail_error"] = (
-                    "record size %d smaller than minimum record overhead (14) at byte %d" % (length, pos)
+                res["tail_error"] = "record size %d smaller than minimum record overhead (14) at byte %d" % (
+                    length,
+                    pos,
                 )
                 break
             if magic not in (0, 1, 2):
@@ -812,12 +806,13 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
                     if res["first_crc_error_position"] is None:
                         res["first_crc_error_position"] = pos
                         res["tail_error"] = "Record is corrupt (stored crc = %d, computed crc = %d) at byte %d" % (
-                            crc, computed, pos)
+                            crc,
+                            computed,
+                            pos,
+                        )
                     # LogSegment.recover stops at the first invalid batch
                     break
-            if (prev_last is not None and first <= prev_last) or (
-                base_offset is not None and first < base_offset
-            ):
+            if (prev_last is not None and first <= prev_last) or (base_offset is not None and first < base_offset):
                 res["offset_errors"] += 1
                 if res["first_offset_error_position"] is None:
                     res["first_offset_error_position"] = pos
@@ -829,9 +824,7 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
             if res["first_offset"] is None:
                 res["first_offset"] = first
             res["last_offset"] = last
-            if max_ts is not None and max_ts >= 0 and (
-                res["max_timestamp"] is None or max_ts > res["max_timestamp"]
-            ):
+            if max_ts is not None and max_ts >= 0 and (res["max_timestamp"] is None or max_ts > res["max_timestamp"]):
                 res["max_timestamp"] = max_ts
             if on_batch is not None:
                 on_batch(pos, first, last, bsize)
@@ -875,8 +868,9 @@ class _IndexMatcher(object):
 
     def _example(self, what, entry, batch):
         if len(self.examples) < 5:
-            self.examples.append({"problem": what, "index_offset": entry[0], "index_position": entry[1],
-                                  "batch": batch})
+            self.examples.append(
+                {"problem": what, "index_offset": entry[0], "index_position": entry[1], "batch": batch}
+            )
 
     def on_batch(self, pos, first, last, size):
         while self._cur is not None and self._cur[1] < pos + size:
@@ -969,17 +963,19 @@ class Probe(object):
     # -- entry point
     def run(self, paths):
         started = time.time()
-        self.emit({
-            "kind": "probe",
-            "schema_version": SCHEMA_VERSION,
-            "probe_version": PROBE_VERSION,
-            "mode": "deep" if self.deep else "metadata",
-            "verify_crc": self.verify_crc,
-            "hostname": socket.gethostname(),
-            "python": "%d.%d.%d" % sys.version_info[:3],
-            "started_at_ms": int(started * 1000),
-            "paths": list(paths),
-        })
+        self.emit(
+            {
+                "kind": "probe",
+                "schema_version": SCHEMA_VERSION,
+                "probe_version": PROBE_VERSION,
+                "mode": "deep" if self.deep else "metadata",
+                "verify_crc": self.verify_crc,
+                "hostname": socket.gethostname(),
+                "python": "%d.%d.%d" % sys.version_info[:3],
+                "started_at_ms": int(started * 1000),
+                "paths": list(paths),
+            }
+        )
         for p in paths:
             self.probe_logdir(p)
         self.counts["elapsed_ms"] = int((time.time() - started) * 1000)
@@ -992,10 +988,22 @@ class Probe(object):
     def probe_logdir(self, logdir):
         self.counts["logdirs"] += 1
         rec = {
-            "kind": "logdir", "logdir": logdir, "path": logdir, "realpath": None, "exists": False,
-            "error": None, "meta": None, "meta_error": None, "clean_shutdown": None,
-            "clean_shutdown_broker_epoch": None, "lock_present": None, "lock_held_by_pid": None,
-            "kraft": None, "checkpoints": {}, "partition_dirs": 0, "other_entries": 0,
+            "kind": "logdir",
+            "logdir": logdir,
+            "path": logdir,
+            "realpath": None,
+            "exists": False,
+            "error": None,
+            "meta": None,
+            "meta_error": None,
+            "clean_shutdown": None,
+            "clean_shutdown_broker_epoch": None,
+            "lock_present": None,
+            "lock_held_by_pid": None,
+            "kraft": None,
+            "checkpoints": {},
+            "partition_dirs": 0,
+            "other_entries": 0,
         }
         try:
             st = os.stat(logdir)
@@ -1029,7 +1037,7 @@ class Probe(object):
             except OSError:
                 is_dir = is_link = False
             if is_link:
-                target_inside, target = self._link_inside(e.path, root)
+                target_inside, _target = self._link_inside(e.path, root)
                 if target_inside and os.path.isdir(e.path) and parse_partition_dir_name(name):
                     partition_entries.append(e)
                 else:
@@ -1062,8 +1070,15 @@ class Probe(object):
             try:
                 self.probe_partition(logdir, root, e, cp_values)
             except Exception as ex:  # the safety net: never crash, never skip silently
-                self.emit({"kind": "partition", "logdir": logdir, "path": e.path, "dir": e.name,
-                           "error": "probe failed on %s: %s" % (e.path, _err(ex))})
+                self.emit(
+                    {
+                        "kind": "partition",
+                        "logdir": logdir,
+                        "path": e.path,
+                        "dir": e.name,
+                        "error": "probe failed on %s: %s" % (e.path, _err(ex)),
+                    }
+                )
 
     def _link_inside(self, path, root):
         try:
@@ -1078,9 +1093,13 @@ class Probe(object):
             if e.is_symlink():
                 inside, target = self._link_inside(path, root)
                 if not inside:
-                    self.file_record(logdir, path, "symlink", symlink_target=target,
-                                     error="symlink %s points outside the log dir (%s); not followed"
-                                     % (path, target))
+                    self.file_record(
+                        logdir,
+                        path,
+                        "symlink",
+                        symlink_target=target,
+                        error="symlink %s points outside the log dir (%s); not followed" % (path, target),
+                    )
                     return
             if e.is_dir():
                 self.file_record(logdir, path, "unknown_dir", name=name)
@@ -1112,9 +1131,7 @@ class Probe(object):
             self.file_record(logdir, path, "clean_shutdown", content=content, error=err, **fields)
         elif name == LOCK_FILE:
             self.file_record(logdir, path, "lock", **fields)
-        elif name in OFFSET_CHECKPOINT_FILES or (
-            name.endswith(".tmp") and name[:-4] in OFFSET_CHECKPOINT_FILES
-        ):
+        elif name in OFFSET_CHECKPOINT_FILES or (name.endswith(".tmp") and name[:-4] in OFFSET_CHECKPOINT_FILES):
             cp = name[:-4] if name.endswith(".tmp") else name
             try:
                 entries, version = parse_offset_checkpoint(_read_small(path, 64 << 20), path)
@@ -1122,13 +1139,21 @@ class Probe(object):
             except Exception as ex:
                 entries, version, err = None, None, "%s" % (ex if isinstance(ex, ValueError) else _err(ex))
             if not name.endswith(".tmp"):
-                rec["checkpoints"][cp] = {"entries": None if entries is None else len(entries),
-                                          "error": err}
+                rec["checkpoints"][cp] = {"entries": None if entries is None else len(entries), "error": err}
                 if entries:
                     for topic, part, off in entries:
                         cp_values.setdefault((topic, part), {})[cp] = off
-            self.file_record(logdir, path, "offset_checkpoint", checkpoint=cp, temporary=name.endswith(".tmp"),
-                             version=version, entries=entries, error=err, **fields)
+            self.file_record(
+                logdir,
+                path,
+                "offset_checkpoint",
+                checkpoint=cp,
+                temporary=name.endswith(".tmp"),
+                version=version,
+                entries=entries,
+                error=err,
+                **fields,
+            )
         elif name == "bootstrap.checkpoint":
             self.file_record(logdir, path, "bootstrap_checkpoint", **fields)
         else:
@@ -1141,15 +1166,33 @@ class Probe(object):
         pdir = pentry.path
         info = parse_partition_dir_name(pentry.name)
         prec = {
-            "kind": "partition", "logdir": logdir, "path": pdir, "dir": pentry.name,
-            "topic": info["topic"], "partition": info["partition"], "dir_state": info["dir_state"],
-            "dir_uid": info["dir_uid"], "topic_id": None, "partition_metadata_present": False,
-            "partition_metadata_version": None, "partition_metadata_error": None,
-            "leader_epochs": None, "leader_epoch_present": False, "leader_epoch_error": None,
-            "latest_leader_epoch": None, "segment_count": 0, "log_start_segment_offset": None,
-            "active_base_offset": None, "size_bytes": 0, "producer_snapshots": [],
-            "recovery_point": None, "log_start_offset": None, "high_watermark": None,
-            "cleaner_offset": None, "leftover_files": 0, "error": None,
+            "kind": "partition",
+            "logdir": logdir,
+            "path": pdir,
+            "dir": pentry.name,
+            "topic": info["topic"],
+            "partition": info["partition"],
+            "dir_state": info["dir_state"],
+            "dir_uid": info["dir_uid"],
+            "topic_id": None,
+            "partition_metadata_present": False,
+            "partition_metadata_version": None,
+            "partition_metadata_error": None,
+            "leader_epochs": None,
+            "leader_epoch_present": False,
+            "leader_epoch_error": None,
+            "latest_leader_epoch": None,
+            "segment_count": 0,
+            "log_start_segment_offset": None,
+            "active_base_offset": None,
+            "size_bytes": 0,
+            "producer_snapshots": [],
+            "recovery_point": None,
+            "log_start_offset": None,
+            "high_watermark": None,
+            "cleaner_offset": None,
+            "leftover_files": 0,
+            "error": None,
         }
         cps = cp_values.get((info["topic"], info["partition"]), {}) if info["dir_state"] == "live" else {}
         prec["recovery_point"] = cps.get("recovery-point-offset-checkpoint")
@@ -1174,13 +1217,18 @@ class Probe(object):
         if bases:
             prec["log_start_segment_offset"] = bases[0]
             prec["active_base_offset"] = bases[-1]
-        deep_totals = {"batch_count": 0, "record_count": 0, "log_end_offset": None,
-                       "max_timestamp": None, "torn_segments": 0, "crc_errors": 0,
-                       "uncounted_batches": 0}
+        deep_totals = {
+            "batch_count": 0,
+            "record_count": 0,
+            "log_end_offset": None,
+            "max_timestamp": None,
+            "torn_segments": 0,
+            "crc_errors": 0,
+            "uncounted_batches": 0,
+        }
         seg_ctx = (_j(logdir), _j(pdir), _j(info["topic"]), info["partition"])
         for i, base in enumerate(bases):
-            seg_bytes = self.probe_segment(seg_ctx, pdir, root, base, segments[base],
-                                           i == len(bases) - 1, deep_totals)
+            seg_bytes = self.probe_segment(seg_ctx, pdir, root, base, segments[base], i == len(bases) - 1, deep_totals)
             prec["size_bytes"] += seg_bytes
         if self.deep:
             leo = deep_totals["log_end_offset"]
@@ -1201,17 +1249,23 @@ class Probe(object):
             if e.is_symlink():
                 inside, target = self._link_inside(path, root)
                 if not inside:
-                    self.file_record(logdir, path, "symlink", partition_dir=prec["dir"], symlink_target=target,
-                                     error="symlink %s points outside the log dir (%s); not followed"
-                                     % (path, target))
+                    self.file_record(
+                        logdir,
+                        path,
+                        "symlink",
+                        partition_dir=prec["dir"],
+                        symlink_target=target,
+                        error="symlink %s points outside the log dir (%s); not followed" % (path, target),
+                    )
                     return
             if e.is_dir():
                 self.file_record(logdir, path, "unknown_dir", partition_dir=prec["dir"], name=name)
                 return
             fields = self._stat_fields(path)
         except OSError as ex:
-            self.file_record(logdir, path, "unknown", partition_dir=prec["dir"],
-                             error="cannot stat %s: %s" % (path, _err(ex)))
+            self.file_record(
+                logdir, path, "unknown", partition_dir=prec["dir"], error="cannot stat %s: %s" % (path, _err(ex))
+            )
             return
         prec["size_bytes"] += fields["bytes"]
         common = {"partition_dir": prec["dir"], "topic": prec["topic"], "partition": prec["partition"]}
@@ -1221,13 +1275,21 @@ class Probe(object):
                 pm = parse_partition_metadata(_read_small(path), path)
                 prec["topic_id"] = pm["topic_id"]
                 prec["partition_metadata_version"] = pm["version"]
-                self.file_record(logdir, path, "partition_metadata", topic_id=pm["topic_id"],
-                                 version=pm["version"], **dict(common, **fields))
+                self.file_record(
+                    logdir,
+                    path,
+                    "partition_metadata",
+                    topic_id=pm["topic_id"],
+                    version=pm["version"],
+                    **dict(common, **fields),
+                )
             except Exception as ex:
-                prec["partition_metadata_error"] = str(ex) if isinstance(ex, ValueError) else "%s: %s" % (
-                    path, _err(ex))
-                self.file_record(logdir, path, "partition_metadata", error=prec["partition_metadata_error"],
-                                 **dict(common, **fields))
+                prec["partition_metadata_error"] = (
+                    str(ex) if isinstance(ex, ValueError) else "%s: %s" % (path, _err(ex))
+                )
+                self.file_record(
+                    logdir, path, "partition_metadata", error=prec["partition_metadata_error"], **dict(common, **fields)
+                )
         elif name == LEADER_EPOCH_CHECKPOINT:
             prec["leader_epoch_present"] = True
             try:
@@ -1236,17 +1298,24 @@ class Probe(object):
                 prec["latest_leader_epoch"] = eps[-1][0] if eps else None
                 self.file_record(logdir, path, "leader_epoch_checkpoint", entries=eps, **dict(common, **fields))
             except Exception as ex:
-                prec["leader_epoch_error"] = str(ex) if isinstance(ex, ValueError) else "%s: %s" % (
-                    path, _err(ex))
-                self.file_record(logdir, path, "leader_epoch_checkpoint", error=prec["leader_epoch_error"],
-                                 **dict(common, **fields))
+                prec["leader_epoch_error"] = str(ex) if isinstance(ex, ValueError) else "%s: %s" % (path, _err(ex))
+                self.file_record(
+                    logdir, path, "leader_epoch_checkpoint", error=prec["leader_epoch_error"], **dict(common, **fields)
+                )
         elif parsed is not None and parsed[1] == "snapshot" and parsed[2] is None:
             prec["producer_snapshots"].append(parsed[0])
             self.file_record(logdir, path, "producer_snapshot", base_offset=parsed[0], **dict(common, **fields))
         elif parsed is not None and parsed[2] is not None:
             prec["leftover_files"] += 1
-            self.file_record(logdir, path, "segment_leftover", base_offset=parsed[0], segment_file=parsed[1],
-                             leftover=parsed[2], **dict(common, **fields))
+            self.file_record(
+                logdir,
+                path,
+                "segment_leftover",
+                base_offset=parsed[0],
+                segment_file=parsed[1],
+                leftover=parsed[2],
+                **dict(common, **fields),
+            )
         elif name == QUORUM_STATE:
             content, err = None, None
             try:
@@ -1257,8 +1326,15 @@ class Probe(object):
         else:
             m = KRAFT_SNAPSHOT_RE.match(name)
             if m:
-                self.file_record(logdir, path, "kraft_snapshot", end_offset=int(m.group(1)),
-                                 epoch=int(m.group(2)), state=m.group(3), **dict(common, **fields))
+                self.file_record(
+                    logdir,
+                    path,
+                    "kraft_snapshot",
+                    end_offset=int(m.group(1)),
+                    epoch=int(m.group(2)),
+                    state=m.group(3),
+                    **dict(common, **fields),
+                )
             else:
                 self.file_record(logdir, path, "unknown", name=name, **dict(common, **fields))
 
@@ -1296,34 +1372,62 @@ class Probe(object):
         parts = [
             '{"kind":"segment","logdir":%s,"path":%s,"topic":%s,"partition":%d,"base_offset":%d,'
             '"active":%s,"has_log":%s,"log_bytes":%s,"log_mtime_ms":%s,"has_txnindex":%s,"txnindex_bytes":%s'
-            % (ctx[0], ctx[1], ctx[2], ctx[3], base, "true" if is_active else "false",
-               "true" if log_bytes is not None else "false", _num(log_bytes), _num(log_mtime),
-               "true" if txn is not None else "false", _num(txn_bytes))
+            % (
+                ctx[0],
+                ctx[1],
+                ctx[2],
+                ctx[3],
+                base,
+                "true" if is_active else "false",
+                "true" if log_bytes is not None else "false",
+                _num(log_bytes),
+                _num(log_mtime),
+                "true" if txn is not None else "false",
+                _num(txn_bytes),
+            )
         ]
         for prefix, s, present in (("index", oi, "index" in files), ("timeindex", ti, "timeindex" in files)):
             if s is None:
                 parts.append(
                     ',"has_%s":%s,"%s_bytes":null,"%s_entries":null,"%s_zero_tail_entries":null'
-                    % (prefix, "true" if present else "false", prefix, prefix, prefix))
+                    % (prefix, "true" if present else "false", prefix, prefix, prefix)
+                )
                 continue
             first, last = s["first"], s["last"]
             if prefix == "index":
                 extra = ',"index_first_offset":%s,"index_last_offset":%s,"index_last_position":%s' % (
                     _num(None if first is None else base + first[0]),
                     _num(None if last is None else base + last[0]),
-                    _num(None if last is None else last[1]))
+                    _num(None if last is None else last[1]),
+                )
             else:
-                extra = (',"timeindex_first_timestamp":%s,"timeindex_last_timestamp":%s,'
-                         '"timeindex_last_offset":%s') % (
-                    _num(None if first is None else first[0]), _num(None if last is None else last[0]),
-                    _num(None if last is None else base + last[1]))
+                extra = (',"timeindex_first_timestamp":%s,"timeindex_last_timestamp":%s,"timeindex_last_offset":%s') % (
+                    _num(None if first is None else first[0]),
+                    _num(None if last is None else last[0]),
+                    _num(None if last is None else base + last[1]),
+                )
             parts.append(
                 ',"has_%s":true,"%s_bytes":%d,"%s_entries":%d,"%s_zero_tail_entries":%d,"%s_remainder":%d,'
                 '"%s_monotonic":%s,"%s_checked_entries":%d,"%s_first_violation":%s%s'
-                % (prefix, prefix, s["bytes"], prefix, s["entries"], prefix, s["zero_tail_entries"],
-                   prefix, s["remainder"], prefix,
-                   "null" if s["monotonic"] is None else ("true" if s["monotonic"] else "false"),
-                   prefix, s["checked_entries"], prefix, _num(s["first_violation"]), extra))
+                % (
+                    prefix,
+                    prefix,
+                    s["bytes"],
+                    prefix,
+                    s["entries"],
+                    prefix,
+                    s["zero_tail_entries"],
+                    prefix,
+                    s["remainder"],
+                    prefix,
+                    "null" if s["monotonic"] is None else ("true" if s["monotonic"] else "false"),
+                    prefix,
+                    s["checked_entries"],
+                    prefix,
+                    _num(s["first_violation"]),
+                    extra,
+                )
+            )
         if self.deep:
             parts.append(self._deep_segment(e, base, files.get("index"), root, errors, totals))
         if errors:
@@ -1455,8 +1559,7 @@ def main(argv=None):
     if discover:
         found = discover_logdirs(paths)
         if not found:
-            sys.stderr.write("probe: no Kafka log dir (meta.properties or checkpoints) under %s\n"
-                             % ", ".join(paths))
+            sys.stderr.write("probe: no Kafka log dir (meta.properties or checkpoints) under %s\n" % ", ".join(paths))
             return 2
         paths = found
     out = sys.stdout
