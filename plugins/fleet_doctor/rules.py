@@ -1,0 +1,598 @@
+"""The rule registry: every detection rule, defined once.
+
+Rule ids are a public interface (reports, the repair planner, alerts and outside checks match on
+them): never rename one. The detection app, the docs (docs/rules.md is generated from here), the
+report and the repair planner all read this registry. Version boundaries and wording follow
+../shared/docs/kafka-reference.md (cited per rule as "ref §n").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import total_ordering
+
+
+@total_ordering
+class Severity(Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank < other.rank
+
+
+class Remediation(Enum):
+    QUARANTINE_INDEX = "quarantine-index"  # move index files aside while stopped; Kafka rebuilds them
+    REMOVE_TOPIC_ID_FILES = "remove-topic-id-files"  # back up + remove partition.metadata, leader-epoch-checkpoint
+    RESTORE_ZK_TOPIC_ID = "restore-zk-topic-id"  # guarded ZooKeeper write of the replicas' agreed topic ID
+    REPORT_ONLY = "report-only"
+
+
+class Scope(Enum):
+    SEGMENT = "segment"  # facts from one partition directory's segment files
+    PARTITION = "partition"  # partition directory metadata
+    CROSS_SOURCE = "cross-source"  # needs ZooKeeper and/or several brokers
+    LOG_DIR = "log-dir"
+
+
+class Needs(Enum):
+    METADATA = "metadata"  # the probe's default mode
+    DEEP = "deep"  # the probe's --deep (walks .log batch headers)
+    CRC = "crc"  # the probe's --verify-crc
+    ZOOKEEPER = "zookeeper"  # a ZooKeeper snapshot
+    FLEET = "fleet"  # probe output of several brokers
+
+
+_VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+@total_ordering
+@dataclass(frozen=True)
+class KafkaVersion:
+    """A Kafka release as (major, minor, patch); "0.10.1.0" and "3.9.0-SNAPSHOT" parse too."""
+
+    major: int
+    minor: int
+    patch: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> KafkaVersion:
+        m = _VERSION_RE.match(text.strip())
+        if not m:
+            raise ValueError(f"not a Kafka version: {text!r} (expected e.g. 0.8.2, 2.8, 3.9.0)")
+        major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+        if major == 0:
+            # 0.x releases have four parts (0.10.1.0): the third one is the minor feature release.
+            rest = text.strip().split(".")
+            patch = int(rest[2]) if len(rest) > 2 and rest[2].isdigit() else 0
+        return cls(major, minor, patch)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, KafkaVersion):
+            return NotImplemented
+        return (self.major, self.minor, self.patch) < (other.major, other.minor, other.patch)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+
+def v(text: str) -> KafkaVersion:
+    return KafkaVersion.parse(text)
+
+
+@dataclass(frozen=True)
+class SeverityBand:
+    """Severity for Kafka versions >= since (until the next band)."""
+
+    since: KafkaVersion
+    severity: Severity
+    behaviour: str  # what that Kafka version does with the damage
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    scope: Scope
+    needs: Needs
+    condition: str
+    why: str
+    bands: tuple[SeverityBand, ...]
+    remediation: Remediation
+    reference: str
+    applies_from: KafkaVersion = field(default_factory=lambda: v("0.8.0"))
+    applies_until: KafkaVersion | None = None  # exclusive
+
+    def applies_to(self, version: KafkaVersion | None) -> bool:
+        if version is None:
+            return True
+        if version < self.applies_from:
+            return False
+        return self.applies_until is None or version < self.applies_until
+
+    def severity_for(self, version: KafkaVersion | None) -> Severity:
+        """The severity on a broker of this Kafka version; unknown version → the worst band."""
+        if version is None:
+            return max(b.severity for b in self.bands)
+        chosen = self.bands[0]
+        for band in self.bands:
+            if band.since <= version:
+                chosen = band
+        return chosen.severity
+
+    def behaviour_for(self, version: KafkaVersion | None) -> str:
+        if version is None:
+            return max(self.bands, key=lambda b: b.severity).behaviour
+        chosen = self.bands[0]
+        for band in self.bands:
+            if band.since <= version:
+                chosen = band
+        return chosen.behaviour
+
+
+def _one(severity: Severity, behaviour: str = "") -> tuple[SeverityBand, ...]:
+    return (SeverityBand(v("0.8.0"), severity, behaviour),)
+
+
+C, W, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
+Q, T, Z, R = (
+    Remediation.QUARANTINE_INDEX,
+    Remediation.REMOVE_TOPIC_ID_FILES,
+    Remediation.RESTORE_ZK_TOPIC_ID,
+    Remediation.REPORT_ONLY,
+)
+
+RULES: tuple[Rule, ...] = (
+    # ---- segment and index files
+    Rule(
+        "index-untrimmed",
+        "Offset or time index still holds its preallocated zero tail",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        "an index has zero entries after its last real one (or exactly segment.index.bytes) on a segment "
+        "that is not the active segment of a running broker",
+        "Kafka preallocates the active segment's indexes to 10 MiB and trims them only on a clean close; after "
+        "kill -9 the whole length counts as entries and the last entry is zero (seed-000).",
+        (
+            SeverityBand(
+                v("0.8.0"), C, "startup fails: 'Corrupt index found ... last offset is N and the base offset is N'"
+            ),
+            SeverityBand(v("0.9.0"), W, "detected at startup, deleted and rebuilt (slow restart)"),
+            SeverityBand(
+                v("2.3.0"),
+                C,
+                "no longer checked below the recovery point: trusted, giving wrong lookups "
+                "and early time-based deletion (KAFKA-10207)",
+            ),
+        ),
+        Q,
+        "ref §1.2–§1.4",
+    ),
+    Rule(
+        "index-last-offset",
+        "Offset index last offset not above its base offset",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        "entries > 0 and last offset <= base offset (Kafka <= 1.1) or < base offset (>= 2.0)",
+        "This is the offset-index sanity check whose failure is the 'Corrupt index found' of the 0.8 startup "
+        "error; 2.0 relaxed it to 'less than' (KAFKA-7076).",
+        (
+            SeverityBand(v("0.8.0"), C, "startup fails (IllegalArgumentException: Corrupt index found)"),
+            SeverityBand(v("0.9.0"), W, "index deleted and rebuilt at startup"),
+            SeverityBand(v("2.3.0"), C, "not checked at load: the index is trusted"),
+        ),
+        Q,
+        "ref §1.3",
+    ),
+    Rule(
+        "index-size",
+        "Index size is not a whole number of entries",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        ".index size not a multiple of 8, .timeindex size not a multiple of 12",
+        "Kafka rounds the size down when it opens the file; the partial entry is a sign of a torn write or a "
+        "foreign file.",
+        (
+            SeverityBand(
+                v("0.8.0"),
+                C,
+                "startup fails: 'Index file ... is corrupt, found N bytes which is not "
+                "positive or not a multiple of 8'",
+            ),
+            SeverityBand(v("0.9.0"), W, "rebuilt at startup"),
+            SeverityBand(v("2.3.0"), W, "rounded down and trusted"),
+        ),
+        Q,
+        "ref §1.2–§1.3",
+    ),
+    Rule(
+        "index-not-monotonic",
+        "Index entries go backwards",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        "offsets or positions (time index: timestamps or offsets) decrease before the zero tail",
+        "Index lookups binary-search the entries; out-of-order entries return wrong positions, so fetches "
+        "read the wrong data or fail.",
+        _one(C, "lookups return wrong positions"),
+        Q,
+        "ref §1.1",
+    ),
+    Rule(
+        "index-beyond-log",
+        "Index entry points at or past the end of the log",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        "an index entry's position is at or beyond the .log size (deep: beyond the valid bytes)",
+        "Typical after a truncated or torn log: a fetch for those offsets reads past the data.",
+        _one(C, "fetches for the affected offsets fail"),
+        Q,
+        "ref §2.5",
+    ),
+    Rule(
+        "timeindex-last-timestamp",
+        "Time index last timestamp below its first",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        "last timestamp < first timestamp (<= on 0.10.1–1.0)",
+        "The time index sanity check; a zero last timestamp also makes time retention treat the segment as "
+        "ancient and delete it early.",
+        (
+            SeverityBand(v("0.10.1"), W, "rebuilt at startup"),
+            SeverityBand(v("2.3.0"), C, "trusted: time retention may delete the segment early"),
+        ),
+        Q,
+        "ref §1.3",
+        applies_from=v("0.10.1"),
+    ),
+    Rule(
+        "index-orphan",
+        "Index file without its log segment",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        ".index/.timeindex with no .log of the same base offset",
+        "Kafka deletes orphaned index files at startup ('Found an orphaned index file'); their presence means "
+        "the log was removed by hand or lost.",
+        _one(W, "deleted at startup"),
+        R,
+        "ref §2.1",
+    ),
+    Rule(
+        "index-missing",
+        "Log segment without its offset index",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        ".log with no .index",
+        "Kafka rebuilds a missing index by reading the whole segment at startup: restart time grows with the "
+        "segment size.",
+        _one(W, "rebuilt at startup (recovery time)"),
+        R,
+        "ref §1.4",
+    ),
+    Rule(
+        "segment-leftover",
+        "Leftover .swap/.cleaned/.deleted file",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        ".swap, .cleaned or .deleted files (interrupted compaction, split or deletion)",
+        "At startup Kafka deletes .cleaned/.deleted files and completes or discards swaps; a leftover shows an "
+        "interrupted log-cleaner or deletion and a startup that will rewrite segments.",
+        _one(W, "completed or deleted at startup"),
+        R,
+        "ref §2.1",
+    ),
+    Rule(
+        "segment-overlap",
+        "Segments overlap or are out of order",
+        Scope.SEGMENT,
+        Needs.DEEP,
+        "a segment's next offset is beyond the next segment's base offset, or offsets precede the base",
+        "Overlapping segments break offset lookups and can fail log loading.",
+        _one(C, "log loading fails or serves wrong data"),
+        R,
+        "ref §2.4",
+    ),
+    Rule(
+        "log-torn-tail",
+        "Last batch of a log is incomplete or invalid",
+        Scope.SEGMENT,
+        Needs.DEEP,
+        "the bytes after the last valid batch do not form a batch (incomplete write, zero fill, bad header)",
+        "Recovery truncates the segment at the last valid batch and deletes every later segment of the partition.",
+        _one(W, "truncated by recovery at the next unclean start"),
+        R,
+        "ref §2.5, §3.3",
+    ),
+    Rule(
+        "log-crc",
+        "Batch CRC mismatch",
+        Scope.SEGMENT,
+        Needs.CRC,
+        "a batch's stored CRC differs from CRC-32C (v2) / CRC-32 (v0/v1) of its bytes",
+        "Corrupt data on disk: recovery truncates there; consumers of a replica serving it get CorruptRecord.",
+        _one(C, "recovery truncates at the corrupt batch; data after it is lost on this replica"),
+        R,
+        "ref §3",
+    ),
+    Rule(
+        "index-entry-mismatch",
+        "Offset-index entry does not point at its batch",
+        Scope.SEGMENT,
+        Needs.DEEP,
+        "an offset-index entry does not point at the start of a batch containing its offset",
+        "Like kafka-dump-log --verify-index-only. On 2.0+ an entry whose offset lies past its batch is benign "
+        "when one append wrote several batches.",
+        _one(W, "lookups land on the wrong batch"),
+        Q,
+        "ref §2.6",
+    ),
+    Rule(
+        "file-unreadable",
+        "File could not be read or parsed",
+        Scope.SEGMENT,
+        Needs.METADATA,
+        "a file could not be read (permissions, I/O error) or parsed",
+        "Kafka would fail on the same file; an auditor that cannot read it cannot vouch for it.",
+        _one(W, "depends on the file"),
+        R,
+        "",
+    ),
+    # ---- partition directory metadata
+    Rule(
+        "partition-metadata-malformed",
+        "partition.metadata unparsable or with an invalid topic ID",
+        Scope.PARTITION,
+        Needs.METADATA,
+        "partition.metadata unparsable, or a zero/invalid topic ID",
+        "Any read error of partition.metadata takes the whole log dir offline (KafkaStorageException).",
+        _one(C, "the log dir goes offline"),
+        T,
+        "ref §4.1",
+        applies_from=v("2.8.0"),
+    ),
+    Rule(
+        "leader-epoch-malformed",
+        "leader-epoch-checkpoint unparsable",
+        Scope.PARTITION,
+        Needs.METADATA,
+        "leader-epoch-checkpoint unparsable",
+        "A corrupt checkpoint takes the log dir offline, as for the offset checkpoints.",
+        _one(C, "the log dir goes offline"),
+        T,
+        "ref §4.2",
+        applies_from=v("0.11.0"),
+    ),
+    Rule(
+        "leader-epoch-not-monotonic",
+        "Leader epochs or their start offsets decrease",
+        Scope.PARTITION,
+        Needs.METADATA,
+        "epochs or start offsets decrease between entries",
+        "Kafka drops conflicting entries at load ('caused truncation of conflicting entries'); follower "
+        "truncation decisions then use a different history.",
+        _one(W, "conflicting entries dropped at load"),
+        R,
+        "ref §4.2",
+        applies_from=v("0.11.0"),
+    ),
+    Rule(
+        "leader-epoch-ahead",
+        "Leader epoch cache ahead of the log or of ZooKeeper",
+        Scope.CROSS_SOURCE,
+        Needs.DEEP,
+        "a start offset beyond the log end offset, or an epoch above ZooKeeper's leader_epoch",
+        "The cache is truncated at load; an epoch above the controller's state means the replica saw a "
+        "leadership the cluster no longer knows.",
+        _one(W, "truncated at load"),
+        R,
+        "ref §4.2, §5",
+        applies_from=v("0.11.0"),
+    ),
+    Rule(
+        "stray-dir",
+        "Lingering -delete, -future or -stray partition directory",
+        Scope.PARTITION,
+        Needs.METADATA,
+        "a partition directory named <topic>-<p>.<uid>-delete, -future or -stray",
+        "Disk held by logs that are being (or failed to be) deleted or moved; KRaft 3.7+ renames replicas it "
+        "does not own to -stray instead of deleting them.",
+        _one(W, "disk space held; no automatic cleanup for -stray"),
+        R,
+        "ref §2.1",
+    ),
+    # ---- cross-source
+    Rule(
+        "topic-id-mismatch",
+        "Replica topic ID differs from ZooKeeper's",
+        Scope.CROSS_SOURCE,
+        Needs.ZOOKEEPER,
+        "a replica's partition.metadata topic ID differs from the /brokers/topics/<t> topic_id",
+        "After the next restart the broker answers INCONSISTENT_TOPIC_ID and the replica stays out of ISR "
+        "(seed-004, KAFKA-14190).",
+        _one(C, "replica leaves ISR on restart"),
+        T,
+        "ref §4.1, §6",
+        applies_from=v("2.8.0"),
+    ),
+    Rule(
+        "topic-id-split",
+        "Replicas disagree on a topic's ID",
+        Scope.CROSS_SOURCE,
+        Needs.FLEET,
+        "replicas of one topic hold different topic IDs in partition.metadata",
+        "At most one of them can match the controller's ID; the others fail the topic-ID check.",
+        _one(C, "some replicas leave ISR on restart"),
+        T,
+        "ref §4.1",
+        applies_from=v("2.8.0"),
+    ),
+    Rule(
+        "topic-id-missing-in-zk",
+        "Topic znode has lost its topic_id",
+        Scope.CROSS_SOURCE,
+        Needs.ZOOKEEPER,
+        "the /brokers/topics/<t> znode has no topic_id while brokers run IBP >= 2.8",
+        "The next controller failover mints a new random ID and every existing replica then mismatches: drift "
+        "ahead (KAFKA-14190).",
+        _one(C, "a new topic ID is minted at the next controller failover"),
+        Z,
+        "ref §5, §6",
+        applies_from=v("2.8.0"),
+    ),
+    Rule(
+        "replica-not-assigned",
+        "Partition directory not in the assignment",
+        Scope.CROSS_SOURCE,
+        Needs.ZOOKEEPER,
+        "a partition directory on a broker that the assignment does not place there, or of an unknown topic",
+        "Leftovers of a reassignment or deletion: disk held, and a confusing second copy.",
+        _one(W, "ignored or deleted by the broker"),
+        R,
+        "ref §5",
+    ),
+    Rule(
+        "replica-dir-missing",
+        "Assigned replica has no directory",
+        Scope.CROSS_SOURCE,
+        Needs.ZOOKEEPER,
+        "an assigned replica has no partition directory on its broker",
+        "The broker will re-create and re-replicate it; a lost disk or wiped dir shows up here.",
+        _one(W, "re-replicated from the leader"),
+        R,
+        "ref §5",
+    ),
+    Rule(
+        "under-replicated",
+        "Partition under-replicated",
+        Scope.CROSS_SOURCE,
+        Needs.ZOOKEEPER,
+        "ISR smaller than the replica set (partition state)",
+        "One more failure may take the partition below min.insync.replicas; no rolling restart is safe.",
+        _one(W, "reduced redundancy"),
+        R,
+        "ref §5",
+    ),
+    Rule(
+        "offline-partition",
+        "Partition has no live leader",
+        Scope.CROSS_SOURCE,
+        Needs.ZOOKEEPER,
+        "the partition state has no leader (-1) or its leader is not registered",
+        "Producers and consumers of the partition are down now.",
+        _one(C, "unavailable"),
+        R,
+        "ref §5",
+    ),
+    Rule(
+        "unsafe-replication",
+        "Topic cannot survive any rolling restart",
+        Scope.CROSS_SOURCE,
+        Needs.ZOOKEEPER,
+        "replication factor 1, or min.insync.replicas >= replication factor",
+        "Restarting any of its brokers makes partitions unavailable: flag it before anyone plans a restart.",
+        _one(W, "unavailable during any broker restart"),
+        R,
+        "ref §7.1",
+    ),
+    # ---- log directory
+    Rule(
+        "checkpoint-malformed",
+        "Offset checkpoint file unparsable",
+        Scope.LOG_DIR,
+        Needs.METADATA,
+        "recovery-point-, log-start-, replication- or cleaner-offset-checkpoint unparsable",
+        "CheckpointFileWithFailureHandler marks the log dir offline before it throws.",
+        _one(C, "the log dir goes offline"),
+        R,
+        "ref §2.3",
+    ),
+    Rule(
+        "checkpoint-dangling",
+        "Checkpoint entry for a partition with no directory",
+        Scope.LOG_DIR,
+        Needs.METADATA,
+        "a checkpoint entry names a partition with no directory in that log dir",
+        "Harmless to Kafka, but it shows a directory removed by hand or a lost disk.",
+        _one(INFO, "ignored"),
+        R,
+        "ref §2.3",
+    ),
+    Rule(
+        "unclean-shutdown",
+        "Log dir of a stopped broker without a clean-shutdown marker",
+        Scope.LOG_DIR,
+        Needs.METADATA,
+        "a stopped broker's log dir without .kafka_cleanshutdown",
+        "The next start recovers every segment above the recovery point: the bytes there estimate the work.",
+        _one(W, "log recovery at the next start"),
+        R,
+        "ref §2.2, §2.4",
+    ),
+    Rule(
+        "meta-mismatch",
+        "meta.properties disagree",
+        Scope.CROSS_SOURCE,
+        Needs.FLEET,
+        "meta.properties broker.id/node.id or cluster.id differ between a broker's log dirs, or from "
+        "ZooKeeper's cluster id",
+        "Kafka refuses to start with inconsistent meta.properties; a foreign cluster.id means a disk from "
+        "another cluster.",
+        _one(C, "the broker refuses to start"),
+        R,
+        "ref §2",
+    ),
+)
+
+RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
+
+
+def get(rule_id: str) -> Rule:
+    try:
+        return RULES_BY_ID[rule_id]
+    except KeyError:
+        raise KeyError(f"unknown rule id {rule_id!r}; known: {', '.join(sorted(RULES_BY_ID))}") from None
+
+
+def markdown(rules: Iterable[Rule] = RULES) -> str:
+    """docs/rules.md, generated (python -m fleet_doctor.rules > docs/rules.md)."""
+    lines = [
+        "# Detection rules",
+        "",
+        "Generated from `plugins/fleet_doctor/rules.py` by `python -m fleet_doctor.rules > docs/rules.md`;",
+        "a test fails when this file is stale. Rule ids are a public interface. `ref §` points into",
+        "`../shared/docs/kafka-reference.md`.",
+        "",
+        "| id | scope | needs | severity by Kafka version | remediation |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rules:
+        bands = "; ".join(f"{b.since}+: **{b.severity.value}**" for b in r.bands)
+        lines.append(f"| `{r.id}` | {r.scope.value} | {r.needs.value} | {bands} | {r.remediation.value} |")
+    lines.append("")
+    for r in rules:
+        until = f" up to {r.applies_until}" if r.applies_until else ""
+        lines += [
+            f"## `{r.id}`: {r.title}",
+            "",
+            f"- **Condition:** {r.condition}.",
+            f"- **Why it matters:** {r.why}",
+            f"- **Applies to:** Kafka {r.applies_from}+{until}. **Needs:** {r.needs.value}. "
+            f"**Remediation:** {r.remediation.value}." + (f" **Reference:** {r.reference}." if r.reference else ""),
+        ]
+        for b in r.bands:
+            lines.append(f"- Kafka {b.since}+: **{b.severity.value}**" + (f": {b.behaviour}." if b.behaviour else "."))
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -1,0 +1,69 @@
+"""The rule registry: ids match the public catalogue, docs are generated, versions behave."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import REPO
+from fleet_doctor.rules import RULES, RULES_BY_ID, KafkaVersion, Severity, get, markdown
+
+CATALOGUE = REPO.parent / "shared" / "docs" / "RULES.md"
+
+
+def catalogue_ids() -> set[str]:
+    text = CATALOGUE.read_text()
+    ids = set(re.findall(r"^\| `([a-z0-9-]+)`", text, re.M))
+    # "`under-replicated` / `offline-partition`" share one row
+    ids |= set(re.findall(r"^\| `[a-z-]+` / `([a-z-]+)`", text, re.M))
+    return ids
+
+
+def test_every_catalogue_rule_is_registered_once() -> None:
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    assert catalogue_ids() <= set(ids), catalogue_ids() - set(ids)
+
+
+def test_docs_rules_md_is_generated_from_the_registry() -> None:
+    assert (REPO / "docs" / "rules.md").read_text() == markdown(), (
+        "docs/rules.md is stale: run PYTHONPATH=plugins python -m fleet_doctor.rules > docs/rules.md"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0.8.2.2", (0, 8, 2)), ("0.10.1.0", (0, 10, 1)), ("2.8", (2, 8, 0)), ("3.9.0-SNAPSHOT", (3, 9, 0))],
+)
+def test_kafka_version_parse(text: str, expected: tuple[int, int, int]) -> None:
+    ver = KafkaVersion.parse(text)
+    assert (ver.major, ver.minor, ver.patch) == expected
+
+
+def test_kafka_version_rejects_garbage() -> None:
+    with pytest.raises(ValueError, match="not a Kafka version"):
+        KafkaVersion.parse("latest")
+
+
+def test_untrimmed_index_severity_follows_kafka_versions() -> None:
+    rule = get("index-untrimmed")
+    sev = {ver: rule.severity_for(KafkaVersion.parse(ver)) for ver in ("0.8.2", "1.0.0", "2.2.1", "3.6.0")}
+    assert sev == {
+        "0.8.2": Severity.CRITICAL,
+        "1.0.0": Severity.WARNING,
+        "2.2.1": Severity.WARNING,
+        "3.6.0": Severity.CRITICAL,
+    }
+    assert rule.severity_for(None) is Severity.CRITICAL  # unknown version: the worst case
+
+
+def test_topic_id_rules_apply_from_2_8() -> None:
+    for rid in ("topic-id-mismatch", "topic-id-split", "topic-id-missing-in-zk", "partition-metadata-malformed"):
+        assert not RULES_BY_ID[rid].applies_to(KafkaVersion.parse("2.7.1"))
+        assert RULES_BY_ID[rid].applies_to(KafkaVersion.parse("2.8.0"))
+
+
+def test_unknown_rule_id_names_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="index-untrimmed"):
+        get("no-such-rule")
