@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
+import logging
+import os
 import sys
+import tempfile
+from typing import Any
 
-from fleet_doctor import probe
+from fleet_doctor import probe, zk_snapshot
 from fleet_doctor.probe_summary import read_records, render_table, summarize
 
 
@@ -35,6 +40,65 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_jsonl(records: list[dict[str, Any]], output: str | None) -> None:
+    lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+    if output is None or output == "-":
+        sys.stdout.write(lines)
+        return
+    # Write beside the target and rename, so a reader never sees a half-written file.
+    target = os.path.abspath(output)
+    fd, tmp = tempfile.mkstemp(prefix=".zk-snapshot.", dir=os.path.dirname(target))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(lines)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _cmd_zk_snapshot(args: argparse.Namespace) -> int:
+    if args.chroot is not None and args.zookeeper is not None:
+        args.parser.error("--chroot is for --from-snapshot-file; with --zookeeper give HOST:PORT/chroot")
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # one clear error line instead of retry chatter
+    try:
+        if args.zookeeper is not None:
+            records = zk_snapshot.read_live(args.zookeeper, timeout=args.timeout)
+        else:
+            records = zk_snapshot.read_snapshot_file(args.from_snapshot_file, chroot=args.chroot)
+        _write_jsonl(records, args.output)
+    except (OSError, ValueError) as e:
+        print(f"fleet-doctor zk-snapshot: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _add_zk_snapshot(sub: Any) -> None:
+    zp = sub.add_parser(
+        "zk-snapshot",
+        help="Kafka's ZooKeeper metadata as JSON Lines, live or from a snapshot file (docs/zk-snapshot-schema.md)",
+        description="Print Kafka's ZooKeeper metadata (topics, assignments, partition states, brokers, "
+        "controller, cluster id, topic configs) as JSON Lines, read from a live ZooKeeper or offline from a "
+        "ZooKeeper data-dir snapshot file. Never writes to ZooKeeper.",
+    )
+    src = zp.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--zookeeper", metavar="HOST:PORT[/chroot]", help="Kafka's zookeeper.connect (comma-separated hosts allowed)"
+    )
+    src.add_argument(
+        "--from-snapshot-file",
+        metavar="PATH",
+        help="a version-2/snapshot.<zxid> file, or a data dir / version-2 dir (its newest snapshot is read)",
+    )
+    zp.add_argument("--chroot", metavar="/PATH", help="with --from-snapshot-file: Kafka's chroot in that ZooKeeper")
+    zp.add_argument("--output", metavar="FILE", help="write the records to FILE (atomically) instead of stdout")
+    zp.add_argument(
+        "--timeout", type=float, default=10.0, metavar="SECONDS", help="ZooKeeper connect timeout (default 10)"
+    )
+    zp.set_defaults(func=_cmd_zk_snapshot, parser=zp)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleet-doctor", description="Audit Kafka broker log directories.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -52,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=("jsonl", "table"), default="jsonl", help="jsonl (default) or a per-log-dir table"
     )
     pp.set_defaults(func=_cmd_probe)
+    _add_zk_snapshot(sub)
     return p
 
 
