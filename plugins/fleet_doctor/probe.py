@@ -458,14 +458,14 @@ def read_index_summary(path, entry_struct, full=False, fd=None, size=None):
             os.close(fd)
 
 
-_UNPACK_N = {}  # (entry format, count) -> Struct of `count` entries back to back (count <= 512)
+_UNPACK_N = {}  # (entry size, count) -> Struct of `count` entries back to back
 
 
 def _unpack_n(entry_struct, count):
-    fmt = entry_struct.format
-    if isinstance(fmt, bytes):  # Python < 3.7
-        fmt = fmt.decode("ascii")
-    multi = _UNPACK_N[(entry_struct.format, count)] = struct.Struct(fmt[0] + fmt[1:] * count)
+    fmt = _struct_format(entry_struct)
+    multi = struct.Struct(fmt[0] + fmt[1:] * count)
+    if count <= _SPLIT_CACHED_ENTRIES or count * entry_struct.size > HEAD_READ_BYTES - entry_struct.size:
+        _UNPACK_N[(entry_struct.size, count)] = multi  # few entries, or a full head: kept
     return multi
 
 
@@ -501,7 +501,7 @@ def _summarize_index_head(fd, n, head, entry_struct):
         return 0, n, None, None, None, 0, None
     checked = real if real < hn else hn
     # every examined entry in one unpack: a flat tuple (e0[0], e0[1], e1[0], e1[1], ...)
-    multi = _UNPACK_N.get((entry_struct.format, checked))
+    multi = _UNPACK_N.get((esize, checked))
     if multi is None:
         multi = _unpack_n(entry_struct, checked)
     flat = multi.unpack_from(head, 0)
@@ -987,6 +987,7 @@ def _num(v):
 
 _entry_name = operator.attrgetter("name")
 _O_RDONLY = os.O_RDONLY
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
 _BOOL_JSON = {None: "null", True: "true", False: "false"}
 _JSON_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # what json.dumps(o, separators=...) runs
@@ -1082,46 +1083,49 @@ def _summary_from_head(fd, size, buf, entry_struct):
     return (size, real, zero_tail, size % esize, monotonic, first, last, checked, viol)
 
 
-def _index_json_values(path, base, entry_struct, is_offset):
-    """The values of an index's segment-record fields, ready for %, for the index at path (a
-    regular file by its directory entry); None if fstat says otherwise. Raises OSError.
+def _index_json_values(name, dir_fd, base, entry_struct, is_offset):
+    """_index_values_from for the index `name` in the directory open as dir_fd, which its
+    directory entry says is a regular file. Raises OSError."""
+    fd = os.open(name, _O_RDONLY, dir_fd=dir_fd)
+    try:
+        return _index_values_from(fd, os.pread(fd, HEAD_READ_BYTES + 1, 0), base, entry_struct, is_offset)
+    finally:
+        os.close(fd)
+
+
+def _index_values_from(fd, buf, base, entry_struct, is_offset):
+    """The values of an index's segment-record fields, ready for %, given the index open as fd
+    and buf, its first HEAD_READ_BYTES + 1 bytes (all of it when shorter); None if fstat says it
+    is not a regular file. Raises OSError.
 
     A trimmed index of at most HEAD_READ_BYTES whose entries are all real and in order (the usual
     case) gives 6 values for _CLEAN_SEGMENT: bytes, entries, checked entries, then first offset,
     last offset, last position (offset index) or first timestamp, last timestamp, last offset (time
-    index). Any other index gives the 10 values of _INDEX_FIELDS / _TIMEINDEX_FIELDS."""
-    fd = os.open(path, _O_RDONLY)
-    try:
-        buf = os.pread(fd, HEAD_READ_BYTES + 1, 0)
-        size = len(buf)
-        esize = entry_struct.size
-        if size <= HEAD_READ_BYTES and size and not size % esize and buf[-esize:].strip(b"\0"):
-            # every entry is in buf and the last is not zero: all real (read_index_summary's
-            # result with entries = checked_entries = n, no zero tail, no remainder)
-            n = size // esize
-            split = _SPLIT_UNPACK.get((entry_struct.format, n))
-            if split is None:
-                split = _split_unpack(entry_struct, n)
-            a = split[0](buf)  # first field of every entry
-            b = split[1](buf)  # second field
-            if n == 1 or (
-                all(map(operator.lt if is_offset else operator.le, a, a[1:])) and all(map(operator.le, b, b[1:]))
-            ):
-                if is_offset:
-                    return (size, n, n, base + a[0], base + a[-1], b[-1])
-                return (size, n, n, a[0], a[-1], base + b[-1])
-            viol = _first_order_violation(entry_struct.iter_unpack(buf), esize)
+    index). Any other index gives the 10 values of _INDEX_FIELDS / _TIMEINDEX_FIELDS. fd is only
+    used for an index longer than HEAD_READ_BYTES or with a zero last entry."""
+    size = len(buf)
+    esize = entry_struct.size
+    if size <= HEAD_READ_BYTES and size and not size % esize and buf[-esize:].strip(b"\0"):
+        # every entry is in buf and the last is not zero: all real (read_index_summary's result
+        # with entries = checked_entries = n, no zero tail, no remainder)
+        a, b = _split_fields(entry_struct, buf)
+        n = len(a)
+        if n == 1 or (
+            all(map(operator.lt if is_offset else operator.le, a, a[1:])) and all(map(operator.le, b, b[1:]))
+        ):
             if is_offset:
-                return (size, n, 0, 0, "false", n, viol, base + a[0], base + a[-1], b[-1])
-            return (size, n, 0, 0, "false", n, viol, a[0], a[-1], base + b[-1])
-        if size > HEAD_READ_BYTES:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return None
-            size = st.st_size
-        s = _summary_from_head(fd, size, buf, entry_struct)
-    finally:
-        os.close(fd)
+                return (size, n, n, base + a[0], base + a[-1], b[-1])
+            return (size, n, n, a[0], a[-1], base + b[-1])
+        viol = _first_order_violation(entry_struct.iter_unpack(buf), esize)
+        if is_offset:
+            return (size, n, 0, 0, "false", n, viol, base + a[0], base + a[-1], b[-1])
+        return (size, n, 0, 0, "false", n, viol, a[0], a[-1], base + b[-1])
+    if size > HEAD_READ_BYTES:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        size = st.st_size
+    s = _summary_from_head(fd, size, buf, entry_struct)
     first, last = s[5], s[6]
     if is_offset:
         a = "null" if first is None else base + first[0]
@@ -1135,24 +1139,35 @@ def _index_json_values(path, base, entry_struct, is_offset):
 
 
 def _clean_to_full(v):
-    """_index_json_values' 6 clean values as the 10 of _INDEX_FIELDS / _TIMEINDEX_FIELDS."""
+    """_index_values_from's 6 clean values as the 10 of _INDEX_FIELDS / _TIMEINDEX_FIELDS."""
     return (v[0], v[1], 0, 0, "true", v[2], "null", v[3], v[4], v[5])
 
 
-_SPLIT_UNPACK = {}  # (entry format, n) -> (unpack of n entries' first fields, ... second fields)
-
-
-def _split_unpack(entry_struct, n):
+def _struct_format(entry_struct):
     fmt = entry_struct.format
-    if isinstance(fmt, bytes):  # Python < 3.7
-        fmt = fmt.decode("ascii")
-    order, f1, f2 = fmt[0], fmt[1], fmt[2]
-    s1, s2 = struct.calcsize(order + f1), struct.calcsize(order + f2)
-    split = _SPLIT_UNPACK[(entry_struct.format, n)] = (
-        struct.Struct(order + (f1 + "%dx" % s2) * n).unpack,
-        struct.Struct(order + ("%dx" % s1 + f2) * n).unpack,
-    )
-    return split
+    return fmt.decode("ascii") if isinstance(fmt, bytes) else fmt  # bytes before Python 3.7
+
+
+# entry size -> {buffer size: (unpack of every entry's first field, unpack of every second field)}
+_SPLIT = {OFFSET_INDEX_ENTRY.size: {}, TIME_INDEX_ENTRY.size: {}}
+_SPLIT_CACHED_ENTRIES = 64  # compiled once up to this many entries; longer ones use struct's cache
+
+
+def _split_fields(entry_struct, buf):
+    """(first fields, second fields) of the whole entries that fill buf."""
+    cache = _SPLIT.setdefault(entry_struct.size, {})
+    split = cache.get(len(buf))
+    if split is None:
+        fmt = _struct_format(entry_struct)
+        order, f1, f2 = fmt[0], fmt[1], fmt[2]
+        s1, s2 = struct.calcsize(order + f1), struct.calcsize(order + f2)
+        n = len(buf) // entry_struct.size
+        fa = order + (f1 + "%dx" % s2) * n
+        fb = order + ("%dx" % s1 + f2) * n
+        if n > _SPLIT_CACHED_ENTRIES:
+            return struct.unpack(fa, buf), struct.unpack(fb, buf)
+        split = cache[len(buf)] = (struct.Struct(fa).unpack, struct.Struct(fb).unpack)
+    return split[0](buf), split[1](buf)
 
 
 def _summary_tuple(s):
@@ -1937,61 +1952,115 @@ class Probe(object):
     def _metadata_segments(self, ctx, pdir, root, bases, segments):
         """Metadata mode over a partition's segments, in base-offset order; returns their bytes.
 
-        The usual segment (.log, .index and .timeindex, all regular files, no .txnindex) is done
-        here in one pass; anything else, or any error, goes through probe_segment, which gives
-        the same record for the usual case (this is only its fast path)."""
+        The usual segment (.log, .index and .timeindex, all regular files by their directory
+        entries, no .txnindex) is done here, inline; anything else, or any error, goes through
+        probe_segment, which gives the same record for the usual case (this is only its fast
+        path). The usual index is trimmed, at most HEAD_READ_BYTES long, its last entry not zero
+        and its entries in order; other indexes go through _index_values_from."""
         out_write = self.out.write
         counts = self.counts
-        fast_fmt = _FAST_SEGMENT
-        clean_fmt = _CLEAN_SEGMENT
-        index_values = _index_json_values
+        os_open, pread, close, os_stat, s_isreg = os.open, os.pread, os.close, os.stat, stat.S_ISREG
+        rdonly, head_bytes, read_bytes = _O_RDONLY, HEAD_READ_BYTES, HEAD_READ_BYTES + 1
+        lt, le = operator.lt, operator.le
+        split = _split_fields
         OI, TI = OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
+        osplit, tsplit = _SPLIT[OI.size], _SPLIT[TI.size]
+        clean_fmt, full_fmt = _CLEAN_SEGMENT, _FAST_SEGMENT
         total = 0
         lines = []
         last = len(bases) - 1
-        for i, base in enumerate(bases):
-            files = segments[base]
-            line = None
-            if len(files) == 3:
-                le = files.get("log")
-                ie = files.get("index")
-                te = files.get("timeindex")
-                if (
-                    le is not None
-                    and ie is not None
-                    and te is not None
-                    and not le.is_symlink()
-                    and ie.is_file(follow_symlinks=False)
-                    and te.is_file(follow_symlinks=False)
-                ):
-                    try:
-                        st = le.stat()
-                        if stat.S_ISREG(st.st_mode):
-                            oi = index_values(ie.path, base, OI, True)
-                            if oi is not None:
-                                ti = index_values(te.path, base, TI, False)
-                                if ti is not None:
-                                    head = (base, "true" if i == last else "false", st.st_size, int(st.st_mtime * 1000))
-                                    if len(oi) == 6 and len(ti) == 6:
-                                        line = ctx + clean_fmt % (head + oi + ti)
+        # segment files are opened and stat'ed relative to the partition dir: shorter path walks
+        try:
+            dfd = os.open(pdir, _O_RDONLY | _O_DIRECTORY)
+        except OSError:
+            dfd = None
+        try:
+            for i, base in enumerate(bases):
+                files = segments[base]
+                line = None
+                if len(files) == 3 and dfd is not None:
+                    lf = files.get("log")
+                    xf = files.get("index")
+                    tf = files.get("timeindex")
+                    if (
+                        lf is not None
+                        and xf is not None
+                        and tf is not None
+                        and not lf.is_symlink()
+                        and xf.is_file(follow_symlinks=False)
+                        and tf.is_file(follow_symlinks=False)
+                    ):
+                        try:
+                            st = os_stat(lf.name, dir_fd=dfd, follow_symlinks=False)  # = lf.stat(): not a link
+                            if s_isreg(st.st_mode):
+                                oi = ti = None
+                                fd = os_open(xf.name, rdonly, dir_fd=dfd)
+                                try:
+                                    xb = pread(fd, read_bytes, 0)
+                                    xn = len(xb)
+                                    if not (0 < xn <= head_bytes and not xn & 7 and xb[-8:].strip(b"\0")):
+                                        oi = _index_values_from(fd, xb, base, OI, True)
+                                finally:
+                                    close(fd)
+                                fd = os_open(tf.name, rdonly, dir_fd=dfd)
+                                try:
+                                    tb = pread(fd, read_bytes, 0)
+                                    tn = len(tb)
+                                    if not (0 < tn <= head_bytes and not tn % 12 and tb[-12:].strip(b"\0")):
+                                        ti = _index_values_from(fd, tb, base, TI, False)
+                                finally:
+                                    close(fd)
+                                head = (base, "true" if i == last else "false", st.st_size, int(st.st_mtime * 1000))
+                                if oi is None and ti is None:
+                                    sp = osplit.get(xn)
+                                    if sp is None:
+                                        a, b = split(OI, xb)
                                     else:
+                                        a, b = sp[0](xb), sp[1](xb)
+                                    sp = tsplit.get(tn)
+                                    if sp is None:
+                                        c, d = split(TI, tb)
+                                    else:
+                                        c, d = sp[0](tb), sp[1](tb)
+                                    if (
+                                        all(map(lt, a, a[1:]))
+                                        and all(map(le, b, b[1:]))
+                                        and all(map(le, c, c[1:]))
+                                        and all(map(le, d, d[1:]))
+                                    ):
+                                        n, m = len(a), len(c)
+                                        line = ctx + clean_fmt % (
+                                            head
+                                            + (xn, n, n, base + a[0], base + a[-1], b[-1])
+                                            + (tn, m, m, c[0], c[-1], base + d[-1])
+                                        )
+                                        seg_bytes = st.st_size + xn + tn
+                                if line is None:
+                                    if oi is None:
+                                        oi = _index_values_from(None, xb, base, OI, True)
+                                    if ti is None:
+                                        ti = _index_values_from(None, tb, base, TI, False)
+                                    if oi is not None and ti is not None:  # None: not a regular file
                                         if len(oi) == 6:
                                             oi = _clean_to_full(oi)
                                         if len(ti) == 6:
                                             ti = _clean_to_full(ti)
-                                        line = ctx + fast_fmt % (head + oi + ti)
-                                    seg_bytes = st.st_size + oi[0] + ti[0]
-                    except Exception:
-                        line = None  # redone by probe_segment, which reports the error
-            if line is None:
-                line, seg_bytes = self.probe_segment(ctx, pdir, root, base, files, i == last, None)
-            else:
-                counts["segments"] += 1
-            total += seg_bytes
-            lines.append(line)
-            if len(lines) >= 256:  # one write per batch of records; bounded per-partition state
-                out_write("".join(lines))
-                del lines[:]
+                                        line = ctx + full_fmt % (head + oi + ti)
+                                        seg_bytes = st.st_size + oi[0] + ti[0]
+                        except Exception:
+                            line = None  # redone by probe_segment, which reports the error
+                if line is None:
+                    line, seg_bytes = self.probe_segment(ctx, pdir, root, base, files, i == last, None)
+                else:
+                    counts["segments"] += 1
+                total += seg_bytes
+                lines.append(line)
+                if len(lines) >= 256:  # one write per batch of records; bounded per-partition state
+                    out_write("".join(lines))
+                    del lines[:]
+        finally:
+            if dfd is not None:
+                close(dfd)
         if lines:
             out_write("".join(lines))
         return total
