@@ -99,6 +99,73 @@ def _add_zk_snapshot(sub: Any) -> None:
     zp.set_defaults(func=_cmd_zk_snapshot, parser=zp)
 
 
+def _cmd_scan(args: argparse.Namespace) -> int:
+    from fleet_doctor import report
+    from fleet_doctor.scan import ScanError, scan
+
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    if args.kafka_version:
+        from fleet_doctor.rules import KafkaVersion
+
+        try:
+            KafkaVersion.parse(args.kafka_version)
+        except ValueError as e:
+            args.parser.error(str(e))
+    paths = args.paths
+    if args.discover:
+        paths = probe.discover_logdirs(paths)
+        if not paths:
+            print(f"fleet-doctor scan: error: no Kafka log dir under {', '.join(args.paths)}", file=sys.stderr)
+            return 2
+    try:
+        result = scan(
+            paths,
+            zookeeper=args.zookeeper,
+            zk_snapshot_file=args.zk_snapshot_file,
+            kafka_version=args.kafka_version,
+            broker_id=args.broker_id,
+            deep=args.deep or args.verify_crc,
+            verify_crc=args.verify_crc,
+            master=args.master,
+            keep=args.keep_workdir,
+        )
+    except ScanError as e:
+        print(f"fleet-doctor scan: error: {e}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        json.dump({"findings": result.findings, "summary": result.summary}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.format == "html":
+        report.render_html(result.findings, result.summary, sys.stdout, f"Kafka Fleet Doctor scan: {', '.join(paths)}")
+    else:
+        report.render_text(result.findings, result.summary, sys.stdout, color=sys.stdout.isatty())
+    worst = {f["severity"] for f in result.findings}
+    return 1 if worst & {"critical", "warning"} else 0
+
+
+def _add_scan(sub: Any) -> None:
+    sp = sub.add_parser(
+        "scan",
+        help="probe log dirs, snapshot ZooKeeper, run the detection app locally and print findings",
+        description="Probe Kafka log dirs on this machine, optionally snapshot ZooKeeper, run the Spark "
+        "detection app (spark_apps/detect.py) in local mode and print findings. Exit status: 0 no finding at "
+        "warning or above, 1 findings, 2 usage or I/O error.",
+    )
+    sp.add_argument("paths", nargs="+", metavar="PATH", help="Kafka log dir(s); with --discover, trees to search")
+    zk = sp.add_mutually_exclusive_group()
+    zk.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]", help="snapshot this ZooKeeper live")
+    zk.add_argument("--zk-snapshot-file", metavar="PATH", help="a ZooKeeper snapshot file or data dir (offline)")
+    sp.add_argument("--kafka-version", metavar="V", help="the brokers' Kafka version (severities depend on it)")
+    sp.add_argument("--broker-id", type=int, metavar="N", help="broker id (default: from meta.properties)")
+    sp.add_argument("--deep", action="store_true", help="also walk .log batch headers (torn tails, index entries)")
+    sp.add_argument("--verify-crc", action="store_true", help="deep, and verify every batch CRC")
+    sp.add_argument("--discover", action="store_true", help="scan every log dir found under each PATH")
+    sp.add_argument("--format", choices=("text", "json", "html"), default="text")
+    sp.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    sp.add_argument("--keep-workdir", metavar="DIR", help="keep the staged probe output and findings in DIR")
+    sp.set_defaults(func=_cmd_scan, parser=sp)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleet-doctor", description="Audit Kafka broker log directories.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -117,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pp.set_defaults(func=_cmd_probe)
     _add_zk_snapshot(sub)
+    _add_scan(sub)
     return p
 
 

@@ -1,0 +1,950 @@
+"""Detection: probe facts + ZooKeeper snapshot + broker facts -> findings, as Spark DataFrame
+transformations. Every rule is one function ``Frames -> DataFrame`` of findings, expressed in the
+DataFrame API (no Python UDFs); cross-source rules are joins. Rule metadata (severity bands,
+remediation) comes from the registry in ``fleet_doctor.rules``.
+
+I/O stays at the edges (``load_*`` read staged JSON Lines with explicit schemas; spark_apps/detect.py
+writes findings). Input layout:
+
+- probe output: ``<probe_dir>/broker_id=<N>/*.jsonl[.gz]`` (docs/probe-schema.md)
+- broker facts: JSON Lines ``{"broker_id": N, "kafka_version": "3.6.0", "running": false}``
+- ZooKeeper snapshot (optional): JSON Lines (docs/zk-snapshot-schema.md)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from fleet_doctor.rules import RULES, KafkaVersion, Needs, Rule, get
+
+L, INT, S, B = T.LongType(), T.IntegerType(), T.StringType(), T.BooleanType()
+
+
+def _schema(*fields: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(n, t, True) for n, t in fields])
+
+
+# ---- explicit schemas of the staged records (only the fields detection reads)
+SEGMENT_SCHEMA = _schema(
+    ("logdir", S),
+    ("path", S),
+    ("topic", S),
+    ("partition", INT),
+    ("base_offset", L),
+    ("active", B),
+    ("has_log", B),
+    ("log_bytes", L),
+    ("has_index", B),
+    ("index_bytes", L),
+    ("index_entries", L),
+    ("index_zero_tail_entries", L),
+    ("index_remainder", L),
+    ("index_monotonic", B),
+    ("index_first_violation", L),
+    ("index_last_offset", L),
+    ("index_last_position", L),
+    ("has_timeindex", B),
+    ("timeindex_bytes", L),
+    ("timeindex_entries", L),
+    ("timeindex_zero_tail_entries", L),
+    ("timeindex_remainder", L),
+    ("timeindex_monotonic", B),
+    ("timeindex_first_violation", L),
+    ("timeindex_first_timestamp", L),
+    ("timeindex_last_timestamp", L),
+    ("timeindex_last_offset", L),
+    # deep mode
+    ("batch_count", L),
+    ("first_offset", L),
+    ("last_offset", L),
+    ("next_offset", L),
+    ("valid_bytes", L),
+    ("torn_tail", B),
+    ("tail_error", S),
+    ("crc_checked", L),
+    ("crc_errors", L),
+    ("first_crc_error_position", L),
+    ("offset_errors", L),
+    ("first_offset_error_position", L),
+    ("index_not_batch_start", L),
+    ("index_offset_before_batch", L),
+    ("index_offset_after_batch", L),
+    ("index_beyond_log", L),
+    ("error", S),
+)
+PARTITION_SCHEMA = _schema(
+    ("logdir", S),
+    ("path", S),
+    ("dir", S),
+    ("topic", S),
+    ("partition", INT),
+    ("dir_state", S),
+    ("topic_id", S),
+    ("partition_metadata_present", B),
+    ("partition_metadata_error", S),
+    ("leader_epochs", T.ArrayType(T.ArrayType(L))),
+    ("leader_epoch_error", S),
+    ("latest_leader_epoch", L),
+    ("segment_count", L),
+    ("recovery_point", L),
+    ("log_end_offset", L),
+    ("error", S),
+)
+FILE_SCHEMA = _schema(
+    ("logdir", S),
+    ("path", S),
+    ("file_type", S),
+    ("partition_dir", S),
+    ("topic", S),
+    ("partition", INT),
+    ("bytes", L),
+    ("leftover", S),
+    ("checkpoint", S),
+    ("temporary", B),
+    ("entries", T.ArrayType(T.ArrayType(S))),
+    ("error", S),
+)
+LOGDIR_SCHEMA = _schema(
+    ("logdir", S),
+    ("path", S),
+    ("exists", B),
+    ("error", S),
+    ("meta_error", S),
+    ("clean_shutdown", B),
+    ("lock_held_by_pid", L),
+    ("kraft", B),
+    ("meta", _schema(("version", INT), ("broker_id", INT), ("cluster_id", S))),
+)
+BROKER_FACTS_SCHEMA = _schema(("broker_id", INT), ("kafka_version", S), ("running", B), ("host", S))
+ZK_TOPIC_SCHEMA = _schema(
+    ("topic", S),
+    ("topic_id", S),
+    ("partitions", T.MapType(S, T.ArrayType(INT))),
+    ("replication_factor", INT),
+    ("min_insync_replicas", INT),
+    ("marked_for_deletion", B),
+    ("error", S),
+)
+ZK_STATE_SCHEMA = _schema(
+    ("topic", S), ("partition", INT), ("leader", INT), ("leader_epoch", L), ("isr", T.ArrayType(INT)), ("error", S)
+)
+ZK_BROKER_SCHEMA = _schema(("broker_id", INT), ("error", S))
+ZK_CLUSTER_SCHEMA = _schema(("cluster_id", S), ("controller_id", INT))
+
+FINDING_SCHEMA = _schema(
+    ("rule", S),
+    ("severity", S),
+    ("broker_id", INT),
+    ("log_dir", S),
+    ("topic", S),
+    ("partition", INT),
+    ("segment", L),
+    ("path", S),
+    ("message", S),
+    ("remediation", S),
+    ("kafka_version", S),
+)
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+INDEX_FILE_BYTES = {"index": 10485760, "timeindex": 10485756}  # segment.index.bytes rounded per entry size
+
+
+@dataclass
+class Frames:
+    """Staged facts, each row tagged with broker_id, kafka_version and kafka_version_num."""
+
+    segments: DataFrame
+    partitions: DataFrame
+    files: DataFrame
+    logdirs: DataFrame
+    brokers: DataFrame  # broker facts: broker_id, kafka_version, kafka_version_num, running
+    zk_topics: DataFrame | None = None
+    zk_states: DataFrame | None = None
+    zk_brokers: DataFrame | None = None
+    zk_cluster: DataFrame | None = None
+
+    @property
+    def has_zk(self) -> bool:
+        return self.zk_topics is not None
+
+
+# ---- loading
+def version_num(col: Column) -> Column:
+    """'3.9.0' -> 3009000; '0.10.1.0' -> 10001 (0.x releases: the third part is the feature release)."""
+    parts = F.split(F.regexp_extract(col, r"^(\d+\.\d+(?:\.\d+)?)", 1), r"\.")
+    num = (
+        F.element_at(parts, 1).cast("long") * 1_000_000
+        + F.element_at(parts, 2).cast("long") * 1_000
+        + F.coalesce(F.try_element_at(parts, F.lit(3)).cast("long"), F.lit(0))
+    )
+    return F.when(F.regexp_extract(col, r"^(\d+\.\d+)", 1) == "", F.lit(None).cast("long")).otherwise(num)
+
+
+def vnum(text: str) -> int:
+    ver = KafkaVersion.parse(text)
+    return ver.major * 1_000_000 + ver.minor * 1_000 + ver.patch
+
+
+def _records(raw: DataFrame, kind: str, schema: T.StructType) -> DataFrame:
+    parsed = raw.where(F.get_json_object("value", "$.kind") == kind).select(
+        "broker_id", F.from_json("value", schema).alias("r")
+    )
+    return parsed.select("broker_id", "r.*")
+
+
+def load_frames(
+    spark: SparkSession,
+    probe_dir: str,
+    brokers_path: str | None = None,
+    zk_snapshot_path: str | None = None,
+) -> Frames:
+    raw = spark.read.option("recursiveFileLookup", "false").text(probe_dir)
+    if "broker_id" not in raw.columns:
+        raise ValueError(f"{probe_dir}: expected broker_id=<N>/ subdirectories holding probe JSON Lines")
+    raw = raw.withColumn("broker_id", F.col("broker_id").cast("int"))
+    if brokers_path:
+        facts = spark.read.schema(BROKER_FACTS_SCHEMA).json(brokers_path)
+    else:
+        facts = spark.createDataFrame([], BROKER_FACTS_SCHEMA)
+    seen = raw.select("broker_id").distinct()
+    brokers = (
+        seen.join(facts, "broker_id", "full_outer")
+        .withColumn("kafka_version_num", version_num(F.col("kafka_version")))
+        .withColumn("running", F.coalesce("running", F.lit(False)))
+        .select("broker_id", "kafka_version", "kafka_version_num", "running", "host")
+    )
+    bcols = brokers.select("broker_id", "kafka_version", "kafka_version_num", "running")
+
+    def tag(df: DataFrame) -> DataFrame:
+        # each record kind is parsed once and reused by every rule
+        return df.join(F.broadcast(bcols), "broker_id", "left").persist()
+
+    frames = Frames(
+        segments=tag(_records(raw, "segment", SEGMENT_SCHEMA)),
+        partitions=tag(_records(raw, "partition", PARTITION_SCHEMA)),
+        files=tag(_records(raw, "file", FILE_SCHEMA)),
+        logdirs=tag(_records(raw, "logdir", LOGDIR_SCHEMA)),
+        brokers=brokers,
+    )
+    if zk_snapshot_path:
+        zraw = spark.read.text(zk_snapshot_path)
+
+        def zk(kind: str, schema: T.StructType) -> DataFrame:
+            return (
+                zraw.where(F.get_json_object("value", "$.kind") == kind)
+                .select(F.from_json("value", schema).alias("r"))
+                .select("r.*")
+            )
+
+        frames.zk_topics = zk("topic", ZK_TOPIC_SCHEMA)
+        frames.zk_states = zk("partition_state", ZK_STATE_SCHEMA)
+        frames.zk_brokers = zk("broker", ZK_BROKER_SCHEMA)
+        frames.zk_cluster = zk("cluster", ZK_CLUSTER_SCHEMA)
+    return frames
+
+
+# ---- finding construction
+def severity(rule: Rule, version_num_col: Column) -> Column:
+    """The rule's severity for each row's Kafka version (unknown version: the worst band)."""
+    worst = max(b.severity for b in rule.bands).value
+    expr = None
+    for band in sorted(rule.bands, key=lambda b: b.since, reverse=True):
+        cond = version_num_col >= vnum(str(band.since))
+        expr = F.when(cond, band.severity.value) if expr is None else expr.when(cond, band.severity.value)
+    assert expr is not None
+    return F.when(version_num_col.isNull(), worst).otherwise(expr.otherwise(rule.bands[0].severity.value))
+
+
+def applies(rule: Rule, version_num_col: Column) -> Column:
+    cond = version_num_col >= vnum(str(rule.applies_from))
+    if rule.applies_until is not None:
+        cond = cond & (version_num_col < vnum(str(rule.applies_until)))
+    return version_num_col.isNull() | cond
+
+
+def findings(
+    df: DataFrame,
+    rule_id: str,
+    message: Column,
+    *,
+    path: Column,
+    segment: Column | None = None,
+    topic: Column | None = None,
+    partition: Column | None = None,
+    log_dir: Column | None = None,
+    broker_id: Column | None = None,
+) -> DataFrame:
+    rule = get(rule_id)
+    vcol = F.col("kafka_version_num") if "kafka_version_num" in df.columns else F.lit(None).cast("long")
+    kver = F.col("kafka_version") if "kafka_version" in df.columns else F.lit(None).cast("string")
+    return df.where(applies(rule, vcol)).select(
+        F.lit(rule_id).alias("rule"),
+        severity(rule, vcol).alias("severity"),
+        (broker_id if broker_id is not None else F.col("broker_id")).cast("int").alias("broker_id"),
+        (log_dir if log_dir is not None else F.col("logdir")).cast("string").alias("log_dir"),
+        (topic if topic is not None else F.col("topic")).cast("string").alias("topic"),
+        (partition if partition is not None else F.col("partition")).cast("int").alias("partition"),
+        (segment if segment is not None else F.lit(None)).cast("long").alias("segment"),
+        path.cast("string").alias("path"),
+        message.cast("string").alias("message"),
+        F.lit(rule.remediation.value).alias("remediation"),
+        kver.cast("string").alias("kafka_version"),
+    )
+
+
+def seg_file(ext: str) -> Column:
+    return F.concat(F.col("path"), F.lit("/"), F.lpad(F.col("base_offset").cast("string"), 20, "0"), F.lit("." + ext))
+
+
+def _at_least(version: str) -> Column:
+    return F.coalesce(F.col("kafka_version_num") >= vnum(version), F.lit(True))
+
+
+# ---- segment and index rules
+def index_untrimmed(f: Frames) -> DataFrame:
+    """A zero tail outside the active segment of a running broker (the active one is legitimately
+    preallocated while the broker runs)."""
+    live_active = F.col("active") & (F.col("running") | F.col("lock_held_by_pid").isNotNull())
+    locks = f.logdirs.select("broker_id", "logdir", "lock_held_by_pid")
+    outs = []
+    for idx in ("index", "timeindex"):
+        s = f.segments.join(locks, ["broker_id", "logdir"], "left")
+        hit = s.where((F.col(f"{idx}_zero_tail_entries") > 0) & ~F.coalesce(live_active, F.lit(False)))
+        msg = F.format_string(
+            f"%s: {idx} holds %d real entries and a preallocated zero tail of %d entries (%d bytes): "
+            "not trimmed by a clean close",
+            seg_file(idx),
+            F.col(f"{idx}_entries"),
+            F.col(f"{idx}_zero_tail_entries"),
+            F.col(f"{idx}_bytes"),
+        )
+        outs.append(findings(hit, "index-untrimmed", msg, path=seg_file(idx), segment=F.col("base_offset")))
+    return outs[0].unionByName(outs[1])
+
+
+def index_last_offset(f: Frames) -> DataFrame:
+    """Kafka's sanity check sees the whole file: with a zero tail its last entry is (base, 0)."""
+    s = f.segments.where(F.col("index_bytes") >= 8)
+    kafka_last = F.when(F.col("index_zero_tail_entries") > 0, F.col("base_offset")).otherwise(
+        F.col("index_last_offset")
+    )
+    strict = ~_at_least("2.0.0")  # <= 1.1: last offset must be > base; 2.0+: must be >= base
+    bad = F.when(strict, kafka_last <= F.col("base_offset")).otherwise(kafka_last < F.col("base_offset"))
+    hit = s.where(kafka_last.isNotNull() & bad)
+    msg = F.format_string(
+        "Corrupt index found, index file (%s) has non-zero size but the last offset is %d and the base offset is %d",
+        seg_file("index"),
+        kafka_last,
+        F.col("base_offset"),
+    )
+    return findings(hit, "index-last-offset", msg, path=seg_file("index"), segment=F.col("base_offset"))
+
+
+def index_size(f: Frames) -> DataFrame:
+    outs = []
+    for idx, esize in (("index", 8), ("timeindex", 12)):
+        hit = f.segments.where(F.col(f"{idx}_remainder") > 0)
+        msg = F.format_string(
+            f"%s: {idx} file is corrupt, found %d bytes which is not a multiple of {esize}",
+            seg_file(idx),
+            F.col(f"{idx}_bytes"),
+        )
+        outs.append(findings(hit, "index-size", msg, path=seg_file(idx), segment=F.col("base_offset")))
+    return outs[0].unionByName(outs[1])
+
+
+def index_not_monotonic(f: Frames) -> DataFrame:
+    outs = []
+    for idx in ("index", "timeindex"):
+        hit = f.segments.where(F.col(f"{idx}_monotonic") == F.lit(False))
+        msg = F.format_string(
+            f"%s: {idx} entries go backwards at entry %d", seg_file(idx), F.col(f"{idx}_first_violation")
+        )
+        outs.append(findings(hit, "index-not-monotonic", msg, path=seg_file(idx), segment=F.col("base_offset")))
+    return outs[0].unionByName(outs[1])
+
+
+def index_beyond_log(f: Frames) -> DataFrame:
+    meta = (F.col("index_entries") > 0) & F.col("has_log") & (F.col("index_last_position") >= F.col("log_bytes"))
+    deep = F.coalesce(F.col("index_beyond_log"), F.lit(0)) > 0
+    hit = f.segments.where(meta | deep)
+    msg = F.format_string(
+        "%s: index entries point at or past the end of the log (last entry position %d, log %d bytes, "
+        "%d entries beyond the valid data)",
+        seg_file("index"),
+        F.col("index_last_position"),
+        F.col("log_bytes"),
+        F.coalesce(F.col("index_beyond_log"), F.lit(1)),
+    )
+    return findings(hit, "index-beyond-log", msg, path=seg_file("index"), segment=F.col("base_offset"))
+
+
+def timeindex_last_timestamp(f: Frames) -> DataFrame:
+    kafka_last = F.when(F.col("timeindex_zero_tail_entries") > 0, F.lit(0)).otherwise(F.col("timeindex_last_timestamp"))
+    first = F.col("timeindex_first_timestamp")
+    hit = f.segments.where(first.isNotNull() & (kafka_last < first))
+    msg = F.format_string(
+        "Corrupt time index found, time index file (%s) has non-zero size but the last timestamp is %d which is "
+        "less than the first timestamp %d",
+        seg_file("timeindex"),
+        kafka_last,
+        first,
+    )
+    return findings(hit, "timeindex-last-timestamp", msg, path=seg_file("timeindex"), segment=F.col("base_offset"))
+
+
+def index_orphan(f: Frames) -> DataFrame:
+    hit = f.segments.where(~F.col("has_log") & (F.col("has_index") | F.col("has_timeindex")))
+    path = F.when(F.col("has_index"), seg_file("index")).otherwise(seg_file("timeindex"))
+    msg = F.format_string("Found an orphaned index file %s, with no corresponding log file", path)
+    return findings(hit, "index-orphan", msg, path=path, segment=F.col("base_offset"))
+
+
+def index_missing(f: Frames) -> DataFrame:
+    hit = f.segments.where(F.col("has_log") & ~F.col("has_index"))
+    msg = F.format_string(
+        "Could not find offset index file corresponding to log file %s (%d bytes): rebuilt at startup",
+        seg_file("log"),
+        F.col("log_bytes"),
+    )
+    return findings(hit, "index-missing", msg, path=seg_file("log"), segment=F.col("base_offset"))
+
+
+def segment_leftover(f: Frames) -> DataFrame:
+    hit = f.files.where(F.col("file_type") == "segment_leftover")
+    base = F.regexp_extract(F.col("path"), r"(\d{20})\.[a-z]+\.[a-z]+$", 1).cast("long")
+    msg = F.format_string("%s: leftover .%s file of an interrupted compaction, split or deletion", "path", "leftover")
+    return findings(hit, "segment-leftover", msg, path=F.col("path"), segment=base)
+
+
+def segment_overlap(f: Frames) -> DataFrame:
+    w = Window.partitionBy("broker_id", "logdir", "path").orderBy("base_offset")
+    s = f.segments.withColumn("next_base", F.lead("base_offset").over(w))
+    overlap = (
+        F.col("next_offset").isNotNull() & F.col("next_base").isNotNull() & (F.col("next_offset") > F.col("next_base"))
+    )
+    backwards = F.coalesce(F.col("offset_errors"), F.lit(0)) > 0
+    hit = s.where(overlap | backwards)
+    msg = F.when(
+        overlap,
+        F.format_string(
+            "%s: segment ends at offset %d, beyond the next segment's base offset %d",
+            seg_file("log"),
+            F.col("next_offset") - 1,
+            F.col("next_base"),
+        ),
+    ).otherwise(
+        F.format_string(
+            "%s: %d batch(es) with offsets going backwards or below the base offset (first at byte %d)",
+            seg_file("log"),
+            F.col("offset_errors"),
+            F.col("first_offset_error_position"),
+        )
+    )
+    return findings(hit, "segment-overlap", msg, path=seg_file("log"), segment=F.col("base_offset"))
+
+
+def log_torn_tail(f: Frames) -> DataFrame:
+    hit = f.segments.where(F.col("torn_tail") == F.lit(True))
+    msg = F.format_string(
+        "%s: %d of %d bytes form valid batches; recovery will truncate the rest (%s)",
+        seg_file("log"),
+        F.col("valid_bytes"),
+        F.col("log_bytes"),
+        F.col("tail_error"),
+    )
+    return findings(hit, "log-torn-tail", msg, path=seg_file("log"), segment=F.col("base_offset"))
+
+
+def log_crc(f: Frames) -> DataFrame:
+    hit = f.segments.where(F.col("crc_errors") > 0)
+    msg = F.format_string(
+        "%s: batch at byte %d fails its CRC (%s)",
+        seg_file("log"),
+        F.col("first_crc_error_position"),
+        F.col("tail_error"),
+    )
+    return findings(hit, "log-crc", msg, path=seg_file("log"), segment=F.col("base_offset"))
+
+
+def index_entry_mismatch(f: Frames) -> DataFrame:
+    # 2.0+ indexes (largest offset of an append, position of its first batch): offset past the
+    # batch is benign there (kafka-reference §1.1, §2.6)
+    after = F.when(_at_least("2.0.0"), F.lit(0)).otherwise(F.coalesce(F.col("index_offset_after_batch"), F.lit(0)))
+    bad = (
+        F.coalesce(F.col("index_not_batch_start"), F.lit(0))
+        + F.coalesce(F.col("index_offset_before_batch"), F.lit(0))
+        + after
+    )
+    hit = f.segments.where(bad > 0)
+    msg = F.format_string(
+        "%s: %d offset-index entries do not point at the start of a batch containing their offset",
+        seg_file("index"),
+        bad,
+    )
+    return findings(hit, "index-entry-mismatch", msg, path=seg_file("index"), segment=F.col("base_offset"))
+
+
+def file_unreadable(f: Frames) -> DataFrame:
+    """Read errors the specific rules do not already cover."""
+    seg = f.segments.where(F.col("error").isNotNull())
+    seg_f = findings(seg, "file-unreadable", F.col("error"), path=F.col("path"), segment=F.col("base_offset"))
+    covered = ["partition_metadata", "leader_epoch_checkpoint", "offset_checkpoint", "meta_properties"]
+    fil = f.files.where(F.col("error").isNotNull() & ~F.col("file_type").isin(covered))
+    fil_f = findings(fil, "file-unreadable", F.col("error"), path=F.col("path"))
+    part = f.partitions.where(F.col("error").isNotNull())
+    part_f = findings(part, "file-unreadable", F.col("error"), path=F.col("path"))
+    ld = f.logdirs.where(F.col("error").isNotNull() | F.col("meta_error").isNotNull())
+    ld_f = findings(
+        ld,
+        "file-unreadable",
+        F.coalesce("error", "meta_error"),
+        path=F.col("path"),
+        topic=F.lit(None),
+        partition=F.lit(None),
+    )
+    return seg_f.unionByName(fil_f).unionByName(part_f).unionByName(ld_f)
+
+
+# ---- partition directory metadata
+def partition_metadata_malformed(f: Frames) -> DataFrame:
+    hit = f.partitions.where(F.col("partition_metadata_error").isNotNull())
+    path = F.concat(F.col("path"), F.lit("/partition.metadata"))
+    return findings(hit, "partition-metadata-malformed", F.col("partition_metadata_error"), path=path)
+
+
+def leader_epoch_malformed(f: Frames) -> DataFrame:
+    hit = f.partitions.where(F.col("leader_epoch_error").isNotNull())
+    path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
+    return findings(hit, "leader-epoch-malformed", F.col("leader_epoch_error"), path=path)
+
+
+def leader_epoch_not_monotonic(f: Frames) -> DataFrame:
+    e = F.col("leader_epochs")
+    decreasing = F.exists(
+        F.sequence(F.lit(2), F.greatest(F.size(e), F.lit(2))),
+        lambda i: (
+            (F.size(e) >= i)
+            & (
+                (F.element_at(F.element_at(e, i), 1) < F.element_at(F.element_at(e, i - 1), 1))
+                | (F.element_at(F.element_at(e, i), 2) < F.element_at(F.element_at(e, i - 1), 2))
+            )
+        ),
+    )
+    hit = f.partitions.where(F.size(e) > 1).where(decreasing)
+    path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
+    msg = F.format_string("%s: epochs or start offsets decrease: %s", path, F.to_json(e))
+    return findings(hit, "leader-epoch-not-monotonic", msg, path=path)
+
+
+def leader_epoch_ahead(f: Frames) -> DataFrame:
+    e = F.col("leader_epochs")
+    path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
+    beyond = F.exists(e, lambda x: F.element_at(x, 2) > F.col("log_end_offset"))
+    local = f.partitions.where(F.col("log_end_offset").isNotNull() & beyond)
+    local_f = findings(
+        local,
+        "leader-epoch-ahead",
+        F.format_string(
+            "%s: a leader epoch starts beyond the log end offset %d: %s", path, "log_end_offset", F.to_json(e)
+        ),
+        path=path,
+    )
+    if not f.has_zk:
+        return local_f
+    assert f.zk_states is not None
+    zk = f.partitions.join(
+        f.zk_states.select("topic", "partition", F.col("leader_epoch").alias("zk_leader_epoch")),
+        ["topic", "partition"],
+    )
+    ahead = zk.where(F.col("latest_leader_epoch") > F.col("zk_leader_epoch"))
+    zk_f = findings(
+        ahead,
+        "leader-epoch-ahead",
+        F.format_string(
+            "%s: latest leader epoch %d is above ZooKeeper's leader_epoch %d",
+            path,
+            "latest_leader_epoch",
+            "zk_leader_epoch",
+        ),
+        path=path,
+    )
+    return local_f.unionByName(zk_f)
+
+
+def stray_dir(f: Frames) -> DataFrame:
+    hit = f.partitions.where(F.col("dir_state") != "live")
+    msg = F.format_string("%s: lingering -%s partition directory", "path", "dir_state")
+    return findings(hit, "stray-dir", msg, path=F.col("path"))
+
+
+# ---- cross-source
+def _live_partitions(f: Frames) -> DataFrame:
+    return f.partitions.where(F.col("dir_state") == "live")
+
+
+def topic_id_mismatch(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    zk = f.zk_topics.where(F.col("topic_id").isNotNull()).select("topic", F.col("topic_id").alias("zk_topic_id"))
+    hit = (
+        _live_partitions(f)
+        .where(F.col("topic_id").isNotNull())
+        .join(zk, "topic")
+        .where(F.col("topic_id") != F.col("zk_topic_id"))
+    )
+    path = F.concat(F.col("path"), F.lit("/partition.metadata"))
+    msg = F.format_string(
+        "%s holds topic ID %s but ZooKeeper /brokers/topics/%s has %s: the replica leaves ISR on restart",
+        path,
+        "topic_id",
+        "topic",
+        "zk_topic_id",
+    )
+    return findings(hit, "topic-id-mismatch", msg, path=path)
+
+
+def topic_id_split(f: Frames) -> DataFrame:
+    ids = _live_partitions(f).where(F.col("topic_id").isNotNull())
+    per_topic = ids.groupBy("topic").agg(
+        F.count_distinct("topic_id").alias("n_ids"),
+        F.mode("topic_id").alias("majority_id"),
+        F.array_sort(F.collect_set("topic_id")).alias("all_ids"),
+    )
+    hit = ids.join(per_topic.where(F.col("n_ids") > 1), "topic").where(F.col("topic_id") != F.col("majority_id"))
+    path = F.concat(F.col("path"), F.lit("/partition.metadata"))
+    msg = F.format_string(
+        "%s holds topic ID %s while other replicas of %s hold %s",
+        path,
+        F.col("topic_id"),
+        F.col("topic"),
+        F.array_join(F.col("all_ids"), ", "),
+    )
+    return findings(hit, "topic-id-split", msg, path=path)
+
+
+def _fleet_version() -> tuple[Column, Column]:
+    return F.max("kafka_version_num"), F.max("kafka_version")
+
+
+def topic_id_missing_in_zk(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    # IBP >= 2.8 on the fleet: the newest audited broker (or unknown) decides
+    fleet = f.brokers.agg(
+        F.max("kafka_version_num").alias("kafka_version_num"), F.max("kafka_version").alias("kafka_version")
+    )
+    replica_ids = (
+        _live_partitions(f)
+        .where(F.col("topic_id").isNotNull())
+        .groupBy("topic")
+        .agg(F.array_sort(F.collect_set("topic_id")).alias("replica_ids"))
+    )
+    hit = (
+        f.zk_topics.where(F.col("topic_id").isNull() & F.col("error").isNull())
+        .crossJoin(fleet)
+        .join(replica_ids, "topic", "left")
+    )
+    msg = F.format_string(
+        "/brokers/topics/%s has no topic_id: the next controller failover mints a new one (replicas hold %s)",
+        F.col("topic"),
+        F.coalesce(F.array_join("replica_ids", ", "), F.lit("no topic ID")),
+    )
+    return findings(
+        hit,
+        "topic-id-missing-in-zk",
+        msg,
+        path=F.concat(F.lit("zk:/brokers/topics/"), F.col("topic")),
+        broker_id=F.lit(None),
+        log_dir=F.lit(None),
+        partition=F.lit(None),
+    )
+
+
+def _assignment(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    return f.zk_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
+        "topic", F.col("p").cast("int").alias("partition"), F.explode("replicas").alias("broker_id")
+    )
+
+
+def replica_not_assigned(f: Frames) -> DataFrame:
+    assigned = _assignment(f)
+    known = f.zk_topics.select("topic")  # type: ignore[union-attr]
+    parts = _live_partitions(f).where(F.col("topic") != "__cluster_metadata")
+    hit = parts.join(assigned, ["topic", "partition", "broker_id"], "left_anti").join(
+        known.withColumn("known", F.lit(True)), "topic", "left"
+    )
+    msg = F.when(
+        F.col("known").isNull(),
+        F.format_string("%s: topic %s is not in ZooKeeper", "path", "topic"),
+    ).otherwise(
+        F.format_string(
+            "%s: the assignment does not place %s-%d on broker %d", "path", "topic", "partition", "broker_id"
+        )
+    )
+    return findings(hit, "replica-not-assigned", msg, path=F.col("path"))
+
+
+def replica_dir_missing(f: Frames) -> DataFrame:
+    audited = f.segments.select("broker_id").union(f.partitions.select("broker_id")).distinct()
+    audited = audited.union(f.logdirs.select("broker_id")).distinct()
+    expected = _assignment(f).join(audited, "broker_id")
+    present = _live_partitions(f).select("topic", "partition", "broker_id")
+    hit = expected.join(present, ["topic", "partition", "broker_id"], "left_anti").join(
+        f.brokers.select("broker_id", "kafka_version", "kafka_version_num"), "broker_id", "left"
+    )
+    msg = F.format_string(
+        "assigned replica %s-%d has no partition directory on broker %d", "topic", "partition", "broker_id"
+    )
+    return findings(
+        hit, "replica-dir-missing", msg, path=F.format_string("%s-%d", "topic", "partition"), log_dir=F.lit(None)
+    )
+
+
+def _zk_partition_rules(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None and f.zk_states is not None and f.zk_brokers is not None
+    replicas = f.zk_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
+        "topic", F.col("p").cast("int").alias("partition"), "replicas"
+    )
+    st = f.zk_states.where(F.col("error").isNull()).join(replicas, ["topic", "partition"])
+    registered = f.zk_brokers.where(F.col("error").isNull()).select(F.col("broker_id").alias("leader"))
+    st = st.join(registered.withColumn("leader_registered", F.lit(True)), "leader", "left")
+    # a snapshot taken while no broker was registered (a post-mortem of a stopped cluster) cannot tell
+    # whether a leader is alive: only leader -1 counts as offline then
+    st = st.crossJoin(registered.agg(F.count("*").alias("n_registered")))
+    fleet = f.brokers.agg(
+        F.max("kafka_version_num").alias("kafka_version_num"), F.max("kafka_version").alias("kafka_version")
+    )
+    st = st.crossJoin(fleet)
+    path = F.format_string("zk:/brokers/topics/%s/partitions/%d/state", "topic", "partition")
+    urp = st.where(F.size("isr") < F.size("replicas"))
+    urp_f = findings(
+        urp,
+        "under-replicated",
+        F.format_string(
+            "%s-%d: ISR %s is smaller than the replicas %s",
+            "topic",
+            "partition",
+            F.to_json("isr"),
+            F.to_json("replicas"),
+        ),
+        path=path,
+        broker_id=F.lit(None),
+        log_dir=F.lit(None),
+    )
+    off = st.where((F.col("leader") < 0) | (F.col("leader_registered").isNull() & (F.col("n_registered") > 0)))
+    off_f = findings(
+        off,
+        "offline-partition",
+        F.format_string("%s-%d has no live leader (leader %d)", "topic", "partition", "leader"),
+        path=path,
+        broker_id=F.lit(None),
+        log_dir=F.lit(None),
+    )
+    return urp_f.unionByName(off_f)
+
+
+def unsafe_replication(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    fleet = f.brokers.agg(
+        F.max("kafka_version_num").alias("kafka_version_num"), F.max("kafka_version").alias("kafka_version")
+    )
+    t = f.zk_topics.where(F.col("error").isNull() & F.col("replication_factor").isNotNull()).crossJoin(fleet)
+    hit = t.where(
+        (F.col("replication_factor") <= 1)
+        | (F.col("min_insync_replicas").isNotNull() & (F.col("min_insync_replicas") >= F.col("replication_factor")))
+    )
+    msg = F.format_string(
+        "topic %s: replication factor %d, min.insync.replicas %s: restarting any of its brokers makes partitions "
+        "unavailable",
+        "topic",
+        "replication_factor",
+        F.coalesce(F.col("min_insync_replicas").cast("string"), F.lit("default")),
+    )
+    return findings(
+        hit,
+        "unsafe-replication",
+        msg,
+        path=F.concat(F.lit("zk:/brokers/topics/"), F.col("topic")),
+        broker_id=F.lit(None),
+        log_dir=F.lit(None),
+        partition=F.lit(None),
+    )
+
+
+# ---- log directory
+def checkpoint_malformed(f: Frames) -> DataFrame:
+    hit = f.files.where(
+        (F.col("file_type") == "offset_checkpoint")
+        & ~F.coalesce("temporary", F.lit(False))
+        & F.col("error").isNotNull()
+    )
+    return findings(
+        hit, "checkpoint-malformed", F.col("error"), path=F.col("path"), topic=F.lit(None), partition=F.lit(None)
+    )
+
+
+def checkpoint_dangling(f: Frames) -> DataFrame:
+    cps = f.files.where((F.col("file_type") == "offset_checkpoint") & ~F.coalesce("temporary", F.lit(False)))
+    entries = cps.select(
+        "broker_id",
+        "logdir",
+        "kafka_version",
+        "kafka_version_num",
+        F.col("path").alias("cp_path"),
+        F.explode("entries").alias("e"),
+    ).select(
+        "broker_id",
+        "logdir",
+        "kafka_version",
+        "kafka_version_num",
+        "cp_path",
+        F.element_at("e", 1).alias("topic"),
+        F.element_at("e", 2).cast("int").alias("partition"),
+        F.element_at("e", 3).alias("offset"),
+    )
+    dirs = f.partitions.select("broker_id", "logdir", "topic", "partition")
+    hit = entries.join(dirs, ["broker_id", "logdir", "topic", "partition"], "left_anti")
+    msg = F.format_string(
+        "%s lists %s-%d (offset %s) but the log dir has no such partition directory",
+        "cp_path",
+        "topic",
+        "partition",
+        "offset",
+    )
+    return findings(hit, "checkpoint-dangling", msg, path=F.col("cp_path"))
+
+
+def unclean_shutdown(f: Frames) -> DataFrame:
+    stopped = f.logdirs.where(
+        F.col("exists")
+        & ~F.coalesce("clean_shutdown", F.lit(False))
+        & ~F.col("running")
+        & F.col("lock_held_by_pid").isNull()
+    )
+    # work at the next start: segments from the one holding the recovery point onwards
+    w = Window.partitionBy("broker_id", "logdir", "path").orderBy("base_offset")
+    seg = f.segments.withColumn("next_base", F.lead("base_offset").over(w))
+    rp = f.partitions.select("broker_id", "logdir", "path", F.coalesce("recovery_point", F.lit(0)).alias("rp"))
+    above = (
+        seg.join(rp, ["broker_id", "logdir", "path"], "left")
+        .where(F.col("next_base").isNull() | (F.col("next_base") > F.coalesce("rp", F.lit(0))))
+        .groupBy("broker_id", "logdir")
+        .agg(
+            F.count("*").alias("recover_segments"),
+            F.sum(F.coalesce("log_bytes", F.lit(0))).alias("recover_bytes"),
+        )
+    )
+    hit = stopped.join(above, ["broker_id", "logdir"], "left")
+    msg = F.format_string(
+        "%s has no .kafka_cleanshutdown: the next start recovers %d segment(s), %d bytes above the recovery points",
+        "logdir",
+        F.coalesce("recover_segments", F.lit(0)),
+        F.coalesce("recover_bytes", F.lit(0)),
+    )
+    return findings(hit, "unclean-shutdown", msg, path=F.col("logdir"), topic=F.lit(None), partition=F.lit(None))
+
+
+def meta_mismatch(f: Frames) -> DataFrame:
+    ld = f.logdirs.where(F.col("meta").isNotNull())
+    per_broker = ld.groupBy("broker_id").agg(
+        F.count_distinct("meta.broker_id").alias("n_ids"),
+        F.count_distinct("meta.cluster_id").alias("n_clusters"),
+        F.array_sort(F.collect_set("meta.cluster_id")).alias("clusters"),
+    )
+    hit = ld.join(per_broker.where((F.col("n_ids") > 1) | (F.col("n_clusters") > 1)), "broker_id")
+    msg = F.format_string(
+        "%s/meta.properties (broker.id %d, cluster.id %s) disagrees with the broker's other log dirs (cluster ids %s)",
+        "logdir",
+        "meta.broker_id",
+        "meta.cluster_id",
+        F.array_join("clusters", ", "),
+    )
+    out = findings(
+        hit,
+        "meta-mismatch",
+        msg,
+        path=F.concat("logdir", F.lit("/meta.properties")),
+        topic=F.lit(None),
+        partition=F.lit(None),
+    )
+    if f.zk_cluster is None:
+        return out
+    zk = f.zk_cluster.where(F.col("cluster_id").isNotNull()).select(F.col("cluster_id").alias("zk_cluster_id"))
+    foreign = ld.crossJoin(zk).where(
+        F.col("meta.cluster_id").isNotNull() & (F.col("meta.cluster_id") != F.col("zk_cluster_id"))
+    )
+    msg2 = F.format_string(
+        "%s/meta.properties has cluster.id %s but ZooKeeper /cluster/id is %s",
+        "logdir",
+        "meta.cluster_id",
+        "zk_cluster_id",
+    )
+    return out.unionByName(
+        findings(
+            foreign,
+            "meta-mismatch",
+            msg2,
+            path=F.concat("logdir", F.lit("/meta.properties")),
+            topic=F.lit(None),
+            partition=F.lit(None),
+        )
+    )
+
+
+# ---- the registry of detectors: rule id -> function (several ids may share one function)
+DETECTORS: dict[str, Callable[[Frames], DataFrame]] = {
+    "index-untrimmed": index_untrimmed,
+    "index-last-offset": index_last_offset,
+    "index-size": index_size,
+    "index-not-monotonic": index_not_monotonic,
+    "index-beyond-log": index_beyond_log,
+    "timeindex-last-timestamp": timeindex_last_timestamp,
+    "index-orphan": index_orphan,
+    "index-missing": index_missing,
+    "segment-leftover": segment_leftover,
+    "segment-overlap": segment_overlap,
+    "log-torn-tail": log_torn_tail,
+    "log-crc": log_crc,
+    "index-entry-mismatch": index_entry_mismatch,
+    "file-unreadable": file_unreadable,
+    "partition-metadata-malformed": partition_metadata_malformed,
+    "leader-epoch-malformed": leader_epoch_malformed,
+    "leader-epoch-not-monotonic": leader_epoch_not_monotonic,
+    "leader-epoch-ahead": leader_epoch_ahead,
+    "stray-dir": stray_dir,
+    "topic-id-mismatch": topic_id_mismatch,
+    "topic-id-split": topic_id_split,
+    "topic-id-missing-in-zk": topic_id_missing_in_zk,
+    "replica-not-assigned": replica_not_assigned,
+    "replica-dir-missing": replica_dir_missing,
+    "under-replicated": _zk_partition_rules,  # also emits offline-partition
+    "unsafe-replication": unsafe_replication,
+    "checkpoint-malformed": checkpoint_malformed,
+    "checkpoint-dangling": checkpoint_dangling,
+    "unclean-shutdown": unclean_shutdown,
+    "meta-mismatch": meta_mismatch,
+}
+EMITTED_BY = {"offline-partition": "under-replicated"}
+
+
+def detect(f: Frames) -> tuple[DataFrame, dict[str, str]]:
+    """All findings, plus {rule id: reason} for rules that could not be evaluated."""
+    skipped: dict[str, str] = {}
+    parts: list[DataFrame] = []
+    for rule in RULES:
+        if rule.id in EMITTED_BY:
+            if EMITTED_BY[rule.id] in skipped:
+                skipped[rule.id] = skipped[EMITTED_BY[rule.id]]
+            continue
+        if rule.needs is Needs.ZOOKEEPER and not f.has_zk and rule.id not in ("leader-epoch-ahead",):
+            skipped[rule.id] = "no ZooKeeper snapshot given"
+            continue
+        parts.append(DETECTORS[rule.id](f))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out, skipped

@@ -1,0 +1,112 @@
+"""Render findings for people: terminal text grouped by broker and partition, or one
+self-contained HTML page. JSON output is the findings themselves (see cli.py)."""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+SEVERITIES = ("critical", "warning", "info")
+_COLOR = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
+
+
+def _rank(f: dict[str, Any]) -> int:
+    return SEVERITIES.index(f["severity"]) if f["severity"] in SEVERITIES else len(SEVERITIES)
+
+
+def _broker_key(f: dict[str, Any]) -> tuple[int, int]:
+    return (1, 0) if f.get("broker_id") is None else (0, f["broker_id"])
+
+
+def counts(findings: Iterable[dict[str, Any]]) -> dict[str, int]:
+    out = dict.fromkeys(SEVERITIES, 0)
+    for f in findings:
+        out[f["severity"]] = out.get(f["severity"], 0) + 1
+    return out
+
+
+def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: TextIO, color: bool = False) -> None:
+    def sev(s: str) -> str:
+        label = s.upper().ljust(8)
+        return f"{_COLOR.get(s, '')}{label}\033[0m" if color else label
+
+    by_broker: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for f in findings:
+        by_broker[_broker_key(f)].append(f)
+    for key in sorted(by_broker):
+        group = by_broker[key]
+        c = counts(group)
+        title = "cluster (ZooKeeper)" if key[0] else f"broker {key[1]}"
+        out.write(f"{title}: {c['critical']} critical, {c['warning']} warning, {c['info']} info\n")
+        by_part: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+        for f in group:
+            by_part[(f.get("log_dir") or "", f.get("topic") or "", f.get("partition") or -1)].append(f)
+        for log_dir, topic, part in sorted(by_part):
+            where = f"{topic}-{part}" if topic and part >= 0 else (topic or log_dir or "(cluster)")
+            if log_dir and topic:
+                where += f"  ({log_dir})"
+            out.write(f"  {where}\n")
+            for f in sorted(
+                by_part[(log_dir, topic, part)], key=lambda f: (_rank(f), f["rule"], f.get("segment") or -1)
+            ):
+                out.write(f"    {sev(f['severity'])} {f['rule']:<28} {f['message']}\n")
+        out.write("\n")
+    c = counts(findings)
+    out.write(
+        f"{len(findings)} finding(s): {c['critical']} critical, {c['warning']} warning, {c['info']} info"
+        f" on {len({f.get('broker_id') for f in findings if f.get('broker_id') is not None})} broker(s)\n"
+    )
+    for rule, why in sorted((summary.get("rules_skipped") or {}).items()):
+        out.write(f"  not evaluated: {rule} ({why})\n")
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2rem;color:#1d232a}
+h1{font-size:1.4rem} h2{font-size:1.1rem;margin-top:2rem}
+table{border-collapse:collapse;width:100%;font-size:.9rem}
+th,td{border-bottom:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#f3f5f7} td.msg{font-family:ui-monospace,monospace;font-size:.8rem;word-break:break-all}
+.critical{color:#b00020;font-weight:600}.warning{color:#a15c00}.info{color:#00668a}
+.cards{display:flex;gap:1rem}.card{border:1px solid #ddd;border-radius:6px;padding:.6rem 1rem}
+.card b{font-size:1.4rem;display:block}
+"""
+
+
+def render_html(findings: list[dict[str, Any]], summary: dict[str, Any], out: TextIO, title: str) -> None:
+    e = html.escape
+    c = counts(findings)
+    out.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>")
+    out.write(f"</head><body><h1>{e(title)}</h1><div class='cards'>")
+    for s in SEVERITIES:
+        out.write(f"<div class='card'><b class='{s}'>{c[s]}</b>{s}</div>")
+    out.write("</div>")
+    by_rule: dict[str, int] = defaultdict(int)
+    for f in findings:
+        by_rule[f["rule"]] += 1
+    out.write("<h2>By rule</h2><table><tr><th>rule</th><th>findings</th></tr>")
+    for rule, n in sorted(by_rule.items(), key=lambda kv: -kv[1]):
+        out.write(f"<tr><td>{e(rule)}</td><td>{n}</td></tr>")
+    out.write("</table><h2>Findings</h2><table><tr><th>severity</th><th>rule</th><th>broker</th><th>partition</th>")
+    out.write("<th>segment</th><th>message</th></tr>")
+    for f in sorted(findings, key=lambda f: (_rank(f), _broker_key(f), f.get("topic") or "", f.get("partition") or 0)):
+        part = (
+            f"{f['topic']}-{f['partition']}"
+            if f.get("topic") and f.get("partition") is not None
+            else f.get("topic") or ""
+        )
+        broker = "cluster" if f.get("broker_id") is None else f["broker_id"]
+        seg = "" if f.get("segment") is None else f["segment"]
+        out.write(
+            f"<tr><td class='{e(f['severity'])}'>{e(f['severity'])}</td><td>{e(f['rule'])}</td><td>{broker}</td>"
+            f"<td>{e(part)}</td><td>{seg}</td><td class='msg'>{e(f['message'] or '')}</td></tr>"
+        )
+    out.write("</table>")
+    skipped = summary.get("rules_skipped") or {}
+    if skipped:
+        out.write("<h2>Not evaluated</h2><ul>")
+        for rule, why in sorted(skipped.items()):
+            out.write(f"<li>{e(rule)}: {e(why)}</li>")
+        out.write("</ul>")
+    out.write("</body></html>\n")

@@ -1,0 +1,88 @@
+"""Fleet Doctor detection app: staged probe output + ZooKeeper snapshot + broker facts -> findings.
+
+    spark-submit spark_apps/detect.py --probe-dir STAGING/broker_id=* parent --brokers brokers.jsonl \
+        [--zk-snapshot zk.jsonl] --output FINDINGS_DIR --audit-run RUN_ID [--summary summary.json] \
+        [--findings-json findings.jsonl]
+
+Findings are written as Parquet under FINDINGS_DIR/audit_run=RUN_ID/ (that partition is replaced,
+so a rerun of the same audit run is idempotent). Paths may be local, hdfs:// or s3a://. The rules
+themselves live in fleet_doctor.detection (no Python UDFs: executors need nothing but the JVM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from fleet_doctor.detection import SEVERITY_RANK, detect, load_frames
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="detect.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--probe-dir", required=True, help="directory with broker_id=<N>/ subdirs of probe JSON Lines")
+    p.add_argument("--brokers", help="broker facts, JSON Lines {broker_id, kafka_version, running, host}")
+    p.add_argument("--zk-snapshot", help="ZooKeeper snapshot JSON Lines (fleet-doctor zk-snapshot)")
+    p.add_argument("--output", required=True, help="findings dataset root (Parquet, partitioned by audit_run)")
+    p.add_argument("--audit-run", required=True, help="audit run id, e.g. the Airflow run id")
+    p.add_argument("--summary", help="write a JSON summary here (local path)")
+    p.add_argument("--findings-json", help="also write the findings as one local JSON Lines file")
+    return p.parse_args(argv)
+
+
+def summarize(rows: list[dict], skipped: dict[str, str], audit_run: str) -> dict:
+    by_sev = {s: 0 for s in SEVERITY_RANK}
+    by_rule: dict[str, int] = {}
+    by_broker: dict[str, int] = {}
+    for r in rows:
+        by_sev[r["severity"]] += r["n"]
+        by_rule[r["rule"]] = by_rule.get(r["rule"], 0) + r["n"]
+        key = "cluster" if r["broker_id"] is None else str(r["broker_id"])
+        by_broker[key] = by_broker.get(key, 0) + r["n"]
+    return {
+        "audit_run": audit_run,
+        "findings": sum(by_sev.values()),
+        "by_severity": by_sev,
+        "by_rule": dict(sorted(by_rule.items())),
+        "by_broker": dict(sorted(by_broker.items())),
+        "rules_skipped": skipped,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spark = SparkSession.builder.appName(f"fleet-doctor-detect-{args.audit_run}").getOrCreate()
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    frames = load_frames(spark, args.probe_dir, args.brokers, args.zk_snapshot)
+    found, skipped = detect(frames)
+    found = found.withColumn("audit_run", F.lit(args.audit_run)).dropDuplicates()
+    found = found.cache()
+    found.write.mode("overwrite").partitionBy("audit_run").parquet(args.output)
+    counts = [r.asDict() for r in found.groupBy("severity", "rule", "broker_id").agg(F.count("*").alias("n")).collect()]
+    summary = summarize(counts, skipped, args.audit_run)
+    if args.findings_json:
+        order = F.expr("CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END")
+        rows = found.orderBy(order, "broker_id", "log_dir", "topic", "partition", "segment", "rule").collect()
+        tmp = args.findings_json + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            for r in rows:
+                out.write(json.dumps(r.asDict()) + "\n")
+        os.replace(tmp, args.findings_json)
+    if args.summary:
+        tmp = args.summary + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump(summary, out, indent=2)
+        os.replace(tmp, args.summary)
+    print(json.dumps(summary))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
