@@ -43,15 +43,17 @@ sys.path.insert(0, HERE)
 import gen_tree  # noqa: E402
 
 # Runs a script as __main__ and reports the process's peak RSS (VmHWM, KiB) on stderr when it ends.
+# Also reports the largest peak RSS of its reaped children: the probe's forked worker (--jobs).
 RSS_WRAPPER = """
-import runpy, sys
+import resource, runpy, sys
 sys.argv = sys.argv[1:]
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 finally:
     with open("/proc/self/status") as f:
         hwm = [line.split()[1] for line in f if line.startswith("VmHWM:")]
-    sys.stderr.write("VmHWM %s\\n" % hwm[0])
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    sys.stderr.write("VmHWM %s %d\\n" % (hwm[0], children))
 """
 
 
@@ -63,13 +65,15 @@ def run_timed(argv):
 
 
 def run_rss(python, script_argv, stdout):
-    """Run a Python script as __main__ under RSS_WRAPPER; return (exit status, peak RSS in KiB)."""
+    """Run a Python script as __main__ under RSS_WRAPPER.
+
+    Returns (exit status, its peak RSS in KiB, the largest peak RSS of its child processes in KiB)."""
     p = subprocess.run([python, "-c", RSS_WRAPPER, *script_argv], stdout=stdout, stderr=subprocess.PIPE)
     err = p.stderr.decode("utf-8", "replace")
-    m = re.search(r"^VmHWM (\d+)$", err, re.M)
+    m = re.search(r"^VmHWM (\d+) (\d+)$", err, re.M)
     if not m:
         raise SystemExit(f"no VmHWM from {script_argv}: {err}")
-    return p.returncode, int(m.group(1))
+    return p.returncode, int(m.group(1)), int(m.group(2))
 
 
 def commands(tree, python):
@@ -136,13 +140,14 @@ def bench_one(size, args, python, workdir):
         if key == "probe":
             out = os.path.join(workdir, "probe-out.jsonl")
             with open(out, "w") as f:
-                rc, rss_kib = run_rss(python, argv[1:], f)
+                rc, rss_kib, worker_rss_kib = run_rss(python, argv[1:], f)
             if rc != 0:
                 raise SystemExit(f"probe exited {rc}")
             check_probe_output(out, size)
             os.unlink(out)
         else:
             run_timed(argv)
+    os.sync()  # the warm-up reads updated atimes: write them back before timing
     times = {k: [] for k, _l, _a in cmds}
     for _ in range(args.repeat):
         for key, _label, argv in cmds:
@@ -160,27 +165,29 @@ def bench_one(size, args, python, workdir):
         "probe_min": min(times["probe"]),
         "probe_max": max(times["probe"]),
         "rss_kib": rss_kib,
+        "worker_rss_kib": worker_rss_kib,
         "r1": med["probe"] / med["floor1"],
         "r2": med["probe"] / med["floor2"],
     }
 
 
-def table(rows, baseline_rss):
+def table(rows, baseline_rss, startup):
     lines = [
         "| segments | partitions | floor 1: stat | floor 2: stat+tails | probe (min-max) | probe/floor1 | "
-        "probe/floor2 | probe max RSS |",
+        "probe/floor2 | probe max RSS: writer, worker |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['segments']} | {r['partitions']} | {r['floor1']:.2f} s | {r['floor2']:.2f} s | "
             f"{r['probe']:.2f} s ({r['probe_min']:.2f}-{r['probe_max']:.2f}) | {r['r1']:.2f}x | **{r['r2']:.2f}x** | "
-            f"{r['rss_kib'] / 1024:.1f} MiB |"
+            f"{r['rss_kib'] / 1024:.1f} MiB, {r['worker_rss_kib'] / 1024:.1f} MiB |"
         )
     lines.append("")
     lines.append(
-        "Baseline: the same interpreter loading probe.py and exiting (`probe.py --help`): "
-        f"{baseline_rss / 1024:.1f} MiB max RSS."
+        f"For reference: interpreter start-up (`python3 -c pass`, included in every probe time) {startup:.2f} s; "
+        "max RSS of the same interpreter loading probe.py and exiting (`probe.py --help`) "
+        f"{baseline_rss / 1024:.1f} MiB."
     )
     return "\n".join(lines)
 
@@ -213,7 +220,8 @@ def main(argv=None):
     py_version = (
         subprocess.check_output([args.python, "-c", "import sys; print(sys.version.split()[0])"]).decode().strip()
     )
-    _rc, baseline_rss = run_rss(args.python, [PROBE, "--help"], subprocess.DEVNULL)
+    _rc, baseline_rss, _ = run_rss(args.python, [PROBE, "--help"], subprocess.DEVNULL)
+    startup = median([run_timed([args.python, "-c", "pass"])[0] for _ in range(5)])
     workdir = tempfile.mkdtemp(prefix="probe-bench-", dir=args.tmpdir)
     fs = fs_type(os.path.realpath(workdir))
     started = time.perf_counter()
@@ -231,16 +239,16 @@ def main(argv=None):
         f"{platform.platform()}, trees on {fs}, {args.repeat} runs per command (median), "
         f"K={args.segments_per_partition} segments per partition"
     )
-    text = table(rows, baseline_rss)
+    text = table(rows, baseline_rss, startup)
     verdicts = [
         f"{r['segments']}: probe/floor2 = {r['r2']:.2f}x ({'ok' if r['r2'] <= TARGET else 'OVER'})" for r in rows
     ]
     if len(rows) > 1:
         lo, hi = rows[0], rows[-1]
-        growth = 100.0 * (hi["rss_kib"] - lo["rss_kib"]) / lo["rss_kib"]
         verdicts.append(
-            f"max RSS {lo['segments']} -> {hi['segments']} segments: "
-            f"{lo['rss_kib'] / 1024:.1f} -> {hi['rss_kib'] / 1024:.1f} MiB ({growth:+.1f}%)"
+            f"max RSS {lo['segments']} -> {hi['segments']} segments: writer "
+            f"{lo['rss_kib'] / 1024:.1f} -> {hi['rss_kib'] / 1024:.1f} MiB, worker "
+            f"{lo['worker_rss_kib'] / 1024:.1f} -> {hi['worker_rss_kib'] / 1024:.1f} MiB"
         )
     summary = text + "\n\n" + env + ".\n\n" + "; ".join(verdicts) + "."
     sys.stdout.write(summary + "\n")

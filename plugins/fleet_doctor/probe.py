@@ -316,6 +316,7 @@ def parse_leader_epoch_checkpoint(data, path):
 
 
 _B64URL = re.compile(r"^[A-Za-z0-9_-]{22}$")
+_B64URL_BYTES = re.compile(rb"[A-Za-z0-9_-]{22}\Z")
 
 
 def valid_topic_id(text):
@@ -333,6 +334,11 @@ def parse_partition_metadata(data, path):
     Raises ValueError as PartitionMetadataFile does: malformed lines, or the zero UUID ("Invalid
     topic ID in partition metadata file").
     """
+    if len(data) == 43 and data[:21] == b"version: 0\ntopic_id: " and _B64URL_BYTES.match(data, 21):
+        # the file as Kafka writes it (what the general parse below returns for it)
+        topic_id = data[21:].decode("ascii")
+        if valid_topic_id(topic_id) and topic_id != ZERO_UUID:
+            return {"version": 0, "topic_id": topic_id}
     text, err = _decode_text(data, path)
     if err:
         raise ValueError(err)
@@ -1255,6 +1261,16 @@ class _FrameWriter(object):
             view = view[os.write(self.fd, view) :]
 
 
+class _PartitionDir(object):
+    """A partition dir of a log dir by name: the .name and .path that probe_partition reads."""
+
+    __slots__ = ("name", "path")
+
+    def __init__(self, logdir, name):
+        self.name = name
+        self.path = os.path.join(logdir, name)  # = the DirEntry's path from os.scandir(logdir)
+
+
 class Probe(object):
     def __init__(self, out, deep=False, verify_crc=False, jobs=1):
         self.out = out
@@ -1344,7 +1360,7 @@ class Probe(object):
             rec["error"] = "cannot list log dir %s: %s" % (logdir, _err(e))
             self.emit(rec)
             return
-        partition_entries = []
+        partition_entries = []  # names only: a DirEntry per partition would be kept for the whole log dir
         files = []
         for e in entries:
             name = e.name
@@ -1359,14 +1375,15 @@ class Probe(object):
             if is_link:
                 target_inside, _target = self._link_inside(e.path, root)
                 if target_inside and os.path.isdir(e.path) and parse_partition_dir_name(name):
-                    partition_entries.append(e)
+                    partition_entries.append(name)
                 else:
                     files.append(e)
                 continue
             if is_dir and parse_partition_dir_name(name):
-                partition_entries.append(e)
+                partition_entries.append(name)
             else:
                 files.append(e)
+        del entries
         rec["partition_dirs"] = len(partition_entries)
         rec["lock_present"] = os.path.lexists(os.path.join(logdir, LOCK_FILE))
         rec["clean_shutdown"] = os.path.lexists(os.path.join(logdir, CLEAN_SHUTDOWN_FILE))
@@ -1383,12 +1400,14 @@ class Probe(object):
                 pass
         rec["kraft"] = bool(
             (rec["meta"] and rec["meta"].get("version") == 1)
-            or any(p.name == "__cluster_metadata-0" for p in partition_entries)
+            or any(name == "__cluster_metadata-0" for name in partition_entries)
         )
         self.emit(rec)
         self._probe_partitions(logdir, root, partition_entries, cp_values)
 
     def _probe_partition_safe(self, logdir, root, e, cp_values):
+        if isinstance(e, str):  # a name from probe_logdir
+            e = _PartitionDir(logdir, e)
         try:
             self.probe_partition(logdir, root, e, cp_values)
         except Exception as ex:  # the safety net: never crash, never skip silently
@@ -1565,8 +1584,12 @@ class Probe(object):
             if not name.endswith(".tmp"):
                 rec["checkpoints"][cp] = {"entries": None if entries is None else len(entries), "error": err}
                 if entries:
+                    i = OFFSET_CHECKPOINT_FILES.index(cp)
                     for topic, part, off in entries:
-                        cp_values.setdefault((topic, part), {})[cp] = off
+                        values = cp_values.get((topic, part))
+                        if values is None:
+                            values = cp_values[(topic, part)] = [None, None, None, None]
+                        values[i] = off
             self.file_record(
                 logdir,
                 path,
@@ -1618,17 +1641,28 @@ class Probe(object):
             "leftover_files": 0,
             "error": None,
         }
-        cps = cp_values.get((info["topic"], info["partition"]), {}) if info["dir_state"] == "live" else {}
-        prec["recovery_point"] = cps.get("recovery-point-offset-checkpoint")
-        prec["log_start_offset"] = cps.get("log-start-offset-checkpoint")
-        prec["high_watermark"] = cps.get("replication-offset-checkpoint")
-        prec["cleaner_offset"] = cps.get("cleaner-offset-checkpoint")
+        # cp_values: (topic, partition) -> values in OFFSET_CHECKPOINT_FILES order
+        cps = cp_values.get((info["topic"], info["partition"])) if info["dir_state"] == "live" else None
+        if cps is not None:
+            prec["recovery_point"], prec["log_start_offset"], prec["high_watermark"], prec["cleaner_offset"] = cps
         try:
             names = sorted(os.scandir(pdir), key=_entry_name)
         except OSError as ex:
             prec["error"] = "cannot list partition dir %s: %s" % (pdir, _err(ex))
             self.emit(prec)
             return
+        try:
+            dfd = os.open(pdir, _O_RDONLY | _O_DIRECTORY)  # its files are opened relative to it
+        except OSError:
+            dfd = None
+        try:
+            self._partition_entries(logdir, root, pdir, info, prec, names, dfd)
+        finally:
+            if dfd is not None:
+                os.close(dfd)
+
+    def _partition_entries(self, logdir, root, pdir, info, prec, names, dfd):
+        """probe_partition after listing the dir: its files, its segments, its record."""
         segments = {}
         last_prefix = files = fctx = None
         for e in names:
@@ -1656,7 +1690,7 @@ class Probe(object):
                     ',"partition_dir":%s,"topic":%s,"partition":%d'
                     % (_j(prec["dir"]), _j(prec["topic"]), prec["partition"]),
                 )
-            self._partition_file_fast(logdir, root, prec, e, parsed, fctx)
+            self._partition_file_fast(logdir, root, prec, e, parsed, fctx, dfd)
         bases = sorted(segments)
         prec["segment_count"] = len(bases)
         if bases:
@@ -1684,7 +1718,7 @@ class Probe(object):
                 prec["size_bytes"] += seg_bytes
                 self.out.write(line)
         else:
-            prec["size_bytes"] += self._metadata_segments(seg_ctx, pdir, root, bases, segments)
+            prec["size_bytes"] += self._metadata_segments(seg_ctx, pdir, root, bases, segments, dfd)
         if self.deep:
             leo = deep_totals["log_end_offset"]
             if leo is None and bases:
@@ -1698,37 +1732,57 @@ class Probe(object):
             prec["uncounted_batches"] = deep_totals["uncounted_batches"]
         self.emit(prec)
 
-    def _partition_file_fast(self, logdir, root, prec, e, parsed, fctx):
+    def _partition_file_fast(self, logdir, root, prec, e, parsed, fctx, dfd):
         """_partition_file's records for a partition's usual files (a regular partition.metadata,
         leader-epoch-checkpoint or producer snapshot that reads without error), formatted
-        directly; everything else, and any error, goes through _partition_file."""
+        directly; everything else, and any error, goes through _partition_file. dfd is the
+        partition dir, open (or None)."""
         name = e.name
         if parsed is not None:
             kind = 1 if parsed[1] == "snapshot" and parsed[2] is None else 0
         else:
             kind = 2 if name == PARTITION_METADATA else 3 if name == LEADER_EPOCH_CHECKPOINT else 0
         line = None
-        if kind and e.is_file(follow_symlinks=False):
+        if kind and dfd is not None and e.is_file(follow_symlinks=False):
             path = e.path
             try:
-                st = e.stat()
-                size, mtime = st.st_size, int(st.st_mtime * 1000)
                 if kind == 1:
-                    line = _SNAPSHOT_RECORD % (fctx[0], _j(path), parsed[0], fctx[1], size, mtime)
-                elif kind == 2:
-                    pm = parse_partition_metadata(_read_small(path), path)
-                    line = _PARTITION_METADATA_RECORD % (
-                        fctx[0],
-                        _j(path),
-                        _j(pm["topic_id"]),
-                        pm["version"],
-                        fctx[1],
-                        size,
-                        mtime,
-                    )
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)  # = e.stat(): not a link
+                    if stat.S_ISREG(st.st_mode):
+                        size, mtime = st.st_size, int(st.st_mtime * 1000)
+                        line = _SNAPSHOT_RECORD % (fctx[0], _j(path), parsed[0], fctx[1], size, mtime)
                 else:
-                    eps = parse_leader_epoch_checkpoint(_read_small(path, 16 << 20), path)
-                    line = _LEADER_EPOCH_RECORD % (fctx[0], _j(path), _JSON_ENCODE(eps), fctx[1], size, mtime)
+                    # = e.stat() and _read_small(path): fstat gives the size, one read the bytes
+                    fd = os.open(name, _O_RDONLY, dir_fd=dfd)
+                    try:
+                        st = os.fstat(fd)
+                        size = st.st_size
+                        data = os.read(fd, size + 1) if stat.S_ISREG(st.st_mode) and size < 1 << 20 else None
+                    finally:
+                        os.close(fd)
+                    if data is not None and len(data) <= size:
+                        mtime = int(st.st_mtime * 1000)
+                        if kind == 2:
+                            pm = parse_partition_metadata(data, path)
+                            line = _PARTITION_METADATA_RECORD % (
+                                fctx[0],
+                                _j(path),
+                                _j(pm["topic_id"]),
+                                pm["version"],
+                                fctx[1],
+                                size,
+                                mtime,
+                            )
+                        else:
+                            eps = parse_leader_epoch_checkpoint(data, path)
+                            line = _LEADER_EPOCH_RECORD % (
+                                fctx[0],
+                                _j(path),
+                                _JSON_ENCODE(eps),
+                                fctx[1],
+                                size,
+                                mtime,
+                            )
             except Exception:
                 line = None
         if line is None:
@@ -1949,7 +2003,7 @@ class Probe(object):
             parts.append(',"error":null}\n')
         return "".join(parts), size
 
-    def _metadata_segments(self, ctx, pdir, root, bases, segments):
+    def _metadata_segments(self, ctx, pdir, root, bases, segments, dfd):
         """Metadata mode over a partition's segments, in base-offset order; returns their bytes.
 
         The usual segment (.log, .index and .timeindex, all regular files by their directory
@@ -1969,98 +2023,90 @@ class Probe(object):
         total = 0
         lines = []
         last = len(bases) - 1
-        # segment files are opened and stat'ed relative to the partition dir: shorter path walks
-        try:
-            dfd = os.open(pdir, _O_RDONLY | _O_DIRECTORY)
-        except OSError:
-            dfd = None
-        try:
-            for i, base in enumerate(bases):
-                files = segments[base]
-                line = None
-                if len(files) == 3 and dfd is not None:
-                    lf = files.get("log")
-                    xf = files.get("index")
-                    tf = files.get("timeindex")
-                    if (
-                        lf is not None
-                        and xf is not None
-                        and tf is not None
-                        and not lf.is_symlink()
-                        and xf.is_file(follow_symlinks=False)
-                        and tf.is_file(follow_symlinks=False)
-                    ):
-                        try:
-                            st = os_stat(lf.name, dir_fd=dfd, follow_symlinks=False)  # = lf.stat(): not a link
-                            if s_isreg(st.st_mode):
-                                oi = ti = None
-                                fd = os_open(xf.name, rdonly, dir_fd=dfd)
-                                try:
-                                    xb = pread(fd, read_bytes, 0)
-                                    xn = len(xb)
-                                    if not (0 < xn <= head_bytes and not xn & 7 and xb[-8:].strip(b"\0")):
-                                        oi = _index_values_from(fd, xb, base, OI, True)
-                                finally:
-                                    close(fd)
-                                fd = os_open(tf.name, rdonly, dir_fd=dfd)
-                                try:
-                                    tb = pread(fd, read_bytes, 0)
-                                    tn = len(tb)
-                                    if not (0 < tn <= head_bytes and not tn % 12 and tb[-12:].strip(b"\0")):
-                                        ti = _index_values_from(fd, tb, base, TI, False)
-                                finally:
-                                    close(fd)
-                                head = (base, "true" if i == last else "false", st.st_size, int(st.st_mtime * 1000))
-                                if oi is None and ti is None:
-                                    sp = osplit.get(xn)
-                                    if sp is None:
-                                        a, b = split(OI, xb)
-                                    else:
-                                        a, b = sp[0](xb), sp[1](xb)
-                                    sp = tsplit.get(tn)
-                                    if sp is None:
-                                        c, d = split(TI, tb)
-                                    else:
-                                        c, d = sp[0](tb), sp[1](tb)
-                                    if (
-                                        all(map(lt, a, a[1:]))
-                                        and all(map(le, b, b[1:]))
-                                        and all(map(le, c, c[1:]))
-                                        and all(map(le, d, d[1:]))
-                                    ):
-                                        n, m = len(a), len(c)
-                                        line = ctx + clean_fmt % (
-                                            head
-                                            + (xn, n, n, base + a[0], base + a[-1], b[-1])
-                                            + (tn, m, m, c[0], c[-1], base + d[-1])
-                                        )
-                                        seg_bytes = st.st_size + xn + tn
-                                if line is None:
-                                    if oi is None:
-                                        oi = _index_values_from(None, xb, base, OI, True)
-                                    if ti is None:
-                                        ti = _index_values_from(None, tb, base, TI, False)
-                                    if oi is not None and ti is not None:  # None: not a regular file
-                                        if len(oi) == 6:
-                                            oi = _clean_to_full(oi)
-                                        if len(ti) == 6:
-                                            ti = _clean_to_full(ti)
-                                        line = ctx + full_fmt % (head + oi + ti)
-                                        seg_bytes = st.st_size + oi[0] + ti[0]
-                        except Exception:
-                            line = None  # redone by probe_segment, which reports the error
-                if line is None:
-                    line, seg_bytes = self.probe_segment(ctx, pdir, root, base, files, i == last, None)
-                else:
-                    counts["segments"] += 1
-                total += seg_bytes
-                lines.append(line)
-                if len(lines) >= 256:  # one write per batch of records; bounded per-partition state
-                    out_write("".join(lines))
-                    del lines[:]
-        finally:
-            if dfd is not None:
-                close(dfd)
+        # segment files are opened and stat'ed relative to the partition dir (dfd): shorter path walks
+        for i, base in enumerate(bases):
+            files = segments[base]
+            line = None
+            if len(files) == 3 and dfd is not None:
+                lf = files.get("log")
+                xf = files.get("index")
+                tf = files.get("timeindex")
+                if (
+                    lf is not None
+                    and xf is not None
+                    and tf is not None
+                    and not lf.is_symlink()
+                    and xf.is_file(follow_symlinks=False)
+                    and tf.is_file(follow_symlinks=False)
+                ):
+                    try:
+                        st = os_stat(lf.name, dir_fd=dfd, follow_symlinks=False)  # = lf.stat(): not a link
+                        if s_isreg(st.st_mode):
+                            oi = ti = None
+                            fd = os_open(xf.name, rdonly, dir_fd=dfd)
+                            try:
+                                xb = pread(fd, read_bytes, 0)
+                                xn = len(xb)
+                                if not (0 < xn <= head_bytes and not xn & 7 and xb[-8:].strip(b"\0")):
+                                    oi = _index_values_from(fd, xb, base, OI, True)
+                            finally:
+                                close(fd)
+                            fd = os_open(tf.name, rdonly, dir_fd=dfd)
+                            try:
+                                tb = pread(fd, read_bytes, 0)
+                                tn = len(tb)
+                                if not (0 < tn <= head_bytes and not tn % 12 and tb[-12:].strip(b"\0")):
+                                    ti = _index_values_from(fd, tb, base, TI, False)
+                            finally:
+                                close(fd)
+                            head = (base, "true" if i == last else "false", st.st_size, int(st.st_mtime * 1000))
+                            if oi is None and ti is None:
+                                sp = osplit.get(xn)
+                                if sp is None:
+                                    a, b = split(OI, xb)
+                                else:
+                                    a, b = sp[0](xb), sp[1](xb)
+                                sp = tsplit.get(tn)
+                                if sp is None:
+                                    c, d = split(TI, tb)
+                                else:
+                                    c, d = sp[0](tb), sp[1](tb)
+                                if (
+                                    all(map(lt, a, a[1:]))
+                                    and all(map(le, b, b[1:]))
+                                    and all(map(le, c, c[1:]))
+                                    and all(map(le, d, d[1:]))
+                                ):
+                                    n, m = len(a), len(c)
+                                    line = ctx + clean_fmt % (
+                                        head
+                                        + (xn, n, n, base + a[0], base + a[-1], b[-1])
+                                        + (tn, m, m, c[0], c[-1], base + d[-1])
+                                    )
+                                    seg_bytes = st.st_size + xn + tn
+                            if line is None:
+                                if oi is None:
+                                    oi = _index_values_from(None, xb, base, OI, True)
+                                if ti is None:
+                                    ti = _index_values_from(None, tb, base, TI, False)
+                                if oi is not None and ti is not None:  # None: not a regular file
+                                    if len(oi) == 6:
+                                        oi = _clean_to_full(oi)
+                                    if len(ti) == 6:
+                                        ti = _clean_to_full(ti)
+                                    line = ctx + full_fmt % (head + oi + ti)
+                                    seg_bytes = st.st_size + oi[0] + ti[0]
+                    except Exception:
+                        line = None  # redone by probe_segment, which reports the error
+            if line is None:
+                line, seg_bytes = self.probe_segment(ctx, pdir, root, base, files, i == last, None)
+            else:
+                counts["segments"] += 1
+            total += seg_bytes
+            lines.append(line)
+            if len(lines) >= 256:  # one write per batch of records; bounded per-partition state
+                out_write("".join(lines))
+                del lines[:]
         if lines:
             out_write("".join(lines))
         return total
