@@ -132,6 +132,13 @@ LEFTOVER_SUFFIXES = ("swap", "cleaned", "deleted")
 KRAFT_SNAPSHOT_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint(?:\.(part|deleted))?$")
 
 DEFAULT_JOBS = 2  # processes per log dir for the CLI (--jobs); forked workers, see _probe_partitions
+# O_NONBLOCK: opening a FIFO planted in a log dir must not block the probe (no effect on regular files)
+_O_RDONLY = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+
+# files Kafka itself reads: a directory (or anything not a regular file) there is an error
+_LOGDIR_FILES = (META_PROPERTIES, CLEAN_SHUTDOWN_FILE) + OFFSET_CHECKPOINT_FILES
+_PARTITION_FILES = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT, QUORUM_STATE)
+
 HEAD_READ_BYTES = 4096  # metadata mode reads an index's head in one pread: first entries + order
 READ_CHUNK = 1 << 20
 
@@ -186,12 +193,15 @@ def parse_partition_dir_name(name):
     return None
 
 
+_DIGITS20 = re.compile(r"^[0-9]{20}$")
+
+
 def parse_segment_file_name(name):
     """Split "<20 digits>.<ext>[.<suffix>]" into (base_offset, ext, suffix), or None.
 
     ext is one of log/index/timeindex/txnindex/snapshot; suffix is swap/cleaned/deleted or None.
     """
-    if len(name) < 22 or name[20] != "." or not name[:20].isdigit():
+    if len(name) < 22 or name[20] != "." or not _DIGITS20.match(name[:20]):
         return None
     rest = name[21:]
     ext, _, suffix = rest.partition(".")
@@ -208,9 +218,24 @@ def segment_file_name(base_offset, ext):
 
 # --------------------------------------------------------------------------------------------
 # Small text formats. Each returns (value, error); error is None or a message naming the file.
+def _open_regular(path):
+    """Open a regular file for reading; anything else (directory, FIFO, device) is a ValueError
+    naming the path, so callers report it instead of blocking or reading garbage."""
+    fd = os.open(path, _O_RDONLY)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ValueError("%s is not a regular file" % path)
+    return fd
+
+
 def _read_small(path, limit=1 << 20):
     # os.read in 64 KiB steps: a buffered f.read(limit + 1) allocates the whole limit on every call
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_regular(path)
     try:
         chunks = []
         total = 0
@@ -428,7 +453,7 @@ def read_index_summary(path, entry_struct, full=False, fd=None, size=None):
     esize = entry_struct.size
     own = fd is None
     if own:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open_regular(path)
     try:
         if size is None:
             size = os.fstat(fd).st_size
@@ -612,7 +637,7 @@ def _index_full_scan(fd, n, entry_struct, out):
 def iter_index_entries(path, entry_struct, limit_entries=None):
     """Yield every entry of an index file, streamed in chunks (trailing partial entry ignored)."""
     esize = entry_struct.size
-    with open(path, "rb") as f:
+    with os.fdopen(_open_regular(path), "rb") as f:
         count = 0
         while True:
             buf = f.read((READ_CHUNK // esize) * esize)
@@ -682,6 +707,14 @@ def _snappy_decompress_raw(data):
 
 
 def _snappy_decompress(data):
+    """Snappy as Kafka's v0/v1 producers wrote it, or None when data is not valid snappy."""
+    try:
+        return _snappy_decompress_framed(data)
+    except (ValueError, IndexError):
+        return None
+
+
+def _snappy_decompress_framed(data):
     """Snappy as Kafka's v0/v1 producers wrote it: xerial framing, or a raw block."""
     if data[:8] == b"\x82SNAPPY\x00":
         pos = 16  # magic(8) + version(4) + compatible version(4)
@@ -709,12 +742,21 @@ def _legacy_value(buf, magic):
 
 def count_legacy_inner(wrapper, magic, codec):
     """Count inner messages of a compressed v0/v1 wrapper, or None when the codec is not decodable
-    with the standard library (lz4)."""
+    with the standard library (lz4) or the wrapper is not valid."""
+    try:
+        return _count_legacy_inner(wrapper, magic, codec)
+    except (ValueError, IndexError, struct.error, zlib.error, MemoryError):
+        return None
+
+
+def _count_legacy_inner(wrapper, magic, codec):
     value = _legacy_value(wrapper, magic)
     if codec == 1:
         inner = zlib.decompress(value, 16 + zlib.MAX_WBITS)
     elif codec == 2:
         inner = _snappy_decompress(value)
+        if inner is None:
+            return None
     else:
         return None
     count = 0
@@ -774,7 +816,7 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
     }
     magics = set()
     codecs = set()
-    with open(path, "rb", buffering=65536) as f:
+    with os.fdopen(_open_regular(path), "rb", 65536) as f:
         size = os.fstat(f.fileno()).st_size
         pos = 0
         prev_last = None
@@ -992,7 +1034,6 @@ def _num(v):
 
 
 _entry_name = operator.attrgetter("name")
-_O_RDONLY = os.O_RDONLY
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
 _BOOL_JSON = {None: "null", True: "true", False: "false"}
@@ -1544,7 +1585,7 @@ class Probe(object):
                         error="symlink %s points outside the log dir (%s); not followed" % (path, target),
                     )
                     return
-            if e.is_dir():
+            if e.is_dir() and name not in _LOGDIR_FILES:
                 self.file_record(logdir, path, "unknown_dir", name=name)
                 rec["other_entries"] += 1
                 return
@@ -1580,7 +1621,8 @@ class Probe(object):
                 entries, version = parse_offset_checkpoint(_read_small(path, 64 << 20), path)
                 err = None
             except Exception as ex:
-                entries, version, err = None, None, "%s" % (ex if isinstance(ex, ValueError) else _err(ex))
+                entries, version = None, None
+                err = str(ex) if isinstance(ex, ValueError) else "%s: %s" % (path, _err(ex))
             if not name.endswith(".tmp"):
                 rec["checkpoints"][cp] = {"entries": None if entries is None else len(entries), "error": err}
                 if entries:
@@ -1642,7 +1684,8 @@ class Probe(object):
             "error": None,
         }
         # cp_values: (topic, partition) -> values in OFFSET_CHECKPOINT_FILES order
-        cps = cp_values.get((info["topic"], info["partition"])) if info["dir_state"] == "live" else None
+        # a -future log is checkpointed in its own log dir under the same topic-partition key
+        cps = cp_values.get((info["topic"], info["partition"])) if info["dir_state"] in ("live", "future") else None
         if cps is not None:
             prec["recovery_point"], prec["log_start_offset"], prec["high_watermark"], prec["cleaner_offset"] = cps
         try:
@@ -1675,7 +1718,7 @@ class Probe(object):
                 if prefix == last_prefix:
                     files[ext] = e
                     continue
-                if prefix.isdigit():
+                if _DIGITS20.match(prefix):
                     last_prefix = prefix
                     files = segments.setdefault(int(prefix), {})
                     files[ext] = e
@@ -1817,7 +1860,7 @@ class Probe(object):
                         error="symlink %s points outside the log dir (%s); not followed" % (path, target),
                     )
                     return
-            if e.is_dir():
+            if e.is_dir() and name not in _PARTITION_FILES:
                 self.file_record(logdir, path, "unknown_dir", partition_dir=prec["dir"], name=name)
                 return
             fields = self._stat_fields(path)
@@ -2135,7 +2178,7 @@ class Probe(object):
             if e.is_symlink() and not self._link_inside(e.path, root)[0]:
                 errors.append("symlink %s points outside the log dir; not followed" % e.path)
                 return None
-            fd = os.open(e.path, os.O_RDONLY)
+            fd = os.open(e.path, _O_RDONLY)
             try:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode):
