@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from conftest import CORPUS
 from fleet_doctor import probe as P
+from kafka_ref import ref_batches, ref_valid_bytes
 
 FUZZ = settings(
     max_examples=150,
@@ -49,26 +50,6 @@ def write(scratch: Path, name: str, data: bytes) -> str:
     p = scratch / name
     p.write_bytes(data)
     return str(p)
-
-
-def ref_batches(data: bytes) -> list[tuple[int, int]]:
-    """Reference structural walk (kafka-reference.md §3.3), independent of the probe."""
-    out = []
-    pos = 0
-    while len(data) - pos >= 17:
-        (length,) = struct.unpack_from(">i", data, pos + 8)
-        size = 12 + length
-        magic = data[pos + 16]
-        if length < 14 or magic not in (0, 1, 2) or (magic == 2 and size < 61) or pos + size > len(data):
-            break
-        out.append((pos, size))
-        pos += size
-    return out
-
-
-def ref_valid_bytes(data: bytes) -> int:
-    b = ref_batches(data)
-    return b[-1][0] + b[-1][1] if b else 0
 
 
 # --------------------------------------------------------------------------------------------

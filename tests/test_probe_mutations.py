@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from conftest import by_kind, copy_writable, partition, run_probe, segments
+from kafka_ref import ref_batches, ref_valid_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE_PY = REPO / "plugins" / "fleet_doctor" / "probe.py"
@@ -111,29 +112,6 @@ def errors_naming(records: list[dict[str, Any]], path: Path | str) -> list[str]:
             if isinstance(cp.get("error"), str) and str(path) in cp["error"]:
                 out.append(cp["error"])
     return out
-
-
-def ref_batches(data: bytes) -> list[tuple[int, int]]:
-    """Reference batch walk (kafka-reference.md §3.3), written independently of the probe:
-    (start, size) of each consecutive complete batch from byte 0; size = 12 + int32 at byte 8.
-    Stops when fewer than 17 bytes remain, the size is below 14, the magic is not 0..2, a v2
-    batch is below 61 bytes, or the batch runs past EOF."""
-    out = []
-    pos = 0
-    while len(data) - pos >= 17:
-        (length,) = struct.unpack_from(">i", data, pos + 8)
-        size = 12 + length
-        magic = data[pos + 16]
-        if length < 14 or magic not in (0, 1, 2) or (magic == 2 and size < 61) or pos + size > len(data):
-            break
-        out.append((pos, size))
-        pos += size
-    return out
-
-
-def ref_valid_bytes(data: bytes) -> int:
-    b = ref_batches(data)
-    return b[-1][0] + b[-1][1] if b else 0
 
 
 def v2_last_offset(data: bytes, start: int) -> int:
