@@ -23,6 +23,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         argv.append("--verify-crc")
     if args.discover:
         argv.append("--discover")
+    if args.jobs is not None:
+        argv += ["--jobs", str(args.jobs)]
     argv += args.paths
     if args.format == "jsonl":
         return probe.main(argv)
@@ -179,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--deep", action="store_true", help="also walk .log batch headers and check index entries")
     pp.add_argument("--verify-crc", action="store_true", help="deep, and verify every batch CRC")
     pp.add_argument("--discover", action="store_true", help="probe every log dir found under each PATH")
+    pp.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="partition dirs probed by N processes (default 2 on 2+ CPUs); output identical and in the same order",
+    )
     pp.add_argument(
         "--format", choices=("jsonl", "table"), default="jsonl", help="jsonl (default) or a per-log-dir table"
     )
