@@ -1130,16 +1130,6 @@ def _summary_from_head(fd, size, buf, entry_struct):
     return (size, real, zero_tail, size % esize, monotonic, first, last, checked, viol)
 
 
-def _index_json_values(name, dir_fd, base, entry_struct, is_offset):
-    """_index_values_from for the index `name` in the directory open as dir_fd, which its
-    directory entry says is a regular file. Raises OSError."""
-    fd = os.open(name, _O_RDONLY, dir_fd=dir_fd)
-    try:
-        return _index_values_from(fd, os.pread(fd, HEAD_READ_BYTES + 1, 0), base, entry_struct, is_offset)
-    finally:
-        os.close(fd)
-
-
 def _index_values_from(fd, buf, base, entry_struct, is_offset):
     """The values of an index's segment-record fields, ready for %, given the index open as fd
     and buf, its first HEAD_READ_BYTES + 1 bytes (all of it when shorter); None if fstat says it
