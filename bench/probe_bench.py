@@ -222,6 +222,7 @@ def main(argv=None):
     )
     _rc, baseline_rss, _ = run_rss(args.python, [PROBE, "--help"], subprocess.DEVNULL)
     startup = median([run_timed([args.python, "-c", "pass"])[0] for _ in range(5)])
+    load_before = os.getloadavg()[0]
     workdir = tempfile.mkdtemp(prefix="probe-bench-", dir=args.tmpdir)
     fs = fs_type(os.path.realpath(workdir))
     started = time.perf_counter()
@@ -237,7 +238,8 @@ def main(argv=None):
     env = (
         f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, Python {py_version} ({args.python}), "
         f"{platform.platform()}, trees on {fs}, {args.repeat} runs per command (median), "
-        f"K={args.segments_per_partition} segments per partition"
+        f"K={args.segments_per_partition} segments per partition, load average {load_before:.1f} before and "
+        f"{os.getloadavg()[0]:.1f} after (other jobs on the machine slow all three commands)"
     )
     text = table(rows, baseline_rss, startup)
     verdicts = [

@@ -1503,6 +1503,8 @@ class Probe(object):
                 if not wrote:
                     self._probe_partition_safe(logdir, root, e, cp_values)
                 else:
+                    if isinstance(e, str):
+                        e = _PartitionDir(logdir, e)
                     self.emit(
                         {
                             "kind": "partition",
