@@ -130,8 +130,13 @@ def timeindex_entries(data: bytes) -> list[tuple[int, int]]:
 def run_cli(
     *args: str, timeout: float = 60, prefix: tuple[str, ...] = (), python: str = sys.executable
 ) -> subprocess.CompletedProcess:
-    """Run probe.py as a command (optionally under a privilege-dropping prefix)."""
-    return subprocess.run([*prefix, python, str(PROBE_PY), *args], capture_output=True, timeout=timeout, check=False)
+    """Run probe.py as a command (optionally under a privilege-dropping prefix). The source goes in on
+    stdin (`python3 - ARGS`), as the audit ships it over SSH: the unprivileged user then needs no access
+    to the checkout, which may sit in a private directory."""
+    with PROBE_PY.open("rb") as src:
+        return subprocess.run(
+            [*prefix, python, "-", *args], stdin=src, capture_output=True, timeout=timeout, check=False
+        )
 
 
 def parse_lines(stdout: bytes) -> list[dict[str, Any]]:
