@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,37 @@ def copy_writable(src: Path, dst: Path) -> Path:
                 os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR | stat.S_IRUSR | (stat.S_IXUSR if name in dirs else 0))
     os.chmod(dst, os.stat(dst).st_mode | stat.S_IWUSR)
     return dst
+
+
+# Spark settings for in-process detection tests: small local runs, loopback only, no UI, and no
+# per-call Python call-site capture (pyspark's DataFrame debugging costs several JVM round trips for
+# every DataFrame and Column call).
+SPARK_TEST_CONF = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # a short-lived test JVM: the C1 compiler alone warms up much faster than tiered C2
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+}
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every Spark test, created on first use (tests that never ask
+    for it do not pay the JVM start-up) and stopped at the end of the session."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.master("local[2]").appName("fleet-doctor-tests")
+    for key, value in SPARK_TEST_CONF.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

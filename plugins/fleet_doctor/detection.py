@@ -149,6 +149,7 @@ FINDING_SCHEMA = _schema(
     ("remediation", S),
     ("kafka_version", S),
 )
+FINDING_COLUMNS = FINDING_SCHEMA.fieldNames()
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 INDEX_FILE_BYTES = {"index": 10485760, "timeindex": 10485756}  # segment.index.bytes rounded per entry size
 
@@ -189,11 +190,30 @@ def vnum(text: str) -> int:
     return ver.major * 1_000_000 + ver.minor * 1_000 + ver.patch
 
 
-def _records(raw: DataFrame, kind: str, schema: T.StructType) -> DataFrame:
-    parsed = raw.where(F.get_json_object("value", "$.kind") == kind).select(
-        "broker_id", F.from_json("value", schema).alias("r")
-    )
-    return parsed.select("broker_id", "r.*")
+def _merged_schema(*schemas: T.StructType) -> T.StructType:
+    """One schema holding every field of the given record schemas (a name has one type in all)."""
+    fields: dict[str, T.StructField] = {"kind": T.StructField("kind", S, True)}
+    for schema in schemas:
+        for fld in schema.fields:
+            known = fields.setdefault(fld.name, fld)
+            assert known.dataType == fld.dataType, f"field {fld.name} has two types"
+    return T.StructType(list(fields.values()))
+
+
+PROBE_KINDS = {"segment": SEGMENT_SCHEMA, "partition": PARTITION_SCHEMA, "file": FILE_SCHEMA, "logdir": LOGDIR_SCHEMA}
+ZK_KINDS = {
+    "topic": ZK_TOPIC_SCHEMA,
+    "partition_state": ZK_STATE_SCHEMA,
+    "broker": ZK_BROKER_SCHEMA,
+    "cluster": ZK_CLUSTER_SCHEMA,
+}
+PROBE_RECORD_SCHEMA = _merged_schema(*PROBE_KINDS.values())
+UNLOADED_DIR_RE = r"-[0-9]+\.[0-9A-Za-z_-]+-(delete|stray)$"  # partition dir names Kafka never loads
+ZK_RECORD_SCHEMA = _merged_schema(*ZK_KINDS.values())
+
+
+def _of_kind(records: DataFrame, kind: str, schema: T.StructType, keep: tuple[str, ...] = ()) -> DataFrame:
+    return records.where(F.col("kind") == kind).select(*keep, *schema.fieldNames())
 
 
 def load_frames(
@@ -202,6 +222,9 @@ def load_frames(
     brokers_path: str | None = None,
     zk_snapshot_path: str | None = None,
 ) -> Frames:
+    """Read the staged inputs once each. Every line is parsed once (one schema for all record kinds
+    of a source) and the parsed facts are materialized with ``localCheckpoint``: every rule reads them,
+    and the truncated lineage keeps the ~40 rule plans small (planning them dominates small audits)."""
     raw = spark.read.option("recursiveFileLookup", "false").text(probe_dir)
     if "broker_id" not in raw.columns:
         raise ValueError(f"{probe_dir}: expected broker_id=<N>/ subdirectories holding probe JSON Lines")
@@ -216,34 +239,51 @@ def load_frames(
         .withColumn("kafka_version_num", version_num(F.col("kafka_version")))
         .withColumn("running", F.coalesce("running", F.lit(False)))
         .select("broker_id", "kafka_version", "kafka_version_num", "running", "host")
+        .localCheckpoint()
     )
-    bcols = brokers.select("broker_id", "kafka_version", "kafka_version_num", "running")
-
-    def tag(df: DataFrame) -> DataFrame:
-        # each record kind is parsed once and reused by every rule
-        return df.join(F.broadcast(bcols), "broker_id", "left").persist()
-
+    tags = ("broker_id", "kafka_version", "kafka_version_num", "running")
+    in_logdir = Window.partitionBy("broker_id", "logdir")
+    records = (
+        raw.select("broker_id", F.from_json("value", PROBE_RECORD_SCHEMA).alias("r"))
+        .where(F.col("r.kind").isin(*PROBE_KINDS))
+        .select("broker_id", "r.*")
+        .join(F.broadcast(brokers.select(*tags)), "broker_id", "left")
+        # a broker runs on this log dir: its facts say so, or a process holds the log dir's .lock
+        .withColumn(
+            "logdir_live",
+            F.coalesce(F.col("running"), F.lit(False))
+            | F.max(F.col("lock_held_by_pid").isNotNull() & (F.col("kind") == "logdir")).over(in_logdir),
+        )
+        .localCheckpoint()
+    )
+    # Kafka never loads a "-delete" or "-stray" partition dir again (ref §2.1): their files are
+    # reported by stray-dir only, not as segment or partition damage
+    unloaded = F.col("path").rlike(UNLOADED_DIR_RE) | F.coalesce(F.col("partition_dir"), F.lit("")).rlike(
+        UNLOADED_DIR_RE
+    )
+    records = records.where(~((F.col("kind") != "partition") & unloaded))
     frames = Frames(
-        segments=tag(_records(raw, "segment", SEGMENT_SCHEMA)),
-        partitions=tag(_records(raw, "partition", PARTITION_SCHEMA)),
-        files=tag(_records(raw, "file", FILE_SCHEMA)),
-        logdirs=tag(_records(raw, "logdir", LOGDIR_SCHEMA)),
+        # live_active: the active segment of a running broker (its indexes are legitimately preallocated)
+        segments=_of_kind(records, "segment", SEGMENT_SCHEMA, (*tags, "logdir_live")).withColumn(
+            "live_active", F.coalesce(F.col("active") & F.col("logdir_live"), F.lit(False))
+        ),
+        partitions=_of_kind(records, "partition", PARTITION_SCHEMA, tags),
+        files=_of_kind(records, "file", FILE_SCHEMA, tags),
+        logdirs=_of_kind(records, "logdir", LOGDIR_SCHEMA, tags),
         brokers=brokers,
     )
     if zk_snapshot_path:
-        zraw = spark.read.text(zk_snapshot_path)
-
-        def zk(kind: str, schema: T.StructType) -> DataFrame:
-            return (
-                zraw.where(F.get_json_object("value", "$.kind") == kind)
-                .select(F.from_json("value", schema).alias("r"))
-                .select("r.*")
-            )
-
-        frames.zk_topics = zk("topic", ZK_TOPIC_SCHEMA)
-        frames.zk_states = zk("partition_state", ZK_STATE_SCHEMA)
-        frames.zk_brokers = zk("broker", ZK_BROKER_SCHEMA)
-        frames.zk_cluster = zk("cluster", ZK_CLUSTER_SCHEMA)
+        zk = (
+            spark.read.text(zk_snapshot_path)
+            .select(F.from_json("value", ZK_RECORD_SCHEMA).alias("r"))
+            .where(F.col("r.kind").isin(*ZK_KINDS))
+            .select("r.*")
+            .localCheckpoint()
+        )
+        frames.zk_topics = _of_kind(zk, "topic", ZK_TOPIC_SCHEMA)
+        frames.zk_states = _of_kind(zk, "partition_state", ZK_STATE_SCHEMA)
+        frames.zk_brokers = _of_kind(zk, "broker", ZK_BROKER_SCHEMA)
+        frames.zk_cluster = _of_kind(zk, "cluster", ZK_CLUSTER_SCHEMA)
     return frames
 
 
@@ -308,12 +348,9 @@ def _at_least(version: str) -> Column:
 def index_untrimmed(f: Frames) -> DataFrame:
     """A zero tail outside the active segment of a running broker (the active one is legitimately
     preallocated while the broker runs)."""
-    live_active = F.col("active") & (F.col("running") | F.col("lock_held_by_pid").isNotNull())
-    locks = f.logdirs.select("broker_id", "logdir", "lock_held_by_pid")
     outs = []
     for idx in ("index", "timeindex"):
-        s = f.segments.join(locks, ["broker_id", "logdir"], "left")
-        hit = s.where((F.col(f"{idx}_zero_tail_entries") > 0) & ~F.coalesce(live_active, F.lit(False)))
+        hit = f.segments.where(_stale_zero_tail(idx))
         msg = F.format_string(
             f"%s: {idx} holds %d real entries and a preallocated zero tail of %d entries (%d bytes): "
             "not trimmed by a clean close",
@@ -326,12 +363,16 @@ def index_untrimmed(f: Frames) -> DataFrame:
     return outs[0].unionByName(outs[1])
 
 
+def _stale_zero_tail(idx: str) -> Column:
+    """A zero tail Kafka will read as entries at the next start: any but the active segment's of a
+    running broker (that one is trimmed by the clean close; ref §1.2)."""
+    return (F.col(f"{idx}_zero_tail_entries") > 0) & ~F.col("live_active")
+
+
 def index_last_offset(f: Frames) -> DataFrame:
     """Kafka's sanity check sees the whole file: with a zero tail its last entry is (base, 0)."""
     s = f.segments.where(F.col("index_bytes") >= 8)
-    kafka_last = F.when(F.col("index_zero_tail_entries") > 0, F.col("base_offset")).otherwise(
-        F.col("index_last_offset")
-    )
+    kafka_last = F.when(_stale_zero_tail("index"), F.col("base_offset")).otherwise(F.col("index_last_offset"))
     strict = ~_at_least("2.0.0")  # <= 1.1: last offset must be > base; 2.0+: must be >= base
     bad = F.when(strict, kafka_last <= F.col("base_offset")).otherwise(kafka_last < F.col("base_offset"))
     hit = s.where(kafka_last.isNotNull() & bad)
@@ -384,7 +425,7 @@ def index_beyond_log(f: Frames) -> DataFrame:
 
 
 def timeindex_last_timestamp(f: Frames) -> DataFrame:
-    kafka_last = F.when(F.col("timeindex_zero_tail_entries") > 0, F.lit(0)).otherwise(F.col("timeindex_last_timestamp"))
+    kafka_last = F.when(_stale_zero_tail("timeindex"), F.lit(0)).otherwise(F.col("timeindex_last_timestamp"))
     first = F.col("timeindex_first_timestamp")
     hit = f.segments.where(first.isNotNull() & (kafka_last < first))
     msg = F.format_string(
@@ -511,14 +552,20 @@ def file_unreadable(f: Frames) -> DataFrame:
 
 
 # ---- partition directory metadata
+def _loaded_partitions(f: Frames) -> DataFrame:
+    """Partition dirs Kafka loads at startup: live ones and -future ones (a replica being moved
+    between log dirs); -delete and -stray dirs are never read again (ref §2.1)."""
+    return f.partitions.where(F.col("dir_state").isin("live", "future"))
+
+
 def partition_metadata_malformed(f: Frames) -> DataFrame:
-    hit = f.partitions.where(F.col("partition_metadata_error").isNotNull())
+    hit = _loaded_partitions(f).where(F.col("partition_metadata_error").isNotNull())
     path = F.concat(F.col("path"), F.lit("/partition.metadata"))
     return findings(hit, "partition-metadata-malformed", F.col("partition_metadata_error"), path=path)
 
 
 def leader_epoch_malformed(f: Frames) -> DataFrame:
-    hit = f.partitions.where(F.col("leader_epoch_error").isNotNull())
+    hit = _loaded_partitions(f).where(F.col("leader_epoch_error").isNotNull())
     path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
     return findings(hit, "leader-epoch-malformed", F.col("leader_epoch_error"), path=path)
 
@@ -535,7 +582,7 @@ def leader_epoch_not_monotonic(f: Frames) -> DataFrame:
             )
         ),
     )
-    hit = f.partitions.where(F.size(e) > 1).where(decreasing)
+    hit = _loaded_partitions(f).where(F.size(e) > 1).where(decreasing)
     path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
     msg = F.format_string("%s: epochs or start offsets decrease: %s", path, F.to_json(e))
     return findings(hit, "leader-epoch-not-monotonic", msg, path=path)
@@ -545,7 +592,7 @@ def leader_epoch_ahead(f: Frames) -> DataFrame:
     e = F.col("leader_epochs")
     path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
     beyond = F.exists(e, lambda x: F.element_at(x, 2) > F.col("log_end_offset"))
-    local = f.partitions.where(F.col("log_end_offset").isNotNull() & beyond)
+    local = _loaded_partitions(f).where(F.col("log_end_offset").isNotNull() & beyond)
     local_f = findings(
         local,
         "leader-epoch-ahead",
@@ -557,8 +604,10 @@ def leader_epoch_ahead(f: Frames) -> DataFrame:
     if not f.has_zk:
         return local_f
     assert f.zk_states is not None
-    zk = f.partitions.join(
-        f.zk_states.select("topic", "partition", F.col("leader_epoch").alias("zk_leader_epoch")),
+    zk = _live_partitions(f).join(
+        f.zk_states.where(F.col("error").isNull()).select(
+            "topic", "partition", F.col("leader_epoch").alias("zk_leader_epoch")
+        ),
         ["topic", "partition"],
     )
     ahead = zk.where(F.col("latest_leader_epoch") > F.col("zk_leader_epoch"))
@@ -609,12 +658,23 @@ def topic_id_mismatch(f: Frames) -> DataFrame:
 
 def topic_id_split(f: Frames) -> DataFrame:
     ids = _live_partitions(f).where(F.col("topic_id").isNotNull())
-    per_topic = ids.groupBy("topic").agg(
-        F.count_distinct("topic_id").alias("n_ids"),
-        F.mode("topic_id").alias("majority_id"),
-        F.array_sort(F.collect_set("topic_id")).alias("all_ids"),
+    # replicas per ID; the ones outside the single most common ID are flagged (all of them on a tie:
+    # without a majority there is no telling which side is right)
+    per_id = (
+        ids.groupBy("topic", "topic_id")
+        .agg(F.count("*").alias("n"))
+        .withColumn("top", F.max("n").over(Window.partitionBy("topic")))
     )
-    hit = ids.join(per_topic.where(F.col("n_ids") > 1), "topic").where(F.col("topic_id") != F.col("majority_id"))
+    per_topic = per_id.groupBy("topic").agg(
+        F.count("*").alias("n_ids"),
+        F.sum(F.when(F.col("n") == F.col("top"), 1).otherwise(0)).alias("n_top"),
+        F.array_sort(F.collect_list("topic_id")).alias("all_ids"),
+    )
+    hit = (
+        ids.join(per_id.select("topic", "topic_id", "n", "top"), ["topic", "topic_id"])
+        .join(per_topic.where(F.col("n_ids") > 1), "topic")
+        .where((F.col("n") < F.col("top")) | (F.col("n_top") > 1))
+    )
     path = F.concat(F.col("path"), F.lit("/partition.metadata"))
     msg = F.format_string(
         "%s holds topic ID %s while other replicas of %s hold %s",
@@ -671,12 +731,13 @@ def _assignment(f: Frames) -> DataFrame:
 
 
 def replica_not_assigned(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
     assigned = _assignment(f)
-    known = f.zk_topics.select("topic")  # type: ignore[union-attr]
-    parts = _live_partitions(f).where(F.col("topic") != "__cluster_metadata")
-    hit = parts.join(assigned, ["topic", "partition", "broker_id"], "left_anti").join(
-        known.withColumn("known", F.lit(True)), "topic", "left"
-    )
+    # a topic whose znode could not be read has no known assignment: no judgement on its replicas
+    unreadable = f.zk_topics.where(F.col("partitions").isNull()).select("topic")
+    known = f.zk_topics.where(F.col("partitions").isNotNull()).select("topic", F.lit(True).alias("known"))
+    parts = _live_partitions(f).where(F.col("topic") != "__cluster_metadata").join(unreadable, "topic", "left_anti")
+    hit = parts.join(assigned, ["topic", "partition", "broker_id"], "left_anti").join(known, "topic", "left")
     msg = F.when(
         F.col("known").isNull(),
         F.format_string("%s: topic %s is not in ZooKeeper", "path", "topic"),
@@ -689,9 +750,11 @@ def replica_not_assigned(f: Frames) -> DataFrame:
 
 
 def replica_dir_missing(f: Frames) -> DataFrame:
-    audited = f.segments.select("broker_id").union(f.partitions.select("broker_id")).distinct()
-    audited = audited.union(f.logdirs.select("broker_id")).distinct()
-    expected = _assignment(f).join(audited, "broker_id")
+    assert f.zk_topics is not None
+    audited = f.logdirs.select("broker_id").distinct()  # every probed broker has its logdir records
+    # a topic being deleted loses its directories (renamed -delete) before its znode goes
+    deleting = f.zk_topics.where(F.coalesce("marked_for_deletion", F.lit(False))).select("topic")
+    expected = _assignment(f).join(audited, "broker_id").join(deleting, "topic", "left_anti")
     present = _live_partitions(f).select("topic", "partition", "broker_id")
     hit = expected.join(present, ["topic", "partition", "broker_id"], "left_anti").join(
         f.brokers.select("broker_id", "kafka_version", "kafka_version_num"), "broker_id", "left"
@@ -806,7 +869,7 @@ def checkpoint_dangling(f: Frames) -> DataFrame:
         F.element_at("e", 2).cast("int").alias("partition"),
         F.element_at("e", 3).alias("offset"),
     )
-    dirs = f.partitions.select("broker_id", "logdir", "topic", "partition")
+    dirs = _loaded_partitions(f).select("broker_id", "logdir", "topic", "partition")
     hit = entries.join(dirs, ["broker_id", "logdir", "topic", "partition"], "left_anti")
     msg = F.format_string(
         "%s lists %s-%d (offset %s) but the log dir has no such partition directory",
@@ -944,7 +1007,14 @@ def detect(f: Frames) -> tuple[DataFrame, dict[str, str]]:
             skipped[rule.id] = "no ZooKeeper snapshot given"
             continue
         parts.append(DETECTORS[rule.id](f))
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.unionByName(p)
-    return out, skipped
+    return union_all(parts), skipped
+
+
+def union_all(parts: list[DataFrame]) -> DataFrame:
+    """Union of finding frames (all shaped by ``findings``, so by position), as a balanced tree:
+    a chain of ~40 unions re-analyzes the growing plan at every step."""
+    for p in parts:
+        assert p.columns == FINDING_COLUMNS, p.columns
+    while len(parts) > 1:
+        parts = [parts[i].union(parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return parts[0]

@@ -24,6 +24,10 @@ LOCAL_SPARK_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.log.level": "WARN",
+    # a short-lived driver JVM: the C1 compiler alone warms up much faster than tiered C2
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # no per-call Python call-site capture (several JVM round trips per DataFrame/Column call)
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 

@@ -1,0 +1,436 @@
+"""Detection rules (plugins/fleet_doctor/detection.py) on real data, in-process on one shared Spark session.
+
+Two detect runs, each built once per module (Spark planning dominates, not data):
+
+- **mutated**: the test fleet of ``fleet_builder`` with every mutation applied and the ZooKeeper state
+  edited, *plus* every log dir of the pristine corpus staged twice (metadata mode and deep mode with CRC
+  checks) under broker ids >= 1000. Every rule of RULES.md must fire where its mutation is, with the
+  right broker, topic, partition, segment, path and version-banded severity; the pristine corpus log
+  dirs must show no segment or index damage beyond what MANIFEST.md explains.
+- **pristine**: the same fleet layout with nothing broken and the unedited ZooKeeper records. Every
+  rule must stay silent, except for the genuine anomalies MANIFEST.md describes (each listed below
+  with its explanation), and in particular silent at every spot where the mutated run fires it.
+
+Expected values come from the bytes the builder wrote, the corpus files and MANIFEST.md, never from the
+probe's or detection's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpus_manifest import SampleAppendix, appendix
+from fleet_builder import (
+    ARYAN_DESIGN1_DISK_ID,
+    ARYAN_DESIGN1_ZK_ID,
+    BROKERS,
+    DESIGN_REPLICAS,
+    IDX0,
+    MUTATIONS,
+    THILLAI,
+    VERSION_BROKERS,
+    VERSIONED,
+    Fleet,
+    Spot,
+    build_fleet,
+    stage,
+    write_jsonl,
+)
+
+from fleet_doctor import probe
+from fleet_doctor.detection import FINDING_COLUMNS, detect, load_frames
+from fleet_doctor.rules import RULES, Needs, Scope
+
+CORPUS_METADATA_BASE, CORPUS_DEEP_BASE = 1000, 2000
+# the brokers' Kafka versions per MANIFEST.md (the lowest a sample's evidence allows)
+SAMPLE_VERSIONS = {
+    "kraft-3.2-3broker-replicated-nurlan": "3.2.0",
+    "kraft-3.5-3broker-greenlemon": "3.5.1",
+    "kraft-3.7-ldipoc": "3.7.0",
+    "kraft-4.0-multiseg-kscan": "4.0.0",
+    "zk-0.10-v1format-3zk-xpx": "0.10.1.0",
+    "zk-2.5-multinode-sagarrao": "2.5.0",
+    "zk-2.6-compacted-coby": "2.6.0",
+    "zk-2.8-snappy-seanorth": "2.8.0",
+    "zk-2.8plus-producerstate-cheynee": "3.4.0",
+    "zk-3.0-3broker-tuyen": "3.0.0",
+    "zk-3.1-single-aryan": "3.1.0",
+    "zk-3.3-cleaner-swap-geraldine": "3.3.1",
+    "zk-3.8-3broker-nolog-matera": "3.8.0",
+    "zk-3.9-3broker-thillai": "3.9.0",
+    "zk-3broker-3zk-vietstock": "3.4.0",
+    "zk-gzip-leaderepochs-biggerbrain": "3.9.0",
+}
+ALL_RULE_IDS = [r.id for r in RULES]
+SEGMENT_RULE_IDS = [r.id for r in RULES if r.scope is Scope.SEGMENT]
+
+
+# ------------------------------------------------------------------------------------------- runs
+def run_detect(spark, root: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    frames = load_frames(spark, str(root / "probe"), str(root / "brokers.jsonl"), str(root / "zk.jsonl"))
+    df, skipped = detect(frames)
+    assert df.columns == FINDING_COLUMNS
+    return [r.asDict() for r in df.collect()], skipped
+
+
+class Run:
+    def __init__(self, fleet: Fleet, rows: list[dict[str, Any]], skipped: dict[str, str], corpus_dirs=None):
+        self.fleet = fleet
+        self.rows = rows
+        self.skipped = skipped
+        self.corpus_dirs: dict[int, tuple[str, Path]] = corpus_dirs or {}  # broker id -> (sample, log dir)
+
+    def rel(self, row: dict[str, Any]) -> str | None:
+        """A finding's path relative to its broker's log dir (ZooKeeper and other paths as they are)."""
+        path = row["path"]
+        ld = self.fleet.logdirs.get(row["broker_id"]) if row["broker_id"] is not None else None
+        if path is None or ld is None:
+            return path
+        if path == str(ld):
+            return ""
+        return path[len(str(ld)) + 1 :] if path.startswith(str(ld) + "/") else path
+
+    def key(self, row: dict[str, Any]) -> tuple:
+        return (row["rule"], row["broker_id"], row["topic"], row["partition"], row["segment"], self.rel(row))
+
+    def fleet_rows(self, rule: str | None = None) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self.rows
+            if (r["broker_id"] is None or r["broker_id"] in BROKERS) and (rule is None or r["rule"] == rule)
+        ]
+
+    def corpus_rows(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["broker_id"] in self.corpus_dirs]
+
+    def find(self, spot: Spot) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self.fleet_rows(spot.rule)
+            if r["broker_id"] == spot.broker_id
+            and r["topic"] == spot.topic
+            and r["partition"] == spot.partition
+            and r["segment"] == spot.segment
+            and (spot.path is None or self.rel(r) == spot.path)
+        ]
+
+
+def corpus_logdirs(corpus: Path) -> list[tuple[str, Path]]:
+    dirs = [Path(d) for d in probe.discover_logdirs([str(corpus)])]
+    out = [(d.relative_to(corpus).parts[0], d) for d in dirs]
+    assert {s for s, _ in out} == set(SAMPLE_VERSIONS), "every corpus sample has at least one log dir"
+    return out
+
+
+@pytest.fixture(scope="module")
+def mutated(spark, corpus, tmp_path_factory) -> Run:
+    fleet = build_fleet(corpus, tmp_path_factory.mktemp("mutated") / "fleet", mutate=True)
+    # the pristine corpus rides along (segment rules look at one partition dir at a time; the extra
+    # brokers are not in the fleet's ZooKeeper state, so their cross-source findings are ignored)
+    corpus_dirs: dict[int, tuple[str, Path]] = {}
+    facts = [json.loads(line) for line in fleet.brokers_path.read_text().splitlines()]
+    for k, (sample, d) in enumerate(corpus_logdirs(corpus)):
+        for base, deep in ((CORPUS_METADATA_BASE, False), (CORPUS_DEEP_BASE, True)):
+            bid = base + k
+            corpus_dirs[bid] = (sample, d)
+            stage(fleet.root, {bid: [d]}, deep=deep, verify_crc=deep)
+            facts.append({"broker_id": bid, "kafka_version": SAMPLE_VERSIONS[sample], "running": False})
+    write_jsonl(fleet.brokers_path, facts)
+    rows, skipped = run_detect(spark, fleet.root)
+    return Run(fleet, rows, skipped, corpus_dirs)
+
+
+@pytest.fixture(scope="module")
+def pristine(spark, corpus, tmp_path_factory) -> Run:
+    fleet = build_fleet(corpus, tmp_path_factory.mktemp("pristine") / "fleet", mutate=False)
+    rows, skipped = run_detect(spark, fleet.root)
+    return Run(fleet, rows, skipped)
+
+
+@pytest.fixture(scope="module")
+def manifest(corpus) -> dict[str, SampleAppendix]:
+    return appendix(corpus)
+
+
+# ------------------------------------------------------------------------------------------- coverage
+def test_every_catalogue_rule_has_a_mutation_and_nothing_was_skipped(mutated, pristine):
+    covered = {s.rule for s in MUTATIONS} | {v[0] for v in VERSIONED}
+    assert covered == set(ALL_RULE_IDS)
+    assert mutated.skipped == {} and pristine.skipped == {}
+
+
+def test_finding_shape(mutated):
+    assert mutated.rows
+    for r in mutated.rows:
+        assert r["rule"] in ALL_RULE_IDS
+        assert r["severity"] in ("info", "warning", "critical")
+        assert isinstance(r["message"], str) and r["message"]
+        assert r["path"], r
+
+
+# ------------------------------------------------------------------------------------------- mutations fire
+@pytest.mark.parametrize("spot", MUTATIONS, ids=lambda s: s.id)
+def test_mutation_fires(mutated, spot):
+    hits = mutated.find(spot)
+    assert len(hits) == 1, f"{spot.id}: {len(hits)} findings; the rule's findings: " + repr(
+        [mutated.key(r) for r in mutated.fleet_rows(spot.rule)]
+    )
+    hit = hits[0]
+    assert hit["severity"] == spot.severity, hit
+    for text in spot.message_has:
+        assert text in hit["message"], hit["message"]
+    if hit["broker_id"] is not None:
+        assert hit["kafka_version"] == BROKERS[hit["broker_id"]]
+        if spot.rule not in ("replica-dir-missing",):
+            assert hit["log_dir"] == str(mutated.fleet.logdirs[hit["broker_id"]])
+
+
+def test_segment_findings_name_the_file(mutated):
+    """Segment rules point at the damaged file itself (what the repair planner moves aside)."""
+    for spot in MUTATIONS:
+        if spot.segment is None or spot.path is None:
+            continue
+        (hit,) = mutated.find(spot)
+        assert Path(hit["path"]).name.startswith(f"{spot.segment:020d}."), hit["path"]
+        assert hit["path"] in hit["message"], hit["message"]
+
+
+# ------------------------------------------------------------------------------------------- versions
+VERSION_CASES = [(rule, pdir, leaf, bid, sev) for rule, pdir, leaf, by in VERSIONED for bid, sev in by.items()]
+
+
+@pytest.mark.parametrize(
+    ("rule", "pdir", "leaf", "broker_id", "severity"),
+    VERSION_CASES,
+    ids=[
+        f"{r}:{p}/{leaf.split('.')[-1]}:{VERSION_BROKERS[b]}{'-running' if b == 11 else ''}"
+        for r, p, leaf, b, _ in VERSION_CASES
+    ],
+)
+def test_version_banded_severity(mutated, rule, pdir, leaf, broker_id, severity):
+    topic, _, part = pdir.rpartition("-")
+    spot = Spot(rule, broker_id, topic, int(part), 0, f"{pdir}/{leaf}", severity or "")
+    hits = mutated.find(spot)
+    if severity is None:
+        assert hits == [], f"{rule} must be silent on Kafka {VERSION_BROKERS[broker_id]}: {hits}"
+    else:
+        assert len(hits) == 1, f"{rule} must fire once on Kafka {VERSION_BROKERS[broker_id]}: {hits}"
+        assert hits[0]["severity"] == severity
+        assert hits[0]["kafka_version"] == VERSION_BROKERS[broker_id]
+
+
+def test_same_bytes_on_every_version_broker(mutated):
+    """The version cases compare like with like: the five copies are byte-identical."""
+    files = [mutated.fleet.logdirs[b] / "design-0" / IDX0 for b in VERSION_BROKERS]
+    assert len({f.read_bytes() for f in files}) == 1
+    assert set(DESIGN_REPLICAS) == {3, *VERSION_BROKERS}
+
+
+# ------------------------------------------------------------------------------------------- no false positives
+# Findings in the mutated fleet that are neither a mutation's spot nor in the pristine twin: each is a
+# direct consequence of a mutation made for another rule.
+CO_FIRES = {
+    # an offset-index entry whose offset precedes its batch is also an index-entry mismatch (deep)
+    ("index-entry-mismatch", 3, "design", 0, 0, f"design-0/{IDX0}"),
+    # swapped entries: the merge walk of the index against the batches loses its place
+    ("index-entry-mismatch", 3, "design", 2, 0, f"design-2/{IDX0}"),
+    # the single base-offset entry of design-1 points at a batch that starts after the base offset
+    *{("index-entry-mismatch", b, "design", 1, 0, f"design-1/{IDX0}") for b in VERSION_BROKERS},
+    # broker 1's mycart-2 was removed but its checkpoint entries stay
+    ("checkpoint-dangling", 1, "mycart", 2, None, "recovery-point-offset-checkpoint"),
+    # the rahul-0 copied onto broker 2 has no index, like the original (MANIFEST: active indexes absent)
+    ("index-missing", 2, "rahul", 0, 0, "rahul-0/00000000000000000000.log"),
+}
+
+
+def test_mutations_cause_nothing_else(mutated, pristine):
+    expected = {mutated.key(r) for s in MUTATIONS for r in mutated.find(s)}
+    expected |= {
+        mutated.key(r)
+        for rule, pdir, leaf, by in VERSIONED
+        for bid, sev in by.items()
+        if sev
+        for r in mutated.find(
+            Spot(rule, bid, pdir.rpartition("-")[0], int(pdir.rpartition("-")[2]), 0, f"{pdir}/{leaf}", sev)
+        )
+    }
+    pristine_keys = {pristine.key(r) for r in pristine.rows}
+    # topic-id-split groups replicas fleet-wide: the corpus brokers riding along hold other clusters'
+    # __consumer_offsets and my-topic (the pristine run, without them, checks those topics)
+    corpus_topics = {r["topic"] for r in mutated.corpus_rows()} | {"__consumer_offsets"}
+    got = {
+        mutated.key(r)
+        for r in mutated.fleet_rows()
+        if not (r["rule"] == "topic-id-split" and r["topic"] in corpus_topics and r["topic"] != "my-topic")
+    }
+    unexplained = sorted(got - expected - pristine_keys - CO_FIRES, key=repr)
+    assert unexplained == []
+
+
+# ------------------------------------------------------------------------------------------- pristine twin
+def _leader_epochs(path: Path) -> list[tuple[int, int]]:
+    lines = path.read_text().split("\n") if path.is_file() else []
+    return [(int(a), int(b)) for a, b in (ln.split() for ln in lines[2:] if ln.strip())]
+
+
+def _checkpoint(path: Path) -> list[tuple[str, int]]:
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [(ln.split()[0], int(ln.split()[1])) for ln in lines[2:] if ln.strip()]
+
+
+def pristine_explained(run: Run, manifest: dict[str, SampleAppendix]) -> dict[str, set[tuple]]:
+    """Every finding the pristine fleet must show, rule by rule, each one a genuine anomaly of the
+    corpus that MANIFEST.md describes (computed from the staged files and ZooKeeper records)."""
+    fleet, thillai = run.fleet, manifest[THILLAI]
+    out: dict[str, set[tuple]] = {r: set() for r in ALL_RULE_IDS}
+    zk_topics = {r["topic"]: r for r in fleet.zk if r["kind"] == "topic"}
+    zk_states = {(r["topic"], r["partition"]): r for r in fleet.zk if r["kind"] == "partition_state"}
+    for bid in (0, 1, 2):
+        ld = fleet.logdirs[bid]
+        # MANIFEST: "No clean shutdown" for thillai's broker dirs
+        out["unclean-shutdown"].add(("unclean-shutdown", bid, None, None, None, ""))
+        dirs = {p.name for p in ld.iterdir() if p.is_dir()}
+        for name in dirs:
+            topic, _, part = name.rpartition("-")
+            files = set(os.listdir(ld / name))
+            # MANIFEST Appendix A: the active segment's indexes are absent (>= 4 MiB preallocated)
+            for log in sorted(f for f in files if f.endswith(".log")):
+                if log.replace(".log", ".index") not in files:
+                    assert f"kafka-logs-{bid}/{name}" in thillai.absent_index_dirs, name
+                    out["index-missing"].add(("index-missing", bid, topic, int(part), int(log[:20]), f"{name}/{log}"))
+            # MANIFEST: incoming, sendToEmail and outgoing were created after the last snapshot
+            if topic not in zk_topics:
+                assert topic in ("incoming", "sendToEmail", "outgoing"), name
+                out["replica-not-assigned"].add(("replica-not-assigned", bid, topic, int(part), None, name))
+            # MANIFEST: the snapshot's leader epochs (my-topic 4/4/2) predate the replicas' checkpoints
+            epochs = _leader_epochs(ld / name / "leader-epoch-checkpoint")
+            state = zk_states.get((topic, int(part)))
+            if epochs and state and epochs[-1][0] > state["leader_epoch"]:
+                path = f"{name}/leader-epoch-checkpoint"
+                out["leader-epoch-ahead"].add(("leader-epoch-ahead", bid, topic, int(part), None, path))
+        # MANIFEST Appendix A: omitted empty __consumer_offsets dirs are still in the checkpoints and
+        # in the assignment
+        for cp in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint", "log-start-offset-checkpoint"):
+            for topic, part in _checkpoint(ld / cp):
+                if f"{topic}-{part}" not in dirs:
+                    assert f"kafka-logs-{bid}/{topic}-{part}" in thillai.omitted
+                    out["checkpoint-dangling"].add(("checkpoint-dangling", bid, topic, part, None, cp))
+        for topic, rec in zk_topics.items():
+            for part, replicas in rec["partitions"].items():
+                if bid in replicas and f"{topic}-{part}" not in dirs:
+                    assert f"kafka-logs-{bid}/{topic}-{part}" in thillai.omitted
+                    out["replica-dir-missing"].add(
+                        ("replica-dir-missing", bid, topic, int(part), None, f"{topic}-{part}")
+                    )
+    # MANIFEST: design1's partition.metadata ID differs from ZooKeeper's (design1 recreated after snapshot.32f)
+    for p in range(3):
+        pm = (fleet.logdirs[3] / f"design1-{p}" / "partition.metadata").read_text()
+        assert ARYAN_DESIGN1_DISK_ID in pm and zk_topics["design1"]["topic_id"] == ARYAN_DESIGN1_ZK_ID
+        out["topic-id-mismatch"].add(("topic-id-mismatch", 3, "design1", p, None, f"design1-{p}/partition.metadata"))
+    # replication factor 1 in ZooKeeper (single-broker topics of both clusters)
+    for topic, rec in zk_topics.items():
+        if rec["replication_factor"] == 1:
+            out["unsafe-replication"].add(
+                ("unsafe-replication", None, topic, None, None, f"zk:/brokers/topics/{topic}")
+            )
+    return out
+
+
+def test_pristine_explanations_are_not_empty_where_manifest_says_so(pristine, manifest):
+    explained = pristine_explained(pristine, manifest)
+    assert len(explained["checkpoint-dangling"]) == 88  # 44 omitted dirs x 2 checkpoint files
+    assert len(explained["replica-dir-missing"]) == 44
+    assert {k[2] for k in explained["unsafe-replication"]} >= {"__consumer_offsets", "rahul", "test-topic"}
+    assert not {k[2] for k in explained["unsafe-replication"]} & {"my-topic", "mycart", "design"}
+
+
+@pytest.mark.parametrize("rule", ALL_RULE_IDS)
+def test_silent_on_pristine(pristine, mutated, manifest, rule):
+    got = {pristine.key(r) for r in pristine.rows if r["rule"] == rule}
+    assert got == pristine_explained(pristine, manifest)[rule]
+    # and in particular silent wherever the mutated fleet fires it
+    fired = {mutated.key(r) for s in MUTATIONS if s.rule == rule for r in mutated.find(s)}
+    assert not fired & got
+
+
+# ------------------------------------------------------------------------------------------- the corpus
+def _corpus_hits(run: Run, rule: str) -> list[tuple[str, str, str]]:
+    """(sample, path relative to the sample, mode) of every finding of a rule on the corpus brokers."""
+    out = []
+    for r in run.corpus_rows():
+        if r["rule"] == rule:
+            sample, d = run.corpus_dirs[r["broker_id"]]
+            mode = "deep" if r["broker_id"] >= CORPUS_DEEP_BASE else "metadata"
+            out.append((sample, str(Path(r["path"]).relative_to(d.parent)), mode))
+    return out
+
+
+def _walk_segments(corpus: Path) -> Iterable[tuple[str, Path, str, set[str]]]:
+    for sample, d in corpus_logdirs(corpus):
+        for pdir in sorted(p for p in d.iterdir() if p.is_dir()):
+            files = set(os.listdir(pdir))
+            bases = {f[:20] for f in files if f[:20].isdigit() and f[20:] in (".log", ".index", ".timeindex")}
+            for base in sorted(bases):
+                yield sample, pdir, base, files
+
+
+DAMAGE_RULES = [r for r in SEGMENT_RULE_IDS if r not in ("index-missing", "index-orphan", "segment-leftover")]
+
+
+@pytest.mark.parametrize("rule", DAMAGE_RULES)
+def test_corpus_has_no_index_or_log_damage(mutated, rule):
+    """MANIFEST.md: every batch CRC is valid, every index entry points at a batch start, sizes are whole
+    entries, entries are monotonic, no .index last offset is at or below its base: no damage rule fires
+    on any corpus log dir, in metadata mode or deep mode with CRC checks."""
+    assert _corpus_hits(mutated, rule) == []
+
+
+def test_corpus_index_missing_exactly_where_manifest_says_absent(mutated, corpus, manifest):
+    expected = set()
+    for sample, pdir, base, files in _walk_segments(corpus):
+        if f"{base}.log" in files and f"{base}.index" not in files:
+            rel = f"{pdir.parent.name}/{pdir.name}"
+            assert rel in manifest[sample].absent_index_dirs, f"{sample}/{rel}: an index missing for no reason"
+            for mode in ("metadata", "deep"):
+                expected.add((sample, f"{rel}/{base}.log", mode))
+    assert expected, "the corpus has logs whose preallocated index is absent"
+    assert set(_corpus_hits(mutated, "index-missing")) == expected
+
+
+def test_corpus_index_orphan_only_where_the_log_is_absent(mutated, corpus):
+    expected = set()
+    for sample, pdir, base, files in _walk_segments(corpus):
+        if f"{base}.log" not in files:
+            # MANIFEST: matera has no .log files at all; kraft-4.0's __cluster_metadata .logs are ABSENT
+            assert sample == "zk-3.8-3broker-nolog-matera" or (
+                sample == "kraft-4.0-multiseg-kscan" and pdir.name == "__cluster_metadata-0"
+            ), f"{sample}/{pdir.name}/{base}"
+            leaf = f"{base}.index" if f"{base}.index" in files else f"{base}.timeindex"
+            for mode in ("metadata", "deep"):
+                expected.add((sample, f"{pdir.parent.name}/{pdir.name}/{leaf}", mode))
+    assert {s for s, _, _ in expected} == {"zk-3.8-3broker-nolog-matera", "kraft-4.0-multiseg-kscan"}
+    assert set(_corpus_hits(mutated, "index-orphan")) == expected
+
+
+def test_corpus_segment_leftovers_are_geraldines_cleaner_files(mutated):
+    base = "zk-3.3-cleaner-swap-geraldine", "kafka-logs/__consumer_offsets-18/00000000000000000000"
+    expected = {
+        (base[0], f"{base[1]}.{leaf}", mode)
+        for leaf in ("log.swap", "index.swap", "timeindex.cleaned")
+        for mode in ("metadata", "deep")
+    }
+    assert set(_corpus_hits(mutated, "segment-leftover")) == expected
+
+
+def test_corpus_was_probed_in_both_modes(mutated):
+    """Each corpus log dir is staged twice: metadata mode, and deep mode with CRC checks (what the deep
+    rules, DEEP and CRC in the registry, need)."""
+    assert len(mutated.corpus_dirs) == 2 * 32  # 32 log dirs in the 16 samples
+    assert {r.needs for r in RULES if r.scope is Scope.SEGMENT} == {Needs.METADATA, Needs.DEEP, Needs.CRC}
+    modes = {r["broker_id"] >= CORPUS_DEEP_BASE for r in mutated.corpus_rows() if r["rule"] == "index-missing"}
+    assert modes == {True, False}
