@@ -120,24 +120,21 @@ class Rule:
             return False
         return self.applies_until is None or version < self.applies_until
 
-    def severity_for(self, version: KafkaVersion | None) -> Severity:
-        """The severity on a broker of this Kafka version; unknown version → the worst band."""
+    def band_for(self, version: KafkaVersion | None) -> SeverityBand:
+        """The band in force on a broker of this Kafka version; unknown version → the worst band."""
         if version is None:
-            return max(b.severity for b in self.bands)
+            return max(self.bands, key=lambda b: b.severity)
         chosen = self.bands[0]
         for band in self.bands:
             if band.since <= version:
                 chosen = band
-        return chosen.severity
+        return chosen
+
+    def severity_for(self, version: KafkaVersion | None) -> Severity:
+        return self.band_for(version).severity
 
     def behaviour_for(self, version: KafkaVersion | None) -> str:
-        if version is None:
-            return max(self.bands, key=lambda b: b.severity).behaviour
-        chosen = self.bands[0]
-        for band in self.bands:
-            if band.since <= version:
-                chosen = band
-        return chosen.behaviour
+        return self.band_for(version).behaviour
 
 
 def _one(severity: Severity, behaviour: str = "") -> tuple[SeverityBand, ...]:
