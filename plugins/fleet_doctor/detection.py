@@ -121,6 +121,9 @@ LOGDIR_SCHEMA = _schema(
     ("meta", _schema(("version", INT), ("broker_id", INT), ("cluster_id", S))),
 )
 BROKER_FACTS_SCHEMA = _schema(("broker_id", INT), ("kafka_version", S), ("running", B), ("host", S))
+BROKERS_SCHEMA = _schema(
+    ("broker_id", INT), ("kafka_version", S), ("kafka_version_num", L), ("running", B), ("host", S), ("probed", B)
+)
 ZK_TOPIC_SCHEMA = _schema(
     ("topic", S),
     ("topic_id", S),
@@ -167,27 +170,36 @@ class Frames:
     zk_states: DataFrame | None = None
     zk_brokers: DataFrame | None = None
     zk_cluster: DataFrame | None = None
+    # small facts read back to the driver once (a few rows per broker), used as literals by the rules
+    fleet_version: str | None = None  # the newest Kafka version among the brokers (None: none known)
+    fleet_version_num: int | None = None
+    probed_brokers: tuple[int, ...] = ()  # brokers with probe output
+    zk_registered: tuple[int, ...] = ()  # /brokers/ids in the ZooKeeper snapshot
+    zk_cluster_id: str | None = None
 
     @property
     def has_zk(self) -> bool:
         return self.zk_topics is not None
 
+    def fleet_tagged(self, df: DataFrame) -> DataFrame:
+        """Cluster-level findings (no single broker) take the newest broker's Kafka version."""
+        return df.withColumn("kafka_version_num", F.lit(self.fleet_version_num).cast("long")).withColumn(
+            "kafka_version", F.lit(self.fleet_version).cast("string")
+        )
+
 
 # ---- loading
-def version_num(col: Column) -> Column:
-    """'3.9.0' -> 3009000; '0.10.1.0' -> 10001 (0.x releases: the third part is the feature release)."""
-    parts = F.split(F.regexp_extract(col, r"^(\d+\.\d+(?:\.\d+)?)", 1), r"\.")
-    num = (
-        F.element_at(parts, 1).cast("long") * 1_000_000
-        + F.element_at(parts, 2).cast("long") * 1_000
-        + F.coalesce(F.try_element_at(parts, F.lit(3)).cast("long"), F.lit(0))
-    )
-    return F.when(F.regexp_extract(col, r"^(\d+\.\d+)", 1) == "", F.lit(None).cast("long")).otherwise(num)
-
-
 def vnum(text: str) -> int:
     ver = KafkaVersion.parse(text)
     return ver.major * 1_000_000 + ver.minor * 1_000 + ver.patch
+
+
+def _vnum_or_none(text: str | None) -> int | None:
+    """As version_num, on the driver: None for a missing or unparsable version."""
+    try:
+        return vnum(text) if text else None
+    except ValueError:
+        return None
 
 
 def _merged_schema(*schemas: T.StructType) -> T.StructType:
@@ -229,30 +241,53 @@ def load_frames(
     if "broker_id" not in raw.columns:
         raise ValueError(f"{probe_dir}: expected broker_id=<N>/ subdirectories holding probe JSON Lines")
     raw = raw.withColumn("broker_id", F.col("broker_id").cast("int"))
+    # the brokers: a few facts per broker, joined on the driver and attached to every record by lookup
+    probed = {r.broker_id for r in raw.select("broker_id").distinct().collect()}
+    facts = {}
     if brokers_path:
-        facts = spark.read.schema(BROKER_FACTS_SCHEMA).json(brokers_path)
-    else:
-        facts = spark.createDataFrame([], BROKER_FACTS_SCHEMA)
-    seen = raw.select("broker_id").distinct()
-    brokers = (
-        seen.join(facts, "broker_id", "full_outer")
-        .withColumn("kafka_version_num", version_num(F.col("kafka_version")))
-        .withColumn("running", F.coalesce("running", F.lit(False)))
-        .select("broker_id", "kafka_version", "kafka_version_num", "running", "host")
-        .localCheckpoint()
-    )
+        facts = {r.broker_id: r for r in spark.read.schema(BROKER_FACTS_SCHEMA).json(brokers_path).collect()}
+    broker_rows = [
+        (
+            bid,
+            version,
+            _vnum_or_none(version),
+            bool(fact is not None and fact.running),
+            fact.host if fact is not None else None,
+            bid in probed,
+        )
+        for bid in sorted(b for b in probed | set(facts) if b is not None)
+        for fact in [facts.get(bid)]
+        for version in [fact.kafka_version if fact is not None else None]
+    ]
+    brokers = spark.createDataFrame(broker_rows, BROKERS_SCHEMA)
+    versions = sorted((r[2], r[1]) for r in broker_rows if r[2] is not None)
+
+    def lookup(index: int, dtype: T.DataType) -> Column:
+        pairs = [x for r in broker_rows for x in (F.lit(r[0]), F.lit(r[index]))]
+        return (F.create_map(*pairs)[F.col("broker_id")] if pairs else F.lit(None)).cast(dtype)
+
     tags = ("broker_id", "kafka_version", "kafka_version_num", "running")
     in_logdir = Window.partitionBy("broker_id", "logdir")
+    in_partition_dir = Window.partitionBy("broker_id", "logdir", "path")
+    segment_order = Window.partitionBy("broker_id", "logdir", "path", "kind").orderBy("base_offset")
     records = (
         raw.select("broker_id", F.from_json("value", PROBE_RECORD_SCHEMA).alias("r"))
         .where(F.col("r.kind").isin(*PROBE_KINDS))
         .select("broker_id", "r.*")
-        .join(F.broadcast(brokers.select(*tags)), "broker_id", "left")
+        .withColumn("kafka_version", lookup(1, S))
+        .withColumn("kafka_version_num", lookup(2, L))
+        .withColumn("running", F.coalesce(lookup(3, B), F.lit(False)))
         # a broker runs on this log dir: its facts say so, or a process holds the log dir's .lock
         .withColumn(
             "logdir_live",
             F.coalesce(F.col("running"), F.lit(False))
             | F.max(F.col("lock_held_by_pid").isNotNull() & (F.col("kind") == "logdir")).over(in_logdir),
+        )
+        # segments: the base offset of the partition's next segment, and the partition's recovery point
+        .withColumn("next_base", F.when(F.col("kind") == "segment", F.lead("base_offset").over(segment_order)))
+        .withColumn(
+            "partition_recovery_point",
+            F.max(F.when(F.col("kind") == "partition", F.col("recovery_point"))).over(in_partition_dir),
         )
         .localCheckpoint()
     )
@@ -264,13 +299,16 @@ def load_frames(
     records = records.where(~((F.col("kind") != "partition") & unloaded))
     frames = Frames(
         # live_active: the active segment of a running broker (its indexes are legitimately preallocated)
-        segments=_of_kind(records, "segment", SEGMENT_SCHEMA, (*tags, "logdir_live")).withColumn(
-            "live_active", F.coalesce(F.col("active") & F.col("logdir_live"), F.lit(False))
-        ),
+        segments=_of_kind(
+            records, "segment", SEGMENT_SCHEMA, (*tags, "logdir_live", "next_base", "partition_recovery_point")
+        ).withColumn("live_active", F.coalesce(F.col("active") & F.col("logdir_live"), F.lit(False))),
         partitions=_of_kind(records, "partition", PARTITION_SCHEMA, tags),
         files=_of_kind(records, "file", FILE_SCHEMA, tags),
         logdirs=_of_kind(records, "logdir", LOGDIR_SCHEMA, tags),
         brokers=brokers,
+        fleet_version=versions[-1][1] if versions else None,
+        fleet_version_num=versions[-1][0] if versions else None,
+        probed_brokers=tuple(sorted(probed)),
     )
     if zk_snapshot_path:
         zk = (
@@ -284,12 +322,24 @@ def load_frames(
         frames.zk_states = _of_kind(zk, "partition_state", ZK_STATE_SCHEMA)
         frames.zk_brokers = _of_kind(zk, "broker", ZK_BROKER_SCHEMA)
         frames.zk_cluster = _of_kind(zk, "cluster", ZK_CLUSTER_SCHEMA)
+        small = zk.where(F.col("kind").isin("broker", "cluster")).select("kind", "broker_id", "cluster_id", "error")
+        small_rows = small.collect()
+        frames.zk_registered = tuple(
+            sorted(
+                r.broker_id for r in small_rows if r.kind == "broker" and r.error is None and r.broker_id is not None
+            )
+        )
+        frames.zk_cluster_id = next((r.cluster_id for r in small_rows if r.kind == "cluster" and r.cluster_id), None)
     return frames
 
 
 # ---- finding construction
 def severity(rule: Rule, version_num_col: Column) -> Column:
     """The rule's severity for each row's Kafka version (unknown version: the worst band)."""
+    return _cached(("severity", rule.id, str(version_num_col)), lambda: _severity(rule, version_num_col))
+
+
+def _severity(rule: Rule, version_num_col: Column) -> Column:
     worst = max(b.severity for b in rule.bands).value
     expr = None
     for band in sorted(rule.bands, key=lambda b: b.since, reverse=True):
@@ -336,8 +386,25 @@ def findings(
     )
 
 
+# Columns built from names and literals only are reusable across DataFrames; detect() builds some of
+# them dozens of times, and each costs several JVM round trips. Cached per detect() run.
+_COLUMN_CACHE: dict[tuple, Column] = {}
+
+
+def _cached(key: tuple, build: Callable[[], Column]) -> Column:
+    if key not in _COLUMN_CACHE:
+        _COLUMN_CACHE[key] = build()
+    return _COLUMN_CACHE[key]
+
+
 def seg_file(ext: str) -> Column:
-    return F.concat(F.col("path"), F.lit("/"), F.lpad(F.col("base_offset").cast("string"), 20, "0"), F.lit("." + ext))
+    """path/<base offset, 20 digits>.<ext> of a segment record."""
+    return _cached(
+        ("seg_file", ext),
+        lambda: F.concat(
+            F.col("path"), F.lit("/"), F.lpad(F.col("base_offset").cast("string"), 20, "0"), F.lit("." + ext)
+        ),
+    )
 
 
 def _at_least(version: str) -> Column:
@@ -345,22 +412,70 @@ def _at_least(version: str) -> Column:
 
 
 # ---- segment and index rules
-def index_untrimmed(f: Frames) -> DataFrame:
+# Rules that read one fact frame without a join are Checks: detect() evaluates all the checks of a
+# frame in one pass (one finding struct per check and row, the non-matching ones dropped), so a few
+# dozen such rules cost one scan and one small plan instead of a union branch each.
+@dataclass(frozen=True)
+class Check:
+    on: str  # the fact frame: "segments", "partitions", "files" or "logdirs"
+    rule_id: str
+    cond: Column
+    message: Column
+    path: Column
+    segment: Column | None = None
+    topic: Column | None = None
+    partition: Column | None = None
+
+
+def _finding_struct(c: Check) -> Column:
+    rule = get(c.rule_id)
+    vcol = F.col("kafka_version_num")  # every fact frame carries its broker's version
+    return F.when(
+        applies(rule, vcol) & c.cond,
+        F.struct(
+            F.lit(rule.id).alias("rule"),
+            severity(rule, vcol).alias("severity"),
+            F.col("broker_id").cast("int").alias("broker_id"),
+            F.col("logdir").cast("string").alias("log_dir"),
+            (c.topic if c.topic is not None else F.col("topic")).cast("string").alias("topic"),
+            (c.partition if c.partition is not None else F.col("partition")).cast("int").alias("partition"),
+            (c.segment if c.segment is not None else F.lit(None)).cast("long").alias("segment"),
+            c.path.cast("string").alias("path"),
+            c.message.cast("string").alias("message"),
+            F.lit(rule.remediation.value).alias("remediation"),
+            F.col("kafka_version").cast("string").alias("kafka_version"),
+        ),
+    )
+
+
+def run_checks(df: DataFrame, checks: list[Check]) -> DataFrame:
+    found = F.filter(F.array(*[_finding_struct(c) for c in checks]), lambda x: x.isNotNull())
+    return df.select(F.explode(found).alias("f")).select("f.*")
+
+
+def _seg(rule_id: str, cond: Column, message: Column, ext: str) -> Check:
+    return Check("segments", rule_id, cond, message, path=seg_file(ext), segment=F.col("base_offset"))
+
+
+def index_untrimmed(f: Frames) -> list[Check]:
     """A zero tail outside the active segment of a running broker (the active one is legitimately
     preallocated while the broker runs)."""
-    outs = []
-    for idx in ("index", "timeindex"):
-        hit = f.segments.where(_stale_zero_tail(idx))
-        msg = F.format_string(
-            f"%s: {idx} holds %d real entries and a preallocated zero tail of %d entries (%d bytes): "
-            "not trimmed by a clean close",
-            seg_file(idx),
-            F.col(f"{idx}_entries"),
-            F.col(f"{idx}_zero_tail_entries"),
-            F.col(f"{idx}_bytes"),
+    return [
+        _seg(
+            "index-untrimmed",
+            _stale_zero_tail(idx),
+            F.format_string(
+                f"%s: {idx} holds %d real entries and a preallocated zero tail of %d entries (%d bytes): "
+                "not trimmed by a clean close",
+                seg_file(idx),
+                F.col(f"{idx}_entries"),
+                F.col(f"{idx}_zero_tail_entries"),
+                F.col(f"{idx}_bytes"),
+            ),
+            idx,
         )
-        outs.append(findings(hit, "index-untrimmed", msg, path=seg_file(idx), segment=F.col("base_offset")))
-    return outs[0].unionByName(outs[1])
+        for idx in ("index", "timeindex")
+    ]
 
 
 def _stale_zero_tail(idx: str) -> Column:
@@ -369,50 +484,53 @@ def _stale_zero_tail(idx: str) -> Column:
     return (F.col(f"{idx}_zero_tail_entries") > 0) & ~F.col("live_active")
 
 
-def index_last_offset(f: Frames) -> DataFrame:
+def index_last_offset(f: Frames) -> list[Check]:
     """Kafka's sanity check sees the whole file: with a zero tail its last entry is (base, 0)."""
-    s = f.segments.where(F.col("index_bytes") >= 8)
     kafka_last = F.when(_stale_zero_tail("index"), F.col("base_offset")).otherwise(F.col("index_last_offset"))
     strict = ~_at_least("2.0.0")  # <= 1.1: last offset must be > base; 2.0+: must be >= base
     bad = F.when(strict, kafka_last <= F.col("base_offset")).otherwise(kafka_last < F.col("base_offset"))
-    hit = s.where(kafka_last.isNotNull() & bad)
     msg = F.format_string(
         "Corrupt index found, index file (%s) has non-zero size but the last offset is %d and the base offset is %d",
         seg_file("index"),
         kafka_last,
         F.col("base_offset"),
     )
-    return findings(hit, "index-last-offset", msg, path=seg_file("index"), segment=F.col("base_offset"))
+    return [_seg("index-last-offset", (F.col("index_bytes") >= 8) & kafka_last.isNotNull() & bad, msg, "index")]
 
 
-def index_size(f: Frames) -> DataFrame:
-    outs = []
-    for idx, esize in (("index", 8), ("timeindex", 12)):
-        hit = f.segments.where(F.col(f"{idx}_remainder") > 0)
-        msg = F.format_string(
-            f"%s: {idx} file is corrupt, found %d bytes which is not a multiple of {esize}",
-            seg_file(idx),
-            F.col(f"{idx}_bytes"),
+def index_size(f: Frames) -> list[Check]:
+    return [
+        _seg(
+            "index-size",
+            F.col(f"{idx}_remainder") > 0,
+            F.format_string(
+                f"%s: {idx} file is corrupt, found %d bytes which is not a multiple of {esize}",
+                seg_file(idx),
+                F.col(f"{idx}_bytes"),
+            ),
+            idx,
         )
-        outs.append(findings(hit, "index-size", msg, path=seg_file(idx), segment=F.col("base_offset")))
-    return outs[0].unionByName(outs[1])
+        for idx, esize in (("index", 8), ("timeindex", 12))
+    ]
 
 
-def index_not_monotonic(f: Frames) -> DataFrame:
-    outs = []
-    for idx in ("index", "timeindex"):
-        hit = f.segments.where(F.col(f"{idx}_monotonic") == F.lit(False))
-        msg = F.format_string(
-            f"%s: {idx} entries go backwards at entry %d", seg_file(idx), F.col(f"{idx}_first_violation")
+def index_not_monotonic(f: Frames) -> list[Check]:
+    return [
+        _seg(
+            "index-not-monotonic",
+            F.col(f"{idx}_monotonic") == F.lit(False),
+            F.format_string(
+                f"%s: {idx} entries go backwards at entry %d", seg_file(idx), F.col(f"{idx}_first_violation")
+            ),
+            idx,
         )
-        outs.append(findings(hit, "index-not-monotonic", msg, path=seg_file(idx), segment=F.col("base_offset")))
-    return outs[0].unionByName(outs[1])
+        for idx in ("index", "timeindex")
+    ]
 
 
-def index_beyond_log(f: Frames) -> DataFrame:
+def index_beyond_log(f: Frames) -> list[Check]:
     meta = (F.col("index_entries") > 0) & F.col("has_log") & (F.col("index_last_position") >= F.col("log_bytes"))
     deep = F.coalesce(F.col("index_beyond_log"), F.lit(0)) > 0
-    hit = f.segments.where(meta | deep)
     msg = F.format_string(
         "%s: index entries point at or past the end of the log (last entry position %d, log %d bytes, "
         "%d entries beyond the valid data)",
@@ -421,13 +539,12 @@ def index_beyond_log(f: Frames) -> DataFrame:
         F.col("log_bytes"),
         F.coalesce(F.col("index_beyond_log"), F.lit(1)),
     )
-    return findings(hit, "index-beyond-log", msg, path=seg_file("index"), segment=F.col("base_offset"))
+    return [_seg("index-beyond-log", meta | deep, msg, "index")]
 
 
-def timeindex_last_timestamp(f: Frames) -> DataFrame:
+def timeindex_last_timestamp(f: Frames) -> list[Check]:
     kafka_last = F.when(_stale_zero_tail("timeindex"), F.lit(0)).otherwise(F.col("timeindex_last_timestamp"))
     first = F.col("timeindex_first_timestamp")
-    hit = f.segments.where(first.isNotNull() & (kafka_last < first))
     msg = F.format_string(
         "Corrupt time index found, time index file (%s) has non-zero size but the last timestamp is %d which is "
         "less than the first timestamp %d",
@@ -435,41 +552,52 @@ def timeindex_last_timestamp(f: Frames) -> DataFrame:
         kafka_last,
         first,
     )
-    return findings(hit, "timeindex-last-timestamp", msg, path=seg_file("timeindex"), segment=F.col("base_offset"))
+    return [_seg("timeindex-last-timestamp", first.isNotNull() & (kafka_last < first), msg, "timeindex")]
 
 
-def index_orphan(f: Frames) -> DataFrame:
-    hit = f.segments.where(~F.col("has_log") & (F.col("has_index") | F.col("has_timeindex")))
+def index_orphan(f: Frames) -> list[Check]:
     path = F.when(F.col("has_index"), seg_file("index")).otherwise(seg_file("timeindex"))
-    msg = F.format_string("Found an orphaned index file %s, with no corresponding log file", path)
-    return findings(hit, "index-orphan", msg, path=path, segment=F.col("base_offset"))
+    return [
+        Check(
+            "segments",
+            "index-orphan",
+            ~F.col("has_log") & (F.col("has_index") | F.col("has_timeindex")),
+            F.format_string("Found an orphaned index file %s, with no corresponding log file", path),
+            path=path,
+            segment=F.col("base_offset"),
+        )
+    ]
 
 
-def index_missing(f: Frames) -> DataFrame:
-    hit = f.segments.where(F.col("has_log") & ~F.col("has_index"))
+def index_missing(f: Frames) -> list[Check]:
     msg = F.format_string(
         "Could not find offset index file corresponding to log file %s (%d bytes): rebuilt at startup",
         seg_file("log"),
         F.col("log_bytes"),
     )
-    return findings(hit, "index-missing", msg, path=seg_file("log"), segment=F.col("base_offset"))
+    return [_seg("index-missing", F.col("has_log") & ~F.col("has_index"), msg, "log")]
 
 
-def segment_leftover(f: Frames) -> DataFrame:
-    hit = f.files.where(F.col("file_type") == "segment_leftover")
-    base = F.regexp_extract(F.col("path"), r"(\d{20})\.[a-z]+\.[a-z]+$", 1).cast("long")
-    msg = F.format_string("%s: leftover .%s file of an interrupted compaction, split or deletion", "path", "leftover")
-    return findings(hit, "segment-leftover", msg, path=F.col("path"), segment=base)
+def segment_leftover(f: Frames) -> list[Check]:
+    return [
+        Check(
+            "files",
+            "segment-leftover",
+            F.col("file_type") == "segment_leftover",
+            F.format_string(
+                "%s: leftover .%s file of an interrupted compaction, split or deletion", "path", "leftover"
+            ),
+            path=F.col("path"),
+            segment=F.regexp_extract(F.col("path"), r"(\d{20})\.[a-z]+\.[a-z]+$", 1).cast("long"),
+        )
+    ]
 
 
-def segment_overlap(f: Frames) -> DataFrame:
-    w = Window.partitionBy("broker_id", "logdir", "path").orderBy("base_offset")
-    s = f.segments.withColumn("next_base", F.lead("base_offset").over(w))
+def segment_overlap(f: Frames) -> list[Check]:
     overlap = (
         F.col("next_offset").isNotNull() & F.col("next_base").isNotNull() & (F.col("next_offset") > F.col("next_base"))
     )
     backwards = F.coalesce(F.col("offset_errors"), F.lit(0)) > 0
-    hit = s.where(overlap | backwards)
     msg = F.when(
         overlap,
         F.format_string(
@@ -486,11 +614,10 @@ def segment_overlap(f: Frames) -> DataFrame:
             F.col("first_offset_error_position"),
         )
     )
-    return findings(hit, "segment-overlap", msg, path=seg_file("log"), segment=F.col("base_offset"))
+    return [_seg("segment-overlap", overlap | backwards, msg, "log")]
 
 
-def log_torn_tail(f: Frames) -> DataFrame:
-    hit = f.segments.where(F.col("torn_tail") == F.lit(True))
+def log_torn_tail(f: Frames) -> list[Check]:
     msg = F.format_string(
         "%s: %d of %d bytes form valid batches; recovery will truncate the rest (%s)",
         seg_file("log"),
@@ -498,21 +625,20 @@ def log_torn_tail(f: Frames) -> DataFrame:
         F.col("log_bytes"),
         F.col("tail_error"),
     )
-    return findings(hit, "log-torn-tail", msg, path=seg_file("log"), segment=F.col("base_offset"))
+    return [_seg("log-torn-tail", F.col("torn_tail") == F.lit(True), msg, "log")]
 
 
-def log_crc(f: Frames) -> DataFrame:
-    hit = f.segments.where(F.col("crc_errors") > 0)
+def log_crc(f: Frames) -> list[Check]:
     msg = F.format_string(
         "%s: batch at byte %d fails its CRC (%s)",
         seg_file("log"),
         F.col("first_crc_error_position"),
         F.col("tail_error"),
     )
-    return findings(hit, "log-crc", msg, path=seg_file("log"), segment=F.col("base_offset"))
+    return [_seg("log-crc", F.col("crc_errors") > 0, msg, "log")]
 
 
-def index_entry_mismatch(f: Frames) -> DataFrame:
+def index_entry_mismatch(f: Frames) -> list[Check]:
     # 2.0+ indexes (largest offset of an append, position of its first batch): offset past the
     # batch is benign there (kafka-reference §1.1, §2.6)
     after = F.when(_at_least("2.0.0"), F.lit(0)).otherwise(F.coalesce(F.col("index_offset_after_batch"), F.lit(0)))
@@ -521,56 +647,60 @@ def index_entry_mismatch(f: Frames) -> DataFrame:
         + F.coalesce(F.col("index_offset_before_batch"), F.lit(0))
         + after
     )
-    hit = f.segments.where(bad > 0)
     msg = F.format_string(
         "%s: %d offset-index entries do not point at the start of a batch containing their offset",
         seg_file("index"),
         bad,
     )
-    return findings(hit, "index-entry-mismatch", msg, path=seg_file("index"), segment=F.col("base_offset"))
+    return [_seg("index-entry-mismatch", bad > 0, msg, "index")]
 
 
-def file_unreadable(f: Frames) -> DataFrame:
+def file_unreadable(f: Frames) -> list[Check]:
     """Read errors the specific rules do not already cover."""
-    seg = f.segments.where(F.col("error").isNotNull())
-    seg_f = findings(seg, "file-unreadable", F.col("error"), path=F.col("path"), segment=F.col("base_offset"))
     covered = ["partition_metadata", "leader_epoch_checkpoint", "offset_checkpoint", "meta_properties"]
-    fil = f.files.where(F.col("error").isNotNull() & ~F.col("file_type").isin(covered))
-    fil_f = findings(fil, "file-unreadable", F.col("error"), path=F.col("path"))
-    part = f.partitions.where(F.col("error").isNotNull())
-    part_f = findings(part, "file-unreadable", F.col("error"), path=F.col("path"))
-    ld = f.logdirs.where(F.col("error").isNotNull() | F.col("meta_error").isNotNull())
-    ld_f = findings(
-        ld,
-        "file-unreadable",
-        F.coalesce("error", "meta_error"),
-        path=F.col("path"),
-        topic=F.lit(None),
-        partition=F.lit(None),
-    )
-    return seg_f.unionByName(fil_f).unionByName(part_f).unionByName(ld_f)
+    err = F.col("error").isNotNull()
+    return [
+        Check("segments", "file-unreadable", err, F.col("error"), path=F.col("path"), segment=F.col("base_offset")),
+        Check("files", "file-unreadable", err & ~F.col("file_type").isin(covered), F.col("error"), path=F.col("path")),
+        Check("partitions", "file-unreadable", err, F.col("error"), path=F.col("path")),
+        Check(
+            "logdirs",
+            "file-unreadable",
+            err | F.col("meta_error").isNotNull(),
+            F.coalesce("error", "meta_error"),
+            path=F.col("path"),
+            topic=F.lit(None),
+            partition=F.lit(None),
+        ),
+    ]
 
 
 # ---- partition directory metadata
+# Kafka loads live partition dirs and -future ones (a replica being moved between log dirs); -delete
+# and -stray dirs are never read again (ref §2.1)
+def _loaded() -> Column:
+    return F.col("dir_state").isin("live", "future")
+
+
 def _loaded_partitions(f: Frames) -> DataFrame:
-    """Partition dirs Kafka loads at startup: live ones and -future ones (a replica being moved
-    between log dirs); -delete and -stray dirs are never read again (ref §2.1)."""
-    return f.partitions.where(F.col("dir_state").isin("live", "future"))
+    return f.partitions.where(_loaded())
 
 
-def partition_metadata_malformed(f: Frames) -> DataFrame:
-    hit = _loaded_partitions(f).where(F.col("partition_metadata_error").isNotNull())
-    path = F.concat(F.col("path"), F.lit("/partition.metadata"))
-    return findings(hit, "partition-metadata-malformed", F.col("partition_metadata_error"), path=path)
+def _part(rule_id: str, cond: Column, message: Column, leaf: str) -> Check:
+    return Check("partitions", rule_id, _loaded() & cond, message, path=F.concat(F.col("path"), F.lit("/" + leaf)))
 
 
-def leader_epoch_malformed(f: Frames) -> DataFrame:
-    hit = _loaded_partitions(f).where(F.col("leader_epoch_error").isNotNull())
-    path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
-    return findings(hit, "leader-epoch-malformed", F.col("leader_epoch_error"), path=path)
+def partition_metadata_malformed(f: Frames) -> list[Check]:
+    err = F.col("partition_metadata_error")
+    return [_part("partition-metadata-malformed", err.isNotNull(), err, "partition.metadata")]
 
 
-def leader_epoch_not_monotonic(f: Frames) -> DataFrame:
+def leader_epoch_malformed(f: Frames) -> list[Check]:
+    err = F.col("leader_epoch_error")
+    return [_part("leader-epoch-malformed", err.isNotNull(), err, "leader-epoch-checkpoint")]
+
+
+def leader_epoch_not_monotonic(f: Frames) -> list[Check]:
     e = F.col("leader_epochs")
     decreasing = F.exists(
         F.sequence(F.lit(2), F.greatest(F.size(e), F.lit(2))),
@@ -582,27 +712,25 @@ def leader_epoch_not_monotonic(f: Frames) -> DataFrame:
             )
         ),
     )
-    hit = _loaded_partitions(f).where(F.size(e) > 1).where(decreasing)
     path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
     msg = F.format_string("%s: epochs or start offsets decrease: %s", path, F.to_json(e))
-    return findings(hit, "leader-epoch-not-monotonic", msg, path=path)
+    return [_part("leader-epoch-not-monotonic", (F.size(e) > 1) & decreasing, msg, "leader-epoch-checkpoint")]
 
 
-def leader_epoch_ahead(f: Frames) -> DataFrame:
+def leader_epoch_ahead(f: Frames) -> list[Check | DataFrame]:
     e = F.col("leader_epochs")
     path = F.concat(F.col("path"), F.lit("/leader-epoch-checkpoint"))
     beyond = F.exists(e, lambda x: F.element_at(x, 2) > F.col("log_end_offset"))
-    local = _loaded_partitions(f).where(F.col("log_end_offset").isNotNull() & beyond)
-    local_f = findings(
-        local,
+    local = _part(
         "leader-epoch-ahead",
+        F.col("log_end_offset").isNotNull() & beyond,
         F.format_string(
             "%s: a leader epoch starts beyond the log end offset %d: %s", path, "log_end_offset", F.to_json(e)
         ),
-        path=path,
+        "leader-epoch-checkpoint",
     )
     if not f.has_zk:
-        return local_f
+        return [local]
     assert f.zk_states is not None
     zk = _live_partitions(f).join(
         f.zk_states.where(F.col("error").isNull()).select(
@@ -622,13 +750,12 @@ def leader_epoch_ahead(f: Frames) -> DataFrame:
         ),
         path=path,
     )
-    return local_f.unionByName(zk_f)
+    return [local, zk_f]
 
 
-def stray_dir(f: Frames) -> DataFrame:
-    hit = f.partitions.where(F.col("dir_state") != "live")
+def stray_dir(f: Frames) -> list[Check]:
     msg = F.format_string("%s: lingering -%s partition directory", "path", "dir_state")
-    return findings(hit, "stray-dir", msg, path=F.col("path"))
+    return [Check("partitions", "stray-dir", F.col("dir_state") != "live", msg, path=F.col("path"))]
 
 
 # ---- cross-source
@@ -686,26 +813,17 @@ def topic_id_split(f: Frames) -> DataFrame:
     return findings(hit, "topic-id-split", msg, path=path)
 
 
-def _fleet_version() -> tuple[Column, Column]:
-    return F.max("kafka_version_num"), F.max("kafka_version")
-
-
 def topic_id_missing_in_zk(f: Frames) -> DataFrame:
     assert f.zk_topics is not None
     # IBP >= 2.8 on the fleet: the newest audited broker (or unknown) decides
-    fleet = f.brokers.agg(
-        F.max("kafka_version_num").alias("kafka_version_num"), F.max("kafka_version").alias("kafka_version")
-    )
     replica_ids = (
         _live_partitions(f)
         .where(F.col("topic_id").isNotNull())
         .groupBy("topic")
         .agg(F.array_sort(F.collect_set("topic_id")).alias("replica_ids"))
     )
-    hit = (
-        f.zk_topics.where(F.col("topic_id").isNull() & F.col("error").isNull())
-        .crossJoin(fleet)
-        .join(replica_ids, "topic", "left")
+    hit = f.fleet_tagged(f.zk_topics.where(F.col("topic_id").isNull() & F.col("error").isNull())).join(
+        replica_ids, "topic", "left"
     )
     msg = F.format_string(
         "/brokers/topics/%s has no topic_id: the next controller failover mints a new one (replicas hold %s)",
@@ -751,10 +869,11 @@ def replica_not_assigned(f: Frames) -> DataFrame:
 
 def replica_dir_missing(f: Frames) -> DataFrame:
     assert f.zk_topics is not None
-    audited = f.logdirs.select("broker_id").distinct()  # every probed broker has its logdir records
-    # a topic being deleted loses its directories (renamed -delete) before its znode goes
+    # only audited brokers; a topic being deleted loses its directories (renamed -delete) before its znode
     deleting = f.zk_topics.where(F.coalesce("marked_for_deletion", F.lit(False))).select("topic")
-    expected = _assignment(f).join(audited, "broker_id").join(deleting, "topic", "left_anti")
+    expected = (
+        _assignment(f).where(F.col("broker_id").isin(list(f.probed_brokers))).join(deleting, "topic", "left_anti")
+    )
     present = _live_partitions(f).select("topic", "partition", "broker_id")
     hit = expected.join(present, ["topic", "partition", "broker_id"], "left_anti").join(
         f.brokers.select("broker_id", "kafka_version", "kafka_version_num"), "broker_id", "left"
@@ -772,16 +891,7 @@ def _zk_partition_rules(f: Frames) -> DataFrame:
     replicas = f.zk_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
         "topic", F.col("p").cast("int").alias("partition"), "replicas"
     )
-    st = f.zk_states.where(F.col("error").isNull()).join(replicas, ["topic", "partition"])
-    registered = f.zk_brokers.where(F.col("error").isNull()).select(F.col("broker_id").alias("leader"))
-    st = st.join(registered.withColumn("leader_registered", F.lit(True)), "leader", "left")
-    # a snapshot taken while no broker was registered (a post-mortem of a stopped cluster) cannot tell
-    # whether a leader is alive: only leader -1 counts as offline then
-    st = st.crossJoin(registered.agg(F.count("*").alias("n_registered")))
-    fleet = f.brokers.agg(
-        F.max("kafka_version_num").alias("kafka_version_num"), F.max("kafka_version").alias("kafka_version")
-    )
-    st = st.crossJoin(fleet)
+    st = f.fleet_tagged(f.zk_states.where(F.col("error").isNull()).join(replicas, ["topic", "partition"]))
     path = F.format_string("zk:/brokers/topics/%s/partitions/%d/state", "topic", "partition")
     urp = st.where(F.size("isr") < F.size("replicas"))
     urp_f = findings(
@@ -798,7 +908,10 @@ def _zk_partition_rules(f: Frames) -> DataFrame:
         broker_id=F.lit(None),
         log_dir=F.lit(None),
     )
-    off = st.where((F.col("leader") < 0) | (F.col("leader_registered").isNull() & (F.col("n_registered") > 0)))
+    # a snapshot taken while no broker was registered (a post-mortem of a stopped cluster) cannot tell
+    # whether a leader is alive: only leader -1 counts as offline then
+    unregistered = ~F.col("leader").isin(list(f.zk_registered)) if f.zk_registered else F.lit(False)
+    off = st.where((F.col("leader") < 0) | unregistered)
     off_f = findings(
         off,
         "offline-partition",
@@ -812,10 +925,7 @@ def _zk_partition_rules(f: Frames) -> DataFrame:
 
 def unsafe_replication(f: Frames) -> DataFrame:
     assert f.zk_topics is not None
-    fleet = f.brokers.agg(
-        F.max("kafka_version_num").alias("kafka_version_num"), F.max("kafka_version").alias("kafka_version")
-    )
-    t = f.zk_topics.where(F.col("error").isNull() & F.col("replication_factor").isNotNull()).crossJoin(fleet)
+    t = f.fleet_tagged(f.zk_topics.where(F.col("error").isNull() & F.col("replication_factor").isNotNull()))
     hit = t.where(
         (F.col("replication_factor") <= 1)
         | (F.col("min_insync_replicas").isNotNull() & (F.col("min_insync_replicas") >= F.col("replication_factor")))
@@ -839,15 +949,23 @@ def unsafe_replication(f: Frames) -> DataFrame:
 
 
 # ---- log directory
-def checkpoint_malformed(f: Frames) -> DataFrame:
-    hit = f.files.where(
+def checkpoint_malformed(f: Frames) -> list[Check]:
+    cond = (
         (F.col("file_type") == "offset_checkpoint")
         & ~F.coalesce("temporary", F.lit(False))
         & F.col("error").isNotNull()
     )
-    return findings(
-        hit, "checkpoint-malformed", F.col("error"), path=F.col("path"), topic=F.lit(None), partition=F.lit(None)
-    )
+    return [
+        Check(
+            "files",
+            "checkpoint-malformed",
+            cond,
+            F.col("error"),
+            path=F.col("path"),
+            topic=F.lit(None),
+            partition=F.lit(None),
+        )
+    ]
 
 
 def checkpoint_dangling(f: Frames) -> DataFrame:
@@ -889,12 +1007,10 @@ def unclean_shutdown(f: Frames) -> DataFrame:
         & F.col("lock_held_by_pid").isNull()
     )
     # work at the next start: segments from the one holding the recovery point onwards
-    w = Window.partitionBy("broker_id", "logdir", "path").orderBy("base_offset")
-    seg = f.segments.withColumn("next_base", F.lead("base_offset").over(w))
-    rp = f.partitions.select("broker_id", "logdir", "path", F.coalesce("recovery_point", F.lit(0)).alias("rp"))
     above = (
-        seg.join(rp, ["broker_id", "logdir", "path"], "left")
-        .where(F.col("next_base").isNull() | (F.col("next_base") > F.coalesce("rp", F.lit(0))))
+        f.segments.where(
+            F.col("next_base").isNull() | (F.col("next_base") > F.coalesce("partition_recovery_point", F.lit(0)))
+        )
         .groupBy("broker_id", "logdir")
         .agg(
             F.count("*").alias("recover_segments"),
@@ -934,10 +1050,9 @@ def meta_mismatch(f: Frames) -> DataFrame:
         topic=F.lit(None),
         partition=F.lit(None),
     )
-    if f.zk_cluster is None:
+    if f.zk_cluster_id is None:
         return out
-    zk = f.zk_cluster.where(F.col("cluster_id").isNotNull()).select(F.col("cluster_id").alias("zk_cluster_id"))
-    foreign = ld.crossJoin(zk).where(
+    foreign = ld.withColumn("zk_cluster_id", F.lit(f.zk_cluster_id)).where(
         F.col("meta.cluster_id").isNotNull() & (F.col("meta.cluster_id") != F.col("zk_cluster_id"))
     )
     msg2 = F.format_string(
@@ -959,7 +1074,7 @@ def meta_mismatch(f: Frames) -> DataFrame:
 
 
 # ---- the registry of detectors: rule id -> function (several ids may share one function)
-DETECTORS: dict[str, Callable[[Frames], DataFrame]] = {
+DETECTORS: dict[str, Callable[[Frames], DataFrame | list[Check] | list[Check | DataFrame]]] = {
     "index-untrimmed": index_untrimmed,
     "index-last-offset": index_last_offset,
     "index-size": index_size,
@@ -996,8 +1111,10 @@ EMITTED_BY = {"offline-partition": "under-replicated"}
 
 def detect(f: Frames) -> tuple[DataFrame, dict[str, str]]:
     """All findings, plus {rule id: reason} for rules that could not be evaluated."""
+    _COLUMN_CACHE.clear()  # Columns belong to the active session
     skipped: dict[str, str] = {}
     parts: list[DataFrame] = []
+    checks: dict[str, list[Check]] = {}
     for rule in RULES:
         if rule.id in EMITTED_BY:
             if EMITTED_BY[rule.id] in skipped:
@@ -1006,8 +1123,20 @@ def detect(f: Frames) -> tuple[DataFrame, dict[str, str]]:
         if rule.needs is Needs.ZOOKEEPER and not f.has_zk and rule.id not in ("leader-epoch-ahead",):
             skipped[rule.id] = "no ZooKeeper snapshot given"
             continue
-        parts.append(DETECTORS[rule.id](f))
-    return union_all(parts), skipped
+        out = DETECTORS[rule.id](f)
+        for item in out if isinstance(out, list) else [out]:
+            if isinstance(item, Check):
+                checks.setdefault(item.on, []).append(item)
+            else:
+                parts.append(item)
+    bases = {
+        "segments": f.segments,
+        "partitions": f.partitions,
+        "files": f.files,
+        "logdirs": f.logdirs,
+    }
+    fused = [run_checks(bases[on], cs) for on, cs in checks.items()]
+    return union_all(fused + parts), skipped
 
 
 def union_all(parts: list[DataFrame]) -> DataFrame:
