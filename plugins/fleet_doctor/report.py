@@ -42,14 +42,16 @@ def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
         out.write(f"{title}: {c['critical']} critical, {c['warning']} warning, {c['info']} info\n")
         by_part: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
         for f in group:
-            by_part[(f.get("log_dir") or "", f.get("topic") or "", f.get("partition") or -1)].append(f)
+            part = f.get("partition")
+            by_part[(f.get("log_dir") or "", f.get("topic") or "", -1 if part is None else part)].append(f)
         for log_dir, topic, part in sorted(by_part):
             where = f"{topic}-{part}" if topic and part >= 0 else (topic or log_dir or "(cluster)")
             if log_dir and topic:
                 where += f"  ({log_dir})"
             out.write(f"  {where}\n")
             for f in sorted(
-                by_part[(log_dir, topic, part)], key=lambda f: (_rank(f), f["rule"], f.get("segment") or -1)
+                by_part[(log_dir, topic, part)],
+                key=lambda f: (_rank(f), f["rule"], -1 if f.get("segment") is None else f["segment"]),
             ):
                 out.write(f"    {sev(f['severity'])} {f['rule']:<28} {f['message']}\n")
         out.write("\n")

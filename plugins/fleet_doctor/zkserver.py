@@ -232,6 +232,16 @@ class ZooKeeperServer:
                 proc.kill()
                 proc.wait()
 
+    def detach(self) -> int:
+        """Leave the running server to outlive this process (the fleet lab stops it later by PID)."""
+        if self._proc is None or self._proc.poll() is not None:
+            raise ZooKeeperServerError("server not running")
+        atexit.unregister(self._kill_at_exit)
+        pid = self._proc.pid
+        self._proc.returncode = 0  # never reaped here: Popen must not warn that it is still running
+        self._proc = None
+        return pid
+
     def restart(self, timeout: float = 30.0) -> Path:
         """Stop and start on the same port; returns the snapshot ZooKeeper wrote at startup."""
         self.stop()

@@ -1,0 +1,718 @@
+"""The fleet lab: a Kafka cluster on one machine where only the broker JVM is a stand-in.
+
+``up`` starts, all on 127.0.0.1 with free ports: one ZooKeeper 3.8 server (Debian package, private data
+dir, admin server off), one real ``sshd`` per broker (own port and host key; the lab's client key and the
+pinned host keys are written for the product), and one lab broker (``fleet_doctor.lab_broker``) per host,
+controlled through a ``kafka-service`` command like a systemd unit. Before the brokers start, their log
+dirs are written as a cleanly stopped Kafka of the chosen version leaves them: topics with real record
+batches (the formats of ``fleet_doctor.probe``), replicas on several brokers, and, where it fits, the
+genuine ``my-topic`` partitions of the corpus's 3-broker cluster. ``down`` stops every process it
+started, by PID. Labs in different directories run side by side.
+
+Layout of a lab dir::
+
+    lab.json                   state: ports, PIDs, brokers
+    inventory.json             the cluster inventory the product reads (docs/inventory.md)
+    airflow-connections.json   the matching Airflow connections (``airflow connections import``)
+    airflow-connections.env    the same as AIRFLOW_CONN_* variables
+    ssh/id_ed25519[.pub]       the lab's client key; ssh/known_hosts: the pinned host keys
+    zookeeper/                 the ZooKeeper server's config, data and log
+    broker-<id>/               sshd config, host key and log; broker.json, kafka-service, server.log
+    broker-<id>/data-<k>/      the broker's log dirs
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor import inventory as inv
+from fleet_doctor.kafka_log import (
+    KafkaFeatures,
+    PartitionLogWriter,
+    Record,
+    encode_offset_checkpoint,
+    random_topic_id,
+    recover_segment,
+    write_atomic,
+    write_clean_shutdown,
+    write_meta_properties,
+    write_partition_metadata,
+)
+from fleet_doctor.lab_broker import BrokerConfig, running_pid
+from fleet_doctor.probe import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    parse_leader_epoch_checkpoint,
+    parse_partition_metadata,
+    parse_segment_file_name,
+    walk_log,
+)
+from fleet_doctor.zkserver import ZooKeeperServer, free_port, pid_alive
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = Path(os.environ.get("FLEET_DOCTOR_CORPUS", REPO.parent / "shared" / "kafka-real-data"))
+DEFAULT_DIR = REPO / ".lab"
+DEFAULT_VERSION = "3.6.2"
+CHROOT = "/kafka"
+SSHD = "/usr/sbin/sshd"
+LAB_SEGMENT_BYTES = 16384  # small segments: every partition has several
+ZK_TICK_MS = 500  # sessions of 1-10 s: a killed broker's ephemeral znodes go within seconds
+BROKER_SESSION_TIMEOUT_S = 3.0
+# (name, partitions, replication factor cap, min.insync.replicas cap, appends per partition)
+LAB_TOPICS = (
+    ("orders", 6, 3, 2, 160),
+    ("payments", 3, 3, 2, 120),
+    ("clickstream", 4, 2, 1, 200),
+    ("__consumer_offsets", 3, 3, 2, 40),
+)
+THILLAI = "zk-3.9-3broker-thillai"  # a genuine 3-broker ZooKeeper cluster (Kafka 3.9): MANIFEST.md
+THILLAI_TOPIC = "my-topic"
+THILLAI_TOPIC_ID = "KheAqUg2T_C_ZwEhjgxjzw"
+THILLAI_ASSIGNMENT = {0: [2, 1, 0], 1: [1, 0, 2], 2: [0, 2, 1]}  # thillai broker ids
+
+
+class LabError(RuntimeError):
+    """A lab command could not do what it was asked (the message says why)."""
+
+
+@dataclass
+class LabBrokerState:
+    id: int
+    ssh_port: int
+    listener_port: int
+    sshd_pid: int | None
+    run_dir: str
+    log_dirs: list[str]
+    host_key: str
+
+    @property
+    def config_path(self) -> Path:
+        return Path(self.run_dir) / "broker.json"
+
+    @property
+    def service_script(self) -> Path:
+        return Path(self.run_dir) / "kafka-service"
+
+    def config(self) -> BrokerConfig:
+        return BrokerConfig.load(self.config_path)
+
+
+@dataclass
+class LabState:
+    dir: str
+    cluster: str
+    cluster_id: str
+    kafka_version: str
+    zk_port: int
+    zk_pid: int | None
+    user: str
+    brokers: list[LabBrokerState] = field(default_factory=list)
+
+    @property
+    def zookeeper(self) -> str:
+        return f"127.0.0.1:{self.zk_port}{CHROOT}"
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    def broker(self, broker_id: int) -> LabBrokerState:
+        for b in self.brokers:
+            if b.id == broker_id:
+                return b
+        raise LabError(f"no broker {broker_id} in the lab at {self.dir} (brokers: {[b.id for b in self.brokers]})")
+
+    def save(self) -> None:
+        write_atomic(self.path / "lab.json", (json.dumps(asdict(self), indent=2) + "\n").encode())
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> LabState:
+        p = Path(directory) / "lab.json"
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise LabError(f"no fleet lab at {directory} ({p}: {e.strerror})") from e
+        data["brokers"] = [LabBrokerState(**b) for b in data["brokers"]]
+        return cls(**data)
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.path / "inventory.json"
+
+    @property
+    def features(self) -> KafkaFeatures:
+        return KafkaFeatures.of(self.kafka_version)
+
+    def zk_client(self, timeout: float = 10.0) -> Any:
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.zookeeper, timeout=timeout)
+        zk.start(timeout=timeout)
+        return zk
+
+
+# --------------------------------------------------------------------------------------------
+# processes
+def _pid_of_cmdline(pid: int | None, needle: str) -> bool:
+    """True while ``pid`` is alive and its command line mentions ``needle`` (guards against PID reuse)."""
+    if not pid or not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return needle.encode() in f.read()
+    except OSError:
+        return False
+
+
+def _terminate(pid: int | None, needle: str, timeout: float = 15.0, group: bool = False) -> None:
+    if not _pid_of_cmdline(pid, needle):
+        return
+    assert pid is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM) if group else os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.05)
+    if pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL) if group else os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def _keygen(path: Path, comment: str) -> str:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    kind, b64 = path.with_name(path.name + ".pub").read_text().split()[:2]
+    return f"{kind} {b64}"
+
+
+SSHD_CONFIG = """\
+# fleet lab sshd for broker {id}: loopback only, keys only
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {host_key}
+PidFile {run_dir}/sshd.pid
+AuthorizedKeysFile {authorized_keys}
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PermitRootLogin prohibit-password
+AllowUsers {user}
+PrintMotd no
+LogLevel INFO
+MaxStartups 50:30:100
+Subsystem sftp internal-sftp
+"""
+
+
+def _start_sshd(b: LabBrokerState, lab_dir: Path, user: str) -> int:
+    run = Path(b.run_dir)
+    cfg = run / "sshd_config"
+    cfg.write_text(
+        SSHD_CONFIG.format(
+            id=b.id,
+            port=b.ssh_port,
+            host_key=run / "ssh_host_ed25519_key",
+            run_dir=run,
+            authorized_keys=lab_dir / "ssh" / "authorized_keys",
+            user=user,
+        ),
+        encoding="utf-8",
+    )
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    proc = subprocess.Popen(
+        [SSHD, "-D", "-f", str(cfg), "-E", str(run / "sshd.log")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return proc.pid
+
+
+def _wait_ssh_banner(port: int, pid: int, log: Path, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise LabError(f"sshd on port {port} exited at start:\n{tail}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            if s.recv(64).startswith(b"SSH-2.0"):
+                return
+        time.sleep(0.05)
+    raise LabError(f"sshd on port {port} did not answer within {timeout:.0f} s")
+
+
+# --------------------------------------------------------------------------------------------
+# data
+def _records(topic: str, partition: int, n_appends: int) -> list[list[Record]]:
+    """Deterministic produce requests: 1-4 records each, increasing timestamps."""
+    base_ts = 1_763_000_000_000 + partition * 1000
+    out = []
+    offset = 0
+    for i in range(n_appends):
+        batch = []
+        for _ in range(1 + (i * 7 + partition) % 4):
+            key = f"{topic}-key-{offset % 50}".encode()
+            value = json.dumps({"seq": offset, "topic": topic, "partition": partition, "pad": "x" * (offset % 40)})
+            batch.append(Record(base_ts + offset * 37, key, value.encode()))
+            offset += 1
+        out.append(batch)
+    return out
+
+
+def _build_partition(path: Path, topic: str, partition: int, appends: int, features: KafkaFeatures) -> int:
+    w = PartitionLogWriter(path, features, segment_bytes=LAB_SEGMENT_BYTES)
+    for batch in _records(topic, partition, appends):
+        w.append(batch, leader_epoch=0)
+    return w.close().log_end_offset
+
+
+def _copy_partition(src: Path, dst: Path, features: KafkaFeatures) -> int:
+    """Copy a genuine partition dir; indexes absent from the corpus (>= 4 MiB preallocated ones) are
+    rebuilt from the .log as Kafka's recovery would. Returns the log end offset."""
+    shutil.copytree(src, dst)
+    for p in [dst, *dst.iterdir()]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    bases = sorted(p[0] for n in os.listdir(dst) if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2])
+    for base in bases:
+        if not (dst / f"{base:020d}.index").exists():
+            recover_segment(dst, base, features)
+    walked = walk_log(str(dst / f"{bases[-1]:020d}.log"), bases[-1])
+    return walked["next_offset"] if walked["next_offset"] is not None else bases[-1]
+
+
+def _topic_znode(assignment: dict[int, list[int]], topic_id: str | None, features: KafkaFeatures) -> dict[str, Any]:
+    parts = {str(p): r for p, r in sorted(assignment.items())}
+    if features.uses_topic_ids:
+        return {"partitions": parts, "topic_id": topic_id, "adding_replicas": {}, "removing_replicas": {}, "version": 3}
+    if features._at_least("2.4"):
+        return {"partitions": parts, "adding_replicas": {}, "removing_replicas": {}, "version": 2}
+    return {"version": 1, "partitions": parts}
+
+
+@dataclass
+class _Replica:
+    broker: int
+    log_dir: Path
+    leo: int
+
+
+def _layout(state: LabState, features: KafkaFeatures) -> tuple[list[tuple[str, dict[int, list[int]], str, int]], bool]:
+    """(topic, assignment, topic id, min.insync.replicas) for each lab topic; whether the corpus topic fits."""
+    ids = [b.id for b in state.brokers]
+    n = len(ids)
+    topics = []
+    for i, (name, parts, rf_cap, min_isr_cap, _) in enumerate(LAB_TOPICS):
+        rf = min(rf_cap, n)
+        assignment = {p: [ids[(p + i + k) % n] for k in range(rf)] for p in range(parts)}
+        topics.append((name, assignment, random_topic_id(), max(1, min(min_isr_cap, rf - 1))))
+    corpus_fits = n >= 3 and features.uses_topic_ids and (CORPUS / THILLAI).is_dir()
+    if corpus_fits:
+        assignment = {p: [ids[b] for b in r] for p, r in THILLAI_ASSIGNMENT.items()}
+        topics.append((THILLAI_TOPIC, assignment, THILLAI_TOPIC_ID, 2))
+    return topics, corpus_fits
+
+
+def _corpus_leader_epoch(partition: int) -> int:
+    """The newest leader epoch any replica of the corpus partition recorded: ZooKeeper's state carries at
+    least that epoch (a lower one would be the leader-epoch-ahead damage, not a pristine cluster)."""
+    epochs = [0]
+    for tb in THILLAI_ASSIGNMENT[partition]:
+        lec = CORPUS / THILLAI / f"kafka-logs-{tb}" / f"{THILLAI_TOPIC}-{partition}" / LEADER_EPOCH_CHECKPOINT
+        with contextlib.suppress(OSError, ValueError):
+            entries = parse_leader_epoch_checkpoint(lec.read_bytes(), str(lec))
+            epochs += [e for e, _ in entries]
+    return max(epochs)
+
+
+def _write_data(state: LabState) -> list[tuple[str, dict[int, list[int]], str, int]]:
+    """Write every broker's log dirs as a cleanly stopped broker leaves them; returns the topic layout."""
+    f = state.features
+    topics, _ = _layout(state, f)
+    replicas: dict[int, list[tuple[str, int, Path, int]]] = {b.id: [] for b in state.brokers}
+    scratch = state.path / "scratch"
+    appends = {name: a for name, _, _, _, a in LAB_TOPICS}
+    for topic, assignment, topic_id, _ in topics:
+        for p, brokers in assignment.items():
+            if topic == THILLAI_TOPIC:
+                sources = {
+                    state.brokers[tb].id: CORPUS / THILLAI / f"kafka-logs-{tb}" / f"{topic}-{p}" for tb in range(3)
+                }
+            else:
+                src = scratch / f"{topic}-{p}"
+                _build_partition(src, topic, p, appends[topic], f)
+                sources = {b: src for b in brokers}
+            for b in brokers:
+                bs = state.broker(b)
+                own = [r for r in replicas[b]]
+                log_dir = Path(bs.log_dirs[len(own) % len(bs.log_dirs)])
+                dst = log_dir / f"{topic}-{p}"
+                if topic == THILLAI_TOPIC:
+                    leo = _copy_partition(sources[b], dst, f)
+                else:
+                    shutil.copytree(sources[b], dst)
+                    leo = _leo(dst)
+                    if f.uses_topic_ids:
+                        write_partition_metadata(dst, topic_id)
+                replicas[b].append((topic, p, log_dir, leo))
+    shutil.rmtree(scratch, ignore_errors=True)
+    for b in state.brokers:
+        for d in map(Path, b.log_dirs):
+            mine = sorted((t, p, leo) for t, p, ld, leo in replicas[b.id] if ld == d)
+            write_meta_properties(d, b.id, state.cluster_id, f)
+            write_atomic(d / "recovery-point-offset-checkpoint", encode_offset_checkpoint(mine))
+            write_atomic(d / "replication-offset-checkpoint", encode_offset_checkpoint(mine))
+            if f.has_log_start_offset_checkpoint:
+                write_atomic(d / "log-start-offset-checkpoint", encode_offset_checkpoint([]))
+            write_clean_shutdown(d, f, 0)
+    return topics
+
+
+def _leo(partition_dir: Path) -> int:
+    bases = sorted(
+        p[0] for n in os.listdir(partition_dir) if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2]
+    )
+    walked = walk_log(str(partition_dir / f"{bases[-1]:020d}.log"), bases[-1])
+    return walked["next_offset"] if walked["next_offset"] is not None else bases[-1]
+
+
+def _write_zookeeper(state: LabState, topics: list[tuple[str, dict[int, list[int]], str, int]]) -> None:
+    f = state.features
+    from kazoo.client import KazooClient
+
+    root = KazooClient(hosts=f"127.0.0.1:{state.zk_port}", timeout=10)
+    root.start(timeout=15)
+    try:
+        root.ensure_path(CHROOT)
+    finally:
+        root.stop()
+        root.close()
+    zk = state.zk_client()
+    try:
+        for path in (
+            "/brokers/ids",
+            "/brokers/topics",
+            "/brokers/seqid",
+            "/admin/delete_topics",
+            "/config/topics",
+            "/config/brokers",
+            "/config/changes",
+            "/isr_change_notification",
+            "/latest_producer_id_block",
+        ):
+            zk.ensure_path(path)
+        zk.create("/cluster/id", json.dumps({"version": "1", "id": state.cluster_id}).encode(), makepath=True)
+        zk.create("/controller_epoch", b"0")
+        tx = zk.transaction()
+        for topic, assignment, topic_id, min_isr in topics:
+            tx.create(f"/brokers/topics/{topic}", json.dumps(_topic_znode(assignment, topic_id, f)).encode())
+            tx.create(f"/brokers/topics/{topic}/partitions")
+            cfg = {"min.insync.replicas": str(min_isr)}
+            if topic == "__consumer_offsets":
+                cfg.update({"cleanup.policy": "compact", "compression.type": "producer"})
+            tx.create(f"/config/topics/{topic}", json.dumps({"version": 1, "config": cfg}).encode())
+            for p, replicas in assignment.items():
+                tx.create(f"/brokers/topics/{topic}/partitions/{p}")
+                epoch = _corpus_leader_epoch(p) if topic == THILLAI_TOPIC else 0
+                state_json = {
+                    "controller_epoch": 0,
+                    "leader": replicas[0],
+                    "version": 1,
+                    "leader_epoch": epoch,
+                    "isr": list(replicas),
+                }
+                tx.create(f"/brokers/topics/{topic}/partitions/{p}/state", json.dumps(state_json).encode())
+        results = tx.commit()
+        errors = [r for r in results if isinstance(r, Exception)]
+        if errors:
+            raise LabError(f"writing the lab's ZooKeeper state failed: {errors[0]!r}")
+    finally:
+        zk.stop()
+        zk.close()
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+def _service_script(b: LabBrokerState) -> str:
+    plugins = REPO / "plugins"
+    return (
+        "#!/bin/sh\n"
+        "# fleet lab broker service control: start | stop | status | kill (the lab's `systemctl ... kafka`)\n"
+        f"exec env PYTHONPATH='{plugins}' '{sys.executable}' -m fleet_doctor.lab_broker "
+        f"--config '{b.config_path}' \"$@\"\n"
+    )
+
+
+def write_inventory(state: LabState) -> inv.Inventory:
+    key = str(state.path / "ssh" / "id_ed25519")
+    brokers = [
+        inv.BrokerEntry(
+            id=b.id,
+            host="127.0.0.1",
+            ssh_port=b.ssh_port,
+            ssh_user=state.user,
+            ssh_key_file=key,
+            host_key=b.host_key,
+            log_dirs=list(b.log_dirs),
+            kafka_version=state.kafka_version,
+            service={name: f"{b.service_script} {name}" for name in inv.SERVICE_COMMANDS},
+        )
+        for b in state.brokers
+    ]
+    inventory = inv.Inventory(
+        cluster=state.cluster,
+        zookeeper=state.zookeeper,
+        brokers=brokers,
+        extra={"lab_dir": state.dir, "known_hosts": str(state.path / "ssh" / "known_hosts")},
+    )
+    inventory.save(state.inventory_path)
+    conns = inventory.airflow_connections()
+    write_atomic(state.path / "airflow-connections.json", (json.dumps(conns, indent=2) + "\n").encode())
+    env = "".join(
+        f"export AIRFLOW_CONN_{cid.upper()}='{json.dumps(c, separators=(',', ':'))}'\n" for cid, c in conns.items()
+    )
+    write_atomic(state.path / "airflow-connections.env", env.encode())
+    known = "".join(f"[127.0.0.1]:{b.ssh_port} {b.host_key}\n" for b in state.brokers)
+    write_atomic(state.path / "ssh" / "known_hosts", known.encode())
+    return inventory
+
+
+def run_service(b: LabBrokerState, command: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
+    """Run the broker's service command locally (the product runs the same command over SSH)."""
+    return subprocess.run(
+        [str(b.service_script), command], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def is_up(directory: Path) -> bool:
+    try:
+        state = LabState.load(directory)
+    except LabError:
+        return False
+    return any(p for p in _lab_pids(state).values())
+
+
+def _lab_pids(state: LabState) -> dict[str, int | None]:
+    pids: dict[str, int | None] = {"zookeeper": state.zk_pid if _pid_of_cmdline(state.zk_pid, state.dir) else None}
+    for b in state.brokers:
+        pids[f"sshd-{b.id}"] = b.sshd_pid if _pid_of_cmdline(b.sshd_pid, b.run_dir) else None
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            pids[f"broker-{b.id}"] = running_pid(b.config())
+    return pids
+
+
+def up(
+    directory: str | os.PathLike[str] = DEFAULT_DIR,
+    *,
+    brokers: int = 3,
+    kafka_version: str = DEFAULT_VERSION,
+    log_dirs_per_broker: int = 1,
+    cluster: str = "lab",
+) -> LabState:
+    lab_dir = Path(directory).resolve()
+    if brokers < 1 or log_dirs_per_broker < 1:
+        raise LabError("--brokers and --log-dirs-per-broker must be at least 1")
+    features = KafkaFeatures.of(kafka_version)  # validates the version
+    if is_up(lab_dir):
+        raise LabError(f"a fleet lab is already up at {lab_dir}: run `fleet-lab down --dir {lab_dir}` first")
+    if lab_dir.exists():
+        shutil.rmtree(lab_dir)
+    (lab_dir / "ssh").mkdir(parents=True)
+    user = getpass.getuser()
+    client_pub = _keygen(lab_dir / "ssh" / "id_ed25519", f"fleet-doctor@{cluster}")
+    (lab_dir / "ssh" / "authorized_keys").write_text(client_pub + "\n")
+    zk = ZooKeeperServer(lab_dir / "zookeeper", tick_time_ms=ZK_TICK_MS)
+    state = LabState(str(lab_dir), cluster, random_topic_id(), str(kafka_version), 0, None, user)
+    try:
+        zk.start()
+        state.zk_port, state.zk_pid = zk.port or 0, zk.detach()
+        for i in range(brokers):
+            bid = i + 1
+            run = lab_dir / f"broker-{bid}"
+            run.mkdir()
+            host_key = _keygen(run / "ssh_host_ed25519_key", f"broker-{bid}")
+            log_dirs = [str(run / f"data-{k}") for k in range(log_dirs_per_broker)]
+            for d in log_dirs:
+                Path(d).mkdir()
+            b = LabBrokerState(bid, free_port(), free_port(), None, str(run), log_dirs, host_key)
+            state.brokers.append(b)
+            b.sshd_pid = _start_sshd(b, lab_dir, user)
+        state.save()
+        topics = _write_data(state)
+        _write_zookeeper(state, topics)
+        for b in state.brokers:
+            BrokerConfig(
+                broker_id=b.id,
+                zookeeper=state.zookeeper,
+                log_dirs=b.log_dirs,
+                kafka_version=state.kafka_version,
+                listener_port=b.listener_port,
+                run_dir=b.run_dir,
+                cluster_id=state.cluster_id if features.meta_properties_has_cluster_id else None,
+                session_timeout_s=BROKER_SESSION_TIMEOUT_S,
+            ).save(b.config_path)
+            b.service_script.write_text(_service_script(b))
+            b.service_script.chmod(0o755)
+        write_inventory(state)
+        for b in state.brokers:
+            _wait_ssh_banner(b.ssh_port, b.sshd_pid or 0, Path(b.run_dir) / "sshd.log")
+        with ThreadPoolExecutor(max_workers=len(state.brokers)) as pool:
+            results = list(pool.map(lambda b: run_service(b, "start"), state.brokers))
+        failed = [(b, r) for b, r in zip(state.brokers, results, strict=True) if r.returncode != 0]
+        if failed:
+            b, r = failed[0]
+            raise LabError(f"broker {b.id} did not start: {r.stdout}{r.stderr}")
+        wait_healthy(state, timeout=30)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            down(lab_dir)
+        raise
+    return state
+
+
+def wait_healthy(state: LabState, timeout: float = 30.0, expect_down: frozenset[int] = frozenset()) -> None:
+    """Until every running broker is registered, a controller is elected and every partition has a
+    leader and its full replica set in ISR (brokers in ``expect_down`` excepted)."""
+    deadline = time.monotonic() + timeout
+    zk = state.zk_client()
+    problem = "not checked"
+    try:
+        while time.monotonic() < deadline:
+            problem = _health_problem(zk, state, expect_down)
+            if problem is None:
+                return
+            time.sleep(0.1)
+    finally:
+        zk.stop()
+        zk.close()
+    raise LabError(f"lab not healthy after {timeout:.0f} s: {problem}")
+
+
+def _health_problem(zk: Any, state: LabState, expect_down: frozenset[int]) -> str | None:
+    live = {int(i) for i in zk.get_children("/brokers/ids")}
+    want = {b.id for b in state.brokers} - set(expect_down)
+    if not want <= live:
+        return f"brokers not registered: {sorted(want - live)}"
+    if not zk.exists("/controller"):
+        return "no controller"
+    for topic in zk.get_children("/brokers/topics"):
+        znode = json.loads(zk.get(f"/brokers/topics/{topic}")[0])
+        for p, replicas in znode["partitions"].items():
+            raw = zk.exists(f"/brokers/topics/{topic}/partitions/{p}/state")
+            if raw is None:
+                return f"{topic}-{p} has no state"
+            st = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+            if st["leader"] not in live:
+                return f"{topic}-{p} has no live leader ({st})"
+            missing = {r for r in replicas if r in want} - set(st["isr"])
+            if missing:
+                return f"{topic}-{p}: replicas {sorted(missing)} not in ISR {st['isr']}"
+    return None
+
+
+def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[str]:
+    """Stop every process of the lab (brokers cleanly, then sshd, then ZooKeeper), by PID."""
+    state = LabState.load(directory)
+    stopped = []
+    for b in state.brokers:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            cfg = b.config()
+            pid = running_pid(cfg)
+            if pid:
+                _terminate(pid, str(b.config_path), timeout=20)
+                stopped.append(f"broker-{b.id} ({pid})")
+    for b in state.brokers:
+        if _pid_of_cmdline(b.sshd_pid, b.run_dir):
+            _terminate(b.sshd_pid, b.run_dir, group=True)
+            stopped.append(f"sshd-{b.id} ({b.sshd_pid})")
+    if _pid_of_cmdline(state.zk_pid, state.dir):
+        _terminate(state.zk_pid, state.dir)
+        stopped.append(f"zookeeper ({state.zk_pid})")
+    return stopped
+
+
+def status(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any]:
+    state = LabState.load(directory)
+    pids = _lab_pids(state)
+    out: dict[str, Any] = {
+        "dir": state.dir,
+        "cluster": state.cluster,
+        "cluster_id": state.cluster_id,
+        "kafka_version": state.kafka_version,
+        "zookeeper": state.zookeeper,
+        "zookeeper_pid": pids["zookeeper"],
+        "zookeeper_running": pids["zookeeper"] is not None,
+        "inventory": str(state.inventory_path),
+        "airflow_connections": str(state.path / "airflow-connections.json"),
+        "ssh_key": str(state.path / "ssh" / "id_ed25519"),
+        "known_hosts": str(state.path / "ssh" / "known_hosts"),
+        "controller": None,
+        "brokers": [],
+    }
+    if pids["zookeeper"]:
+        with contextlib.suppress(Exception):
+            zk = state.zk_client(timeout=3)
+            try:
+                raw = zk.get("/controller")[0]
+                out["controller"] = json.loads(raw)["brokerid"]
+            except Exception:  # no controller right now
+                out["controller"] = None
+            finally:
+                zk.stop()
+                zk.close()
+    for b in state.brokers:
+        pid = pids.get(f"broker-{b.id}")
+        out["brokers"].append(
+            {
+                "id": b.id,
+                "ssh_host": "127.0.0.1",
+                "ssh_port": b.ssh_port,
+                "ssh_running": pids[f"sshd-{b.id}"] is not None,
+                "running": pid is not None,
+                "pid": pid,
+                "log_dirs": list(b.log_dirs),
+                "listener": f"PLAINTEXT://127.0.0.1:{b.listener_port}",
+                "server_log": str(Path(b.run_dir) / "server.log"),
+            }
+        )
+    return out
+
+
+def partition_topic_ids(state: LabState) -> dict[tuple[int, str, int], str | None]:
+    """(broker, topic, partition) -> the topic ID in that replica's partition.metadata (None when absent)."""
+    out = {}
+    for b in state.brokers:
+        for d in map(Path, b.log_dirs):
+            for entry in sorted(os.listdir(d)):
+                p = d / entry
+                if not p.is_dir() or "-" not in entry:
+                    continue
+                topic, _, part = entry.rpartition("-")
+                if not part.isdigit():
+                    continue
+                pm = p / PARTITION_METADATA
+                try:
+                    out[(b.id, topic, int(part))] = parse_partition_metadata(pm.read_bytes(), str(pm))["topic_id"]
+                except (OSError, ValueError):
+                    out[(b.id, topic, int(part))] = None
+    return out

@@ -1,0 +1,962 @@
+"""The fleet lab's broker: a stand-in for the Kafka broker JVM, faithful wherever Fleet Doctor touches it.
+
+It is controlled like a service (``kafka-service start|stop|status|kill`` over the broker's sshd) and
+does, in this order, what a ZooKeeper-mode Kafka broker of the configured version does:
+
+1. locks every log dir (``.lock``, a POSIX lock as FileChannel.tryLock takes it) and checks
+   ``meta.properties``;
+2. loads the logs (kafka-reference.md §2.1-§2.4, §1.4): deletes ``.deleted``/``.cleaned`` files,
+   completes ``.swap`` files, deletes orphan indexes, rebuilds missing indexes, applies the version's
+   index sanity check (0.8: a failure is fatal; 0.9-2.2: the segment is recovered; 2.3+: trusted),
+   recovers the segments above the recovery point after an unclean shutdown, then preallocates the
+   active segment's indexes to ``segment.index.bytes``. ``.kafka_cleanshutdown`` is deleted before
+   loading (2.8+) or after all logs loaded (0.8.2-2.7);
+3. registers ``/brokers/ids/<id>`` (ephemeral), competes for ``/controller`` and bumps
+   ``/controller_epoch``; as controller it mints a random topic ID for every *new* topic znode without
+   ``topic_id`` and for all of them when it takes over (never on a partition modification: KAFKA-14190),
+   creates partition ``state`` znodes and moves leadership off dead brokers;
+4. for every replica ZooKeeper assigns to it: creates the log if missing, writes ``partition.metadata``
+   where it has no topic ID yet, and on its first look after start treats a ``partition.metadata`` that
+   differs from ZooKeeper as Kafka does (InconsistentTopicIdException: the replica stays out of ISR);
+   otherwise it joins ISR;
+5. on SIGTERM (a clean stop): trims the active indexes, writes the offset checkpoints and
+   ``.kafka_cleanshutdown``, closes its ZooKeeper session. ``kill -9`` leaves the preallocated indexes
+   and no marker, exactly as a crashed Kafka does.
+
+It writes no records while running; the lab writes them before it starts (``fleet_doctor.lab``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor.kafka_log import (
+    KafkaFeatures,
+    encode_offset_checkpoint,
+    preallocate_index,
+    recover_segment,
+    trim_index,
+    write_atomic,
+    write_clean_shutdown,
+    write_meta_properties,
+    write_partition_metadata,
+)
+from fleet_doctor.probe import (
+    CLEAN_SHUTDOWN_FILE,
+    DEFAULT_SEGMENT_INDEX_BYTES,
+    LEADER_EPOCH_CHECKPOINT,
+    LOCK_FILE,
+    META_PROPERTIES,
+    OFFSET_INDEX_ENTRY,
+    PARTITION_METADATA,
+    TIME_INDEX_ENTRY,
+    parse_leader_epoch_checkpoint,
+    parse_meta_properties,
+    parse_offset_checkpoint,
+    parse_partition_dir_name,
+    parse_partition_metadata,
+    parse_segment_file_name,
+    segment_file_name,
+    walk_log,
+)
+
+LOG = logging.getLogger("kafka.server.KafkaServer")
+LOG_MANAGER = logging.getLogger("kafka.log.LogManager")
+LOG_LOADER = logging.getLogger("kafka.log.LogLoader")
+STATE_CHANGE = logging.getLogger("state.change.logger")
+CONTROLLER = logging.getLogger("kafka.controller.KafkaController")
+RECONCILE_INTERVAL_S = 0.2
+EXIT_FATAL = 1
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration (broker.json, written by the lab)
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_id: int
+    zookeeper: str  # connect string with chroot
+    log_dirs: list[str]
+    kafka_version: str
+    listener_port: int
+    run_dir: str  # pid file, server.log, state
+    cluster_id: str | None = None
+    session_timeout_s: float = 4.0
+    segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
+    log_load_delay_ms: int = 0  # per partition: makes a big broker's slow log load reproducible
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> BrokerConfig:
+        with open(path, encoding="utf-8") as f:
+            return cls(**json.load(f))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        write_atomic(Path(path), json.dumps(self.__dict__, indent=2).encode("utf-8"))
+
+    @property
+    def pid_file(self) -> Path:
+        return Path(self.run_dir) / "broker.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.run_dir) / "server.log"
+
+    @property
+    def state_file(self) -> Path:
+        return Path(self.run_dir) / "broker.state"
+
+
+class StartupFatal(Exception):
+    """What makes KafkaServer.startup fail: logged as FATAL, the process exits."""
+
+
+class LogDirOffline(Exception):
+    """An IOException/KafkaStorageException that takes one log dir offline."""
+
+
+# --------------------------------------------------------------------------------------------
+# Logs
+@dataclass
+class HostedLog:
+    topic: str
+    partition: int
+    path: Path
+    log_dir: Path
+    topic_id: str | None
+    log_start_offset: int
+    log_end_offset: int
+    active_base: int
+    segments: int = 1
+    active_entries: dict[str, int] = field(default_factory=dict)  # ext -> entries known in memory
+    inconsistent_topic_id: bool = False
+    looked_at: bool = False  # the first LeaderAndIsr after start has been processed
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def _index_sanity_error(path: Path, base: int, features: KafkaFeatures) -> str | None:
+    """The message LogSegment.sanityCheck / OffsetIndex.sanityCheck throws, or None (§1.3)."""
+    size = path.stat().st_size
+    if size % OFFSET_INDEX_ENTRY.size:
+        return f"Index file {path} is corrupt, found {size} bytes which is neither positive nor a multiple of 8."
+    entries = size // OFFSET_INDEX_ENTRY.size
+    if entries == 0:
+        return None
+    with open(path, "rb") as f:
+        f.seek((entries - 1) * OFFSET_INDEX_ENTRY.size)
+        rel, _ = OFFSET_INDEX_ENTRY.unpack(f.read(OFFSET_INDEX_ENTRY.size))
+    last = base + rel
+    if features.strict_index_last_offset and last <= base:
+        if not features._at_least("0.10.1"):
+            return (
+                f"Corrupt index found, index file ({path}) has non-zero size but the last offset is {last} "
+                f"and the base offset is {base}"
+            )
+        return (
+            f"Corrupt index found, index file ({path}) has non-zero size but the last offset is {last} "
+            f"which is no larger than the base offset {base}."
+        )
+    if not features.strict_index_last_offset and last < base:
+        return (
+            f"Corrupt index found, index file ({path}) has non-zero size but the last offset is {last} "
+            f"which is less than the base offset {base}."
+        )
+    return None
+
+
+def _time_index_sanity_error(path: Path, base: int) -> str | None:
+    size = path.stat().st_size
+    if size % TIME_INDEX_ENTRY.size:
+        return f"Time index file {path} is corrupt, found {size} bytes which is neither positive nor a multiple of 12."
+    entries = size // TIME_INDEX_ENTRY.size
+    if entries == 0:
+        return None
+    with open(path, "rb") as f:
+        first_ts, _ = TIME_INDEX_ENTRY.unpack(f.read(TIME_INDEX_ENTRY.size))
+        f.seek((entries - 1) * TIME_INDEX_ENTRY.size)
+        last_ts, rel = TIME_INDEX_ENTRY.unpack(f.read(TIME_INDEX_ENTRY.size))
+    if last_ts < first_ts:
+        return (
+            f"Corrupt time index found, time index file ({path}) has non-zero size but the last timestamp is "
+            f"{last_ts} which is less than the first timestamp {first_ts}"
+        )
+    if base + rel < base:
+        return (
+            f"Corrupt time index found, time index file ({path}) has non-zero size but the last offset is {base + rel}"
+        )
+    return None
+
+
+class LogLoader:
+    """Load one log dir as LogManager.loadLogs does for the configured version."""
+
+    def __init__(self, cfg: BrokerConfig, features: KafkaFeatures) -> None:
+        self.cfg = cfg
+        self.f = features
+
+    def _read_checkpoint(self, log_dir: Path, name: str) -> dict[tuple[str, int], int]:
+        path = log_dir / name
+        if not path.exists():
+            return {}
+        try:
+            entries, _ = parse_offset_checkpoint(path.read_bytes(), str(path))
+        except (OSError, ValueError) as e:
+            raise LogDirOffline(f"Error while reading checkpoint file {path}: {e}") from e
+        return {(t, p): o for t, p, o in entries}
+
+    def load_dir(self, log_dir: Path) -> tuple[list[HostedLog], bool]:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        had_clean = marker.exists()
+        if had_clean and self.f.deletes_clean_shutdown_marker_first:
+            marker.unlink()
+            LOG_MANAGER.info("Skipping recovery for all logs in %s since clean shutdown file was found", log_dir)
+        recovery_points = self._read_checkpoint(log_dir, "recovery-point-offset-checkpoint")
+        log_starts = (
+            self._read_checkpoint(log_dir, "log-start-offset-checkpoint")
+            if self.f.has_log_start_offset_checkpoint
+            else {}
+        )
+        logs = []
+        for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+            parsed = parse_partition_dir_name(entry.name)
+            if parsed is None or not entry.is_dir(follow_symlinks=False) or parsed["dir_state"] != "live":
+                continue
+            tp = (parsed["topic"], parsed["partition"])
+            LOG_MANAGER.info("Loading log '%s'", entry.name)
+            logs.append(
+                self.load_log(
+                    Path(entry.path), log_dir, tp, had_clean, recovery_points.get(tp, 0), log_starts.get(tp, 0)
+                )
+            )
+            LOG_MANAGER.info("Completed load of log %s with %d segments", entry.name, logs[-1].segments)
+            if self.cfg.log_load_delay_ms:
+                time.sleep(self.cfg.log_load_delay_ms / 1000.0)
+        return logs, had_clean
+
+    def load_log(
+        self, path: Path, log_dir: Path, tp: tuple[str, int], had_clean: bool, recovery_point: int, log_start: int
+    ) -> HostedLog:
+        f = self.f
+        names = sorted(os.listdir(path))
+        # §2.1 step 1-2: stray files of an interrupted deletion, cleaning or swap
+        for name in names:
+            parsed = parse_segment_file_name(name)
+            if parsed and parsed[2] in ("deleted", "cleaned"):
+                os.unlink(path / name)
+        for name in names:
+            parsed = parse_segment_file_name(name)
+            if parsed and parsed[2] == "swap" and (path / name).exists():
+                LOG_LOADER.info("Recovering file %s by renaming from %s files.", name[: -len(".swap")], "swap")
+                os.replace(path / name, path / name[: -len(".swap")])
+        names = sorted(os.listdir(path))
+        bases = sorted({p[0] for n in names if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2]})
+        # §2.1 step 3: orphan indexes
+        for name in names:
+            parsed = parse_segment_file_name(name)
+            if parsed and parsed[1] in ("index", "timeindex") and not parsed[2] and parsed[0] not in bases:
+                LOG_LOADER.warning("Found an orphaned index file %s, with no corresponding log file.", path / name)
+                os.unlink(path / name)
+        topic_id = None
+        pm = path / PARTITION_METADATA
+        if pm.exists():
+            if not f.uses_topic_ids:
+                pm.unlink()  # IBP < 2.8: keepPartitionMetadataFile = false (§4.1)
+            else:
+                try:
+                    topic_id = parse_partition_metadata(pm.read_bytes(), str(pm))["topic_id"]
+                except (OSError, ValueError) as e:
+                    raise LogDirOffline(f"Error while reading partition metadata file {pm}: {e}") from e
+        lec = path / LEADER_EPOCH_CHECKPOINT
+        if lec.exists() and f.has_leader_epoch_checkpoint:
+            try:
+                parse_leader_epoch_checkpoint(lec.read_bytes(), str(lec))
+            except (OSError, ValueError) as e:
+                raise LogDirOffline(f"Error while reading checkpoint file {lec}: {e}") from e
+        if not bases:
+            (path / segment_file_name(0, "log")).touch()
+            bases = [0]
+        # §1.4: missing and corrupt indexes
+        for base in bases:
+            log_path = path / segment_file_name(base, "log")
+            index = path / segment_file_name(base, "index")
+            if not index.exists():
+                LOG_LOADER.error(
+                    "Could not find offset index file corresponding to log file %s, "
+                    "recovering segment and rebuilding index files...",
+                    log_path,
+                )
+                recover_segment(path, base, f)
+                continue
+            if f.index_sanity_at_load == "rebuild":
+                problem = _index_sanity_error(index, base, f)
+                tindex = path / segment_file_name(base, "timeindex")
+                if problem is None and f.has_time_index and tindex.exists():
+                    problem = _time_index_sanity_error(tindex, base)
+                if problem:
+                    LOG_LOADER.warning(
+                        "Found a corrupted index file corresponding to log file %s due to %s}, "
+                        "recovering segment and rebuilding index files...",
+                        log_path,
+                        problem,
+                    )
+                    recover_segment(path, base, f)
+            if f.has_time_index and not (path / segment_file_name(base, "timeindex")).exists():
+                (path / segment_file_name(base, "timeindex")).touch()
+        # §2.4: recovery after an unclean shutdown, from the segment holding the recovery point
+        if not had_clean:
+            start = max([b for b in bases if b <= recovery_point], default=bases[0])
+            for i, base in enumerate(bases):
+                if base < start:
+                    continue
+                LOG_LOADER.info("Recovering unflushed segment %d in log %s", base, path.name)
+                res = recover_segment(path, base, f)
+                if res.truncated_bytes:
+                    LOG_LOADER.warning("Corruption found in segment %d, truncating to offset %s", base, res.next_offset)
+                    for later in bases[i + 1 :]:
+                        for ext in ("log", "index", "timeindex", "txnindex"):
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(path / segment_file_name(later, ext))
+                    bases = bases[: i + 1]
+                    break
+        active = bases[-1]
+        walked = walk_log(str(path / segment_file_name(active, "log")), active)
+        leo = walked["next_offset"] if walked["next_offset"] is not None else active
+        log = HostedLog(tp[0], tp[1], path, log_dir, topic_id, max(log_start, bases[0]), leo, active, len(bases))
+        # the active segment is re-expanded (resizeIndexes(maxIndexSize)); the entries known in memory are
+        # the whole length of the file as it was opened (§1.2)
+        for ext, entry in (("index", OFFSET_INDEX_ENTRY), ("timeindex", TIME_INDEX_ENTRY)):
+            if ext == "timeindex" and not f.has_time_index:
+                continue
+            p = path / segment_file_name(active, ext)
+            log.active_entries[ext] = p.stat().st_size // entry.size if p.exists() else 0
+            preallocate_index(p, entry, self.cfg.segment_index_bytes)
+        if f.index_sanity_at_load == "fatal":
+            # 0.8 Log.loadSegments: after recoverLog, every segment's offset index is sanity-checked and a
+            # failure propagates out of LogManager: the broker does not start
+            for base in bases:
+                index = path / segment_file_name(base, "index")
+                size = index.stat().st_size
+                entries = log.active_entries["index"] if base == active else size // OFFSET_INDEX_ENTRY.size
+                problem = _sanity_08(index, base, entries, size)
+                if problem:
+                    raise StartupFatal(f"requirement failed: {problem}")
+        return log
+
+
+def _sanity_08(index: Path, base: int, entries: int, size: int) -> str | None:
+    """OffsetIndex.sanityCheck @0.8.2.2 on the entries known in memory."""
+    if entries:
+        with open(index, "rb") as f:
+            f.seek((entries - 1) * OFFSET_INDEX_ENTRY.size)
+            rel, _ = OFFSET_INDEX_ENTRY.unpack(f.read(OFFSET_INDEX_ENTRY.size))
+        if base + rel <= base:
+            return (
+                f"Corrupt index found, index file ({index}) has non-zero size but the last offset is {base + rel} "
+                f"and the base offset is {base}"
+            )
+    if size % OFFSET_INDEX_ENTRY.size:
+        return f"Index file {index.name} is corrupt, found {size} bytes which is not positive or not a multiple of 8."
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The broker process
+class LabBroker:
+    def __init__(self, cfg: BrokerConfig) -> None:
+        self.cfg = cfg
+        self.f = KafkaFeatures.of(cfg.kafka_version)
+        self.logs: dict[tuple[str, int], HostedLog] = {}
+        self.offline_dirs: set[Path] = set()
+        self.stop_event = threading.Event()
+        self.zk: Any = None
+        self.lock_fds: list[int] = []
+        self.is_controller = False
+        self.controller_epoch = 0
+        self.controller_topics: dict[str, str | None] = {}
+        self.listener: socket.socket | None = None
+        self.reported_mismatch: dict[tuple[str, int], str] = {}
+        self.broker_epoch = 0
+
+    # ---- startup
+    def startup(self) -> None:
+        LOG.info("[KafkaServer id=%d] starting (lab broker, Kafka %s behaviour)", self.cfg.broker_id, self.f.version)
+        self._lock_log_dirs()
+        self._check_meta_properties()
+        loader = LogLoader(self.cfg, self.f)
+        markers_to_delete = []
+        for d in map(Path, self.cfg.log_dirs):
+            try:
+                logs, had_clean = loader.load_dir(d)
+            except LogDirOffline as e:
+                if self.f.version < KafkaFeatures.of("1.0").version:
+                    raise StartupFatal(str(e)) from e
+                LOG_MANAGER.error("%s. Stopping serving logs in dir %s", e, d)
+                self.offline_dirs.add(d)
+                continue
+            if had_clean and not self.f.deletes_clean_shutdown_marker_first:
+                markers_to_delete.append(d / CLEAN_SHUTDOWN_FILE)
+            for log in logs:
+                self.logs[(log.topic, log.partition)] = log
+        if self.offline_dirs and len(self.offline_dirs) == len(self.cfg.log_dirs):
+            raise StartupFatal(f"Shutdown broker because all log dirs in {', '.join(self.cfg.log_dirs)} have failed")
+        for m in markers_to_delete:  # 0.8.2-2.7: the marker goes only once every log of the dir loaded
+            with contextlib.suppress(FileNotFoundError):
+                m.unlink()
+        self.write_checkpoints()
+        self._listen()
+        self._connect_zookeeper()
+        LOG.info("[KafkaServer id=%d] started", self.cfg.broker_id)
+
+    def _lock_log_dirs(self) -> None:
+        for d in map(Path, self.cfg.log_dirs):
+            d.mkdir(parents=True, exist_ok=True)
+            fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                raise StartupFatal(
+                    f"Failed to acquire lock on file .lock in {d}. A Kafka instance in another process or thread "
+                    "is using this directory."
+                ) from e
+            self.lock_fds.append(fd)
+
+    def _check_meta_properties(self) -> None:
+        seen: dict[str, Any] = {}
+        for d in map(Path, self.cfg.log_dirs):
+            p = d / META_PROPERTIES
+            if not p.exists():
+                if self.f._at_least("0.9"):
+                    write_meta_properties(d, self.cfg.broker_id, self.cfg.cluster_id, self.f)
+                continue
+            try:
+                meta = parse_meta_properties(p.read_bytes(), str(p))
+            except (OSError, ValueError) as e:
+                raise StartupFatal(f"Failed to read {p}: {e}") from e
+            if meta["broker_id"] is not None and meta["broker_id"] != self.cfg.broker_id:
+                raise StartupFatal(
+                    f"Configured broker.id {self.cfg.broker_id} doesn't match stored broker.id "
+                    f"Some({meta['broker_id']}) in meta.properties. If you moved your data, make sure your "
+                    "configured broker.id matches. If you intend to create a new broker, you should remove all "
+                    "data in your data directories (log.dirs)."
+                )
+            for k in ("broker_id", "cluster_id"):
+                if meta[k] is not None and seen.setdefault(k, meta[k]) != meta[k]:
+                    raise StartupFatal(f"Found inconsistent {k.replace('_', '.')} values in meta.properties files")
+
+    def _listen(self) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", self.cfg.listener_port))
+        s.listen(16)
+        self.listener = s
+        threading.Thread(target=self._accept_loop, daemon=True, name="listener").start()
+
+    def _accept_loop(self) -> None:
+        while self.listener is not None:
+            try:
+                conn, _ = self.listener.accept()
+                conn.close()
+            except OSError:
+                return
+
+    def _connect_zookeeper(self) -> None:
+        from kazoo.client import KazooClient
+
+        logging.getLogger("kazoo").setLevel(logging.WARNING)
+        self.zk = KazooClient(hosts=self.cfg.zookeeper, timeout=self.cfg.session_timeout_s)
+        try:
+            self.zk.start(timeout=15)
+        except Exception as e:  # kazoo raises its own timeout type
+            raise StartupFatal(f"Timed out waiting for connection while in state: CONNECTING ({e})") from e
+        self._register()
+
+    def _register(self) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        path = f"/brokers/ids/{self.cfg.broker_id}"
+        data = {
+            "features": {},
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [f"PLAINTEXT://127.0.0.1:{self.cfg.listener_port}"],
+            "jmx_port": -1,
+            "port": self.cfg.listener_port,
+            "host": "127.0.0.1",
+            "version": 5 if self.f._at_least("2.7") else 4,
+            "timestamp": str(int(time.time() * 1000)),
+        }
+        deadline = time.monotonic() + self.cfg.session_timeout_s * 3 + 5
+        while True:
+            try:
+                self.zk.create(path, json.dumps(data).encode(), ephemeral=True, makepath=True)
+                break
+            except NodeExistsError:
+                # the znode of our previous (killed) session: Kafka retries until that session expires
+                if time.monotonic() > deadline:
+                    raise StartupFatal(
+                        f"Error while creating ephemeral at {path}, node already exists and owner does not "
+                        "match current session"
+                    ) from None
+                time.sleep(0.2)
+        self.broker_epoch = self.zk.exists(path).czxid
+        LOG.info(
+            "Registered broker %d at path %s with addresses: PLAINTEXT://127.0.0.1:%d, czxid (broker epoch): %d",
+            self.cfg.broker_id,
+            path,
+            self.cfg.listener_port,
+            self.broker_epoch,
+        )
+
+    # ---- running
+    def run(self) -> None:
+        from kazoo.exceptions import KazooException
+
+        while not self.stop_event.is_set():
+            try:
+                if self.zk.connected:
+                    if not self.zk.exists(f"/brokers/ids/{self.cfg.broker_id}"):
+                        self._register()  # a new session after expiry: register again
+                    self._elect()
+                    if self.is_controller:
+                        self._controller_pass()
+                    self._replica_pass()
+            except (KazooException, OSError, ValueError) as e:
+                LOG.warning("lab broker pass failed: %s", e)
+            except StartupFatal as e:
+                LOG.error("%s", e)
+            self.stop_event.wait(RECONCILE_INTERVAL_S)
+
+    def _elect(self) -> None:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        try:
+            data, _ = self.zk.get("/controller")
+            self.is_controller_now(json.loads(data).get("brokerid") == self.cfg.broker_id)
+            return
+        except NoNodeError:
+            pass
+        payload = {"version": 1, "brokerid": self.cfg.broker_id, "timestamp": str(int(time.time() * 1000))}
+        if self.f._at_least("3.4"):
+            payload = {**payload, "version": 2, "kraftControllerEpoch": -1}
+        try:
+            self.zk.create("/controller", json.dumps(payload).encode(), ephemeral=True)
+        except NodeExistsError:
+            return
+        try:
+            raw, stat = self.zk.get("/controller_epoch")
+            epoch = int(raw) + 1
+            self.zk.set("/controller_epoch", str(epoch).encode(), version=stat.version)
+        except NoNodeError:
+            epoch = 1
+            self.zk.create("/controller_epoch", b"1", makepath=True)
+        self.controller_epoch = epoch
+        CONTROLLER.info(
+            "[Controller id=%d] %d successfully elected as the controller. Epoch incremented to %d",
+            self.cfg.broker_id,
+            self.cfg.broker_id,
+            epoch,
+        )
+        self.controller_topics = {}
+        self.is_controller_now(True)
+
+    def is_controller_now(self, value: bool) -> None:
+        if self.is_controller and not value:
+            CONTROLLER.info("[Controller id=%d] Resigned", self.cfg.broker_id)
+        self.is_controller = value
+
+    def _topics(self) -> dict[str, tuple[dict[str, Any], Any]]:
+        from kazoo.exceptions import NoNodeError
+
+        out = {}
+        for t in self.zk.get_children("/brokers/topics"):
+            try:
+                raw, stat = self.zk.get(f"/brokers/topics/{t}")
+                out[t] = (json.loads(raw), stat)
+            except (NoNodeError, ValueError):
+                continue
+        return out
+
+    def _controller_pass(self) -> None:
+        from kazoo.exceptions import BadVersionError, NodeExistsError
+
+        live = {int(b) for b in self.zk.get_children("/brokers/ids")}
+        for topic, (znode, stat) in sorted(self._topics().items()):
+            if topic not in self.controller_topics:
+                # TopicChange (a new topic, or every topic when this controller took over): processTopicIds
+                if self.f.uses_topic_ids and not znode.get("topic_id"):
+                    from fleet_doctor.kafka_log import random_topic_id
+
+                    new = dict(znode, version=3, topic_id=random_topic_id())
+                    new.setdefault("adding_replicas", {})
+                    new.setdefault("removing_replicas", {})
+                    try:
+                        self.zk.set(f"/brokers/topics/{topic}", json.dumps(new).encode(), version=stat.version)
+                    except BadVersionError:
+                        continue
+                    CONTROLLER.info(
+                        "[Controller id=%d] Assigned topic ID %s to topic %s",
+                        self.cfg.broker_id,
+                        new["topic_id"],
+                        topic,
+                    )
+                    znode = new
+                self.controller_topics[topic] = znode.get("topic_id")
+            for p, replicas in sorted(znode.get("partitions", {}).items(), key=lambda kv: int(kv[0])):
+                path = f"/brokers/topics/{topic}/partitions/{p}/state"
+                existing = self.zk.exists(path)
+                if existing is None:
+                    isr = [b for b in replicas if b in live]
+                    state = {
+                        "controller_epoch": self.controller_epoch,
+                        "leader": isr[0] if isr else -1,
+                        "version": 1,
+                        "leader_epoch": 0,
+                        "isr": isr or list(replicas[:1]),
+                    }
+                    with contextlib.suppress(NodeExistsError):
+                        self.zk.create(path, json.dumps(state).encode(), makepath=True)
+                    continue
+                raw, st = self.zk.get(path)
+                state = json.loads(raw)
+                isr = [b for b in state["isr"] if b in live] or state["isr"]
+                leader = state["leader"]
+                if leader not in live:
+                    candidates = [b for b in replicas if b in state["isr"] and b in live]
+                    leader = candidates[0] if candidates else -1
+                if leader == state["leader"] and isr == state["isr"]:
+                    continue
+                new_state = dict(state, leader=leader, isr=isr, controller_epoch=self.controller_epoch)
+                if leader != state["leader"]:
+                    new_state["leader_epoch"] = state["leader_epoch"] + 1
+                with contextlib.suppress(BadVersionError):
+                    self.zk.set(path, json.dumps(new_state).encode(), version=st.version)
+                    STATE_CHANGE.info(
+                        "[Controller id=%d epoch=%d] Changed partition %s-%s from %s to %s",
+                        self.cfg.broker_id,
+                        self.controller_epoch,
+                        topic,
+                        p,
+                        state,
+                        new_state,
+                    )
+
+    def _pick_log_dir(self) -> Path | None:
+        online = [Path(d) for d in self.cfg.log_dirs if Path(d) not in self.offline_dirs]
+        if not online:
+            return None
+        counts = {d: sum(1 for lg in self.logs.values() if lg.log_dir == d) for d in online}
+        return min(online, key=lambda d: (counts[d], str(d)))
+
+    def _create_log(self, topic: str, partition: int, topic_id: str | None) -> HostedLog | None:
+        log_dir = self._pick_log_dir()
+        if log_dir is None:
+            return None
+        path = log_dir / f"{topic}-{partition}"
+        path.mkdir(exist_ok=True)
+        (path / segment_file_name(0, "log")).touch()
+        log = HostedLog(topic, partition, path, log_dir, None, 0, 0, 0)
+        for ext, entry in (("index", OFFSET_INDEX_ENTRY), ("timeindex", TIME_INDEX_ENTRY)):
+            if ext == "timeindex" and not self.f.has_time_index:
+                continue
+            log.active_entries[ext] = 0
+            preallocate_index(path / segment_file_name(0, ext), entry, self.cfg.segment_index_bytes)
+        if self.f.has_leader_epoch_checkpoint:
+            write_atomic(path / LEADER_EPOCH_CHECKPOINT, b"0\n0\n")
+        LOG_MANAGER.info("Created log for partition %s-%d in %s", topic, partition, path)
+        self.logs[(topic, partition)] = log
+        return log
+
+    def _replica_pass(self) -> None:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        me = self.cfg.broker_id
+        for topic, (znode, _stat) in self._topics().items():
+            zk_id = znode.get("topic_id") if self.f.uses_topic_ids else None
+            for p, replicas in znode.get("partitions", {}).items():
+                if me not in replicas:
+                    continue
+                tp = (topic, int(p))
+                log = self.logs.get(tp)
+                if log is None:
+                    log = self._create_log(topic, int(p), zk_id)
+                    if log is None:
+                        continue
+                if zk_id:
+                    if log.topic_id is None:
+                        log.topic_id = zk_id  # assignTopicId: "flush-metadata-file"
+                        write_partition_metadata(log.path, zk_id)
+                    elif log.topic_id != zk_id and self.reported_mismatch.get(tp) != zk_id:
+                        self.reported_mismatch[tp] = zk_id
+                        if not log.looked_at:
+                            log.inconsistent_topic_id = True
+                            STATE_CHANGE.error(
+                                "[Broker id=%d] Topic Id in memory: %s does not match the topic Id for partition "
+                                "%s-%s provided in the request: %s.",
+                                me,
+                                log.topic_id,
+                                topic,
+                                p,
+                                zk_id,
+                            )
+                            LOG_MANAGER.error(
+                                "kafka.common.InconsistentTopicIdException: Tried to assign topic ID %s to log for "
+                                "topic partition %s-%s,but log already contained topic ID %s",
+                                zk_id,
+                                topic,
+                                p,
+                                log.topic_id,
+                            )
+                        else:
+                            STATE_CHANGE.error(
+                                "[Broker id=%d] Topic ID in memory: %s does not match the topic ID for partition "
+                                "%s-%s received: %s.",
+                                me,
+                                log.topic_id,
+                                topic,
+                                p,
+                                zk_id,
+                            )
+                log.looked_at = True
+                path = f"/brokers/topics/{topic}/partitions/{p}/state"
+                try:
+                    raw, st = self.zk.get(path)
+                except NoNodeError:
+                    continue
+                state = json.loads(raw)
+                offline = log.inconsistent_topic_id or log.log_dir in self.offline_dirs
+                new_isr = None
+                if offline and me in state["isr"] and len(state["isr"]) > 1:
+                    new_isr = [b for b in state["isr"] if b != me]
+                elif not offline and me not in state["isr"] and state["leader"] != -1:
+                    new_isr = [*state["isr"], me]
+                if new_isr is not None:
+                    with contextlib.suppress(BadVersionError):
+                        self.zk.set(path, json.dumps(dict(state, isr=new_isr)).encode(), version=st.version)
+                        STATE_CHANGE.info("[Partition %s-%s broker=%d] ISR updated to %s", topic, p, me, new_isr)
+
+    # ---- shutdown
+    def write_checkpoints(self) -> None:
+        for d in map(Path, self.cfg.log_dirs):
+            if d in self.offline_dirs:
+                continue
+            logs = sorted((lg for lg in self.logs.values() if lg.log_dir == d), key=lambda lg: (lg.topic, lg.partition))
+            end = [(lg.topic, lg.partition, lg.log_end_offset) for lg in logs]
+            write_atomic(d / "recovery-point-offset-checkpoint", encode_offset_checkpoint(end))
+            write_atomic(d / "replication-offset-checkpoint", encode_offset_checkpoint(end))
+            if self.f.has_log_start_offset_checkpoint:
+                starts = [(lg.topic, lg.partition, lg.log_start_offset) for lg in logs if lg.log_start_offset > 0]
+                write_atomic(d / "log-start-offset-checkpoint", encode_offset_checkpoint(starts))
+
+    def shutdown(self) -> None:
+        LOG.info("[KafkaServer id=%d] shutting down", self.cfg.broker_id)
+        if self.zk is not None:
+            with contextlib.suppress(Exception):
+                self.zk.stop()
+                self.zk.close()
+        if self.listener is not None:
+            listener, self.listener = self.listener, None
+            listener.close()
+        for log in self.logs.values():
+            if log.log_dir in self.offline_dirs:
+                continue
+            for ext, entry in (("index", OFFSET_INDEX_ENTRY), ("timeindex", TIME_INDEX_ENTRY)):
+                if ext in log.active_entries:
+                    p = log.path / segment_file_name(log.active_base, ext)
+                    with contextlib.suppress(FileNotFoundError):
+                        trim_index(p, log.active_entries[ext], entry)
+        self.write_checkpoints()
+        for d in map(Path, self.cfg.log_dirs):
+            if d not in self.offline_dirs:
+                write_clean_shutdown(d, self.f, self.broker_epoch)
+        for fd in self.lock_fds:
+            os.close(fd)
+        LOG.info("[KafkaServer id=%d] shut down completed", self.cfg.broker_id)
+
+
+# --------------------------------------------------------------------------------------------
+# Process entry points: run (foreground daemon) and the service control commands
+def _setup_logging(cfg: BrokerConfig) -> None:
+    handler = logging.FileHandler(cfg.log_file, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(message)s (%(name)s)"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logging.addLevelName(logging.CRITICAL, "FATAL")
+    logging.addLevelName(logging.WARNING, "WARN")
+
+
+def _set_state(cfg: BrokerConfig, state: str) -> None:
+    write_atomic(cfg.state_file, f"{state} {os.getpid()}\n".encode())
+
+
+def run(cfg: BrokerConfig) -> int:
+    _setup_logging(cfg)
+    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+    write_atomic(cfg.pid_file, f"{os.getpid()}\n".encode())
+    _set_state(cfg, "starting")
+    broker = LabBroker(cfg)
+    signal.signal(signal.SIGTERM, lambda *_: broker.stop_event.set())
+    signal.signal(signal.SIGINT, lambda *_: broker.stop_event.set())
+    try:
+        broker.startup()
+    except StartupFatal as e:
+        logging.getLogger("kafka.log.LogManager").error(
+            "There was an error in one of the threads during logs loading: java.lang.IllegalArgumentException: %s", e
+        )
+        LOG.critical("[KafkaServer id=%d] Fatal error during KafkaServer startup. Prepare to shutdown", cfg.broker_id)
+        LOG.critical("java.lang.IllegalArgumentException: %s", e)
+        _set_state(cfg, "failed")
+        with contextlib.suppress(Exception):
+            if broker.zk is not None:
+                broker.zk.stop()
+        return EXIT_FATAL
+    _set_state(cfg, "running")
+    broker.run()
+    broker.shutdown()
+    _set_state(cfg, "stopped")
+    cfg.pid_file.unlink(missing_ok=True)
+    return 0
+
+
+def running_pid(cfg: BrokerConfig) -> int | None:
+    """The PID of this broker's daemon if it runs (the PID file is checked against /proc: no PID reuse)."""
+    try:
+        pid = int(cfg.pid_file.read_text().split()[0])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return None
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if b"run" in cmdline and str(cfg_path_of(cfg)).encode() in cmdline else None
+
+
+def cfg_path_of(cfg: BrokerConfig) -> Path:
+    return Path(cfg.run_dir) / "broker.json"
+
+
+def start(cfg: BrokerConfig, timeout: float = 60.0) -> int:
+    pid = running_pid(cfg)
+    if pid:
+        print(f"kafka (broker {cfg.broker_id}) is already running, pid {pid}")
+        return 0
+    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+    plugins = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=plugins)
+    with open(Path(cfg.run_dir) / "broker.out", "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fleet_doctor.lab_broker", "--config", str(cfg_path_of(cfg)), "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # detached from the ssh session that started it
+            close_fds=True,
+            env=env,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = cfg.state_file.read_text().split() if cfg.state_file.exists() else []
+        if state and int(state[1]) == proc.pid and state[0] == "running":
+            print(f"kafka (broker {cfg.broker_id}) started, pid {proc.pid}")
+            return 0
+        if proc.poll() is not None:
+            fatal = [ln for ln in _tail(cfg.log_file, 40) if " FATAL " in ln or " ERROR " in ln]
+            print(f"kafka (broker {cfg.broker_id}) failed to start (exit {proc.returncode})", file=sys.stderr)
+            for line in fatal[-4:]:
+                print(line, file=sys.stderr)
+            return 1
+        time.sleep(0.05)
+    print(f"kafka (broker {cfg.broker_id}) did not start within {timeout:.0f} s", file=sys.stderr)
+    return 1
+
+
+def _tail(path: Path, n: int) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop(cfg: BrokerConfig, timeout: float = 60.0) -> int:
+    pid = running_pid(cfg)
+    if not pid:
+        print(f"kafka (broker {cfg.broker_id}) is not running")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    if _wait_gone(pid, timeout):
+        print(f"kafka (broker {cfg.broker_id}) stopped")
+        return 0
+    print(f"kafka (broker {cfg.broker_id}) did not stop within {timeout:.0f} s", file=sys.stderr)
+    return 1
+
+
+def kill(cfg: BrokerConfig) -> int:
+    pid = running_pid(cfg)
+    if not pid:
+        print(f"kafka (broker {cfg.broker_id}) is not running")
+        return 0
+    os.kill(pid, signal.SIGKILL)
+    _wait_gone(pid, 10)
+    print(f"kafka (broker {cfg.broker_id}) killed (SIGKILL), pid {pid}")
+    return 0
+
+
+def status(cfg: BrokerConfig) -> int:
+    pid = running_pid(cfg)
+    if pid:
+        print(f"kafka (broker {cfg.broker_id}): active (running), pid {pid}")
+        return 0
+    state = cfg.state_file.read_text().split()[0] if cfg.state_file.exists() else "inactive"
+    print(f"kafka (broker {cfg.broker_id}): inactive ({'failed' if state == 'failed' else 'dead'})")
+    return 3  # systemctl status: 3 = not running
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="kafka-service", description="control a fleet lab broker like a service")
+    p.add_argument("--config", required=True, help="the broker's broker.json")
+    p.add_argument("command", choices=["start", "stop", "status", "kill", "run"])
+    p.add_argument("--timeout", type=float, default=60.0)
+    args = p.parse_args(argv)
+    cfg = BrokerConfig.load(args.config)
+    if args.command == "run":
+        return run(cfg)
+    if args.command == "start":
+        return start(cfg, args.timeout)
+    if args.command == "stop":
+        return stop(cfg, args.timeout)
+    if args.command == "kill":
+        return kill(cfg)
+    return status(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
