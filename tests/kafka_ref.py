@@ -26,3 +26,73 @@ def ref_batches(data: bytes) -> list[tuple[int, int]]:
 def ref_valid_bytes(data: bytes) -> int:
     b = ref_batches(data)
     return b[-1][0] + b[-1][1] if b else 0
+
+
+def ref_crc32c(data: bytes) -> int:
+    """CRC-32C, bit by bit (no table): an independent check of the table-driven one in the probe."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+
+
+def ref_v2_batch(data: bytes) -> dict:
+    """Decode one uncompressed magic-2 batch (kafka-reference.md §3.1): header fields and records."""
+    (
+        base_offset,
+        length,
+        leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        pid,
+        pepoch,
+        bseq,
+        count,
+    ) = struct.unpack_from(">qiibIhiqqqhii", data, 0)
+    records = []
+    pos = 61
+    for _ in range(count):
+        size, pos = _read_varint(data, pos)
+        end = pos + size
+        pos += 1  # record attributes
+        ts_delta, pos = _read_varint(data, pos)
+        off_delta, pos = _read_varint(data, pos)
+        parts = []
+        for _ in range(2):
+            n, pos = _read_varint(data, pos)
+            parts.append(None if n < 0 else data[pos : pos + n])
+            pos += max(n, 0)
+        headers, pos = _read_varint(data, pos)
+        assert headers == 0 and pos == end, "records with headers are not used by these tests"
+        records.append((base_ts + ts_delta, off_delta, parts[0], parts[1]))
+    return {
+        "base_offset": base_offset,
+        "size": 12 + length,
+        "leader_epoch": leader_epoch,
+        "magic": magic,
+        "crc": crc,
+        "attributes": attributes,
+        "last_offset_delta": last_delta,
+        "max_timestamp": max_ts,
+        "producer_id": pid,
+        "producer_epoch": pepoch,
+        "base_sequence": bseq,
+        "records": records,
+    }

@@ -500,6 +500,14 @@ class LabBroker:
             "version": 5 if self.f._at_least("2.7") else 4,
             "timestamp": str(int(time.time() * 1000)),
         }
+        if not self.f._at_least("0.9"):  # 0.8's BrokerIdZNode: version 1, no endpoints
+            data = {
+                "jmx_port": -1,
+                "timestamp": data["timestamp"],
+                "host": "127.0.0.1",
+                "version": 1,
+                "port": self.cfg.listener_port,
+            }
         deadline = time.monotonic() + self.cfg.session_timeout_s * 3 + 5
         while True:
             try:
@@ -818,7 +826,12 @@ def run(cfg: BrokerConfig) -> int:
         logging.getLogger("kafka.log.LogManager").error(
             "There was an error in one of the threads during logs loading: java.lang.IllegalArgumentException: %s", e
         )
-        LOG.critical("[KafkaServer id=%d] Fatal error during KafkaServer startup. Prepare to shutdown", cfg.broker_id)
+        who = (
+            f"[Kafka Server {cfg.broker_id}],"
+            if broker.f.version < KafkaFeatures.of("0.9").version
+            else (f"[KafkaServer id={cfg.broker_id}]")
+        )
+        LOG.critical("%s Fatal error during KafkaServer startup. Prepare to shutdown", who)
         LOG.critical("java.lang.IllegalArgumentException: %s", e)
         _set_state(cfg, "failed")
         with contextlib.suppress(Exception):
