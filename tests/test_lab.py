@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -524,3 +525,28 @@ def test_seed_000_broker_refuses_to_start_with_kafkas_message(tmp_path: Path) ->
         assert r.returncode == 0, r.stderr
     finally:
         fleet_lab("down", "--dir", str(d), check=False)
+
+
+def test_kill9_untrimmed_index_leaves_a_crashed_brokers_files(lab3: dict[str, Any]) -> None:
+    r = fleet_lab("inject", "kill9-untrimmed-index", "--broker", "3", "--dir", lab3["dir"], "--json")
+    rec = json.loads(r.stdout)
+    assert rec["rule"] == "index-untrimmed" and rec["broker_id"] == 3 and rec["paths"]
+    st = json.loads(fleet_lab("status", "--dir", lab3["dir"], "--json").stdout)
+    b3 = next(b for b in st["brokers"] if b["id"] == 3)
+    assert not b3["running"] and processes_mentioning(str(Path(lab3["dir"]) / "broker-3" / "broker.json")) == []
+    for d in map(Path, b3["log_dirs"]):
+        assert not (d / ".kafka_cleanshutdown").exists()
+    for path in rec["paths"]:
+        data = Path(path).read_bytes()
+        assert len(data) in (DEFAULT_SEGMENT_INDEX_BYTES, DEFAULT_SEGMENT_INDEX_BYTES - 4)
+        assert data[-4096:] == b"\0" * 4096  # the preallocated zero tail
+    zk = zk_client(lab3)
+    try:
+        deadline = time.monotonic() + 15
+        while zk.exists("/brokers/ids/3") is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert zk.exists("/brokers/ids/3") is None  # the ephemeral znode went when the session expired
+        lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30, expect_down=frozenset({3}))
+        assert all(3 not in state_of(zk, "orders", p)["isr"] for p in range(6))
+    finally:
+        zk.stop()

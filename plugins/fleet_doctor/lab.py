@@ -624,6 +624,8 @@ def _health_problem(zk: Any, state: LabState, expect_down: frozenset[int]) -> st
             st = json.loads(zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
             if st["leader"] not in live:
                 return f"{topic}-{p} has no live leader ({st})"
+            if set(st["isr"]) - live:
+                return f"{topic}-{p}: ISR {st['isr']} still lists brokers that are gone"
             missing = {r for r in replicas if r in want} - set(st["isr"])
             if missing:
                 return f"{topic}-{p}: replicas {sorted(missing)} not in ISR {st['isr']}"
