@@ -4,7 +4,7 @@ self-contained HTML page. JSON output is the findings themselves (see cli.py).""
 from __future__ import annotations
 
 import html
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, TextIO
 
@@ -103,6 +103,109 @@ def render_html(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
         out.write(
             f"<tr><td class='{e(f['severity'])}'>{e(f['severity'])}</td><td>{e(f['rule'])}</td><td>{broker}</td>"
             f"<td>{e(part)}</td><td>{seg}</td><td class='msg'>{e(f['message'] or '')}</td></tr>"
+        )
+    out.write("</table>")
+    skipped = summary.get("rules_skipped") or {}
+    if skipped:
+        out.write("<h2>Not evaluated</h2><ul>")
+        for rule, why in sorted(skipped.items()):
+            out.write(f"<li>{e(rule)}: {e(why)}</li>")
+        out.write("</ul>")
+    out.write("</body></html>\n")
+
+
+_STATUS_ORDER = {"new": 0, "persisting": 1, "unverified": 2, "resolved": 3}
+
+
+def _svg_history(runs: list[dict[str, Any]], width: int = 640, height: int = 160) -> str:
+    """Stacked bars of critical/warning/info findings per audit run (the last 30), inline SVG."""
+    runs = runs[-30:]
+    if not runs:
+        return ""
+    top = max(sum(r["by_severity"].values()) for r in runs) or 1
+    bar = max(4, (width - 40) // max(len(runs), 1) - 4)
+    colors = {"critical": "#c0392b", "warning": "#e67e22", "info": "#7f8c8d"}
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height + 30}' role='img'>"]
+    parts.append(f"<text x='0' y='12' font-size='11'>{top}</text><text x='0' y='{height}' font-size='11'>0</text>")
+    for i, r in enumerate(runs):
+        x = 30 + i * (bar + 4)
+        y = height
+        for sev in ("info", "warning", "critical"):
+            n = r["by_severity"].get(sev, 0)
+            h = round(n / top * (height - 20))
+            if h:
+                y -= h
+                parts.append(
+                    f"<rect x='{x}' y='{y}' width='{bar}' height='{h}' fill='{colors[sev]}'>"
+                    f"<title>{html.escape(r['audit_run'])}: {n} {sev}</title></rect>"
+                )
+    parts.append(f"<text x='30' y='{height + 20}' font-size='11'>{html.escape(runs[0]['audit_run'])}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_audit_html(
+    rows: list[dict[str, Any]], summary: dict[str, Any], runs: list[dict[str, Any]], out: TextIO
+) -> None:
+    """The audit report: summary cards, brokers not audited, findings over time, per-broker and per-rule tables,
+    and every finding with its status (new / persisting / unverified / resolved). Self-contained."""
+    e = html.escape
+    title = f"Kafka Fleet Doctor: cluster {summary['cluster']}, audit {summary['audit_run']}"
+    out.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>")
+    out.write(f"</head><body><h1>{e(title)}</h1><div class='cards'>")
+    for s in SEVERITIES:
+        out.write(f"<div class='card'><b class='{s}'>{summary['by_severity'][s]}</b>{s}</div>")
+    for s in ("new", "resolved"):
+        out.write(f"<div class='card'><b>{summary['by_status'][s]}</b>{s}</div>")
+    out.write("</div>")
+    if summary["not_audited"]:
+        out.write(
+            "<h2 class='critical'>Not audited</h2><p>These brokers could not be reached; their earlier findings "
+            "are carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary["not_audited"]))) + "</p>"
+        )
+    for label, key in (
+        ("In the inventory, not registered in ZooKeeper", "only_in_inventory"),
+        ("Registered in ZooKeeper, not in the inventory", "only_in_zookeeper"),
+    ):
+        if summary.get(key):
+            out.write(f"<h2>{e(label)}</h2><p>broker(s) {e(', '.join(map(str, summary[key])))}</p>")
+    if summary.get("zookeeper_error"):
+        out.write(f"<h2 class='critical'>ZooKeeper</h2><p>{e(summary['zookeeper_error'])}</p>")
+    out.write("<h2>Findings over time</h2>" + _svg_history(runs))
+    active = [r for r in rows if r["status"] != "resolved"]
+    per_broker: dict[str, Counter[str]] = defaultdict(Counter)
+    per_rule: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in active:
+        per_broker["cluster" if r.get("broker_id") is None else str(r["broker_id"])][r["severity"]] += 1
+        per_rule[r["rule"]][r["severity"]] += 1
+    for heading, table in (("By broker", per_broker), ("By rule", per_rule)):
+        out.write(f"<h2>{heading}</h2><table><tr><th></th>" + "".join(f"<th>{s}</th>" for s in SEVERITIES) + "</tr>")
+        for name, c in sorted(table.items()):
+            out.write(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{c.get(s, 0)}</td>" for s in SEVERITIES) + "</tr>")
+        out.write("</table>")
+    out.write("<h2>Findings</h2><table><tr><th>status</th><th>severity</th><th>rule</th><th>broker</th>")
+    out.write("<th>partition</th><th>segment</th><th>path</th><th>message</th></tr>")
+    for f in sorted(
+        rows,
+        key=lambda f: (
+            _STATUS_ORDER.get(f["status"], 9),
+            _rank(f),
+            _broker_key(f),
+            f.get("topic") or "",
+            -1 if f.get("partition") is None else f["partition"],
+        ),
+    ):
+        part = (
+            f"{f['topic']}-{f['partition']}"
+            if f.get("topic") and f.get("partition") is not None
+            else f.get("topic") or ""
+        )
+        broker = "cluster" if f.get("broker_id") is None else f["broker_id"]
+        seg = "" if f.get("segment") is None else f["segment"]
+        out.write(
+            f"<tr><td>{e(f['status'])}</td><td class='{e(f['severity'])}'>{e(f['severity'])}</td>"
+            f"<td>{e(f['rule'])}</td><td>{broker}</td><td>{e(part)}</td><td>{seg}</td>"
+            f"<td class='msg'>{e(f.get('path') or '')}</td><td class='msg'>{e(f.get('message') or '')}</td></tr>"
         )
     out.write("</table>")
     skipped = summary.get("rules_skipped") or {}

@@ -44,10 +44,13 @@ class ScanResult:
 
 def spark_env() -> dict[str, str]:
     """Environment for spark-submit from this interpreter's pyspark (the pip package ships Spark)."""
-    import pyspark
+    import importlib.util
 
+    spec = importlib.util.find_spec("pyspark")  # found, not imported: cheap enough for DAG parsing
+    if spec is None or not spec.submodule_search_locations:
+        raise ScanError("pyspark is not installed in this interpreter's environment")
     env = dict(os.environ)
-    env["SPARK_HOME"] = os.path.dirname(pyspark.__file__)
+    env["SPARK_HOME"] = next(iter(spec.submodule_search_locations))
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")

@@ -1,0 +1,142 @@
+"""The embedded default: Airflow (SQLite) + the fleet lab + Spark local, for the demo and the end-to-end tests.
+
+    python -m fleet_doctor.airflow_env demo [--home DIR] [--lab DIR]
+
+``demo`` brings up a 3-broker lab, injects incidents on different brokers, runs the audit DAG once with
+``airflow dags test`` and prints the summary and where the report is. ``airflow_environ()`` is the process
+environment every ``airflow`` command here runs with: its own AIRFLOW_HOME, the repo's dags/ and plugins/,
+SQLite, the lab's SSH and ZooKeeper connections, ``spark_default`` on ``local[2]``, the audit settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+AUDIT_DAG = "kafka_fleet_audit"
+DEMO_INCIDENTS: list[tuple[str, dict[str, Any]]] = [
+    # (incident, options): spread over the brokers, every one a different rule
+    ("old-client-add-partitions", {"topic": "payments", "partitions": 5}),
+    ("controller-failover", {}),  # mints a new topic ID for payments: the old replicas now mismatch
+    ("index-orphan", {"broker": 1, "topic": "orders", "partition": 0}),
+    ("segment-leftover", {"broker": 2, "topic": "clickstream"}),
+    ("log-torn-tail", {"broker": 1, "topic": "clickstream"}),
+    ("stray-dir", {"broker": 2, "topic": "orders"}),
+    ("kill9-untrimmed-index", {"broker": 3}),
+]
+
+
+def airflow_environ(home: Path, lab_dir: Path, data: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(base if base is not None else os.environ)
+    venv_bin = str(Path(sys.executable).parent)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}
+        ),
+        "FLEET_DOCTOR_INVENTORY": str(lab_dir / "inventory.json"),
+        "FLEET_DOCTOR_DATA": str(data),
+        "PYTHONPATH": str(REPO / "plugins") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+        "PATH": venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
+    })  # fmt: skip
+    conns = lab_dir / "airflow-connections.json"
+    if conns.is_file():
+        for cid, c in json.loads(conns.read_text()).items():
+            env[f"AIRFLOW_CONN_{cid.upper()}"] = json.dumps(c)
+    return env
+
+
+def airflow(
+    env: dict[str, str], *args: str, timeout: float = 900, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    exe = str(Path(sys.executable).parent / "airflow")
+    r = subprocess.run([exe, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"airflow {' '.join(args)} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def prepare(env: dict[str, str], pool_slots: int = 4) -> None:
+    """Create or upgrade the metadata DB and the audit's pool (idempotent)."""
+    Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
+    airflow(env, "db", "migrate")
+    airflow(env, "pools", "set", "kafka_fleet_audit", str(pool_slots), "Fleet Doctor: concurrent broker probes")
+
+
+def run_audit(
+    env: dict[str, str], run_date: str | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    args = ["dags", "test", AUDIT_DAG]
+    if run_date:
+        args.append(run_date)
+    return airflow(env, *args, timeout=timeout, check=False)
+
+
+def latest_summary(data: Path) -> dict[str, Any] | None:
+    runs = data / "history" / "runs.jsonl"
+    if not runs.is_file():
+        return None
+    last = json.loads(runs.read_text().splitlines()[-1])
+    report = data / "reports" / f"{last['audit_run']}.html"
+    return {**last, "report": str(report)}
+
+
+def demo(home: Path, lab_dir: Path, data: Path) -> int:
+    from fleet_doctor import lab
+    from fleet_doctor.lab_incidents import inject
+
+    t0 = time.monotonic()
+    if lab.is_up(lab_dir):
+        lab.down(lab_dir)
+    print(f"[demo] bringing up the fleet lab (3 brokers, Kafka {lab.DEFAULT_VERSION}) in {lab_dir}", flush=True)
+    state = lab.up(lab_dir, brokers=3)
+    for name, opts in DEMO_INCIDENTS:
+        done = inject(state, name, **opts)
+        where = ", ".join(
+            f"{k} {v}"
+            for k, v in (("broker", done.broker_id), ("topic", done.topic), ("partition", done.partition))
+            if v is not None
+        )
+        print(f"[demo] injected {name} ({where}) -> rule {done.rule}", flush=True)
+    env = airflow_environ(home, lab_dir, data)
+    print(f"[demo] Airflow home {home} (SQLite); running the {AUDIT_DAG} DAG with `airflow dags test`", flush=True)
+    prepare(env)
+    r = run_audit(env)
+    summary = latest_summary(data)
+    if r.returncode != 0 or summary is None:
+        print(r.stdout[-4000:], r.stderr[-4000:], sep="\n", file=sys.stderr)
+        print("[demo] the audit DAG failed", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    print(f"[demo] report: {summary['report']}")
+    print(f"[demo] lab still up: bin/fleet-lab status --dir {lab_dir}   (stop it: bin/fleet-lab down --dir {lab_dir})")
+    print(f"[demo] done in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="airflow_env", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("command", choices=["demo"])
+    p.add_argument("--home", default=str(REPO / ".fleet-doctor" / "airflow"))
+    p.add_argument("--lab", default=str(REPO / ".lab"))
+    p.add_argument("--data", default=str(REPO / ".fleet-doctor" / "data"))
+    args = p.parse_args(argv)
+    return demo(Path(args.home).resolve(), Path(args.lab).resolve(), Path(args.data).resolve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,404 @@
+"""The nightly audit's steps, as plain functions the DAG (dags/kafka_fleet_audit.py) calls.
+
+discover -> stage (one broker each, over SSH) -> snapshot ZooKeeper -> broker facts -> detect (Spark) ->
+publish (history, report) -> alert. Nothing here imports Airflow: the SSH client is any connected
+``paramiko.SSHClient`` (the DAG gets it from the SSH provider's hook), so the steps are tested on their own.
+
+Storage layout under the data root (``FLEET_DOCTOR_DATA``)::
+
+    staging/<run>/probe/broker_id=<N>/probe.jsonl.gz   one broker's probe output (written atomically)
+    staging/<run>/zk.jsonl, brokers.jsonl               the ZooKeeper snapshot, the broker facts
+    staging/<run>/summary.json, findings.jsonl          what the Spark app wrote
+    findings/audit_run=<run>/*.parquet                  the findings dataset (the DAG's Asset)
+    history/runs.jsonl, history/audit_run=<run>/findings.jsonl   per finding: new / persisting / resolved
+    reports/<run>.html                                  the report
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import select
+import shlex
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor import inventory as inv
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE_SOURCE = Path(__file__).resolve().parent / "probe.py"
+DETECT_APP = REPO / "spark_apps" / "detect.py"
+FINDING_KEY = ("rule", "broker_id", "log_dir", "topic", "partition", "segment", "path")
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    inventory: Path
+    data_root: Path
+    schedule: str = "0 2 * * *"
+    pool: str = "kafka_fleet_audit"
+    pool_slots: int = 4
+    deep: bool = True
+    verify_crc: bool = False
+    stage_retries: int = 2
+    stage_retry_delay_s: float = 30.0
+    ssh_timeout_s: float = 1800.0
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.data_root / "staging" / safe_run_id(run_id)
+
+    @property
+    def findings_dir(self) -> Path:
+        return self.data_root / "findings"
+
+    @property
+    def history_dir(self) -> Path:
+        return self.data_root / "history"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.data_root / "reports"
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    return default if v is None else v.strip().lower() in ("1", "true", "yes", "on")
+
+
+def settings_from_env() -> AuditSettings:
+    """FLEET_DOCTOR_INVENTORY, FLEET_DOCTOR_DATA, FLEET_DOCTOR_AUDIT_SCHEDULE, FLEET_DOCTOR_AUDIT_POOL,
+    FLEET_DOCTOR_DEEP, FLEET_DOCTOR_VERIFY_CRC, FLEET_DOCTOR_STAGE_RETRIES, FLEET_DOCTOR_STAGE_RETRY_DELAY."""
+    data = Path(os.environ.get("FLEET_DOCTOR_DATA") or REPO / ".fleet-doctor")
+    return AuditSettings(
+        inventory=Path(os.environ.get("FLEET_DOCTOR_INVENTORY") or REPO / ".lab" / "inventory.json"),
+        data_root=data,
+        schedule=os.environ.get("FLEET_DOCTOR_AUDIT_SCHEDULE") or "0 2 * * *",
+        pool=os.environ.get("FLEET_DOCTOR_AUDIT_POOL") or "kafka_fleet_audit",
+        deep=_env_bool("FLEET_DOCTOR_DEEP", True),
+        verify_crc=_env_bool("FLEET_DOCTOR_VERIFY_CRC", False),
+        stage_retries=int(os.environ.get("FLEET_DOCTOR_STAGE_RETRIES") or 2),
+        stage_retry_delay_s=float(os.environ.get("FLEET_DOCTOR_STAGE_RETRY_DELAY") or 30),
+    )
+
+
+def safe_run_id(run_id: str) -> str:
+    """Airflow run ids hold ':' and '+': keep a file-name-safe form."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
+
+
+# --------------------------------------------------------------------------------------------
+# discover
+def discover(inventory: inv.Inventory, zookeeper: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+    """The brokers to audit: every broker of the inventory, with its ZooKeeper registration. A broker known to
+    only one of the two is reported, never dropped."""
+    registered: dict[int, dict[str, Any]] = {}
+    zk_error = None
+    try:
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=zookeeper or inventory.zookeeper, timeout=timeout, read_only=True)
+        zk.start(timeout=timeout)
+        try:
+            for child in zk.get_children("/brokers/ids"):
+                raw, _ = zk.get(f"/brokers/ids/{child}")
+                try:
+                    registered[int(child)] = json.loads(raw)
+                except ValueError:
+                    registered[int(child)] = {}
+        finally:
+            zk.stop()
+            zk.close()
+    except Exception as e:  # kazoo's timeouts and connection errors have no common base
+        zk_error = f"ZooKeeper {zookeeper or inventory.zookeeper}: {type(e).__name__}: {e}"
+    known = {b.id for b in inventory.brokers}
+    brokers = [
+        {
+            "broker_id": b.id,
+            "host": b.host,
+            "ssh_conn_id": inventory.ssh_connection_id(b.id),
+            "log_dirs": list(b.log_dirs),
+            "kafka_version": b.kafka_version,
+            "registered": b.id in registered,
+        }
+        for b in inventory.brokers
+    ]
+    return {
+        "cluster": inventory.cluster,
+        "zookeeper": zookeeper or inventory.zookeeper,
+        "brokers": brokers,
+        "registered": sorted(registered),
+        "only_in_inventory": sorted(known - set(registered)) if zk_error is None else [],
+        "only_in_zookeeper": sorted(set(registered) - known),
+        "zookeeper_error": zk_error,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# stage
+def probe_command(log_dirs: Iterable[str], *, deep: bool, verify_crc: bool) -> str:
+    """The remote command: the probe read from stdin by python3, at the lowest CPU and I/O priority the host
+    offers (nice 19, ionice idle class where present). Every path is shell-quoted."""
+    args = ["--jobs", "1"]
+    if verify_crc:
+        args.append("--verify-crc")
+    elif deep:
+        args.append("--deep")
+    probe = "python3 - " + " ".join(shlex.quote(a) for a in [*args, *log_dirs])
+    return f"if command -v ionice >/dev/null 2>&1; then IO='ionice -c 3'; else IO=''; fi; exec nice -n 19 $IO {probe}"
+
+
+class StageError(RuntimeError):
+    """The probe could not be run or did not finish on the broker."""
+
+
+def stage_broker(
+    client: Any,
+    broker: dict[str, Any],
+    run_dir: Path,
+    *,
+    deep: bool,
+    verify_crc: bool,
+    timeout: float = 1800.0,
+) -> dict[str, Any]:
+    """Run the probe on the broker over an open SSH connection and stream its JSON Lines into
+    ``run_dir/probe/broker_id=<N>/probe.jsonl.gz``: written to a temp file and renamed only when the probe
+    exited 0 and its last record is a complete ``probe_end``, so a half-staged broker is never read."""
+    bid = int(broker["broker_id"])
+    dest_dir = run_dir / "probe" / f"broker_id={bid}"
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    final = dest_dir / "probe.jsonl.gz"
+    tmp = dest_dir / f".probe.jsonl.gz.{os.getpid()}.tmp"
+    command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
+    transport = client.get_transport()
+    chan = transport.open_session(timeout=30)
+    chan.settimeout(timeout)
+    chan.exec_command(command)
+    chan.sendall(PROBE_SOURCE.read_bytes())
+    chan.shutdown_write()
+    err = bytearray()
+    nbytes = 0
+    tail = b""
+    deadline = time.monotonic() + timeout
+    try:
+        with gzip.open(tmp, "wb", compresslevel=5) as out:
+            while True:
+                if time.monotonic() > deadline:
+                    raise StageError(f"broker {bid}: the probe did not finish within {timeout:.0f} s")
+                select.select([chan], [], [], 1.0)
+                progressed = False
+                while chan.recv_ready():
+                    data = chan.recv(1 << 16)
+                    if not data:
+                        break
+                    out.write(data)
+                    nbytes += len(data)
+                    tail = (tail + data)[-4096:]
+                    progressed = True
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                    progressed = True
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if not progressed and chan.closed:
+                    break
+        status = chan.recv_exit_status()
+        last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        end = json.loads(last) if last.startswith(b"{") else {}
+        if status != 0:
+            raise StageError(f"broker {bid}: the probe exited {status}: {err.decode(errors='replace').strip()[-500:]}")
+        if end.get("kind") != "probe_end" or not end.get("complete"):
+            raise StageError(f"broker {bid}: the probe output ends without a complete probe_end record")
+        os.replace(tmp, final)
+    finally:
+        chan.close()
+        if tmp.exists():
+            tmp.unlink()
+    return {
+        "broker_id": bid,
+        "path": str(final),
+        "bytes": nbytes,
+        "partitions": end.get("partitions"),
+        "segments": end.get("segments"),
+        "errors": end.get("errors"),
+        "stderr": err.decode(errors="replace")[-2000:],
+    }
+
+
+def staged_brokers(run_dir: Path) -> list[int]:
+    """Brokers whose probe output is complete (only the final, renamed file counts)."""
+    base = run_dir / "probe"
+    if not base.is_dir():
+        return []
+    return sorted(
+        int(d.name.split("=", 1)[1])
+        for d in base.iterdir()
+        if d.name.startswith("broker_id=") and (d / "probe.jsonl.gz").is_file()
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# ZooKeeper snapshot and broker facts
+def snapshot_zookeeper(connect: str, path: Path, timeout: float = 10.0) -> int:
+    from fleet_doctor import zk_snapshot
+
+    records = zk_snapshot.read_live(connect, timeout=timeout)
+    _write_jsonl(path, records)
+    return len(records)
+
+
+def _write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    tmp.replace(path)
+
+
+def write_broker_facts(discovered: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """brokers.jsonl for the Spark app, and the audited / not-audited split."""
+    staged = set(staged_brokers(run_dir))
+    facts = [
+        {
+            "broker_id": b["broker_id"],
+            "kafka_version": b["kafka_version"],
+            "running": b["registered"],
+            "host": b["host"],
+        }
+        for b in discovered["brokers"]
+        if b["broker_id"] in staged
+    ]
+    _write_jsonl(run_dir / "brokers.jsonl", facts)
+    return {
+        "audited": sorted(staged),
+        "not_audited": sorted(b["broker_id"] for b in discovered["brokers"] if b["broker_id"] not in staged),
+        "brokers": str(run_dir / "brokers.jsonl"),
+        "probe_dir": str(run_dir / "probe"),
+        "zk_snapshot": str(run_dir / "zk.jsonl") if (run_dir / "zk.jsonl").is_file() else None,
+    }
+
+
+def detect_args(settings: AuditSettings, run_id: str, facts: dict[str, Any]) -> list[str]:
+    run_dir = settings.run_dir(run_id)
+    args = [
+        "--probe-dir", facts["probe_dir"],
+        "--brokers", facts["brokers"],
+        "--output", str(settings.findings_dir),
+        "--audit-run", safe_run_id(run_id),
+        "--summary", str(run_dir / "summary.json"),
+        "--findings-json", str(run_dir / "findings.jsonl"),
+    ]  # fmt: skip
+    if facts.get("zk_snapshot"):
+        args += ["--zk-snapshot", facts["zk_snapshot"]]
+    return args
+
+
+# --------------------------------------------------------------------------------------------
+# publish: history and report
+def finding_key(f: dict[str, Any]) -> str:
+    return json.dumps([f.get(k) for k in FINDING_KEY])
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """Mark every finding new / persisting versus the previous run, add the previous run's findings that are
+    gone as resolved (unless their broker was not audited this time: then they are carried as unverified),
+    append the run to the history, write the HTML report and return the compact summary."""
+    from fleet_doctor.report import render_audit_html
+
+    run = safe_run_id(run_id)
+    run_dir = settings.run_dir(run_id)
+    findings = _read_jsonl(run_dir / "findings.jsonl")
+    spark_summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    hist = settings.history_dir
+    runs = [r for r in _read_jsonl(hist / "runs.jsonl") if r["audit_run"] != run]
+    previous = runs[-1]["audit_run"] if runs else None
+    before = (
+        {
+            finding_key(f): f
+            for f in _read_jsonl(hist / f"audit_run={previous}" / "findings.jsonl")
+            if f.get("status") != "resolved"
+        }
+        if previous
+        else {}
+    )
+    not_audited = set(facts["not_audited"])
+    rows = []
+    now = {finding_key(f): f for f in findings}
+    for key, f in now.items():
+        rows.append(
+            {
+                **f,
+                "status": "persisting" if key in before else "new",
+                "first_seen": (before.get(key) or {}).get("first_seen") or run,
+            }
+        )
+    for key, f in before.items():
+        if key in now:
+            continue
+        carried = f.get("broker_id") in not_audited
+        rows.append({**f, "status": "unverified" if carried else "resolved", "audit_run": run})
+    _write_jsonl(hist / f"audit_run={run}" / "findings.jsonl", rows)
+    active = [r for r in rows if r["status"] in ("new", "persisting", "unverified")]
+    by_severity = Counter(r["severity"] for r in active if r["status"] != "unverified")
+    status_counts = Counter(r["status"] for r in rows)
+    report = settings.reports_dir / f"{run}.html"
+    summary = {
+        "audit_run": run,
+        "cluster": discovered["cluster"],
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "findings": sum(by_severity.values()),
+        "by_severity": {s: by_severity.get(s, 0) for s in SEVERITIES},
+        "by_status": {s: status_counts.get(s, 0) for s in ("new", "persisting", "resolved", "unverified")},
+        "by_rule": dict(sorted(Counter(r["rule"] for r in active if r["status"] != "unverified").items())),
+        "audited": facts["audited"],
+        "not_audited": facts["not_audited"],
+        "only_in_inventory": discovered["only_in_inventory"],
+        "only_in_zookeeper": discovered["only_in_zookeeper"],
+        "zookeeper_error": discovered.get("zookeeper_error"),
+        "rules_skipped": spark_summary.get("rules_skipped", {}),
+        "report": str(report),
+        "findings_dataset": str(settings.findings_dir / f"audit_run={run}"),
+        "previous_run": previous,
+    }
+    runs.append({k: summary[k] for k in ("audit_run", "finished_at", "by_severity", "by_status", "not_audited")})
+    _write_jsonl(hist / "runs.jsonl", runs)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    tmp = report.with_name(report.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        render_audit_html(rows, summary, runs, out)
+    tmp.replace(report)
+    return summary
+
+
+def alert_message(summary: dict[str, Any], report_url: str | None = None) -> str | None:
+    """The on-call message when there are critical findings or brokers that could not be audited, else None."""
+    crit = summary["by_severity"]["critical"]
+    if not crit and not summary["not_audited"] and not summary.get("zookeeper_error"):
+        return None
+    parts = [f"Kafka Fleet Doctor, cluster {summary['cluster']}, audit {summary['audit_run']}:"]
+    parts.append(
+        f"{crit} critical, {summary['by_severity']['warning']} warning finding(s) "
+        f"({summary['by_status']['new']} new, {summary['by_status']['resolved']} resolved)."
+    )
+    if summary["by_rule"]:
+        parts.append("Rules: " + ", ".join(f"{r} {n}" for r, n in summary["by_rule"].items()) + ".")
+    if summary["not_audited"]:
+        parts.append(f"NOT AUDITED (unreachable): brokers {', '.join(map(str, summary['not_audited']))}.")
+    if summary.get("zookeeper_error"):
+        parts.append(summary["zookeeper_error"])
+    parts.append(f"Report: {report_url or summary['report']}")
+    return " ".join(parts)
