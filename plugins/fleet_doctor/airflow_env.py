@@ -91,8 +91,7 @@ def latest_summary(data: Path) -> dict[str, Any] | None:
     if not runs.is_file():
         return None
     last = json.loads(runs.read_text().splitlines()[-1])
-    report = data / "reports" / f"{last['audit_run']}.html"
-    return {**last, "report": str(report)}
+    return json.loads((data / "reports" / f"{last['audit_run']}.json").read_text())
 
 
 def demo(home: Path, lab_dir: Path, data: Path) -> int:

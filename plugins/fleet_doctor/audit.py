@@ -377,6 +377,7 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
     runs.append({k: summary[k] for k in ("audit_run", "finished_at", "by_severity", "by_status", "not_audited")})
     _write_jsonl(hist / "runs.jsonl", runs)
     report.parent.mkdir(parents=True, exist_ok=True)
+    _write_jsonl(report.with_suffix(".json"), [summary])
     tmp = report.with_name(report.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as out:
         render_audit_html(rows, summary, runs, out)

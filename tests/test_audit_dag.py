@@ -1,0 +1,85 @@
+"""The audit DAG's integrity: it imports, and its graph, schedule, pool, retries and tags are what the runbook says."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_dag(tmp_path: Path, **env: str):
+    os.environ.setdefault("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    for k, v in env.items():
+        os.environ[k] = v
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    return bag.dags["kafka_fleet_audit"]
+
+
+@pytest.fixture
+def dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("FLEET_DOCTOR_AUDIT_SCHEDULE", "0 2 * * *")
+    monkeypatch.delenv("FLEET_DOCTOR_AUDIT_POOL", raising=False)
+    return load_dag(tmp_path)
+
+
+def test_schedule_runs_and_tags(dag) -> None:
+    assert dag.timetable.expression == "0 2 * * *"  # nightly at 02:00 by default
+    assert dag.max_active_runs == 1 and dag.catchup is False
+    assert {"kafka", "fleet-doctor", "audit"} <= set(dag.tags)
+    assert dag.doc_md and "not audited" in dag.doc_md
+
+
+def test_graph_is_the_runbook(dag) -> None:
+    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    assert down["discover"] >= {"brokers_to_stage", "snapshot_zookeeper", "broker_facts", "publish"}
+    assert down["brokers_to_stage"] == {"stage"}
+    assert down["stage"] == {"broker_facts"} and down["snapshot_zookeeper"] == {"broker_facts"}
+    assert "detect_args" in down["broker_facts"] and down["detect_args"] == {"detect"}
+    assert down["detect"] == {"publish"} and down["publish"] == {"alert"} and down["alert"] == set()
+
+
+def test_stage_is_mapped_pooled_and_retried(dag) -> None:
+    stage = dag.get_task("stage")
+    assert stage.pool == "kafka_fleet_audit"
+    assert stage.retries == 2 and stage.retry_exponential_backoff
+    assert type(stage).__name__.endswith("MappedOperator")  # one task instance per broker
+    # a failed broker must not stop the audit of the others
+    assert str(dag.get_task("broker_facts").trigger_rule) in ("all_done", "TriggerRule.ALL_DONE")
+
+
+def test_detect_is_spark_submit_of_the_detection_app(dag) -> None:
+    detect = dag.get_task("detect")
+    assert type(detect).__name__ == "SparkSubmitOperator"
+    assert detect._conn_id == "spark_default"
+    assert detect.application.endswith("spark_apps/detect.py") and Path(detect.application).is_file()
+
+
+def test_publish_emits_the_findings_asset(dag) -> None:
+    outlets = dag.get_task("publish").outlets
+    assert [a.name for a in outlets] == ["kafka_fleet_findings"]
+
+
+def test_schedule_and_pool_are_configurable(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.path.insert(0, 'plugins');"
+        "from airflow.dag_processing.dagbag import DagBag;"
+        "d = DagBag(dag_folder='dags').dags['kafka_fleet_audit'];"
+        "print(d.timetable.expression, d.get_task('stage').pool)"
+    )
+    env = dict(
+        os.environ,
+        AIRFLOW_HOME=str(tmp_path / "af"),
+        FLEET_DOCTOR_AUDIT_SCHEDULE="30 3 * * 1-5",
+        FLEET_DOCTOR_AUDIT_POOL="audit_eu1",
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "30 3 * * 1-5 audit_eu1"
