@@ -1,6 +1,6 @@
 """The embedded default: Airflow (SQLite) + the fleet lab + Spark local, for the demo and the end-to-end tests.
 
-    python -m fleet_doctor.airflow_env demo [--home DIR] [--lab DIR]
+    python -m fleet_doctor.airflow_env demo|env|audit [--home DIR] [--lab DIR] [--data DIR]
 
 ``demo`` brings up a 3-broker lab, injects incidents on different brokers, runs the audit DAG once with
 ``airflow dags test`` and prints the summary and where the report is. ``airflow_environ()`` is the process
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -129,12 +130,33 @@ def demo(home: Path, lab_dir: Path, data: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="airflow_env", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("command", choices=["demo"])
+    p.add_argument(
+        "command",
+        choices=["demo", "env", "audit"],
+        help="demo: lab + incidents + one audit; env: print the environment as shell exports; "
+        "audit: one audit run of the lab at --lab",
+    )
     p.add_argument("--home", default=str(REPO / ".fleet-doctor" / "airflow"))
     p.add_argument("--lab", default=str(REPO / ".lab"))
     p.add_argument("--data", default=str(REPO / ".fleet-doctor" / "data"))
     args = p.parse_args(argv)
-    return demo(Path(args.home).resolve(), Path(args.lab).resolve(), Path(args.data).resolve())
+    home, lab_dir, data = Path(args.home).resolve(), Path(args.lab).resolve(), Path(args.data).resolve()
+    if args.command == "demo":
+        return demo(home, lab_dir, data)
+    env = airflow_environ(home, lab_dir, data)
+    if args.command == "env":
+        for k, v in sorted(env.items()):
+            if k.startswith(("AIRFLOW", "FLEET_DOCTOR")) or k in ("PYTHONPATH", "PATH"):
+                print(f"export {k}={shlex.quote(v)}")
+        return 0
+    prepare(env)
+    r = run_audit(env)
+    summary = latest_summary(data)
+    if r.returncode != 0 or summary is None:
+        print(r.stdout[-4000:], r.stderr[-4000:], sep="\n", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
