@@ -810,6 +810,16 @@ def _setup_logging(cfg: BrokerConfig) -> None:
 
 def _set_state(cfg: BrokerConfig, state: str) -> None:
     write_atomic(cfg.state_file, f"{state} {os.getpid()}\n".encode())
+    record_event(cfg, state)
+
+
+def record_event(cfg: BrokerConfig, event: str, pid: int | None = None) -> None:
+    """The lab's own record of what happened to the broker process (starting, running, failed, stopped,
+    stop/kill requests): one JSON line per event in <run_dir>/events.jsonl, with wall-clock times, so tests
+    can check restart order without trusting the product that did the restarts."""
+    line = json.dumps({"ts": time.time(), "broker_id": cfg.broker_id, "event": event, "pid": pid or os.getpid()})
+    with open(Path(cfg.run_dir) / "events.jsonl", "a", encoding="utf-8") as f:
+        f.write(line + "\n")
 
 
 def run(cfg: BrokerConfig) -> int:
@@ -924,6 +934,7 @@ def stop(cfg: BrokerConfig, timeout: float = 60.0) -> int:
     if not pid:
         print(f"kafka (broker {cfg.broker_id}) is not running")
         return 0
+    record_event(cfg, "stop-requested", pid)
     os.kill(pid, signal.SIGTERM)
     if _wait_gone(pid, timeout):
         print(f"kafka (broker {cfg.broker_id}) stopped")
@@ -937,6 +948,7 @@ def kill(cfg: BrokerConfig) -> int:
     if not pid:
         print(f"kafka (broker {cfg.broker_id}) is not running")
         return 0
+    record_event(cfg, "kill-requested", pid)
     os.kill(pid, signal.SIGKILL)
     _wait_gone(pid, 10)
     print(f"kafka (broker {cfg.broker_id}) killed (SIGKILL), pid {pid}")
