@@ -79,7 +79,8 @@ LOG_MANAGER = logging.getLogger("kafka.log.LogManager")
 LOG_LOADER = logging.getLogger("kafka.log.LogLoader")
 STATE_CHANGE = logging.getLogger("state.change.logger")
 CONTROLLER = logging.getLogger("kafka.controller.KafkaController")
-RECONCILE_INTERVAL_S = 0.2
+RECONCILE_MIN_INTERVAL_S = 0.05  # passes run when a watched znode changes, at most this often ...
+RECONCILE_SAFETY_S = 2.0  # ... and at least this often
 EXIT_FATAL = 1
 
 
@@ -383,6 +384,7 @@ class LabBroker:
         self.logs: dict[tuple[str, int], HostedLog] = {}
         self.offline_dirs: set[Path] = set()
         self.stop_event = threading.Event()
+        self.wake = threading.Event()
         self.zk: Any = None
         self.lock_fds: list[int] = []
         self.is_controller = False
@@ -537,7 +539,7 @@ class LabBroker:
         while not self.stop_event.is_set():
             try:
                 if self.zk.connected:
-                    if not self.zk.exists(f"/brokers/ids/{self.cfg.broker_id}"):
+                    if not self.zk.exists(f"/brokers/ids/{self.cfg.broker_id}", watch=self._poke):
                         self._register()  # a new session after expiry: register again
                     self._elect()
                     if self.is_controller:
@@ -547,13 +549,22 @@ class LabBroker:
                 LOG.warning("lab broker pass failed: %s", e)
             except StartupFatal as e:
                 LOG.error("%s", e)
-            self.stop_event.wait(RECONCILE_INTERVAL_S)
+            self.stop_event.wait(RECONCILE_MIN_INTERVAL_S)
+            self.wake.wait(RECONCILE_SAFETY_S)  # a ZooKeeper watch (or a stop request) wakes the next pass
+            self.wake.clear()
+
+    def _poke(self, _event: Any = None) -> None:
+        self.wake.set()
+
+    def request_stop(self) -> None:
+        self.stop_event.set()
+        self.wake.set()
 
     def _elect(self) -> None:
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
-            data, _ = self.zk.get("/controller")
+            data, _ = self.zk.get("/controller", watch=self._poke)
             self.is_controller_now(json.loads(data).get("brokerid") == self.cfg.broker_id)
             return
         except NoNodeError:
@@ -564,6 +575,7 @@ class LabBroker:
         try:
             self.zk.create("/controller", json.dumps(payload).encode(), ephemeral=True)
         except NodeExistsError:
+            self.zk.exists("/controller", watch=self._poke)
             return
         try:
             raw, stat = self.zk.get("/controller_epoch")
@@ -591,9 +603,9 @@ class LabBroker:
         from kazoo.exceptions import NoNodeError
 
         out = {}
-        for t in self.zk.get_children("/brokers/topics"):
+        for t in self.zk.get_children("/brokers/topics", watch=self._poke):
             try:
-                raw, stat = self.zk.get(f"/brokers/topics/{t}")
+                raw, stat = self.zk.get(f"/brokers/topics/{t}", watch=self._poke)
                 out[t] = (json.loads(raw), stat)
             except (NoNodeError, ValueError):
                 continue
@@ -602,7 +614,7 @@ class LabBroker:
     def _controller_pass(self) -> None:
         from kazoo.exceptions import BadVersionError, NodeExistsError
 
-        live = {int(b) for b in self.zk.get_children("/brokers/ids")}
+        live = {int(b) for b in self.zk.get_children("/brokers/ids", watch=self._poke)}
         for topic, (znode, stat) in sorted(self._topics().items()):
             if topic not in self.controller_topics:
                 # TopicChange (a new topic, or every topic when this controller took over): processTopicIds
@@ -626,7 +638,7 @@ class LabBroker:
                 self.controller_topics[topic] = znode.get("topic_id")
             for p, replicas in sorted(znode.get("partitions", {}).items(), key=lambda kv: int(kv[0])):
                 path = f"/brokers/topics/{topic}/partitions/{p}/state"
-                existing = self.zk.exists(path)
+                existing = self.zk.exists(path, watch=self._poke)
                 if existing is None:
                     isr = [b for b in replicas if b in live]
                     state = {
@@ -639,7 +651,7 @@ class LabBroker:
                     with contextlib.suppress(NodeExistsError):
                         self.zk.create(path, json.dumps(state).encode(), makepath=True)
                     continue
-                raw, st = self.zk.get(path)
+                raw, st = self.zk.get(path, watch=self._poke)
                 state = json.loads(raw)
                 isr = [b for b in state["isr"] if b in live] or state["isr"]
                 leader = state["leader"]
@@ -742,8 +754,9 @@ class LabBroker:
                 log.looked_at = True
                 path = f"/brokers/topics/{topic}/partitions/{p}/state"
                 try:
-                    raw, st = self.zk.get(path)
+                    raw, st = self.zk.get(path, watch=self._poke)
                 except NoNodeError:
+                    self.zk.exists(path, watch=self._poke)
                     continue
                 state = json.loads(raw)
                 offline = log.inconsistent_topic_id or log.log_dir in self.offline_dirs
@@ -828,8 +841,8 @@ def run(cfg: BrokerConfig) -> int:
     write_atomic(cfg.pid_file, f"{os.getpid()}\n".encode())
     _set_state(cfg, "starting")
     broker = LabBroker(cfg)
-    signal.signal(signal.SIGTERM, lambda *_: broker.stop_event.set())
-    signal.signal(signal.SIGINT, lambda *_: broker.stop_event.set())
+    signal.signal(signal.SIGTERM, lambda *_: broker.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: broker.request_stop())
     try:
         broker.startup()
     except StartupFatal as e:
