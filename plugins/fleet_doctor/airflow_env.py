@@ -95,15 +95,25 @@ def latest_summary(data: Path) -> dict[str, Any] | None:
     return json.loads((data / "reports" / f"{last['audit_run']}.json").read_text())
 
 
-def demo(home: Path, lab_dir: Path, data: Path) -> int:
+def demo(home: Path, lab_dir: Path, data: Path, keep_lab: bool = False) -> int:
     from fleet_doctor import lab
-    from fleet_doctor.lab_incidents import inject
 
     t0 = time.monotonic()
     if lab.is_up(lab_dir):
         lab.down(lab_dir)
     print(f"[demo] bringing up the fleet lab (3 brokers, Kafka {lab.DEFAULT_VERSION}) in {lab_dir}", flush=True)
     state = lab.up(lab_dir, brokers=3)
+    try:
+        return _demo_audit(state, home, lab_dir, data, t0)
+    finally:
+        if not keep_lab:
+            lab.down(lab_dir)
+            print(f"[demo] fleet lab stopped (keep it up with --keep-lab; then: bin/fleet-lab status --dir {lab_dir})")
+
+
+def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) -> int:
+    from fleet_doctor.lab_incidents import inject
+
     for name, opts in DEMO_INCIDENTS:
         done = inject(state, name, **opts)
         where = ", ".join(
@@ -123,7 +133,6 @@ def demo(home: Path, lab_dir: Path, data: Path) -> int:
         return 1
     print(json.dumps(summary, indent=2))
     print(f"[demo] report: {summary['report']}")
-    print(f"[demo] lab still up: bin/fleet-lab status --dir {lab_dir}   (stop it: bin/fleet-lab down --dir {lab_dir})")
     print(f"[demo] done in {time.monotonic() - t0:.0f} s")
     return 0
 
@@ -139,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--home", default=str(REPO / ".fleet-doctor" / "airflow"))
     p.add_argument("--lab", default=str(REPO / ".lab"))
     p.add_argument("--data", default=str(REPO / ".fleet-doctor" / "data"))
+    p.add_argument("--keep-lab", action="store_true", help="demo: leave the fleet lab running afterwards")
     args = p.parse_args(argv)
     home, lab_dir, data = Path(args.home).resolve(), Path(args.lab).resolve(), Path(args.data).resolve()
     if args.command == "demo":
-        return demo(home, lab_dir, data)
+        return demo(home, lab_dir, data, keep_lab=args.keep_lab)
     env = airflow_environ(home, lab_dir, data)
     if args.command == "env":
         for k, v in sorted(env.items()):
