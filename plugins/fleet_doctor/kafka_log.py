@@ -43,6 +43,7 @@ from fleet_doctor.probe import (
     V2_CRC_START,
     ZERO_UUID,
     crc32c,
+    parse_segment_file_name,
     segment_file_name,
     walk_log,
 )
@@ -430,6 +431,29 @@ def write_partition_metadata(directory: Path, topic_id: str) -> None:
 
 def write_meta_properties(log_dir: Path, broker_id: int, cluster_id: str | None, features: KafkaFeatures) -> None:
     write_atomic(log_dir / META_PROPERTIES, encode_meta_properties(broker_id, cluster_id, features))
+
+
+# --------------------------------------------------------------------------------------------
+# Reading back what is on disk
+def segment_bases(partition_dir: Path) -> list[int]:
+    """Base offsets of the partition's live segments (``<base>.log`` without a .swap/.cleaned/.deleted suffix)."""
+    return sorted(
+        p[0] for n in os.listdir(partition_dir) if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2]
+    )
+
+
+def log_batches(log: Path, base_offset: int) -> list[tuple[int, int, int, int]]:
+    """(position, first offset, last offset, size) of each valid batch of a .log, from the probe's header walk."""
+    batches: list[tuple[int, int, int, int]] = []
+    walk_log(str(log), base_offset, on_batch=lambda *b: batches.append(b))
+    return batches
+
+
+def log_end_offset(partition_dir: Path) -> int:
+    """The next offset after the last valid batch of the active segment (its base offset if empty)."""
+    active = segment_bases(partition_dir)[-1]
+    walked = walk_log(str(partition_dir / segment_file_name(active, "log")), active)
+    return walked["next_offset"] if walked["next_offset"] is not None else active
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,8 +44,10 @@ from fleet_doctor.kafka_log import (
     PartitionLogWriter,
     Record,
     encode_offset_checkpoint,
+    log_end_offset,
     random_topic_id,
     recover_segment,
+    segment_bases,
     write_atomic,
     write_clean_shutdown,
     write_meta_properties,
@@ -57,8 +59,6 @@ from fleet_doctor.probe import (
     PARTITION_METADATA,
     parse_leader_epoch_checkpoint,
     parse_partition_metadata,
-    parse_segment_file_name,
-    walk_log,
 )
 from fleet_doctor.zkserver import ZooKeeperServer, free_port, pid_alive
 
@@ -293,12 +293,10 @@ def _copy_partition(src: Path, dst: Path, features: KafkaFeatures) -> int:
     shutil.copytree(src, dst)
     for p in [dst, *dst.iterdir()]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
-    bases = sorted(p[0] for n in os.listdir(dst) if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2])
-    for base in bases:
+    for base in segment_bases(dst):
         if not (dst / f"{base:020d}.index").exists():
             recover_segment(dst, base, features)
-    walked = walk_log(str(dst / f"{bases[-1]:020d}.log"), bases[-1])
-    return walked["next_offset"] if walked["next_offset"] is not None else bases[-1]
+    return log_end_offset(dst)
 
 
 def _topic_znode(assignment: dict[int, list[int]], topic_id: str | None, features: KafkaFeatures) -> dict[str, Any]:
@@ -371,7 +369,7 @@ def _write_data(state: LabState) -> list[tuple[str, dict[int, list[int]], str, i
                     leo = _copy_partition(sources[b], dst, f)
                 else:
                     shutil.copytree(sources[b], dst)
-                    leo = _leo(dst)
+                    leo = log_end_offset(dst)
                     if f.uses_topic_ids:
                         write_partition_metadata(dst, topic_id)
                 replicas[b].append((topic, p, log_dir, leo))
@@ -386,14 +384,6 @@ def _write_data(state: LabState) -> list[tuple[str, dict[int, list[int]], str, i
                 write_atomic(d / "log-start-offset-checkpoint", encode_offset_checkpoint([]))
             write_clean_shutdown(d, f, 0)
     return topics
-
-
-def _leo(partition_dir: Path) -> int:
-    bases = sorted(
-        p[0] for n in os.listdir(partition_dir) if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2]
-    )
-    walked = walk_log(str(partition_dir / f"{bases[-1]:020d}.log"), bases[-1])
-    return walked["next_offset"] if walked["next_offset"] is not None else bases[-1]
 
 
 def _write_zookeeper(state: LabState, topics: list[tuple[str, dict[int, list[int]], str, int]]) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.kafka_log import log_batches, segment_bases
 from fleet_doctor.lab import LabError, LabState, partition_topic_ids, run_service, wait_healthy
 from fleet_doctor.lab_broker import BrokerConfig, running_pid
 from fleet_doctor.probe import (
@@ -27,9 +28,7 @@ from fleet_doctor.probe import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
     ZERO_UUID,
-    parse_segment_file_name,
     segment_file_name,
-    walk_log,
 )
 
 
@@ -42,9 +41,7 @@ class Target:
     path: Path  # the partition dir
 
     def segments(self) -> list[int]:
-        return sorted(
-            p[0] for n in os.listdir(self.path) if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2]
-        )
+        return segment_bases(self.path)
 
     def file(self, base: int, ext: str) -> Path:
         return self.path / segment_file_name(base, ext)
@@ -178,8 +175,7 @@ def segment_leftover(state: LabState, t: Target) -> Injected:
 def log_torn_tail(state: LabState, t: Target) -> Injected:
     active = t.segments()[-1]
     log = t.file(active, "log")
-    batches: list[tuple[int, int, int, int]] = []
-    walk_log(str(log), active, on_batch=lambda *b: batches.append(b))
+    batches = log_batches(log, active)
     if not batches:
         raise LabError(f"{log} holds no batch to tear; pick a partition with records")
     pos, _, _, size = batches[-1]
@@ -202,8 +198,7 @@ def log_torn_tail(state: LabState, t: Target) -> Injected:
 def log_crc(state: LabState, t: Target) -> Injected:
     base = _older_segment(t)
     log = t.file(base, "log")
-    batches: list[tuple[int, int, int, int]] = []
-    walk_log(str(log), base, on_batch=lambda *b: batches.append(b))
+    batches = log_batches(log, base)
     pos, _, _, size = batches[len(batches) // 2]
     flip_at = pos + size - 2  # inside the last record's value: covered by the CRC, not the header
     with open(log, "r+b") as f:
@@ -304,9 +299,7 @@ def kill9_untrimmed_index(state: LabState, broker: int | None) -> Injected:
             pdir = d / part
             if not pdir.is_dir():
                 continue
-            logs = sorted(
-                p[0] for n in os.listdir(pdir) if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2]
-            )
+            logs = segment_bases(pdir)
             if logs:
                 for ext in ("index", "timeindex"):
                     f = pdir / segment_file_name(logs[-1], ext)
@@ -646,9 +639,7 @@ def scenario_seed_000(state: LabState, broker: int | None = None) -> list[Step]:
         for name in loaded_logs:
             pdir = d / name
             if pdir.is_dir():
-                bases = sorted(
-                    p[0] for n in os.listdir(pdir) if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2]
-                )
+                bases = segment_bases(pdir)
                 idx = pdir / segment_file_name(bases[-1], "index")
                 if idx.exists() and idx.stat().st_size >= cfg.segment_index_bytes - 8:
                     untrimmed.append(str(idx))

@@ -90,28 +90,45 @@ def render_html(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
     out.write("<h2>By rule</h2><table><tr><th>rule</th><th>findings</th></tr>")
     for rule, n in sorted(by_rule.items(), key=lambda kv: -kv[1]):
         out.write(f"<tr><td>{e(rule)}</td><td>{n}</td></tr>")
-    out.write("</table><h2>Findings</h2><table><tr><th>severity</th><th>rule</th><th>broker</th><th>partition</th>")
-    out.write("<th>segment</th><th>message</th></tr>")
-    for f in sorted(findings, key=lambda f: (_rank(f), _broker_key(f), f.get("topic") or "", f.get("partition") or 0)):
-        part = (
-            f"{f['topic']}-{f['partition']}"
-            if f.get("topic") and f.get("partition") is not None
-            else f.get("topic") or ""
-        )
+    out.write("</table><h2>Findings</h2>")
+    order = sorted(findings, key=lambda f: (_rank(f), _broker_key(f), f.get("topic") or "", f.get("partition") or 0))
+    _findings_table(order, out, status=False)
+    _not_evaluated(summary, out)
+    out.write("</body></html>\n")
+
+
+def _partition_label(f: dict[str, Any]) -> str:
+    if f.get("topic") and f.get("partition") is not None:
+        return f"{f['topic']}-{f['partition']}"
+    return f.get("topic") or ""
+
+
+def _findings_table(findings: Iterable[dict[str, Any]], out: TextIO, *, status: bool) -> None:
+    """The findings table of both pages; with ``status``, the audit's new/persisting/... column and the path."""
+    e = html.escape
+    head = ["severity", "rule", "broker", "partition", "segment", *(["path"] if status else []), "message"]
+    out.write("<table><tr>" + ("<th>status</th>" if status else "") + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
+    for f in findings:
         broker = "cluster" if f.get("broker_id") is None else f["broker_id"]
         seg = "" if f.get("segment") is None else f["segment"]
-        out.write(
-            f"<tr><td class='{e(f['severity'])}'>{e(f['severity'])}</td><td>{e(f['rule'])}</td><td>{broker}</td>"
-            f"<td>{e(part)}</td><td>{seg}</td><td class='msg'>{e(f['message'] or '')}</td></tr>"
-        )
+        cells = [
+            *([f"<td>{e(f['status'])}</td>"] if status else []),
+            f"<td class='{e(f['severity'])}'>{e(f['severity'])}</td>",
+            f"<td>{e(f['rule'])}</td><td>{broker}</td><td>{e(_partition_label(f))}</td><td>{seg}</td>",
+            *([f"<td class='msg'>{e(f.get('path') or '')}</td>"] if status else []),
+            f"<td class='msg'>{e(f.get('message') or '')}</td>",
+        ]
+        out.write("<tr>" + "".join(cells) + "</tr>")
     out.write("</table>")
+
+
+def _not_evaluated(summary: dict[str, Any], out: TextIO) -> None:
     skipped = summary.get("rules_skipped") or {}
     if skipped:
         out.write("<h2>Not evaluated</h2><ul>")
         for rule, why in sorted(skipped.items()):
-            out.write(f"<li>{e(rule)}: {e(why)}</li>")
+            out.write(f"<li>{html.escape(rule)}: {html.escape(why)}</li>")
         out.write("</ul>")
-    out.write("</body></html>\n")
 
 
 _STATUS_ORDER = {"new": 0, "persisting": 1, "unverified": 2, "resolved": 3}
@@ -183,9 +200,8 @@ def render_audit_html(
         for name, c in sorted(table.items()):
             out.write(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{c.get(s, 0)}</td>" for s in SEVERITIES) + "</tr>")
         out.write("</table>")
-    out.write("<h2>Findings</h2><table><tr><th>status</th><th>severity</th><th>rule</th><th>broker</th>")
-    out.write("<th>partition</th><th>segment</th><th>path</th><th>message</th></tr>")
-    for f in sorted(
+    out.write("<h2>Findings</h2>")
+    order = sorted(
         rows,
         key=lambda f: (
             _STATUS_ORDER.get(f["status"], 9),
@@ -194,24 +210,7 @@ def render_audit_html(
             f.get("topic") or "",
             -1 if f.get("partition") is None else f["partition"],
         ),
-    ):
-        part = (
-            f"{f['topic']}-{f['partition']}"
-            if f.get("topic") and f.get("partition") is not None
-            else f.get("topic") or ""
-        )
-        broker = "cluster" if f.get("broker_id") is None else f["broker_id"]
-        seg = "" if f.get("segment") is None else f["segment"]
-        out.write(
-            f"<tr><td>{e(f['status'])}</td><td class='{e(f['severity'])}'>{e(f['severity'])}</td>"
-            f"<td>{e(f['rule'])}</td><td>{broker}</td><td>{e(part)}</td><td>{seg}</td>"
-            f"<td class='msg'>{e(f.get('path') or '')}</td><td class='msg'>{e(f.get('message') or '')}</td></tr>"
-        )
-    out.write("</table>")
-    skipped = summary.get("rules_skipped") or {}
-    if skipped:
-        out.write("<h2>Not evaluated</h2><ul>")
-        for rule, why in sorted(skipped.items()):
-            out.write(f"<li>{e(rule)}: {e(why)}</li>")
-        out.write("</ul>")
+    )
+    _findings_table(order, out, status=True)
+    _not_evaluated(summary, out)
     out.write("</body></html>\n")

@@ -1,0 +1,69 @@
+"""Audit steps without Airflow: history statuses, alert text, the remote probe command."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor import audit
+
+
+def _finding(rule: str, broker: int | None, path: str, severity: str = "critical") -> dict[str, Any]:
+    return {"rule": rule, "severity": severity, "broker_id": broker, "log_dir": "/d", "topic": "t", "partition": 0,
+            "segment": None, "path": path, "message": f"{rule} at {path}"}  # fmt: skip
+
+
+def _run(settings: audit.AuditSettings, run: str, findings: list[dict[str, Any]], not_audited: list[int]) -> dict:
+    d = settings.run_dir(run)
+    d.mkdir(parents=True)
+    (d / "findings.jsonl").write_text("".join(json.dumps(f) + "\n" for f in findings))
+    (d / "summary.json").write_text(json.dumps({"rules_skipped": {}}))
+    discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [4], "zookeeper_error": None}
+    facts = {"audited": [b for b in (1, 2, 3) if b not in not_audited], "not_audited": not_audited}
+    return audit.publish(settings, run, discovered, facts)
+
+
+def test_history_marks_new_persisting_resolved_and_unverified(tmp_path: Path) -> None:
+    s = audit.AuditSettings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
+    a, b, c = _finding("index-orphan", 1, "/a"), _finding("stray-dir", 2, "/b", "warning"), _finding("log-crc", 3, "/c")
+    s1 = _run(s, "run:1", [a, b, c], [])
+    assert s1["by_status"] == {"new": 3, "persisting": 0, "resolved": 0, "unverified": 0}
+    assert s1["by_severity"] == {"critical": 2, "warning": 1, "info": 0} and s1["only_in_zookeeper"] == [4]
+    s2 = _run(s, "run:2", [a, b], [])  # c cleared
+    assert s2["by_status"] == {"new": 0, "persisting": 2, "resolved": 1, "unverified": 0}
+    assert s2["previous_run"] == audit.safe_run_id("run:1")
+    s3 = _run(s, "run:3", [a], [2])  # broker 2 unreachable: its finding is carried, not resolved
+    assert s3["by_status"] == {"new": 0, "persisting": 1, "resolved": 0, "unverified": 1}
+    assert s3["not_audited"] == [2]
+    rows = [json.loads(x) for x in (s.history_dir / "audit_run=run_3" / "findings.jsonl").read_text().splitlines()]
+    assert {r["path"]: r["status"] for r in rows} == {"/a": "persisting", "/b": "unverified"}
+    assert next(r for r in rows if r["path"] == "/a")["first_seen"] == "run_1"
+    runs = [json.loads(x) for x in (s.history_dir / "runs.jsonl").read_text().splitlines()]
+    assert [r["audit_run"] for r in runs] == ["run_1", "run_2", "run_3"]
+    html = Path(s3["report"]).read_text()
+    assert "Not audited" in html and "<svg" in html and "unverified" in html
+    # rerunning the same audit run replaces it in the history instead of adding a second row
+    _run_again = _run(s, "run:4", [a], [])
+    assert _run_again["previous_run"] == "run_3"
+
+
+def test_alert_only_when_critical_or_unaudited(tmp_path: Path) -> None:
+    summary = {"cluster": "c1", "audit_run": "r", "by_severity": {"critical": 0, "warning": 3, "info": 0},
+               "by_status": {"new": 1, "resolved": 0}, "by_rule": {"stray-dir": 3}, "not_audited": [],
+               "report": "/reports/r.html"}  # fmt: skip
+    assert audit.alert_message(summary) is None
+    msg = audit.alert_message({**summary, "not_audited": [2]}, "https://fd.example/r.html")
+    assert msg and "NOT AUDITED" in msg and "brokers 2" in msg and "https://fd.example/r.html" in msg
+    msg = audit.alert_message({**summary, "by_severity": {"critical": 2, "warning": 0, "info": 0}})
+    assert msg and "2 critical" in msg and "stray-dir 3" in msg
+
+
+def test_probe_command_quotes_every_path() -> None:
+    evil = ["/var/lib/kafka/data 1", "/x/$(touch /tmp/pwned)", "/y/it's"]
+    cmd = audit.probe_command(evil, deep=True, verify_crc=False)
+    assert cmd.startswith("if command -v ionice") and "nice -n 19" in cmd
+    probe = cmd.split("exec nice -n 19 $IO ", 1)[1]
+    assert shlex.split(probe) == ["python3", "-", "--jobs", "1", "--deep", *evil]
+    assert "--verify-crc" in audit.probe_command(["/d"], deep=True, verify_crc=True)
