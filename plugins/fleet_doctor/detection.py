@@ -176,6 +176,8 @@ class Frames:
     probed_brokers: tuple[int, ...] = ()  # brokers with probe output
     zk_registered: tuple[int, ...] = ()  # /brokers/ids in the ZooKeeper snapshot
     zk_cluster_id: str | None = None
+    stopped_logdirs: tuple[str, ...] = ()  # "<broker_id>/<logdir>" without clean shutdown, no broker on it
+    deep_logdirs: tuple[str, ...] = ()  # log dirs with deep-mode segment facts (batch offsets)
 
     @property
     def has_zk(self) -> bool:
@@ -228,24 +230,73 @@ def _of_kind(records: DataFrame, kind: str, schema: T.StructType, keep: tuple[st
     return records.where(F.col("kind") == kind).select(*keep, *schema.fieldNames())
 
 
+def _logdir_key() -> Column:
+    return F.concat_ws("/", F.col("broker_id").cast("string"), F.col("logdir"))
+
+
+def in_logdirs(keys: tuple[str, ...]) -> Column:
+    """The row belongs to one of these log dirs (keys ``"<broker_id>/<logdir>"``, from the driver)."""
+    return _logdir_key().isin(list(keys)) if keys else F.lit(False)
+
+
+def _unloaded(col: Column) -> Column:
+    # the cheap suffix test first: And stops there for nearly every row, the regex runs on the rest
+    return (col.endswith("-delete") | col.endswith("-stray")) & col.rlike(UNLOADED_DIR_RE)
+
+
 def load_frames(
     spark: SparkSession,
     probe_dir: str,
     brokers_path: str | None = None,
     zk_snapshot_path: str | None = None,
 ) -> Frames:
-    """Read the staged inputs once each. Every line is parsed once (one schema for all record kinds
-    of a source) and the parsed facts are materialized with ``localCheckpoint``: every rule reads them,
-    and the truncated lineage keeps the ~40 rule plans small (planning them dominates small audits)."""
+    """Read the staged inputs once each. Every probe line is parsed once (one schema for all record
+    kinds) and the parsed facts are materialized with ``localCheckpoint``, each row holding only its
+    kind's fields. The few facts the rules use as literals (brokers, log dirs whose lock is held,
+    stopped log dirs, log dirs with deep-mode segment facts) come back to the driver in one small
+    aggregation over it. Partition, file and log-dir facts are checkpointed again on their own: many
+    rules read them, and the truncated lineage keeps those ~40 rule plans small (planning them
+    dominates small audits). Segments, nearly all of the data, are read by a few plans only. No window
+    or shuffle runs over all records: the two rules that order segments do it only in the log dirs
+    where their facts exist (deep-mode output, a stopped broker)."""
     raw = spark.read.option("recursiveFileLookup", "false").text(probe_dir)
     if "broker_id" not in raw.columns:
         raise ValueError(f"{probe_dir}: expected broker_id=<N>/ subdirectories holding probe JSON Lines")
-    raw = raw.withColumn("broker_id", F.col("broker_id").cast("int"))
-    # the brokers: a few facts per broker, joined on the driver and attached to every record by lookup
-    probed = {r.broker_id for r in raw.select("broker_id").distinct().collect()}
     facts = {}
     if brokers_path:
         facts = {r.broker_id: r for r in spark.read.schema(BROKER_FACTS_SCHEMA).json(brokers_path).collect()}
+    # Kafka never loads a "-delete" or "-stray" partition dir again (ref §2.1): their files are
+    # reported by stray-dir only, not as segment or partition damage
+    unloaded = _unloaded(F.col("path")) | _unloaded(F.coalesce(F.col("partition_dir"), F.lit("")))
+    parsed = (
+        raw.select(
+            F.col("broker_id").cast("int").alias("broker_id"), F.from_json("value", PROBE_RECORD_SCHEMA).alias("r")
+        )
+        .where(F.col("r.kind").isin(*PROBE_KINDS))
+        .select("broker_id", "r.*")
+        .where(~((F.col("kind") != "partition") & unloaded))
+    )
+    # one struct per kind holding only that kind's fields: the other kinds' structs are null, which
+    # costs a row 8 bytes each instead of 8 bytes for every field of every kind
+    records = parsed.select(
+        "broker_id",
+        "kind",
+        *[F.when(F.col("kind") == k, F.struct(*sch.fieldNames())).alias(f"{k}_rec") for k, sch in PROBE_KINDS.items()],
+    ).localCheckpoint()
+    # one pass over the checkpoint: per log dir, what the driver needs to know
+    seg, ld = F.col("segment_rec"), F.col("logdir_rec")
+    per_logdir = (
+        records.groupBy("broker_id", F.coalesce(*[F.col(f"{k}_rec.logdir") for k in PROBE_KINDS]).alias("logdir"))
+        .agg(
+            F.max(ld.lock_held_by_pid.isNotNull()).alias("locked"),
+            F.max(ld["exists"] & ~F.coalesce(ld.clean_shutdown, F.lit(False)) & ld.lock_held_by_pid.isNull()).alias(
+                "unclean"
+            ),
+            F.max(seg.next_offset.isNotNull() | (F.coalesce(seg.offset_errors, F.lit(0)) > 0)).alias("deep"),
+        )
+        .collect()
+    )
+    probed = {r.broker_id for r in per_logdir}
     broker_rows = [
         (
             bid,
@@ -261,54 +312,40 @@ def load_frames(
     ]
     brokers = spark.createDataFrame(broker_rows, BROKERS_SCHEMA)
     versions = sorted((r[2], r[1]) for r in broker_rows if r[2] is not None)
+    running = {r[0] for r in broker_rows if r[3]}
+
+    def keys(pred: Callable) -> tuple[str, ...]:
+        return tuple(sorted(f"{r.broker_id}/{r.logdir}" for r in per_logdir if r.broker_id is not None and pred(r)))
 
     def lookup(index: int, dtype: T.DataType) -> Column:
         pairs = [x for r in broker_rows for x in (F.lit(r[0]), F.lit(r[index]))]
         return (F.create_map(*pairs)[F.col("broker_id")] if pairs else F.lit(None)).cast(dtype)
 
-    tags = ("broker_id", "kafka_version", "kafka_version_num", "running")
-    in_logdir = Window.partitionBy("broker_id", "logdir")
-    in_partition_dir = Window.partitionBy("broker_id", "logdir", "path")
-    segment_order = Window.partitionBy("broker_id", "logdir", "path", "kind").orderBy("base_offset")
-    records = (
-        raw.select("broker_id", F.from_json("value", PROBE_RECORD_SCHEMA).alias("r"))
-        .where(F.col("r.kind").isin(*PROBE_KINDS))
-        .select("broker_id", "r.*")
-        .withColumn("kafka_version", lookup(1, S))
-        .withColumn("kafka_version_num", lookup(2, L))
-        .withColumn("running", F.coalesce(lookup(3, B), F.lit(False)))
-        # a broker runs on this log dir: its facts say so, or a process holds the log dir's .lock
-        .withColumn(
-            "logdir_live",
-            F.coalesce(F.col("running"), F.lit(False))
-            | F.max(F.col("lock_held_by_pid").isNotNull() & (F.col("kind") == "logdir")).over(in_logdir),
+    def of_kind(kind: str) -> DataFrame:
+        return records.where(F.col("kind") == kind).select(
+            "broker_id",
+            lookup(1, S).alias("kafka_version"),
+            lookup(2, L).alias("kafka_version_num"),
+            F.coalesce(lookup(3, B), F.lit(False)).alias("running"),
+            f"{kind}_rec.*",
         )
-        # segments: the base offset of the partition's next segment, and the partition's recovery point
-        .withColumn("next_base", F.when(F.col("kind") == "segment", F.lead("base_offset").over(segment_order)))
-        .withColumn(
-            "partition_recovery_point",
-            F.max(F.when(F.col("kind") == "partition", F.col("recovery_point"))).over(in_partition_dir),
-        )
-        .localCheckpoint()
-    )
-    # Kafka never loads a "-delete" or "-stray" partition dir again (ref §2.1): their files are
-    # reported by stray-dir only, not as segment or partition damage
-    unloaded = F.col("path").rlike(UNLOADED_DIR_RE) | F.coalesce(F.col("partition_dir"), F.lit("")).rlike(
-        UNLOADED_DIR_RE
-    )
-    records = records.where(~((F.col("kind") != "partition") & unloaded))
+
+    # a broker runs on this log dir: its facts say so, or a process holds the log dir's .lock
+    locked = keys(lambda r: r.locked)
     frames = Frames(
         # live_active: the active segment of a running broker (its indexes are legitimately preallocated)
-        segments=_of_kind(
-            records, "segment", SEGMENT_SCHEMA, (*tags, "logdir_live", "next_base", "partition_recovery_point")
-        ).withColumn("live_active", F.coalesce(F.col("active") & F.col("logdir_live"), F.lit(False))),
-        partitions=_of_kind(records, "partition", PARTITION_SCHEMA, tags),
-        files=_of_kind(records, "file", FILE_SCHEMA, tags),
-        logdirs=_of_kind(records, "logdir", LOGDIR_SCHEMA, tags),
+        segments=of_kind("segment").withColumn(
+            "live_active", F.coalesce(F.col("active") & (F.col("running") | in_logdirs(locked)), F.lit(False))
+        ),
+        partitions=of_kind("partition").localCheckpoint(),
+        files=of_kind("file").localCheckpoint(),
+        logdirs=of_kind("logdir").localCheckpoint(),
         brokers=brokers,
         fleet_version=versions[-1][1] if versions else None,
         fleet_version_num=versions[-1][0] if versions else None,
-        probed_brokers=tuple(sorted(probed)),
+        probed_brokers=tuple(sorted(b for b in probed if b is not None)),
+        stopped_logdirs=keys(lambda r: r.unclean and r.broker_id not in running),
+        deep_logdirs=keys(lambda r: r.deep),
     )
     if zk_snapshot_path:
         zk = (
@@ -449,8 +486,14 @@ def _finding_struct(c: Check) -> Column:
 
 
 def run_checks(df: DataFrame, checks: list[Check]) -> DataFrame:
+    # the rows that fire any check are found first by a plain (code-generated) filter; only those few
+    # build the array of finding structs, whose null-filtering lambda Spark evaluates row by row
+    hit = None
+    for c in checks:
+        cond = F.coalesce(applies(get(c.rule_id), F.col("kafka_version_num")) & c.cond, F.lit(False))
+        hit = cond if hit is None else hit | cond
     found = F.filter(F.array(*[_finding_struct(c) for c in checks]), lambda x: x.isNotNull())
-    return df.select(F.explode(found).alias("f")).select("f.*")
+    return df.where(hit).select(F.explode(found).alias("f")).select("f.*")
 
 
 def _seg(rule_id: str, cond: Column, message: Column, ext: str) -> Check:
@@ -593,7 +636,16 @@ def segment_leftover(f: Frames) -> list[Check]:
     ]
 
 
-def segment_overlap(f: Frames) -> list[Check]:
+def _with_next_base(segments: DataFrame) -> DataFrame:
+    """Segments with the base offset of their partition's next segment (null for the last)."""
+    order = Window.partitionBy("broker_id", "logdir", "path").orderBy("base_offset")
+    return segments.withColumn("next_base", F.lead("base_offset").over(order))
+
+
+def segment_overlap(f: Frames) -> DataFrame:
+    # only deep-mode facts (batch offsets) can show either problem: the segments of other log dirs
+    # are neither ordered nor read
+    segs = _with_next_base(f.segments.where(in_logdirs(f.deep_logdirs)))
     overlap = (
         F.col("next_offset").isNotNull() & F.col("next_base").isNotNull() & (F.col("next_offset") > F.col("next_base"))
     )
@@ -614,7 +666,9 @@ def segment_overlap(f: Frames) -> list[Check]:
             F.col("first_offset_error_position"),
         )
     )
-    return [_seg("segment-overlap", overlap | backwards, msg, "log")]
+    return findings(
+        segs.where(overlap | backwards), "segment-overlap", msg, path=seg_file("log"), segment=F.col("base_offset")
+    )
 
 
 def log_torn_tail(f: Frames) -> list[Check]:
@@ -1006,9 +1060,16 @@ def unclean_shutdown(f: Frames) -> DataFrame:
         & ~F.col("running")
         & F.col("lock_held_by_pid").isNull()
     )
-    # work at the next start: segments from the one holding the recovery point onwards
+    # work at the next start: segments from the one holding the recovery point onwards (only the
+    # segments of stopped log dirs are ordered and joined with their partition's recovery point)
+    recovery_points = f.partitions.groupBy("broker_id", "logdir", "path").agg(
+        F.max("recovery_point").alias("partition_recovery_point")
+    )
+    segs = _with_next_base(f.segments.where(in_logdirs(f.stopped_logdirs))).join(
+        recovery_points, ["broker_id", "logdir", "path"], "left"
+    )
     above = (
-        f.segments.where(
+        segs.where(
             F.col("next_base").isNull() | (F.col("next_base") > F.coalesce("partition_recovery_point", F.lit(0)))
         )
         .groupBy("broker_id", "logdir")

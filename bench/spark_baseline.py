@@ -1,0 +1,48 @@
+"""Baseline Spark apps for the detection benchmark: the least work any detection over the staged probe output does.
+
+    spark-submit bench/spark_baseline.py --mode text  --probe-dir DIR   # read every line (gzip included), count
+    spark-submit bench/spark_baseline.py --mode parse --probe-dir DIR   # also parse every line with the schema
+                                                                        # detection reads, fold all fields into
+                                                                        # one hash sum
+
+Both print one JSON line {"mode", "rows", "checksum"}. They read the files exactly as spark_apps/detect.py does
+(``spark.read.text`` over ``broker_id=<N>/``), with the same Spark configuration, so the JVM start-up, file
+listing and decompression are in the baseline too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from fleet_doctor.detection import PROBE_RECORD_SCHEMA
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="spark_baseline.py")
+    p.add_argument("--mode", choices=("text", "parse"), required=True)
+    p.add_argument("--probe-dir", required=True)
+    args = p.parse_args(argv)
+    spark = SparkSession.builder.appName(f"fleet-doctor-baseline-{args.mode}").getOrCreate()
+    raw = spark.read.text(args.probe_dir)
+    if args.mode == "text":
+        rows, checksum = raw.count(), None
+    else:
+        # every field of the merged record schema feeds the hash, so no field can be pruned from the parse
+        rec = raw.select("broker_id", F.from_json("value", PROBE_RECORD_SCHEMA).alias("r")).select("broker_id", "r.*")
+        row = rec.select(F.count("*").alias("n"), F.sum(F.hash(*rec.columns)).alias("h")).collect()[0]
+        rows, checksum = row.n, row.h
+    print(json.dumps({"mode": args.mode, "rows": rows, "checksum": checksum}))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
