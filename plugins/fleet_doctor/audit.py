@@ -403,3 +403,42 @@ def alert_message(summary: dict[str, Any], report_url: str | None = None) -> str
         parts.append(summary["zookeeper_error"])
     parts.append(f"Report: {report_url or summary['report']}")
     return " ".join(parts)
+
+
+def run_local(
+    settings: AuditSettings,
+    run_id: str,
+    connect: Any,
+    *,
+    master: str = "local[2]",
+) -> dict[str, Any]:
+    """The audit's steps in this process, without Airflow (tests, ad-hoc runs): discover, stage every broker
+    through ``connect(broker) -> paramiko.SSHClient`` (a broker that fails is left not audited), snapshot
+    ZooKeeper, detect with spark-submit, publish. Returns the published summary."""
+    import subprocess
+
+    from fleet_doctor.scan import LOCAL_SPARK_CONF, spark_env, spark_submit_cmd
+
+    discovered = discover(inv.load(settings.inventory))
+    run_dir = settings.run_dir(run_id)
+    for broker in discovered["brokers"]:
+        try:
+            client = connect(broker)
+            try:
+                stage_broker(client, broker, run_dir, deep=settings.deep, verify_crc=settings.verify_crc)
+            finally:
+                client.close()
+        except Exception as e:  # an unreachable broker is reported, not fatal
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with open(run_dir / "stage-errors.txt", "a", encoding="utf-8") as f:
+                f.write(f"broker {broker['broker_id']}: {type(e).__name__}: {e}\n")
+    try:
+        snapshot_zookeeper(discovered["zookeeper"], run_dir / "zk.jsonl")
+    except Exception as e:  # detection runs without the cross-source rules
+        (run_dir / "zk-error.txt").write_text(f"{type(e).__name__}: {e}\n")
+    facts = write_broker_facts(discovered, run_dir)
+    cmd = spark_submit_cmd(DETECT_APP, master, LOCAL_SPARK_CONF, detect_args(settings, run_id, facts))
+    r = subprocess.run(cmd, env=spark_env(), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"detection failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return publish(settings, run_id, discovered, facts)

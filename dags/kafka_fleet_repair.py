@@ -1,0 +1,80 @@
+"""
+### Kafka fleet repair (manual, human-approved)
+
+Nothing on a broker changes until a human has approved a plan that says exactly what will happen.
+
+1. **plan**: from an audit run's findings (default: the latest), within the scope of the form (rules, brokers,
+   topics, brokers held out, internal topics): per broker the files backed up and removed (`partition.metadata`,
+   `leader-epoch-checkpoint` for topic-ID drift) or quarantined (index files), the restart order with the active
+   controller last, and a restart preview (last stop clean, bytes above the recovery point, indexes rebuilt,
+   estimated recovery time). Content-addressed: the plan's hash is in the approval's subject.
+2. **approve**: a human-in-the-loop approval in the Airflow UI (Browse → Required Actions). Reject, or no answer
+   within the timeout (default 24 h): nothing is touched.
+3. **execute**: takes the cluster's repair lock, re-verifies (a fresh audit of the fleet must give the same plan
+   hash, else abort untouched), then one broker at a time: pre-check (all registered, nothing under-replicated,
+   min ISR kept), stop, back up (tar.gz + sha256 manifest fetched over SFTP and verified), remove/quarantine,
+   start, wait for ISR and several consecutive healthy polls. Journaled: a rerun resumes where it stopped.
+   Dry run: every read and check, every command logged, nothing run.
+
+Operator guide: `docs/repair.md`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import Param, dag, get_current_context, task
+
+from fleet_doctor import audit, repair
+
+SETTINGS = audit.settings_from_env()
+
+
+@dag(
+    dag_id="kafka_fleet_repair",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["kafka", "fleet-doctor", "repair"],
+    doc_md=__doc__,
+    params={
+        "audit_run": Param("latest", type="string", description="audit run id, or 'latest'"),
+        "rules": Param([], type="array", description="only these rule ids (empty: every repairable rule)"),
+        "brokers": Param([], type="array", description="only these broker ids (empty: all)"),
+        "topics": Param([], type="array", description="only these topics (empty: all)"),
+        "hold_out": Param([], type="array", description="broker ids left out of this run"),
+        "include_internal": Param(False, type="boolean", description="also repair __consumer_offsets etc."),
+        "pause_between_brokers_s": Param(60, type="integer", minimum=0),
+        "healthy_polls": Param(3, type="integer", minimum=1, description="consecutive healthy polls per broker"),
+        "poll_interval_s": Param(10, type="integer", minimum=1),
+        "isr_timeout_s": Param(900, type="integer", minimum=60, description="per broker: back in ISR within"),
+        "dry_run": Param(False, type="boolean", description="do every read and check, log the commands, run none"),
+    },
+)
+def kafka_fleet_repair() -> None:
+    @task
+    def plan() -> dict[str, Any]:
+        return repair.make_plan(audit.settings_from_env(), get_current_context()["params"])
+
+    approve = ApprovalOperator(
+        task_id="approve",
+        subject="{{ ti.xcom_pull(task_ids='plan')['subject'] }}",
+        body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
+        assigned_users=repair.approvers(),
+        response_timeout=timedelta(hours=24),
+    )
+
+    @task
+    def execute(planned: dict[str, Any]) -> dict[str, Any]:
+        ctx = get_current_context()
+        return repair.execute(audit.settings_from_env(), planned, ctx["params"], ctx["run_id"])
+
+    planned = plan()
+    planned >> approve >> execute(planned)
+
+
+kafka_fleet_repair()

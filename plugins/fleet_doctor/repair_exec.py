@@ -1,0 +1,406 @@
+"""Executing an approved repair plan: one broker at a time, as an explicit, journaled state machine.
+
+Per broker, in plan order (the controller last)::
+
+    PENDING -> PRECHECKED -> STOPPED -> BACKED_UP -> CHANGED -> STARTED -> HEALTHY -> DONE
+                  any step fails -> FAILED: the chain halts, later brokers stay PENDING (untouched)
+
+Every transition is written to the journal (``<repairs>/<plan hash>/journal.json``, atomically) before the next
+step starts, and every step is idempotent, so rerunning after a crash resumes at the first unfinished step of the
+first unfinished broker without repeating finished work. Every remote command is logged with its exit status.
+Nothing here imports Airflow: the DAG hands in SSH clients and a ZooKeeper client.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import logging
+import os
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor.repair_plan import QUARANTINE_DIR, BrokerPlan, Plan
+
+LOG = logging.getLogger(__name__)
+
+
+class State(enum.StrEnum):
+    PENDING = "pending"
+    PRECHECKED = "prechecked"
+    STOPPED = "stopped"
+    BACKED_UP = "backed_up"
+    CHANGED = "changed"
+    STARTED = "started"
+    HEALTHY = "healthy"
+    DONE = "done"
+    FAILED = "failed"
+
+
+ORDER = [State.PENDING, State.PRECHECKED, State.STOPPED, State.BACKED_UP, State.CHANGED, State.STARTED,
+         State.HEALTHY, State.DONE]  # fmt: skip
+
+
+class RepairError(RuntimeError):
+    """A step could not be completed; the chain halts."""
+
+
+@dataclass(frozen=True)
+class Gates:
+    stop_timeout_s: float = 300.0
+    start_timeout_s: float = 600.0
+    healthy_polls: int = 3  # consecutive polls with zero under-replicated partitions
+    poll_interval_s: float = 5.0
+    isr_timeout_s: float = 900.0
+    pause_between_brokers_s: float = 0.0
+
+
+# --------------------------------------------------------------------------------------------
+class Remote:
+    """Commands on one broker over an open paramiko SSHClient; each logged with its exit status."""
+
+    def __init__(self, broker_id: int, client: Any, log: list[dict[str, Any]]) -> None:
+        self.broker_id = broker_id
+        self.client = client
+        self.log = log
+
+    def run(self, command: str, timeout: float = 600.0, check: bool = True) -> tuple[int, str, str]:
+        _, stdout, stderr = self.client.exec_command(command, timeout=timeout)
+        out = stdout.read().decode(errors="replace")
+        err = stderr.read().decode(errors="replace")
+        rc = stdout.channel.recv_exit_status()
+        entry = {"ts": time.time(), "broker_id": self.broker_id, "command": command, "exit_status": rc,
+                 "stderr": err[-500:]}  # fmt: skip
+        self.log.append(entry)
+        LOG.info("broker %s: %s -> exit %s", self.broker_id, command, rc)
+        if check and rc != 0:
+            raise RepairError(f"broker {self.broker_id}: `{command}` exited {rc}: {err.strip()[-300:]}")
+        return rc, out, err
+
+    def fetch(self, remote: str, local: Path) -> None:
+        sftp = self.client.open_sftp()
+        try:
+            tmp = local.with_name(local.name + ".part")
+            sftp.get(remote, str(tmp))
+            tmp.replace(local)
+        finally:
+            sftp.close()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+class Journal:
+    def __init__(self, path: Path, plan: Plan) -> None:
+        self.path = path
+        if path.is_file():
+            self.data = json.loads(path.read_text())
+            if self.data["plan_hash"] != plan.hash:
+                raise RepairError(f"{path} belongs to plan {self.data['plan_hash'][:12]}, not {plan.hash[:12]}")
+        else:
+            self.data = {
+                "plan_hash": plan.hash,
+                "status": "running",
+                "brokers": {
+                    str(b.broker_id): {"state": State.PENDING, "history": []} for b in plan.brokers if b.restart
+                },
+                "commands": [],
+            }
+            self.save()
+
+    def state(self, broker_id: int) -> State:
+        return State(self.data["brokers"][str(broker_id)]["state"])
+
+    def advance(self, broker_id: int, state: State, detail: str = "") -> None:
+        b = self.data["brokers"][str(broker_id)]
+        b["state"] = state
+        b["history"].append({"state": state, "ts": time.time(), "detail": detail})
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=str))
+        tmp.replace(self.path)
+
+
+# --------------------------------------------------------------------------------------------
+class Cluster:
+    """What the health gates read from ZooKeeper (kazoo client, chroot in its hosts string)."""
+
+    def __init__(self, zk: Any) -> None:
+        self.zk = zk
+
+    def registered(self) -> set[int]:
+        return {int(i) for i in self.zk.get_children("/brokers/ids")}
+
+    def controller(self) -> int | None:
+        try:
+            return json.loads(self.zk.get("/controller")[0])["brokerid"]
+        except Exception:  # no controller elected right now
+            return None
+
+    def partitions(self) -> list[dict[str, Any]]:
+        out = []
+        for topic in self.zk.get_children("/brokers/topics"):
+            znode = json.loads(self.zk.get(f"/brokers/topics/{topic}")[0])
+            min_isr = 1
+            if self.zk.exists(f"/config/topics/{topic}"):
+                cfg = json.loads(self.zk.get(f"/config/topics/{topic}")[0]).get("config", {})
+                min_isr = int(cfg.get("min.insync.replicas", 1))
+            for p, replicas in znode["partitions"].items():
+                st = json.loads(self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+                out.append({"topic": topic, "partition": int(p), "replicas": replicas, "isr": st["isr"],
+                            "leader": st["leader"], "min_isr": min_isr})  # fmt: skip
+        return out
+
+    def problems(self, expected: set[int], tolerate: frozenset[int] = frozenset()) -> list[str]:
+        """Unregistered brokers, under-replicated and offline partitions. A partition whose only missing replicas
+        are in ``tolerate`` (the broker about to be repaired: its restart is what brings it back) is not one."""
+        live = self.registered()
+        out = [f"broker {b} not registered" for b in sorted(expected - live)]
+        for p in self.partitions():
+            if p["leader"] not in live:
+                out.append(f"{p['topic']}-{p['partition']} offline")
+            elif set(p["replicas"]) - set(p["isr"]) - tolerate:
+                out.append(f"{p['topic']}-{p['partition']} under-replicated (ISR {p['isr']})")
+        return out
+
+    def below_min_isr_if_stopped(self, broker_id: int) -> list[str]:
+        """Strimzi's rule: stopping the broker must not take any partition below min.insync.replicas."""
+        return [
+            f"{p['topic']}-{p['partition']} (ISR {p['isr']}, min.insync.replicas {p['min_isr']})"
+            for p in self.partitions()
+            if broker_id in p["isr"] and len(p["isr"]) - 1 < p["min_isr"]
+        ]
+
+
+# --------------------------------------------------------------------------------------------
+class Executor:
+    def __init__(
+        self,
+        plan: Plan,
+        workdir: Path,
+        inventory: Any,
+        connect: Callable[[int], Any],
+        cluster: Cluster,
+        gates: Gates = Gates(),
+        dry_run: bool = False,
+    ) -> None:
+        self.plan = plan
+        self.workdir = workdir / plan.hash
+        self.inventory = inventory
+        self.connect = connect
+        self.cluster = cluster
+        self.gates = gates
+        self.dry_run = dry_run
+        self.journal = Journal(self.workdir / "journal.json", plan)
+
+    # ---- the chain
+    def run(self) -> dict[str, Any]:
+        pending = [b for b in self.plan.brokers if b.restart]
+        try:
+            while pending:
+                b = self._next(pending)
+                pending.remove(b)
+                if self.journal.state(b.broker_id) == State.DONE:
+                    continue
+                self._repair(b)
+                if pending and self.gates.pause_between_brokers_s:
+                    time.sleep(self.gates.pause_between_brokers_s)
+            self.journal.data["status"] = "done"
+        except RepairError as e:
+            self.journal.data["status"] = "halted"
+            self.journal.data["error"] = str(e)
+            raise
+        finally:
+            self.journal.save()
+        return self.journal.data
+
+    def _next(self, pending: list[BrokerPlan]) -> BrokerPlan:
+        """Plan order, except that the current controller is deferred while other brokers are pending."""
+        controller = self.cluster.controller()
+        for b in pending:
+            if b.broker_id != controller or len(pending) == 1:
+                return b
+        return pending[0]
+
+    def _repair(self, b: BrokerPlan) -> None:
+        steps: list[tuple[State, Callable[[BrokerPlan, Remote], str]]] = [
+            (State.PRECHECKED, self.precheck),
+            (State.STOPPED, self.stop),
+            (State.BACKED_UP, self.backup),
+            (State.CHANGED, self.change),
+            (State.STARTED, self.start),
+            (State.HEALTHY, self.healthy),
+            (State.DONE, lambda b, r: "done"),
+        ]
+        client = self.connect(b.broker_id)
+        remote = Remote(b.broker_id, client, self.journal.data["commands"])
+        try:
+            for target, step in steps:
+                if ORDER.index(self.journal.state(b.broker_id)) >= ORDER.index(target):
+                    continue  # finished before a crash: never repeated
+                try:
+                    detail = step(b, remote)
+                except RepairError as e:
+                    self.journal.advance(b.broker_id, State.FAILED, str(e))
+                    raise
+                self.journal.advance(b.broker_id, target, detail)
+        finally:
+            client.close()
+
+    # ---- steps
+    def precheck(self, b: BrokerPlan, remote: Remote) -> str:
+        expected = {x.id for x in self.inventory.brokers}
+        problems = self.cluster.problems(expected, tolerate=frozenset({b.broker_id}))
+        if problems:
+            raise RepairError(f"pre-check before broker {b.broker_id}: " + "; ".join(problems[:10]))
+        below = self.cluster.below_min_isr_if_stopped(b.broker_id)
+        if below:
+            raise RepairError(f"stopping broker {b.broker_id} would take below min ISR: " + "; ".join(below[:10]))
+        return "all brokers registered, no under-replicated partition, min ISR kept"
+
+    def _service(self, b: BrokerPlan, name: str) -> str:
+        return self.inventory.broker(b.broker_id).service_command(name)
+
+    def stop(self, b: BrokerPlan, remote: Remote) -> str:
+        if not self.dry_run:
+            remote.run(self._service(b, "stop"), timeout=self.gates.stop_timeout_s)
+        self._wait(lambda: self.dry_run or (
+            b.broker_id not in self.cluster.registered()
+            and remote.run(self._service(b, "status"), check=False)[0] != 0
+        ), self.gates.stop_timeout_s, f"broker {b.broker_id} did not stop")  # fmt: skip
+        return "process gone and /brokers/ids entry removed"
+
+    def backup(self, b: BrokerPlan, remote: Remote) -> str:
+        local_dir = self.workdir / f"broker-{b.broker_id}"
+        local_dir.mkdir(parents=True, exist_ok=True)
+        tarball = local_dir / "backup.tar.gz"
+        manifest = local_dir / "manifest.sha256"
+        if tarball.is_file() and (local_dir / "backup.sha256").is_file():
+            if _sha256(tarball) == (local_dir / "backup.sha256").read_text().split()[0]:
+                return "verified backup already present"
+        paths = b.backup_paths
+        remote_tar = f"/tmp/fleet-doctor-{self.plan.hash[:16]}-broker-{b.broker_id}.tar.gz"
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        remote.run(f"sha256sum -- {quoted}", check=True)
+        _, sums, _ = remote.run(f"sha256sum -- {quoted}")
+        manifest.write_text(sums)
+        remote.run(f"tar -czf {shlex.quote(remote_tar)} --absolute-names -- {quoted}")
+        _, tar_sum, _ = remote.run(f"sha256sum -- {shlex.quote(remote_tar)}")
+        remote.fetch(remote_tar, tarball)
+        if _sha256(tarball) != tar_sum.split()[0]:
+            raise RepairError(f"broker {b.broker_id}: the fetched backup does not match its checksum on the broker")
+        (local_dir / "backup.sha256").write_text(tar_sum)
+        (local_dir / "remote_path").write_text(remote_tar + "\n")
+        return (
+            f"{len(paths)} file(s) in {tarball} (sha256 {tar_sum.split()[0][:16]}), kept on the broker at {remote_tar}"
+        )
+
+    def change(self, b: BrokerPlan, remote: Remote) -> str:
+        done = []
+        for a in b.actions:
+            path = shlex.quote(a.path)
+            if a.action == "remove":
+                cmd = f"rm -f -- {path}"
+            else:
+                log_dir = a.path.split("/")[:-2]
+                qdir = "/".join([*log_dir, QUARANTINE_DIR, self.plan.hash[:16], a.path.split("/")[-2]])
+                dest = shlex.quote(f"{qdir}/{a.path.rsplit('/', 1)[1]}")
+                cmd = f"if [ -e {path} ]; then mkdir -p -- {shlex.quote(qdir)} && mv -n -- {path} {dest}; fi"
+            if self.dry_run:
+                LOG.info("dry run: would run on broker %s: %s", b.broker_id, cmd)
+            else:
+                remote.run(cmd)
+            done.append(f"{a.action} {a.path}")
+        return "; ".join(done)
+
+    def start(self, b: BrokerPlan, remote: Remote) -> str:
+        if not self.dry_run:
+            remote.run(self._service(b, "start"), timeout=self.gates.start_timeout_s)
+        self._wait(lambda: self.dry_run or b.broker_id in self.cluster.registered(), self.gates.start_timeout_s,
+                   f"broker {b.broker_id} did not register after its start")  # fmt: skip
+        return "registered again"
+
+    def healthy(self, b: BrokerPlan, remote: Remote) -> str:
+        expected = {x.id for x in self.inventory.brokers}
+        streak = 0
+        deadline = time.monotonic() + self.gates.isr_timeout_s
+        last: list[str] = []
+        while time.monotonic() < deadline:
+            last = [] if self.dry_run else self.cluster.problems(expected)
+            streak = streak + 1 if not last else 0
+            if streak >= self.gates.healthy_polls:
+                return f"{streak} consecutive healthy polls"
+            time.sleep(self.gates.poll_interval_s)
+        raise RepairError(f"broker {b.broker_id} did not become healthy: {'; '.join(last[:10])}")
+
+    def _wait(self, check: Callable[[], bool], timeout: float, message: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(min(self.gates.poll_interval_s, 1.0))
+        raise RepairError(f"{message} within {timeout:.0f} s")
+
+
+def restore(workdir: Path, plan_hash: str, broker_id: int, remote: Remote) -> str:
+    """Put a broker's backup back (the broker must be stopped): the tarball holds absolute paths."""
+    local = workdir / plan_hash / f"broker-{broker_id}" / "backup.tar.gz"
+    if not local.is_file():
+        raise RepairError(f"no backup for broker {broker_id} in {local.parent}")
+    remote_tar = f"/tmp/fleet-doctor-restore-{plan_hash[:16]}-{broker_id}.tar.gz"
+    sftp = remote.client.open_sftp()
+    try:
+        sftp.put(str(local), remote_tar)
+    finally:
+        sftp.close()
+    remote.run(f"tar -xzf {shlex.quote(remote_tar)} --absolute-names")
+    manifest = (local.parent / "manifest.sha256").read_text()
+    paths = " ".join(shlex.quote(line.split(None, 1)[1]) for line in manifest.splitlines() if line.strip())
+    _, sums, _ = remote.run(f"sha256sum -- {paths}")
+    if sorted(sums.split("\n")) != sorted(manifest.split("\n")):
+        raise RepairError(f"broker {broker_id}: restored files do not match the backup manifest")
+    return f"restored {len(manifest.splitlines())} file(s) from {os.path.basename(local)}"
+
+
+# --------------------------------------------------------------------------------------------
+LOCK_ROOT = "/fleet-doctor/repair-lock"
+
+
+def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
+    """One repair per cluster: a persistent znode (it survives a crashed worker, so a second repair stays blocked
+    until this one is resumed or the lock is released by hand). The same plan re-acquires it: that is a resume."""
+    from kazoo.exceptions import NodeExistsError
+
+    path = f"{LOCK_ROOT}/{cluster}"
+    zk.ensure_path(LOCK_ROOT)
+    try:
+        zk.create(path, json.dumps(owner).encode())
+    except NodeExistsError:
+        held = json.loads(zk.get(path)[0])
+        if held.get("plan_hash") != owner.get("plan_hash"):
+            raise RepairError(f"cluster {cluster} is locked by another repair: {held}") from None
+
+
+def release_lock(zk: Any, cluster: str, plan_hash: str) -> None:
+    from kazoo.exceptions import NoNodeError
+
+    path = f"{LOCK_ROOT}/{cluster}"
+    try:
+        if json.loads(zk.get(path)[0]).get("plan_hash") == plan_hash:
+            zk.delete(path)
+    except NoNodeError:
+        pass

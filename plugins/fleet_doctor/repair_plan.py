@@ -1,0 +1,404 @@
+"""Repair plans: what a repair will do, as data, content-addressed, rendered for the approver.
+
+A plan is built from one audit run's findings (``history/audit_run=<run>/findings.jsonl``), its staged probe
+output (for the restart preview) and its ZooKeeper snapshot (the controller, the topic IDs). It says, per
+broker, exactly which files are backed up and then removed (``partition.metadata`` and
+``leader-epoch-checkpoint`` of replicas with a topic-ID mismatch or split: kafka-reference.md §6, the repair
+of KAFKA-14190) or quarantined (the index files of the index rules: moved aside, never deleted; Kafka rebuilds
+them at start, §1.4), whether the broker restarts, and the restart order: the active controller last. Each
+restart carries a preview of the log recovery it will cost. Preventive ZooKeeper actions (restoring a dropped
+``topic_id`` every replica agrees on) are listed separately and need their own approval.
+
+The plan's hash is the SHA-256 of its canonical JSON (sorted keys, no timestamps): the same fleet and the same
+findings give the same hash, so "what runs is what was approved" can be checked right before acting.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+
+TOPIC_ID_RULES = ("topic-id-mismatch", "topic-id-split")
+INDEX_RULES = (
+    "index-untrimmed",
+    "index-last-offset",
+    "index-size",
+    "index-not-monotonic",
+    "index-beyond-log",
+    "timeindex-last-timestamp",
+)
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+RECOVERY_BYTES_PER_S = 100 * 1024 * 1024  # rough log recovery rate (batch walk + index rebuild) for the preview
+QUARANTINE_DIR = "fleet-doctor-quarantine"  # under the log dir: same filesystem, a rename, never a copy
+
+
+@dataclass(frozen=True)
+class FileAction:
+    action: str  # "remove" (after backup) or "quarantine" (moved aside)
+    path: str
+    rule: str
+    topic: str | None
+    partition: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class RestartPreview:
+    last_stop_clean: bool | None  # every log dir had .kafka_cleanshutdown when probed (None: broker was running)
+    running: bool
+    segments_above_recovery_point: int
+    bytes_above_recovery_point: int
+    indexes_rebuilt: int  # segments whose indexes Kafka rebuilds at start (quarantined or missing)
+    bytes_to_rebuild: int
+    estimated_recovery_s: float
+
+
+@dataclass
+class BrokerPlan:
+    broker_id: int
+    is_controller: bool
+    restart: bool
+    actions: list[FileAction] = field(default_factory=list)
+    preview: RestartPreview | None = None
+
+    @property
+    def backup_paths(self) -> list[str]:
+        return sorted({a.path for a in self.actions})
+
+
+@dataclass(frozen=True)
+class ZkAction:
+    action: str  # "restore-topic-id"
+    topic: str
+    topic_id: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    cluster: str
+    audit_run: str
+    scope: dict[str, Any]
+    brokers: list[BrokerPlan]  # in restart order: the controller last
+    zookeeper: list[ZkAction]
+    skipped: list[dict[str, Any]]  # findings in scope that no action addresses, with why
+
+    def canonical(self) -> dict[str, Any]:
+        """What the approver approves: cluster, scope, the per-broker actions and order, the ZooKeeper actions.
+        Not the audit run id nor the restart previews (log sizes move on a live broker): a re-verification
+        against a fresh probe gives the same hash exactly when the same files would be touched in the same order."""
+        return {
+            "cluster": self.cluster,
+            "scope": self.scope,
+            "brokers": [
+                {"broker_id": b.broker_id, "is_controller": b.is_controller, "restart": b.restart,
+                 "actions": [asdict(a) for a in b.actions]}
+                for b in self.brokers
+            ],
+            "zookeeper": [asdict(z) for z in self.zookeeper],
+        }  # fmt: skip
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        d = json.loads(text)
+        brokers = [
+            BrokerPlan(
+                b["broker_id"], b["is_controller"], b["restart"], [FileAction(**a) for a in b["actions"]],
+                RestartPreview(**b["preview"]) if b.get("preview") else None,
+            )
+            for b in d["brokers"]
+        ]  # fmt: skip
+        return cls(d["cluster"], d["audit_run"], d["scope"], brokers, [ZkAction(**z) for z in d["zookeeper"]],
+                   d["skipped"])  # fmt: skip
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    @property
+    def restart_order(self) -> list[int]:
+        return [b.broker_id for b in self.brokers if b.restart]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "brokers_restarted": len(self.restart_order),
+            "files_removed": sum(a.action == "remove" for b in self.brokers for a in b.actions),
+            "files_quarantined": sum(a.action == "quarantine" for b in self.brokers for a in b.actions),
+            "zookeeper_actions": len(self.zookeeper),
+        }
+
+    def subject(self) -> str:
+        c = self.counts()
+        return (
+            f"Kafka repair {self.cluster} plan {self.hash[:12]}: restart {c['brokers_restarted']} broker(s), "
+            f"remove {c['files_removed']} and quarantine {c['files_quarantined']} file(s)"
+        )
+
+    def to_markdown(self) -> str:
+        c = self.counts()
+        out = [
+            f"### Repair plan `{self.hash[:12]}` for cluster **{self.cluster}** (audit run `{self.audit_run}`)",
+            "",
+            f"Restart order (one broker at a time, the active controller last): "
+            f"**{' → '.join(map(str, self.restart_order)) or 'none'}**. "
+            f"{c['files_removed']} file(s) backed up and removed, {c['files_quarantined']} quarantined "
+            f"(moved to `<log dir>/{QUARANTINE_DIR}/`), every file backed up first.",
+            "",
+            "| order | broker | controller | last stop clean | above recovery point | indexes rebuilt "
+            "| est. recovery |",
+            "|---:|---:|---|---|---:|---:|---:|",
+        ]
+        for i, b in enumerate(self.brokers, 1):
+            p = b.preview
+            if p is None:
+                continue
+            clean = "running" if p.running else ("yes" if p.last_stop_clean else "**no**")
+            out.append(
+                f"| {i if b.restart else '-'} | {b.broker_id} | {'**yes**' if b.is_controller else ''} | {clean} | "
+                f"{p.segments_above_recovery_point} seg, {_mib(p.bytes_above_recovery_point)} | "
+                f"{p.indexes_rebuilt} ({_mib(p.bytes_to_rebuild)}) | {p.estimated_recovery_s:.0f} s |"
+            )
+        for b in self.brokers:
+            if not b.actions:
+                continue
+            out += ["", f"**Broker {b.broker_id}**", "", "| action | file | rule | why |", "|---|---|---|---|"]
+            for a in b.actions:
+                out.append(f"| {a.action} | `{a.path}` | `{a.rule}` | {a.reason} |")
+        if self.zookeeper:
+            out += ["", "**ZooKeeper (preventive, separate approval)**", ""]
+            out += [f"- {z.action} `{z.topic}` → `{z.topic_id}`: {z.reason}" for z in self.zookeeper]
+        if self.skipped:
+            out += ["", f"Not addressed by this plan: {len(self.skipped)} finding(s) (report only or out of scope)."]
+        return "\n".join(out) + "\n"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1048576:.1f} MiB"
+
+
+# --------------------------------------------------------------------------------------------
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@dataclass
+class FleetFacts:
+    """What the plan needs from one audit run: per broker the probe records, and the ZooKeeper snapshot."""
+
+    probe: dict[int, list[dict[str, Any]]]
+    zk: list[dict[str, Any]]
+
+    @classmethod
+    def load(cls, run_dir: Path) -> FleetFacts:
+        probe = {}
+        for d in sorted((run_dir / "probe").glob("broker_id=*")):
+            f = d / "probe.jsonl.gz"
+            if f.is_file():
+                probe[int(d.name.split("=", 1)[1])] = read_jsonl(f)
+        zk = read_jsonl(run_dir / "zk.jsonl") if (run_dir / "zk.jsonl").is_file() else []
+        return cls(probe, zk)
+
+    @property
+    def controller(self) -> int | None:
+        for r in self.zk:
+            if r.get("kind") == "cluster":
+                return r.get("controller_id")
+        return None
+
+    def out_of_isr(self) -> set[int]:
+        """Brokers that are an assigned replica of some partition but not in its ISR."""
+        replicas = {r["topic"]: r.get("partitions") or {} for r in self.zk if r.get("kind") == "topic"}
+        out = set()
+        for r in self.zk:
+            if r.get("kind") == "partition_state" and r.get("isr") is not None:
+                assigned = replicas.get(r["topic"], {}).get(str(r["partition"])) or []
+                out |= set(assigned) - set(r["isr"])
+        return out
+
+    def zk_topic_ids(self) -> dict[str, str | None]:
+        return {r["topic"]: r.get("topic_id") for r in self.zk if r.get("kind") == "topic"}
+
+
+def restart_preview(records: list[dict[str, Any]], quarantined_segments: set[tuple[str, int]]) -> RestartPreview:
+    """What the broker's next start costs (kafka-reference.md §2.4, §1.4): after an unclean stop the segments
+    from the one holding the recovery point are recovered; segments whose index is gone are rebuilt either way."""
+    logdirs = [r for r in records if r.get("kind") == "logdir"]
+    running = any(r.get("lock_held_by_pid") for r in logdirs)
+    clean = None if running else all(r.get("clean_shutdown") for r in logdirs)
+    rp = {r["path"]: r.get("recovery_point") for r in records if r.get("kind") == "partition"}
+    segs = defaultdict(list)
+    for r in records:
+        if r.get("kind") == "segment":
+            segs[r["path"]].append(r)
+    above = above_bytes = rebuilt = rebuilt_bytes = 0
+    for path, ss in segs.items():
+        ss.sort(key=lambda r: r["base_offset"])
+        point = rp.get(path) or 0
+        start = max([s["base_offset"] for s in ss if s["base_offset"] <= point], default=ss[0]["base_offset"])
+        for s in ss:
+            size = s.get("log_bytes") or 0
+            if s["base_offset"] >= start:
+                above += 1
+                above_bytes += size
+            if (path, s["base_offset"]) in quarantined_segments or (s.get("has_log") and not s.get("has_index")):
+                rebuilt += 1
+                rebuilt_bytes += size
+    # a controlled stop is clean: only the rebuilt indexes cost time; a broker already down uncleanly recovers more
+    cost = rebuilt_bytes + (above_bytes if clean is False else 0)
+    return RestartPreview(
+        clean, running, above, above_bytes, rebuilt, rebuilt_bytes, round(cost / RECOVERY_BYTES_PER_S, 1)
+    )
+
+
+def _in_scope(f: dict[str, Any], scope: dict[str, Any]) -> bool:
+    if scope.get("rules") and f["rule"] not in scope["rules"]:
+        return False
+    if scope.get("brokers") and f.get("broker_id") not in scope["brokers"]:
+        return False
+    return not (scope.get("topics") and f.get("topic") not in scope["topics"])
+
+
+def build_plan(
+    cluster: str,
+    audit_run: str,
+    findings: Iterable[dict[str, Any]],
+    facts: FleetFacts,
+    *,
+    rules: Iterable[str] = (),
+    brokers: Iterable[int] = (),
+    topics: Iterable[str] = (),
+    hold_out: Iterable[int] = (),
+    include_internal: bool = False,
+) -> Plan:
+    scope = {
+        "rules": sorted(set(rules)),
+        "brokers": sorted(set(brokers)),
+        "topics": sorted(set(topics)),
+        "hold_out": sorted(set(hold_out)),
+        "include_internal": include_internal,
+    }
+    held = set(scope["hold_out"])
+    controller = facts.controller
+    actions: dict[int, dict[str, FileAction]] = defaultdict(dict)
+    quarantined: dict[int, set[tuple[str, int]]] = defaultdict(set)
+    skipped: list[dict[str, Any]] = []
+    restore: dict[str, set[str]] = defaultdict(set)
+    zk_ids = facts.zk_topic_ids()
+    replica_ids = {
+        (bid, r["path"]): r.get("topic_id")
+        for bid, recs in facts.probe.items()
+        for r in recs
+        if r.get("kind") == "partition"
+    }
+    for f in findings:
+        if f.get("status") in ("resolved",) or not _in_scope(f, scope):
+            continue
+        bid = f.get("broker_id")
+        why = None
+        if bid is not None and bid in held:
+            why = "broker held out of this run"
+        elif f["rule"] in TOPIC_ID_RULES:
+            pdir = _partition_dir(f)
+            on_disk = replica_ids.get((bid, pdir))
+            in_zk = zk_ids.get(f.get("topic") or "")
+            if f.get("topic") in INTERNAL_TOPICS and not include_internal:
+                why = "internal topic (include_internal is off)"
+            elif not in_zk:
+                why = "ZooKeeper has no topic ID to converge on (restore it first)"
+            elif on_disk == in_zk:
+                why = "this replica already holds ZooKeeper's topic ID"
+            else:
+                for name in (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT):
+                    p = f"{pdir}/{name}"
+                    actions[bid][p] = FileAction(
+                        "remove", p, f["rule"], f.get("topic"), f.get("partition"),
+                        "the broker re-creates it from ZooKeeper's topic ID at its next start (KAFKA-14190 repair)",
+                    )  # fmt: skip
+        elif f["rule"] in INDEX_RULES and f.get("segment") is not None:
+            pdir = _partition_dir(f)
+            for ext in ("index", "timeindex"):
+                p = f"{pdir}/{f['segment']:020d}.{ext}"
+                actions[bid].setdefault(
+                    p,
+                    FileAction(
+                        "quarantine", p, f["rule"], f.get("topic"), f.get("partition"),
+                        "moved aside; Kafka rebuilds the segment's indexes at start",
+                    ),
+                )  # fmt: skip
+            quarantined[bid].add((pdir, f["segment"]))
+        elif f["rule"] == "topic-id-missing-in-zk":
+            restore[f["topic"]] |= {
+                r.get("topic_id")
+                for recs in facts.probe.values()
+                for r in recs
+                if r.get("kind") == "partition" and r.get("topic") == f["topic"] and r.get("topic_id")
+            }
+            continue
+        else:
+            why = "report only"
+        if why:
+            skipped.append({k: f.get(k) for k in ("rule", "broker_id", "topic", "partition", "path")} | {"why": why})
+    # existing files only: a quarantine of an index that is already missing would fail the backup
+    plans = []
+    for bid in sorted(set(actions) | {b for b in facts.probe if b not in held}):
+        acts = sorted(actions.get(bid, {}).values(), key=lambda a: (a.path, a.action))
+        acts = [a for a in acts if _exists_in_probe(facts.probe.get(bid, []), a.path)]
+        plans.append(
+            BrokerPlan(
+                broker_id=bid,
+                is_controller=bid == controller,
+                restart=bool(acts),
+                actions=acts,
+                preview=restart_preview(facts.probe.get(bid, []), quarantined.get(bid, set())),
+            )
+        )
+    # restarts first; among them brokers already out of ISR (restarting them costs no replica), the controller last
+    lagging = facts.out_of_isr()
+    plans.sort(key=lambda b: (not b.restart, b.is_controller, b.broker_id not in lagging, b.broker_id))
+    zk_actions = [
+        ZkAction("restore-topic-id", t, next(iter(ids)), "every replica holds this topic ID; the znode has none")
+        for t, ids in sorted(restore.items())
+        if len(ids) == 1
+    ]
+    return Plan(cluster, audit_run, scope, plans, zk_actions, skipped)
+
+
+def _partition_dir(f: dict[str, Any]) -> str:
+    path = f.get("path") or ""
+    name = path.rsplit("/", 1)[-1]
+    if name in (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT) or name[:20].isdigit():
+        return path.rsplit("/", 1)[0]
+    return path
+
+
+def _exists_in_probe(records: list[dict[str, Any]], path: str) -> bool:
+    """The file was there when the audit probed (the backup step re-checks on the broker)."""
+    pdir, _, name = path.rpartition("/")
+    for r in records:
+        if r.get("path") != pdir:
+            continue
+        if r.get("kind") == "partition":
+            if name == PARTITION_METADATA and r.get("partition_metadata_present"):
+                return True
+            if name == LEADER_EPOCH_CHECKPOINT and r.get("leader_epoch_present"):
+                return True
+        if r.get("kind") == "segment" and name[:20].isdigit() and int(name[:20]) == r.get("base_offset"):
+            ext = name[21:]
+            return bool(r.get(f"has_{ext}"))
+    return False
