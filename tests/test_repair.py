@@ -1,0 +1,140 @@
+"""Repair plan and executor on the fleet lab (real sshd, ZooKeeper, lab brokers, Spark detection), without Airflow.
+
+seed-004 -> audit -> plan -> execute: every broker back in ISR, partition.metadata everywhere equal to ZooKeeper's
+topic ID, the controller restarted last (from the lab's own events.jsonl), backups verified."""
+
+from __future__ import annotations
+
+import base64
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import paramiko
+import pytest
+
+from fleet_doctor import audit, inventory, lab
+from fleet_doctor.lab_incidents import run_scenario
+from fleet_doctor.probe import parse_partition_metadata
+from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError
+from fleet_doctor.repair_plan import FleetFacts, build_plan, read_jsonl
+
+pytestmark = pytest.mark.timeout(900)
+FAST = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=3, poll_interval_s=0.5, isr_timeout_s=60)
+
+
+def ssh_connect(inv: inventory.Inventory) -> Any:
+    def connect(broker: Any) -> paramiko.SSHClient:
+        bid = broker if isinstance(broker, int) else broker["broker_id"]
+        b = inv.broker(bid)
+        kind, b64 = b.host_key.split()
+        c = paramiko.SSHClient()
+        c.get_host_keys().add(f"[{b.host}]:{b.ssh_port}", kind, paramiko.Ed25519Key(data=base64.b64decode(b64)))
+        c.set_missing_host_key_policy(paramiko.RejectPolicy())
+        c.connect(b.host, port=b.ssh_port, username=b.ssh_user, key_filename=b.ssh_key_file,
+                  look_for_keys=False, allow_agent=False, timeout=10)  # fmt: skip
+        return c
+
+    return connect
+
+
+@pytest.fixture
+def seed004(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    lab_dir = tmp_path / "lab"
+    state = lab.up(lab_dir, brokers=3, kafka_version="2.8.2")
+    try:
+        steps = run_scenario(state, "seed-004")
+        assert all(s.ok for s in steps)
+        settings = audit.AuditSettings(inventory=lab_dir / "inventory.json", data_root=tmp_path / "data")
+        inv = inventory.load(settings.inventory)
+        summary = audit.run_local(settings, "run1", ssh_connect(inv))
+        yield {"state": state, "settings": settings, "inv": inv, "summary": summary, "tmp": tmp_path}
+    finally:
+        lab.down(lab_dir)
+
+
+def _plan(ctx: dict[str, Any]) -> Any:
+    s: audit.AuditSettings = ctx["settings"]
+    findings = read_jsonl(s.history_dir / "audit_run=run1" / "findings.jsonl")
+    return build_plan(ctx["inv"].cluster, "run1", findings, FleetFacts.load(s.run_dir("run1")))
+
+
+def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
+    state: lab.LabState = seed004["state"]
+    plan = _plan(seed004)
+    zk = state.zk_client()
+    try:
+        controller = json.loads(zk.get("/controller")[0])["brokerid"]
+        zk_id = json.loads(zk.get("/brokers/topics/seed-004")[0])["topic_id"]
+        assert plan.restart_order[-1] == controller and sorted(plan.restart_order) == [1, 2, 3]
+        assert plan.restart_order[0] == 1  # the broker already out of ISR goes first
+        md = plan.to_markdown()
+        assert plan.hash[:12] in md and "partition.metadata" in md and "est. recovery" in md
+        again = _plan(seed004)
+        assert again.hash == plan.hash  # content-addressed: same inputs, same hash
+        removed = [a.path for b in plan.brokers for a in b.actions if a.action == "remove"]
+        assert removed and all("seed-004-" in p for p in removed)
+        assert not any("__consumer_offsets" in p for p in removed)  # internal topics excluded
+        ex = Executor(plan, seed004["tmp"] / "repairs", seed004["inv"], ssh_connect(seed004["inv"]), Cluster(zk), FAST)
+        result = ex.run()
+        assert result["status"] == "done"
+        assert all(b["state"] == "done" for b in result["brokers"].values())
+        status_cmds = {seed004["inv"].broker(b).service_command("status") for b in (1, 2, 3)}
+        assert all(c["exit_status"] == 0 for c in result["commands"] if c["command"] not in status_cmds)
+        assert {c["broker_id"] for c in result["commands"]} == {1, 2, 3}  # every command logged per broker
+        lab.wait_healthy(state, timeout=30)
+        # partition.metadata everywhere equal to ZooKeeper's topic ID
+        for (bid, topic, _p), tid in lab.partition_topic_ids(state).items():
+            if topic == "seed-004":
+                assert tid == zk_id, (bid, topic, _p, tid)
+        # the controller restarted last, per the lab's own record
+        starts = {}
+        for b in state.brokers:
+            events = [json.loads(x) for x in (Path(b.run_dir) / "events.jsonl").read_text().splitlines()]
+            starts[b.id] = max(e["ts"] for e in events if e["event"] == "running")
+        assert max(starts, key=starts.get) == controller
+        # backups present and verified: the tarball holds exactly the planned files, sha256 as recorded
+        for b in plan.brokers:
+            d = seed004["tmp"] / "repairs" / plan.hash / f"broker-{b.broker_id}"
+            with tarfile.open(d / "backup.tar.gz") as tar:
+                names = sorted("/" + n.lstrip("/") for n in tar.getnames())
+            assert names == sorted(b.backup_paths)
+            manifest = (d / "manifest.sha256").read_text().splitlines()
+            assert len(manifest) == len(b.backup_paths)
+    finally:
+        zk.stop()
+
+
+def test_precheck_refuses_to_drop_a_partition_below_min_isr(seed004: dict[str, Any]) -> None:
+    state: lab.LabState = seed004["state"]
+    plan = _plan(seed004)
+    zk = state.zk_client()
+    try:
+        # min.insync.replicas 3 on the topic: stopping any replica takes it below
+        zk.set("/config/topics/seed-004", json.dumps({"version": 1, "config": {"min.insync.replicas": "3"}}).encode())
+        repaired_first = plan.restart_order[0]
+        ex = Executor(plan, seed004["tmp"] / "repairs", seed004["inv"], ssh_connect(seed004["inv"]), Cluster(zk), FAST)
+        # broker 1 is out of ISR for 0-2 (stopping it removes no ISR member there), but it is in ISR of 3-5
+        with pytest.raises(RepairError, match="min ISR"):
+            ex.run()
+        assert ex.journal.data["status"] == "halted"
+        assert ex.journal.state(repaired_first).value == "failed"
+        assert all(c["command"].endswith("status") or "stop" not in c["command"] for c in ex.journal.data["commands"])
+        assert lab.running_pid(state.broker(repaired_first).config()) is not None  # never stopped
+    finally:
+        zk.stop()
+
+
+def test_partition_metadata_left_alone_without_approval(seed004: dict[str, Any]) -> None:
+    """Building a plan changes nothing on the brokers (the files are only touched by an executor)."""
+    state: lab.LabState = seed004["state"]
+    before = lab.partition_topic_ids(state)
+    plan = _plan(seed004)
+    assert plan.counts()["files_removed"] > 0
+    assert lab.partition_topic_ids(state) == before
+    for b in state.brokers:
+        md = Path(b.log_dirs[0]) / "seed-004-0" / "partition.metadata"
+        if md.exists():
+            parse_partition_metadata(md.read_bytes(), str(md))
