@@ -20,6 +20,9 @@ Kafka sources are cited as in docs/kafka-reference.md: ``S/`` = storage/.../stor
 ``R/`` = clients/.../common/record/, ``C/`` = core/src/main/scala/kafka/.
 """
 
+import functools
+import gc
+import itertools
 import json
 import operator
 import os
@@ -1024,9 +1027,9 @@ def _err(e):
     return "%s: %s" % (type(e).__name__, e)
 
 
-def _j(s):
-    # ASCII-escaped: odd file names (unicode, undecodable bytes as surrogates) stay valid JSON
-    return json.dumps(s)
+# A str as JSON, ASCII-escaped: odd file names (unicode, undecodable bytes as surrogates) stay valid
+# JSON. What json.dumps(s) returns for a str, without its argument checks.
+_j = json.encoder.encode_basestring_ascii
 
 
 def _num(v):
@@ -1037,7 +1040,31 @@ _entry_name = operator.attrgetter("name")
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
 _BOOL_JSON = {None: "null", True: "true", False: "false"}
-_JSON_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # what json.dumps(o, separators=...) runs
+
+
+def _json_encoder():
+    """json.dumps(o, separators=(",", ":")) for the probe's records (no cycles, no floats needed):
+    the C encoder that JSONEncoder.encode builds on every call, built once; JSONEncoder.encode
+    itself where there is no C encoder or it does not give the same text."""
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return encode
+    try:
+        chunks = make(None, encode.__self__.default, _j, None, ":", ",", False, False, True)
+        sample = {"kind": "x\u00e9\udcff", "n": [1, -2, None, True, False, [[3, 4]]], "f": 0.5, "e": {}, "l": []}
+
+        def fast(o):
+            return "".join(chunks(o, 0))
+
+        if fast(sample) == encode(sample):
+            return fast
+    except Exception:
+        pass
+    return encode
+
+
+_JSON_ENCODE = _json_encoder()
 
 # A segment record after its constant head (see probe_partition), formatted with % in one step.
 _SEGMENT_FIELDS = '%d,"active":%s,"has_log":%s,"log_bytes":%s,"log_mtime_ms":%s,"has_txnindex":%s,"txnindex_bytes":%s'
@@ -1207,6 +1234,56 @@ def _split_fields(entry_struct, buf):
     return split[0](buf), split[1](buf)
 
 
+# _usual_partition: a partition dir's names, sorted and joined by "\n", one match per name or per segment.
+# The usual layout: every segment file belongs to a complete <base>.index, <base>.log, <base>.timeindex
+# triple (a producer snapshot of the same base may sort between the .log and the .timeindex), and there
+# is no .txnindex. Groups: the triple's base, its snapshot, a segment file outside a triple (not the
+# usual layout), any other name.
+_LAYOUT_RE = re.compile(
+    r"([0-9]{20})\.index\n\1\.log\n(?:(\1\.snapshot)\n)?\1\.timeindex\n"
+    r"|([0-9]{20}\.(?:log|index|timeindex|txnindex)\n)"
+    r"|([^\n]+)\n"
+)
+_GROUPS = tuple(operator.itemgetter(i) for i in range(4))
+_FAST_CHUNK = 64  # segments per batch of system calls: at most 2 * _FAST_CHUNK index files open at once
+_ST_MODE = operator.attrgetter("st_mode")
+_IS_SYMLINK, _IS_FILE = os.DirEntry.is_symlink, os.DirEntry.is_file
+
+
+def _clean_split(entry_struct, size):
+    """For an index head of `size` bytes that can be all real entries (a whole number of entries,
+    at most HEAD_READ_BYTES): (unpack of every entry's first field, unpack of every second field,
+    the record's fields of such an index up to its first value). None for any other size."""
+    esize = entry_struct.size
+    if not 0 < size <= HEAD_READ_BYTES or size % esize:
+        return None
+    cache = _CLEAN_SPLIT[esize]
+    split = cache.get(size)
+    if split is not None:
+        return split
+    fmt = _struct_format(entry_struct)
+    order, f1, f2 = fmt[0], fmt[1], fmt[2]
+    s1, s2 = struct.calcsize(order + f1), struct.calcsize(order + f2)
+    n = size // esize
+    fa = order + (f1 + "%dx" % s2) * n
+    fb = order + ("%dx" % s1 + f2) * n
+    p = "index" if esize == OFFSET_INDEX_ENTRY.size else "timeindex"
+    head = (
+        '"{p}_bytes":%d,"{p}_entries":%d,"{p}_zero_tail_entries":0,"{p}_remainder":0,"{p}_monotonic":true,'
+        '"{p}_checked_entries":%d,"{p}_first_violation":null,"{p}_{f}":'.format(
+            p=p, f="first_offset" if p == "index" else "first_timestamp"
+        )
+        % (size, n, n)
+    )
+    if n > _SPLIT_CACHED_ENTRIES:  # struct's own cache keeps the compiled formats
+        return (functools.partial(struct.unpack, fa), functools.partial(struct.unpack, fb), head)
+    split = cache[size] = (struct.Struct(fa).unpack, struct.Struct(fb).unpack, head)
+    return split
+
+
+_CLEAN_SPLIT = {OFFSET_INDEX_ENTRY.size: {}, TIME_INDEX_ENTRY.size: {}}  # entry size -> {size: _clean_split}
+
+
 def _summary_tuple(s):
     """read_index_summary's dict as the tuple the segment formatter takes."""
     return (
@@ -1220,6 +1297,105 @@ def _summary_tuple(s):
         s["checked_entries"],
         s["first_violation"],
     )
+
+
+def _usual_batch(ctx, prefixes, bases, has_active, dfd):
+    """The segment records (lines, bytes) of a batch of usual segments (see _usual_partition), or
+    None when one is not a usual segment after all (a .log that is not a regular file, an index
+    that is not). Raises OSError. System calls: a stat of each .log, then open, one pread of
+    HEAD_READ_BYTES + 1 and close of each index, each kind in one run over the batch; an index
+    that is not clean (longer than the head, a zero last entry, out of order) is summarised by
+    _index_values_from, which may read more of it."""
+    os_stat, os_open, close = os.stat, os.open, os.close
+    rdonly = _O_RDONLY
+    sts = [os_stat(p + ".log", dir_fd=dfd, follow_symlinks=False) for p in prefixes]
+    if not all(map(stat.S_ISREG, map(_ST_MODE, sts))):
+        return None
+    fds = []
+    add = fds.append
+    try:
+        for p in prefixes:
+            add(os_open(p + ".index", rdonly, dir_fd=dfd))
+            add(os_open(p + ".timeindex", rdonly, dir_fd=dfd))
+        k = len(fds)
+        bufs = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
+        lines = []
+        add = lines.append
+        total = 0
+        last = len(bases) - 1 if has_active else -1
+        lt = operator.lt
+        osplit, tsplit = _CLEAN_SPLIT[OFFSET_INDEX_ENTRY.size], _CLEAN_SPLIT[TIME_INDEX_ENTRY.size]
+        j = 0
+        for base, st, xb, tb in zip(bases, sts, bufs[0::2], bufs[1::2]):
+            act = "true" if j == last else "false"
+            xn, tn = len(xb), len(tb)
+            xs = osplit.get(xn) or _clean_split(OFFSET_INDEX_ENTRY, xn)
+            ts = tsplit.get(tn) or _clean_split(TIME_INDEX_ENTRY, tn)
+            if xs is not None and ts is not None:
+                a, b, c, d = xs[0](xb), xs[1](xb), ts[0](tb), ts[1](tb)
+                if (
+                    (a[-1] or b[-1])
+                    and (c[-1] or d[-1])
+                    and all(map(lt, a, a[1:]))
+                    and b == tuple(sorted(b))  # never decrease
+                    and c == tuple(sorted(c))
+                    and d == tuple(sorted(d))
+                ):
+                    # _CLEAN_SEGMENT
+                    add(
+                        f'{ctx}{base},"active":{act},"has_log":true,"log_bytes":{st.st_size},'
+                        f'"log_mtime_ms":{int(st.st_mtime * 1000)},"has_txnindex":false,"txnindex_bytes":null,'
+                        f'"has_index":true,{xs[2]}{base + a[0]},"index_last_offset":{base + a[-1]},'
+                        f'"index_last_position":{b[-1]},"has_timeindex":true,{ts[2]}{c[0]},'
+                        f'"timeindex_last_timestamp":{c[-1]},"timeindex_last_offset":{base + d[-1]},"error":null}}\n'
+                    )
+                    total += st.st_size + xn + tn
+                    j += 1
+                    continue
+            oi = _index_values_from(fds[2 * j], xb, base, OFFSET_INDEX_ENTRY, True)
+            ti = _index_values_from(fds[2 * j + 1], tb, base, TIME_INDEX_ENTRY, False)
+            if oi is None or ti is None:  # not a regular file
+                return None
+            if len(oi) == 6:
+                oi = _clean_to_full(oi)
+            if len(ti) == 6:
+                ti = _clean_to_full(ti)
+            add(ctx + _FAST_SEGMENT % ((base, act, st.st_size, int(st.st_mtime * 1000)) + oi + ti))
+            total += st.st_size + oi[0] + ti[0]
+            j += 1
+        return lines, total
+    finally:
+        for fd in fds:
+            close(fd)
+
+
+# A metadata-mode partition record (probe_partition's keys, in its order), formatted directly.
+def _partition_line(r):
+    """_JSON_ENCODE(r) + "\n" for a metadata-mode partition record r: probe_partition's keys in its
+    order, strings str or None, numbers int or None, lists of ints or of lists of ints."""
+    eps = r["leader_epochs"]
+    return (
+        f'{{"kind":"partition","logdir":{_j(r["logdir"])},"path":{_j(r["path"])},"dir":{_j(r["dir"])},'
+        f'"topic":{_j(r["topic"])},"partition":{r["partition"]},"dir_state":{_j(r["dir_state"])},'
+        f'"dir_uid":{_str_json(r["dir_uid"])},"topic_id":{_str_json(r["topic_id"])},'
+        f'"partition_metadata_present":{_BOOL_JSON[r["partition_metadata_present"]]},'
+        f'"partition_metadata_version":{_num(r["partition_metadata_version"])},'
+        f'"partition_metadata_error":{_str_json(r["partition_metadata_error"])},'
+        f'"leader_epochs":{"null" if eps is None else _JSON_ENCODE(eps)},'
+        f'"leader_epoch_present":{_BOOL_JSON[r["leader_epoch_present"]]},'
+        f'"leader_epoch_error":{_str_json(r["leader_epoch_error"])},'
+        f'"latest_leader_epoch":{_num(r["latest_leader_epoch"])},"segment_count":{r["segment_count"]},'
+        f'"log_start_segment_offset":{_num(r["log_start_segment_offset"])},'
+        f'"active_base_offset":{_num(r["active_base_offset"])},"size_bytes":{r["size_bytes"]},'
+        f'"producer_snapshots":{_JSON_ENCODE(r["producer_snapshots"])},"recovery_point":{_num(r["recovery_point"])},'
+        f'"log_start_offset":{_num(r["log_start_offset"])},"high_watermark":{_num(r["high_watermark"])},'
+        f'"cleaner_offset":{_num(r["cleaner_offset"])},"leftover_files":{r["leftover_files"]},'
+        f'"error":{_str_json(r["error"])}}}\n'
+    )
+
+
+def _str_json(v):
+    return "null" if v is None else _j(v)
 
 
 # Worker -> writer frames: kind (b"D" records, b"P" end of a partition) and payload length.
@@ -1681,7 +1857,7 @@ class Probe(object):
         if cps is not None:
             prec["recovery_point"], prec["log_start_offset"], prec["high_watermark"], prec["cleaner_offset"] = cps
         try:
-            names = sorted(os.scandir(pdir), key=_entry_name)
+            names = list(os.scandir(pdir))
         except OSError as ex:
             prec["error"] = "cannot list partition dir %s: %s" % (pdir, _err(ex))
             self.emit(prec)
@@ -1698,6 +1874,9 @@ class Probe(object):
 
     def _partition_entries(self, logdir, root, pdir, info, prec, names, dfd):
         """probe_partition after listing the dir: its files, its segments, its record."""
+        if not self.deep and dfd is not None and self._usual_partition(logdir, root, pdir, info, prec, names, dfd):
+            return
+        names.sort(key=_entry_name)
         segments = {}
         last_prefix = files = fctx = None
         for e in names:
@@ -1766,6 +1945,81 @@ class Probe(object):
             prec["crc_errors"] = deep_totals["crc_errors"]
             prec["uncounted_batches"] = deep_totals["uncounted_batches"]
         self.emit(prec)
+
+    def _usual_partition(self, logdir, root, pdir, info, prec, entries, dfd):
+        """Metadata mode's _partition_entries for a partition dir of regular files only, whose
+        segment files are complete <base>.index, <base>.log, <base>.timeindex triples (the usual
+        case); returns False, having done nothing, for any other. entries: its listing, unsorted.
+        The same records in the same order: the other files in name order, the segments in
+        base-offset order (in batches of system calls, see _usual_segments), the partition.
+        The layout is judged by _LAYOUT_RE over the sorted names, without a loop over them."""
+        try:
+            if any(map(_IS_SYMLINK, entries)) or not all(map(_IS_FILE, entries)):
+                return False
+        except OSError:
+            return False
+        raw = list(map(_entry_name, entries))
+        listed = sorted(raw)
+        listing = "\n".join(listed)
+        if listing.count("\n") != len(listed) - 1:  # a name holds a newline
+            return False
+        layout = _LAYOUT_RE.findall(listing + "\n")
+        if any(map(_GROUPS[2], layout)):
+            return False
+        prefixes = list(filter(None, map(_GROUPS[0], layout)))
+        others = list(filter(None, map(operator.add, map(_GROUPS[1], layout), map(_GROUPS[3], layout))))
+        if others:
+            fctx = (
+                _j(logdir),
+                ',"partition_dir":%s,"topic":%s,"partition":%d'
+                % (_j(prec["dir"]), _j(prec["topic"]), prec["partition"]),
+            )
+            for name in others:
+                e = entries[raw.index(name)]
+                self._partition_file_fast(logdir, root, prec, e, parse_segment_file_name(name), fctx, dfd)
+        bases = list(map(int, prefixes))
+        prec["segment_count"] = len(bases)
+        if bases:
+            prec["log_start_segment_offset"] = bases[0]
+            prec["active_base_offset"] = bases[-1]
+            ctx = '{"kind":"segment","logdir":%s,"path":%s,"topic":%s,"partition":%d,"base_offset":' % (
+                _j(logdir),
+                _j(pdir),
+                _j(info["topic"]),
+                info["partition"],
+            )
+            prec["size_bytes"] += self._usual_segments(ctx, pdir, root, prefixes, bases, entries, raw, dfd)
+        if prec["error"]:
+            self.counts["errors"] += 1
+        self.out.write(_partition_line(prec))
+        return True
+
+    def _usual_segments(self, ctx, pdir, root, prefixes, bases, entries, raw, dfd):
+        """The segment records of _usual_partition, written in batches; returns their bytes. A batch
+        that fails anywhere (a file gone or changed since the listing) is redone segment by segment
+        by probe_segment, which reports what went wrong."""
+        total = 0
+        n = len(bases)
+        for lo in range(0, n, _FAST_CHUNK):
+            hi = min(n, lo + _FAST_CHUNK)
+            try:
+                done = _usual_batch(ctx, prefixes[lo:hi], bases[lo:hi], hi == n, dfd)
+            except Exception:
+                done = None
+            if done is None:
+                lines = []
+                size = 0
+                for i in range(lo, hi):
+                    files = {ext: entries[raw.index(prefixes[i] + "." + ext)] for ext in ("index", "log", "timeindex")}
+                    line, seg_bytes = self.probe_segment(ctx, pdir, root, bases[i], files, i == n - 1, None)
+                    lines.append(line)
+                    size += seg_bytes
+            else:
+                lines, size = done
+                self.counts["segments"] += hi - lo
+            total += size
+            self.out.write("".join(lines))
+        return total
 
     def _partition_file_fast(self, logdir, root, prec, e, parsed, fctx, dfd):
         """_partition_file's records for a partition's usual files (a regular partition.metadata,
@@ -2301,6 +2555,11 @@ def main(argv=None):
             sys.stderr.write("probe: no Kafka log dir (meta.properties or checkpoints) under %s\n" % ", ".join(paths))
             return 2
         paths = found
+    # the objects made so far (modules, functions) live as long as the probe: keep them out of the
+    # garbage collector's full passes, which would also touch every page a forked worker shares (3.7+)
+    freeze = getattr(gc, "freeze", None)
+    if freeze is not None:
+        freeze()
     out = sys.stdout
     probe = Probe(out, deep=deep, verify_crc=verify, jobs=jobs)
     try:
