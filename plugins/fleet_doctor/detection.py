@@ -14,7 +14,7 @@ writes findings). Input layout:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -462,6 +462,7 @@ class Check:
     segment: Column | None = None
     topic: Column | None = None
     partition: Column | None = None
+    severity: Column | None = None  # overrides the rule's version band where it is not null
 
 
 def _finding_struct(c: Check) -> Column:
@@ -471,7 +472,9 @@ def _finding_struct(c: Check) -> Column:
         applies(rule, vcol) & c.cond,
         F.struct(
             F.lit(rule.id).alias("rule"),
-            severity(rule, vcol).alias("severity"),
+            (severity(rule, vcol) if c.severity is None else F.coalesce(c.severity, severity(rule, vcol))).alias(
+                "severity"
+            ),
             F.col("broker_id").cast("int").alias("broker_id"),
             F.col("logdir").cast("string").alias("log_dir"),
             (c.topic if c.topic is not None else F.col("topic")).cast("string").alias("topic"),
@@ -502,23 +505,38 @@ def _seg(rule_id: str, cond: Column, message: Column, ext: str) -> Check:
 
 def index_untrimmed(f: Frames) -> list[Check]:
     """A zero tail outside the active segment of a running broker (the active one is legitimately
-    preallocated while the broker runs)."""
+    preallocated while the broker runs). On the active segment of a broker stopped without a clean marker
+    recovery rebuilds the index at the next start in every version (ref §2.4: the active segment is always
+    recovered), so there it costs restart time (warning) instead of failing or misleading Kafka."""
+    rebuilt = _recovered_at_start(f)
     return [
-        _seg(
-            "index-untrimmed",
-            _stale_zero_tail(idx),
-            F.format_string(
-                f"%s: {idx} holds %d real entries and a preallocated zero tail of %d entries (%d bytes): "
-                "not trimmed by a clean close",
-                seg_file(idx),
-                F.col(f"{idx}_entries"),
-                F.col(f"{idx}_zero_tail_entries"),
-                F.col(f"{idx}_bytes"),
+        replace(
+            _seg(
+                "index-untrimmed",
+                _stale_zero_tail(idx),
+                F.format_string(
+                    f"%s: {idx} holds %d real entries and a preallocated zero tail of %d entries (%d bytes): "
+                    "not trimmed by a clean close%s",
+                    seg_file(idx),
+                    F.col(f"{idx}_entries"),
+                    F.col(f"{idx}_zero_tail_entries"),
+                    F.col(f"{idx}_bytes"),
+                    F.when(rebuilt, F.lit("; the next start recovers this active segment and rebuilds it")).otherwise(
+                        F.lit("")
+                    ),
+                ),
+                idx,
             ),
-            idx,
+            severity=F.when(rebuilt, F.lit("warning")),
         )
         for idx in ("index", "timeindex")
     ]
+
+
+def _recovered_at_start(f: Frames) -> Column:
+    """The active segment of a log dir whose broker is stopped and left no .kafka_cleanshutdown: recovered
+    (indexes reset and rebuilt) at the next start."""
+    return F.col("active") & in_logdirs(f.stopped_logdirs)
 
 
 def _stale_zero_tail(idx: str) -> Column:
@@ -538,7 +556,13 @@ def index_last_offset(f: Frames) -> list[Check]:
         kafka_last,
         F.col("base_offset"),
     )
-    return [_seg("index-last-offset", (F.col("index_bytes") >= 8) & kafka_last.isNotNull() & bad, msg, "index")]
+    cond = (
+        (F.col("index_bytes") >= 8)
+        & kafka_last.isNotNull()
+        & bad
+        & ~(_stale_zero_tail("index") & _recovered_at_start(f))
+    )
+    return [_seg("index-last-offset", cond, msg, "index")]
 
 
 def index_size(f: Frames) -> list[Check]:
@@ -595,7 +619,12 @@ def timeindex_last_timestamp(f: Frames) -> list[Check]:
         kafka_last,
         first,
     )
-    return [_seg("timeindex-last-timestamp", first.isNotNull() & (kafka_last < first), msg, "timeindex")]
+    zero_tail_rebuilt = _stale_zero_tail("timeindex") & _recovered_at_start(f)  # index-untrimmed says it
+    return [
+        _seg(
+            "timeindex-last-timestamp", first.isNotNull() & (kafka_last < first) & ~zero_tail_rebuilt, msg, "timeindex"
+        )
+    ]
 
 
 def index_orphan(f: Frames) -> list[Check]:
