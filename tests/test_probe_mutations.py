@@ -934,3 +934,26 @@ def test_corpus_left_unmodified(corpus):
     assert (d / LOG).stat().st_size == 55300
     assert ref_valid_bytes((d / LOG).read_bytes()) == 55300
     assert (d / "partition.metadata").read_bytes() == b"version: 0\ntopic_id: " + DESIGN_TOPIC_ID.encode()
+
+
+def test_deep_full_scan_of_a_preallocated_index_skips_the_zero_tail_but_counts_it(tmp_path: Path) -> None:
+    """Deep mode reads every real entry; the 10 MiB preallocated tail is found from the end in bulk
+    (a running broker's active indexes must not cost a Python loop over 1.3 M zero entries each)."""
+    from fleet_doctor.probe import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY, read_index_summary
+
+    idx = tmp_path / "00000000000000000100.index"
+    entries = [(5, 0), (9, 4200), (0, 0), (20, 9000)]  # a zero entry inside: not part of the tail
+    idx.write_bytes(b"".join(OFFSET_INDEX_ENTRY.pack(*e) for e in entries))
+    with open(idx, "r+b") as f:
+        f.truncate(10485760)
+    s = read_index_summary(str(idx), OFFSET_INDEX_ENTRY, full=True)
+    assert s["entries"] == 4 and s["zero_tail_entries"] == 10485760 // 8 - 4
+    assert s["zero_entries_inside"] == 1 and s["last"] == (20, 9000) and s["monotonic"] is False
+    tidx = tmp_path / "00000000000000000100.timeindex"
+    tidx.write_bytes(TIME_INDEX_ENTRY.pack(1000, 3) + TIME_INDEX_ENTRY.pack(2000, 7) + b"\0" * (10485756 - 24))
+    t = read_index_summary(str(tidx), TIME_INDEX_ENTRY, full=True)
+    assert t["entries"] == 2 and t["zero_tail_entries"] == 10485756 // 12 - 2 and t["monotonic"] is True
+    empty = tmp_path / "00000000000000000200.index"
+    empty.write_bytes(b"\0" * 4096)
+    e = read_index_summary(str(empty), OFFSET_INDEX_ENTRY, full=True)
+    assert e["entries"] == 0 and e["zero_tail_entries"] == 512
