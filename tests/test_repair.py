@@ -40,8 +40,11 @@ def ssh_connect(inv: inventory.Inventory) -> Any:
     return connect
 
 
-@pytest.fixture
-def seed004(tmp_path: Path) -> Iterator[dict[str, Any]]:
+@pytest.fixture(scope="module")
+def seed004(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One seed-004 lab and audit for the module; the tests run in file order: reads, then a refused repair,
+    then the repair itself."""
+    tmp_path = tmp_path_factory.mktemp("repair")
     lab_dir = tmp_path / "lab"
     state = lab.up(lab_dir, brokers=3, kafka_version="2.8.2")
     try:
@@ -59,6 +62,41 @@ def _plan(ctx: dict[str, Any]) -> Any:
     s: audit.AuditSettings = ctx["settings"]
     findings = read_jsonl(s.history_dir / "audit_run=run1" / "findings.jsonl")
     return build_plan(ctx["inv"].cluster, "run1", findings, FleetFacts.load(s.run_dir("run1")))
+
+
+def test_partition_metadata_left_alone_without_approval(seed004: dict[str, Any]) -> None:
+    """Building a plan changes nothing on the brokers (the files are only touched by an executor)."""
+    state: lab.LabState = seed004["state"]
+    before = lab.partition_topic_ids(state)
+    plan = _plan(seed004)
+    assert plan.counts()["files_removed"] > 0
+    assert lab.partition_topic_ids(state) == before
+    for b in state.brokers:
+        md = Path(b.log_dirs[0]) / "seed-004-0" / "partition.metadata"
+        if md.exists():
+            parse_partition_metadata(md.read_bytes(), str(md))
+
+
+def test_precheck_refuses_to_drop_a_partition_below_min_isr(seed004: dict[str, Any]) -> None:
+    state: lab.LabState = seed004["state"]
+    plan = _plan(seed004)
+    zk = state.zk_client()
+    try:
+        # min.insync.replicas 3 on the topic: stopping any replica takes it below
+        zk.set("/config/topics/seed-004", json.dumps({"version": 1, "config": {"min.insync.replicas": "3"}}).encode())
+        repaired_first = plan.restart_order[0]
+        workdir = seed004["tmp"] / "repairs-refused"
+        ex = Executor(plan, workdir, seed004["inv"], ssh_connect(seed004["inv"]), Cluster(zk), FAST)
+        # broker 1 is out of ISR for 0-2 (stopping it removes no ISR member there), but it is in ISR of 3-5
+        with pytest.raises(RepairError, match="min ISR"):
+            ex.run()
+        assert ex.journal.data["status"] == "halted"
+        assert ex.journal.state(repaired_first).value == "failed"
+        assert all(c["command"].endswith("status") or "stop" not in c["command"] for c in ex.journal.data["commands"])
+        assert lab.running_pid(state.broker(repaired_first).config()) is not None  # never stopped
+    finally:
+        zk.set("/config/topics/seed-004", json.dumps({"version": 1, "config": {}}).encode())
+        zk.stop()
 
 
 def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
@@ -105,36 +143,3 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
             assert len(manifest) == len(b.backup_paths)
     finally:
         zk.stop()
-
-
-def test_precheck_refuses_to_drop_a_partition_below_min_isr(seed004: dict[str, Any]) -> None:
-    state: lab.LabState = seed004["state"]
-    plan = _plan(seed004)
-    zk = state.zk_client()
-    try:
-        # min.insync.replicas 3 on the topic: stopping any replica takes it below
-        zk.set("/config/topics/seed-004", json.dumps({"version": 1, "config": {"min.insync.replicas": "3"}}).encode())
-        repaired_first = plan.restart_order[0]
-        ex = Executor(plan, seed004["tmp"] / "repairs", seed004["inv"], ssh_connect(seed004["inv"]), Cluster(zk), FAST)
-        # broker 1 is out of ISR for 0-2 (stopping it removes no ISR member there), but it is in ISR of 3-5
-        with pytest.raises(RepairError, match="min ISR"):
-            ex.run()
-        assert ex.journal.data["status"] == "halted"
-        assert ex.journal.state(repaired_first).value == "failed"
-        assert all(c["command"].endswith("status") or "stop" not in c["command"] for c in ex.journal.data["commands"])
-        assert lab.running_pid(state.broker(repaired_first).config()) is not None  # never stopped
-    finally:
-        zk.stop()
-
-
-def test_partition_metadata_left_alone_without_approval(seed004: dict[str, Any]) -> None:
-    """Building a plan changes nothing on the brokers (the files are only touched by an executor)."""
-    state: lab.LabState = seed004["state"]
-    before = lab.partition_topic_ids(state)
-    plan = _plan(seed004)
-    assert plan.counts()["files_removed"] > 0
-    assert lab.partition_topic_ids(state) == before
-    for b in state.brokers:
-        md = Path(b.log_dirs[0]) / "seed-004-0" / "partition.metadata"
-        if md.exists():
-            parse_partition_metadata(md.read_bytes(), str(md))
