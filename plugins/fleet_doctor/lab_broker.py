@@ -150,6 +150,13 @@ class HostedLog:
         return f"{self.topic}-{self.partition}"
 
 
+def _entry_at(path: Path, entry: Any, n: int) -> tuple[int, int]:
+    """Entry number ``n`` of an index file, as the broker's mmap reads it."""
+    with open(path, "rb") as f:
+        f.seek(n * entry.size)
+        return entry.unpack(f.read(entry.size))
+
+
 def _index_sanity_error(path: Path, base: int, features: KafkaFeatures) -> str | None:
     """The message LogSegment.sanityCheck / OffsetIndex.sanityCheck throws, or None (§1.3)."""
     size = path.stat().st_size
@@ -158,9 +165,7 @@ def _index_sanity_error(path: Path, base: int, features: KafkaFeatures) -> str |
     entries = size // OFFSET_INDEX_ENTRY.size
     if entries == 0:
         return None
-    with open(path, "rb") as f:
-        f.seek((entries - 1) * OFFSET_INDEX_ENTRY.size)
-        rel, _ = OFFSET_INDEX_ENTRY.unpack(f.read(OFFSET_INDEX_ENTRY.size))
+    rel, _ = _entry_at(path, OFFSET_INDEX_ENTRY, entries - 1)
     last = base + rel
     if features.strict_index_last_offset and last <= base:
         if not features._at_least("0.10.1"):
@@ -187,10 +192,8 @@ def _time_index_sanity_error(path: Path, base: int) -> str | None:
     entries = size // TIME_INDEX_ENTRY.size
     if entries == 0:
         return None
-    with open(path, "rb") as f:
-        first_ts, _ = TIME_INDEX_ENTRY.unpack(f.read(TIME_INDEX_ENTRY.size))
-        f.seek((entries - 1) * TIME_INDEX_ENTRY.size)
-        last_ts, rel = TIME_INDEX_ENTRY.unpack(f.read(TIME_INDEX_ENTRY.size))
+    first_ts, _ = _entry_at(path, TIME_INDEX_ENTRY, 0)
+    last_ts, rel = _entry_at(path, TIME_INDEX_ENTRY, entries - 1)
     if last_ts < first_ts:
         return (
             f"Corrupt time index found, time index file ({path}) has non-zero size but the last timestamp is "
@@ -362,9 +365,7 @@ class LogLoader:
 def _sanity_08(index: Path, base: int, entries: int, size: int) -> str | None:
     """OffsetIndex.sanityCheck @0.8.2.2 on the entries known in memory."""
     if entries:
-        with open(index, "rb") as f:
-            f.seek((entries - 1) * OFFSET_INDEX_ENTRY.size)
-            rel, _ = OFFSET_INDEX_ENTRY.unpack(f.read(OFFSET_INDEX_ENTRY.size))
+        rel, _ = _entry_at(index, OFFSET_INDEX_ENTRY, entries - 1)
         if base + rel <= base:
             return (
                 f"Corrupt index found, index file ({index}) has non-zero size but the last offset is {base + rel} "
