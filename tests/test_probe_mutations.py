@@ -957,3 +957,48 @@ def test_deep_full_scan_of_a_preallocated_index_skips_the_zero_tail_but_counts_i
     empty.write_bytes(b"\0" * 4096)
     e = read_index_summary(str(empty), OFFSET_INDEX_ENTRY, full=True)
     assert e["entries"] == 0 and e["zero_tail_entries"] == 512
+
+
+def _probe_records(path: Path) -> list[dict]:
+    import io
+
+    from fleet_doctor.probe import Probe
+
+    out = io.StringIO()
+    Probe(out).run([str(path)])
+    recs = [json.loads(line) for line in out.getvalue().splitlines()]
+    for r in recs:
+        r.pop("started_at_ms", None)
+        r.pop("elapsed_ms", None)
+    return recs
+
+
+def test_metadata_fast_path_batches_and_their_fallback_give_the_same_records(tmp_path: Path, monkeypatch) -> None:
+    """The batched fast path (segments in groups of system calls) and the per-segment path it falls back to
+    on any error must print the same records, for any batch size."""
+    import importlib.util
+
+    from fleet_doctor import probe
+
+    spec = importlib.util.spec_from_file_location(
+        "gen_tree", Path(__file__).resolve().parents[1] / "bench" / "gen_tree.py"
+    )
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    tree = tmp_path / "tree"
+    gen.generate(str(tree), 700, 25, 3)
+    reference = _probe_records(tree)
+    assert sum(r["kind"] == "segment" for r in reference) == 700
+    for chunk in (1, 3, 64):
+        monkeypatch.setattr(probe, "_FAST_CHUNK", chunk)
+        assert _probe_records(tree) == reference, chunk
+
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise OSError("simulated: a file vanished during the batch")
+
+    monkeypatch.setattr(probe, "_usual_batch", broken)
+    assert _probe_records(tree) == reference
+    assert len(calls) >= 700 // 64  # the fast path was really taken, and every batch fell back
