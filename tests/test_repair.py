@@ -16,10 +16,11 @@ import paramiko
 import pytest
 
 from fleet_doctor import audit, inventory, lab
+from fleet_doctor.audit import read_jsonl
 from fleet_doctor.lab_incidents import run_scenario
 from fleet_doctor.probe import parse_partition_metadata
 from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError
-from fleet_doctor.repair_plan import FleetFacts, build_plan, read_jsonl
+from fleet_doctor.repair_plan import FleetFacts, build_plan
 
 pytestmark = pytest.mark.timeout(900)
 FAST = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=3, poll_interval_s=0.5, isr_timeout_s=60)
@@ -143,3 +144,25 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
             assert len(manifest) == len(b.backup_paths)
     finally:
         zk.stop()
+
+
+def test_journal_keeps_the_last_completed_step_through_a_failure(tmp_path: Path) -> None:
+    """A failed step is reported, but a rerun resumes after the last step that did finish (no step repeated,
+    none skipped)."""
+    from fleet_doctor.repair_exec import Journal, State
+    from fleet_doctor.repair_plan import BrokerPlan, FileAction, Plan
+
+    action = FileAction("remove", "/d/t-0/partition.metadata", "topic-id-mismatch", "t", 0, "why")
+    plan = Plan("c1", "run1", {}, [BrokerPlan(1, False, True, [action])], [], [])
+    j = Journal(tmp_path / "journal.json", plan)
+    j.advance(1, State.PRECHECKED)
+    j.advance(1, State.STOPPED)
+    j.advance(1, State.FAILED, "backup: sha256sum exited 1")
+    assert j.state(1) == State.FAILED and j.completed(1) == State.STOPPED
+    again = Journal(tmp_path / "journal.json", plan)  # a rerun reads the same journal
+    assert again.state(1) == State.FAILED and again.completed(1) == State.STOPPED
+    again.advance(1, State.BACKED_UP)
+    assert again.state(1) == State.BACKED_UP
+    other = Plan("c1", "run1", {}, [BrokerPlan(2, False, True, [action])], [], [])
+    with pytest.raises(RepairError, match="belongs to plan"):
+        Journal(tmp_path / "journal.json", other)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory as inv
+from fleet_doctor.kafka_log import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_SOURCE = Path(__file__).resolve().parent / "probe.py"
@@ -306,10 +307,11 @@ def finding_key(f: dict[str, Any]) -> str:
     return json.dumps([f.get(k) for k in FINDING_KEY])
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every record of a JSON Lines file, gzip'd (.gz) or not; [] when the file does not exist."""
     if not path.is_file():
         return []
-    with path.open(encoding="utf-8") as f:
+    with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -321,15 +323,15 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
 
     run = safe_run_id(run_id)
     run_dir = settings.run_dir(run_id)
-    findings = _read_jsonl(run_dir / "findings.jsonl")
+    findings = read_jsonl(run_dir / "findings.jsonl")
     spark_summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
     hist = settings.history_dir
-    runs = [r for r in _read_jsonl(hist / "runs.jsonl") if r["audit_run"] != run]
+    runs = [r for r in read_jsonl(hist / "runs.jsonl") if r["audit_run"] != run]
     previous = runs[-1]["audit_run"] if runs else None
     before = (
         {
             finding_key(f): f
-            for f in _read_jsonl(hist / f"audit_run={previous}" / "findings.jsonl")
+            for f in read_jsonl(hist / f"audit_run={previous}" / "findings.jsonl")
             if f.get("status") != "resolved"
         }
         if previous
@@ -377,7 +379,7 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
     runs.append({k: summary[k] for k in ("audit_run", "finished_at", "by_severity", "by_status", "not_audited")})
     _write_jsonl(hist / "runs.jsonl", runs)
     report.parent.mkdir(parents=True, exist_ok=True)
-    _write_jsonl(report.with_suffix(".json"), [summary])
+    write_atomic(report.with_suffix(".json"), (json.dumps(summary, indent=2) + "\n").encode())
     tmp = report.with_name(report.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as out:
         render_audit_html(rows, summary, runs, out)

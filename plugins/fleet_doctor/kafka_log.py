@@ -64,65 +64,65 @@ class KafkaFeatures:
     def of(cls, text: str) -> KafkaFeatures:
         return cls(KafkaVersion.parse(text))
 
-    def _at_least(self, text: str) -> bool:
+    def at_least(self, text: str) -> bool:
         return not self.version < KafkaVersion.parse(text)
 
     @property
     def magic(self) -> int:
         """Message format: v0 before 0.10, v1 in 0.10.x, v2 (record batches) from 0.11."""
-        return 2 if self._at_least("0.11") else 1 if self._at_least("0.10") else 0
+        return 2 if self.at_least("0.11") else 1 if self.at_least("0.10") else 0
 
     @property
     def has_time_index(self) -> bool:
-        return self._at_least("0.10.1")
+        return self.at_least("0.10.1")
 
     @property
     def has_leader_epoch_checkpoint(self) -> bool:
-        return self._at_least("0.11")
+        return self.at_least("0.11")
 
     @property
     def has_log_start_offset_checkpoint(self) -> bool:
-        return self._at_least("0.11")
+        return self.at_least("0.11")
 
     @property
     def has_producer_snapshots(self) -> bool:
-        return self._at_least("0.11")
+        return self.at_least("0.11")
 
     @property
     def uses_topic_ids(self) -> bool:
         """IBP >= 2.8 in ZooKeeper mode: partition.metadata kept and written (§4.1)."""
-        return self._at_least("2.8")
+        return self.at_least("2.8")
 
     @property
     def meta_properties_has_cluster_id(self) -> bool:
-        return self._at_least("0.10.1")
+        return self.at_least("0.10.1")
 
     @property
     def clean_shutdown_json(self) -> bool:
         """3.7+ writes {"version":0,"brokerEpoch":N} into .kafka_cleanshutdown (KIP-966)."""
-        return self._at_least("3.7")
+        return self.at_least("3.7")
 
     @property
     def deletes_clean_shutdown_marker_first(self) -> bool:
         """2.8+ (KAFKA-10471) deletes the marker before loading; 0.8.2-2.7 only after all logs load."""
-        return self._at_least("2.8")
+        return self.at_least("2.8")
 
     @property
     def index_entry_is_last_offset(self) -> bool:
         """2.0+ appends index (largest offset of the append, its position); before: the first offset."""
-        return self._at_least("2.0")
+        return self.at_least("2.0")
 
     @property
     def index_sanity_at_load(self) -> str:
         """§1.4: "fatal" (0.8: startup fails), "rebuild" (0.9-2.2: recover the segment), "trust" (2.3+)."""
-        if not self._at_least("0.9"):
+        if not self.at_least("0.9"):
             return "fatal"
-        return "trust" if self._at_least("2.3") else "rebuild"
+        return "trust" if self.at_least("2.3") else "rebuild"
 
     @property
     def strict_index_last_offset(self) -> bool:
         """Through 1.1.x the offset index is corrupt when last offset <= base; from 2.0 when < base."""
-        return not self._at_least("2.0")
+        return not self.at_least("2.0")
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,12 +296,6 @@ def preallocate_index(path: Path, entry: struct.Struct, max_index_bytes: int = D
         os.close(fd)
 
 
-def index_entries(path: Path, entry: struct.Struct) -> int:
-    """Entries of an existing index as Kafka counts them on open: the whole length, zero tail included
-    ("if this is a pre-existing index, assume it is valid", §1.2)."""
-    return path.stat().st_size // entry.size
-
-
 def trim_index(path: Path, entries: int, entry: struct.Struct) -> None:
     """AbstractIndex.trimToValidSize: resize to the entries the broker knows of."""
     os.truncate(path, entries * entry.size)
@@ -465,16 +459,16 @@ class RecoveryResult:
     batches: int
 
 
-def _batch_max_timestamp(f: BinaryIO, position: int) -> tuple[int, int]:
-    """(max timestamp, magic) of the batch starting at ``position``."""
+def _batch_max_timestamp(f: BinaryIO, position: int) -> int:
+    """maxTimestamp of the v2 batch (timestamp of the v1 message) starting at ``position``; none for v0."""
     f.seek(position)
     head = f.read(V2_BATCH_HEADER.size)
     magic = head[16]
     if magic == 2:
-        return V2_BATCH_HEADER.unpack(head)[8], 2
+        return V2_BATCH_HEADER.unpack(head)[8]
     if magic == 1:
-        return V1_TIMESTAMP.unpack_from(head, LEGACY_HEADER.size)[0], 1
-    return NO_TIMESTAMP, 0
+        return V1_TIMESTAMP.unpack_from(head, LEGACY_HEADER.size)[0]
+    return NO_TIMESTAMP
 
 
 def recover_segment(
@@ -487,8 +481,8 @@ def recover_segment(
     idx = SegmentIndexes(base_offset)
     with open(log, "rb") as f:
         for pos, first, last, size in batches:
-            max_ts, _ = _batch_max_timestamp(f, pos)
-            index_offset = first if features.magic == 0 and not features._at_least("0.9") else last
+            max_ts = _batch_max_timestamp(f, pos)
+            index_offset = last if features.at_least("0.9") else first  # 0.8 recovery indexed the first offset
             idx.on_batch(index_offset, pos, size, max_ts, last)
     valid = res["valid_bytes"]
     total = log.stat().st_size

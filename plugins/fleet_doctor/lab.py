@@ -58,9 +58,10 @@ from fleet_doctor.probe import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
     parse_leader_epoch_checkpoint,
+    parse_partition_dir_name,
     parse_partition_metadata,
 )
-from fleet_doctor.zkserver import ZooKeeperServer, free_port, pid_alive
+from fleet_doctor.zkserver import ZooKeeperServer, free_port, pid_alive, process_mentions
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("FLEET_DOCTOR_CORPUS", REPO.parent / "shared" / "kafka-real-data"))
@@ -166,19 +167,8 @@ class LabState:
 
 # --------------------------------------------------------------------------------------------
 # processes
-def _pid_of_cmdline(pid: int | None, needle: str) -> bool:
-    """True while ``pid`` is alive and its command line mentions ``needle`` (guards against PID reuse)."""
-    if not pid or not pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return needle.encode() in f.read()
-    except OSError:
-        return False
-
-
 def _terminate(pid: int | None, needle: str, timeout: float = 15.0, group: bool = False) -> None:
-    if not _pid_of_cmdline(pid, needle):
+    if not process_mentions(pid, needle):
         return
     assert pid is not None
     with contextlib.suppress(ProcessLookupError):
@@ -303,7 +293,7 @@ def _topic_znode(assignment: dict[int, list[int]], topic_id: str | None, feature
     parts = {str(p): r for p, r in sorted(assignment.items())}
     if features.uses_topic_ids:
         return {"partitions": parts, "topic_id": topic_id, "adding_replicas": {}, "removing_replicas": {}, "version": 3}
-    if features._at_least("2.4"):
+    if features.at_least("2.4"):
         return {"partitions": parts, "adding_replicas": {}, "removing_replicas": {}, "version": 2}
     return {"version": 1, "partitions": parts}
 
@@ -362,8 +352,7 @@ def _write_data(state: LabState) -> list[tuple[str, dict[int, list[int]], str, i
                 sources = {b: src for b in brokers}
             for b in brokers:
                 bs = state.broker(b)
-                own = [r for r in replicas[b]]
-                log_dir = Path(bs.log_dirs[len(own) % len(bs.log_dirs)])
+                log_dir = Path(bs.log_dirs[len(replicas[b]) % len(bs.log_dirs)])  # round-robin over its log dirs
                 dst = log_dir / f"{topic}-{p}"
                 if topic == THILLAI_TOPIC:
                     leo = _copy_partition(sources[b], dst, f)
@@ -503,9 +492,9 @@ def is_up(directory: Path) -> bool:
 
 
 def _lab_pids(state: LabState) -> dict[str, int | None]:
-    pids: dict[str, int | None] = {"zookeeper": state.zk_pid if _pid_of_cmdline(state.zk_pid, state.dir) else None}
+    pids: dict[str, int | None] = {"zookeeper": state.zk_pid if process_mentions(state.zk_pid, state.dir) else None}
     for b in state.brokers:
-        pids[f"sshd-{b.id}"] = b.sshd_pid if _pid_of_cmdline(b.sshd_pid, b.run_dir) else None
+        pids[f"sshd-{b.id}"] = b.sshd_pid if process_mentions(b.sshd_pid, b.run_dir) else None
         with contextlib.suppress(OSError, ValueError, TypeError):
             pids[f"broker-{b.id}"] = running_pid(b.config())
     return pids
@@ -634,10 +623,10 @@ def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[str]:
                 _terminate(pid, str(b.config_path), timeout=20)
                 stopped.append(f"broker-{b.id} ({pid})")
     for b in state.brokers:
-        if _pid_of_cmdline(b.sshd_pid, b.run_dir):
+        if process_mentions(b.sshd_pid, b.run_dir):
             _terminate(b.sshd_pid, b.run_dir, group=True)
             stopped.append(f"sshd-{b.id} ({b.sshd_pid})")
-    if _pid_of_cmdline(state.zk_pid, state.dir):
+    if process_mentions(state.zk_pid, state.dir):
         _terminate(state.zk_pid, state.dir)
         stopped.append(f"zookeeper ({state.zk_pid})")
     return stopped
@@ -690,21 +679,26 @@ def status(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any]:
     return out
 
 
+def live_replica_dirs(log_dir: Path) -> list[tuple[str, int, Path]]:
+    """(topic, partition, dir) of the live partition dirs of a log dir, by the probe's reading of the names
+    (-delete / -future / -stray dirs are not replicas the broker serves)."""
+    out = []
+    for entry in sorted(os.listdir(log_dir)):
+        parsed = parse_partition_dir_name(entry)
+        if parsed and parsed["dir_state"] == "live" and (log_dir / entry).is_dir():
+            out.append((parsed["topic"], parsed["partition"], log_dir / entry))
+    return out
+
+
 def partition_topic_ids(state: LabState) -> dict[tuple[int, str, int], str | None]:
     """(broker, topic, partition) -> the topic ID in that replica's partition.metadata (None when absent)."""
     out = {}
     for b in state.brokers:
         for d in map(Path, b.log_dirs):
-            for entry in sorted(os.listdir(d)):
-                p = d / entry
-                if not p.is_dir() or "-" not in entry:
-                    continue
-                topic, _, part = entry.rpartition("-")
-                if not part.isdigit():
-                    continue
-                pm = p / PARTITION_METADATA
+            for topic, part, pdir in live_replica_dirs(d):
+                pm = pdir / PARTITION_METADATA
                 try:
-                    out[(b.id, topic, int(part))] = parse_partition_metadata(pm.read_bytes(), str(pm))["topic_id"]
+                    out[(b.id, topic, part)] = parse_partition_metadata(pm.read_bytes(), str(pm))["topic_id"]
                 except (OSError, ValueError):
-                    out[(b.id, topic, int(part))] = None
+                    out[(b.id, topic, part)] = None
     return out

@@ -73,6 +73,7 @@ from fleet_doctor.probe import (
     segment_file_name,
     walk_log,
 )
+from fleet_doctor.zkserver import pid_alive, process_mentions
 
 LOG = logging.getLogger("kafka.server.KafkaServer")
 LOG_MANAGER = logging.getLogger("kafka.log.LogManager")
@@ -145,10 +146,6 @@ class HostedLog:
     inconsistent_topic_id: bool = False
     looked_at: bool = False  # the first LeaderAndIsr after start has been processed
 
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
 
 def _entry_at(path: Path, entry: Any, n: int) -> tuple[int, int]:
     """Entry number ``n`` of an index file, as the broker's mmap reads it."""
@@ -168,7 +165,7 @@ def _index_sanity_error(path: Path, base: int, features: KafkaFeatures) -> str |
     rel, _ = _entry_at(path, OFFSET_INDEX_ENTRY, entries - 1)
     last = base + rel
     if features.strict_index_last_offset and last <= base:
-        if not features._at_least("0.10.1"):
+        if not features.at_least("0.10.1"):
             return (
                 f"Corrupt index found, index file ({path}) has non-zero size but the last offset is {last} "
                 f"and the base offset is {base}"
@@ -444,7 +441,7 @@ class LabBroker:
         for d in map(Path, self.cfg.log_dirs):
             p = d / META_PROPERTIES
             if not p.exists():
-                if self.f._at_least("0.9"):
+                if self.f.at_least("0.9"):
                     write_meta_properties(d, self.cfg.broker_id, self.cfg.cluster_id, self.f)
                 continue
             try:
@@ -500,10 +497,10 @@ class LabBroker:
             "jmx_port": -1,
             "port": self.cfg.listener_port,
             "host": "127.0.0.1",
-            "version": 5 if self.f._at_least("2.7") else 4,
+            "version": 5 if self.f.at_least("2.7") else 4,
             "timestamp": str(int(time.time() * 1000)),
         }
-        if not self.f._at_least("0.9"):  # 0.8's BrokerIdZNode: version 1, no endpoints
+        if not self.f.at_least("0.9"):  # 0.8's BrokerIdZNode: version 1, no endpoints
             data = {
                 "jmx_port": -1,
                 "timestamp": data["timestamp"],
@@ -571,7 +568,7 @@ class LabBroker:
         except NoNodeError:
             pass
         payload = {"version": 1, "brokerid": self.cfg.broker_id, "timestamp": str(int(time.time() * 1000))}
-        if self.f._at_least("3.4"):
+        if self.f.at_least("3.4"):
             payload = {**payload, "version": 2, "kraftControllerEpoch": -1}
         try:
             self.zk.create("/controller", json.dumps(payload).encode(), ephemeral=True)
@@ -683,7 +680,7 @@ class LabBroker:
         counts = {d: sum(1 for lg in self.logs.values() if lg.log_dir == d) for d in online}
         return min(online, key=lambda d: (counts[d], str(d)))
 
-    def _create_log(self, topic: str, partition: int, topic_id: str | None) -> HostedLog | None:
+    def _create_log(self, topic: str, partition: int) -> HostedLog | None:
         log_dir = self._pick_log_dir()
         if log_dir is None:
             return None
@@ -714,7 +711,7 @@ class LabBroker:
                 tp = (topic, int(p))
                 log = self.logs.get(tp)
                 if log is None:
-                    log = self._create_log(topic, int(p), zk_id)
+                    log = self._create_log(topic, int(p))
                     if log is None:
                         continue
                 if zk_id:
@@ -874,14 +871,9 @@ def running_pid(cfg: BrokerConfig) -> int | None:
     """The PID of this broker's daemon if it runs (the PID file is checked against /proc: no PID reuse)."""
     try:
         pid = int(cfg.pid_file.read_text().split()[0])
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read().split(b"\0")
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return None
     except (OSError, ValueError, IndexError):
         return None
-    return pid if b"run" in cmdline and str(cfg_path_of(cfg)).encode() in cmdline else None
+    return pid if process_mentions(pid, f"{cfg_path_of(cfg)}\0run") else None  # argv: --config PATH run
 
 
 def cfg_path_of(cfg: BrokerConfig) -> Path:
@@ -933,11 +925,7 @@ def _tail(path: Path, n: int) -> list[str]:
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except OSError:
+        if not pid_alive(pid):
             return True
         time.sleep(0.05)
     return False

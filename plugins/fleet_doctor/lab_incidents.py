@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor.kafka_log import log_batches, segment_bases
-from fleet_doctor.lab import LabError, LabState, partition_topic_ids, run_service, wait_healthy
+from fleet_doctor.lab import LabError, LabState, live_replica_dirs, partition_topic_ids, run_service, wait_healthy
 from fleet_doctor.lab_broker import BrokerConfig, running_pid
 from fleet_doctor.probe import (
     CLEAN_SHUTDOWN_FILE,
@@ -70,14 +70,9 @@ def find_target(state: LabState, broker: int | None, topic: str | None, partitio
     brokers = [state.broker(broker)] if broker is not None else state.brokers
     for b in brokers:
         for d in map(Path, b.log_dirs):
-            names = sorted(
-                (int(n.rpartition("-")[2]), n)
-                for n in os.listdir(d)
-                if n.rpartition("-")[0] == topic and n.rpartition("-")[2].isdigit()
-            )
-            for p, name in names:
-                if partition is None or p == partition:
-                    return Target(b.id, d, topic, p, d / name)
+            for t, p, pdir in sorted(live_replica_dirs(d), key=lambda r: r[1]):
+                if t == topic and (partition is None or p == partition):
+                    return Target(b.id, d, topic, p, pdir)
     raise LabError(
         f"no replica of {topic}"
         + (f"-{partition}" if partition is not None else "")
@@ -93,13 +88,9 @@ def _older_segment(t: Target) -> int:
     return segs[0]
 
 
-def _relative(t: Target, *paths: Path) -> list[str]:
-    return [str(p) for p in paths]
-
-
 def _base(t: Target, incident: str, rule: str | None, mechanism: str, segment: int | None, *paths: Path) -> Injected:
     return Injected(
-        incident, rule, mechanism, t.broker_id, str(t.log_dir), t.topic, t.partition, segment, _relative(t, *paths)
+        incident, rule, mechanism, t.broker_id, str(t.log_dir), t.topic, t.partition, segment, [str(p) for p in paths]
     )
 
 
@@ -320,13 +311,9 @@ def kill9_untrimmed_index(state: LabState, broker: int | None) -> Injected:
     )
 
 
-def _zk(state: LabState) -> Any:
-    return state.zk_client()
-
-
 def old_client_add_partitions(state: LabState, topic: str | None, partitions: int | None) -> Injected:
     topic = topic or "orders"
-    zk = _zk(state)
+    zk = state.zk_client()
     try:
         raw, stat = zk.get(f"/brokers/topics/{topic}")
         znode = json.loads(raw)
@@ -364,7 +351,7 @@ def old_client_add_partitions(state: LabState, topic: str | None, partitions: in
 
 
 def controller_failover(state: LabState) -> Injected:
-    zk = _zk(state)
+    zk = state.zk_client()
     try:
         raw, _ = zk.get("/controller")
         old = json.loads(raw)["brokerid"]
@@ -470,7 +457,7 @@ def scenario_seed_004(state: LabState, broker: int | None = None, topic: str = "
     n = len(state.brokers)
     rf = min(3, n)
     ids = [b.id for b in state.brokers]
-    zk = _zk(state)
+    zk = state.zk_client()
     try:
         # 1. a pre-2.8 client creates the topic: a version-1 znode without topic_id; the controller mints one
         assignment = {str(p): [ids[(p + k) % n] for k in range(rf)] for p in range(3)}

@@ -14,7 +14,7 @@ from typing import Any
 
 from fleet_doctor import audit, inventory
 from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError, acquire_lock, release_lock
-from fleet_doctor.repair_plan import FleetFacts, Plan, build_plan, read_jsonl
+from fleet_doctor.repair_plan import FleetFacts, Plan, build_plan
 
 
 def approvers() -> list[str] | None:
@@ -28,14 +28,14 @@ def repairs_dir(settings: audit.AuditSettings) -> Path:
 
 
 def latest_audit_run(settings: audit.AuditSettings) -> str:
-    runs = read_jsonl(settings.history_dir / "runs.jsonl") if (settings.history_dir / "runs.jsonl").is_file() else []
+    runs = audit.read_jsonl(settings.history_dir / "runs.jsonl")
     if not runs:
         raise RepairError(f"no audit run in {settings.history_dir}: run kafka_fleet_audit first")
     return runs[-1]["audit_run"]
 
 
 def plan_from_run(settings: audit.AuditSettings, run: str, params: dict[str, Any]) -> Plan:
-    findings = read_jsonl(settings.history_dir / f"audit_run={run}" / "findings.jsonl")
+    findings = audit.read_jsonl(settings.history_dir / f"audit_run={run}" / "findings.jsonl")
     inv = inventory.load(settings.inventory)
     return build_plan(
         inv.cluster, run, findings, FleetFacts.load(settings.data_root / "staging" / run),

@@ -42,8 +42,16 @@ class State(enum.StrEnum):
     FAILED = "failed"
 
 
-ORDER = [State.PENDING, State.PRECHECKED, State.STOPPED, State.BACKED_UP, State.CHANGED, State.STARTED,
-         State.HEALTHY, State.DONE]  # fmt: skip
+ORDER = [
+    State.PENDING,
+    State.PRECHECKED,
+    State.STOPPED,
+    State.BACKED_UP,
+    State.CHANGED,
+    State.STARTED,
+    State.HEALTHY,
+    State.DONE,
+]  # fmt: skip  (FAILED is a flag on top of the last completed step)
 
 
 class RepairError(RuntimeError):
@@ -120,11 +128,21 @@ class Journal:
             self.save()
 
     def state(self, broker_id: int) -> State:
+        """The broker's state as reported: FAILED while its last attempt failed."""
+        b = self.data["brokers"][str(broker_id)]
+        return State.FAILED if b.get("failed") else State(b["state"])
+
+    def completed(self, broker_id: int) -> State:
+        """The last step finished for this broker: a rerun resumes after it (a failure does not erase it)."""
         return State(self.data["brokers"][str(broker_id)]["state"])
 
     def advance(self, broker_id: int, state: State, detail: str = "") -> None:
         b = self.data["brokers"][str(broker_id)]
-        b["state"] = state
+        if state == State.FAILED:
+            b["failed"] = detail
+        else:
+            b["state"] = state
+            b.pop("failed", None)
         b["history"].append({"state": state, "ts": time.time(), "detail": detail})
         self.save()
 
@@ -214,7 +232,7 @@ class Executor:
             while pending:
                 b = self._next(pending)
                 pending.remove(b)
-                if self.journal.state(b.broker_id) == State.DONE:
+                if self.journal.completed(b.broker_id) == State.DONE:
                     continue
                 self._repair(b)
                 if pending and self.gates.pause_between_brokers_s:
@@ -250,7 +268,7 @@ class Executor:
         remote = Remote(b.broker_id, client, self.journal.data["commands"])
         try:
             for target, step in steps:
-                if ORDER.index(self.journal.state(b.broker_id)) >= ORDER.index(target):
+                if ORDER.index(self.journal.completed(b.broker_id)) >= ORDER.index(target):
                     continue  # finished before a crash: never repeated
                 try:
                     detail = step(b, remote)
@@ -295,8 +313,7 @@ class Executor:
         paths = b.backup_paths
         remote_tar = f"/tmp/fleet-doctor-{self.plan.hash[:16]}-broker-{b.broker_id}.tar.gz"
         quoted = " ".join(shlex.quote(p) for p in paths)
-        remote.run(f"sha256sum -- {quoted}", check=True)
-        _, sums, _ = remote.run(f"sha256sum -- {quoted}")
+        _, sums, _ = remote.run(f"sha256sum -- {quoted}")  # fails (and halts) if a planned file is missing
         manifest.write_text(sums)
         remote.run(f"tar -czf {shlex.quote(remote_tar)} --absolute-names -- {quoted}")
         _, tar_sum, _ = remote.run(f"sha256sum -- {shlex.quote(remote_tar)}")

@@ -15,7 +15,6 @@ findings give the same hash, so "what runs is what was approved" can be checked 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from collections import defaultdict
@@ -24,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.audit import read_jsonl
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
 
 TOPIC_ID_RULES = ("topic-id-mismatch", "topic-id-split")
@@ -191,12 +191,6 @@ def _mib(n: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-        return [json.loads(line) for line in f if line.strip()]
-
-
 @dataclass
 class FleetFacts:
     """What the plan needs from one audit run: per broker the probe records, and the ZooKeeper snapshot."""
@@ -211,7 +205,7 @@ class FleetFacts:
             f = d / "probe.jsonl.gz"
             if f.is_file():
                 probe[int(d.name.split("=", 1)[1])] = read_jsonl(f)
-        zk = read_jsonl(run_dir / "zk.jsonl") if (run_dir / "zk.jsonl").is_file() else []
+        zk = read_jsonl(run_dir / "zk.jsonl")
         return cls(probe, zk)
 
     @property
@@ -300,12 +294,19 @@ def build_plan(
     skipped: list[dict[str, Any]] = []
     restore: dict[str, set[str]] = defaultdict(set)
     zk_ids = facts.zk_topic_ids()
-    replica_ids = {
-        (bid, r["path"]): r.get("topic_id")
-        for bid, recs in facts.probe.items()
-        for r in recs
-        if r.get("kind") == "partition"
-    }
+    # the probe records, indexed once: partition dir -> partition record, (dir, base offset) -> segment record
+    partitions: dict[tuple[int, str], dict[str, Any]] = {}
+    segments: dict[tuple[int, str, int], dict[str, Any]] = {}
+    topic_ids_on_disk: dict[str, set[str]] = defaultdict(set)
+    for bid, recs in facts.probe.items():
+        for r in recs:
+            if r.get("kind") == "partition":
+                partitions[(bid, r["path"])] = r
+                if r.get("topic_id"):
+                    topic_ids_on_disk[r["topic"]].add(r["topic_id"])
+            elif r.get("kind") == "segment":
+                segments[(bid, r["path"], r["base_offset"])] = r
+    replica_ids = {key: r.get("topic_id") for key, r in partitions.items()}
     for f in findings:
         if f.get("status") in ("resolved",) or not _in_scope(f, scope):
             continue
@@ -343,12 +344,7 @@ def build_plan(
                 )  # fmt: skip
             quarantined[bid].add((pdir, f["segment"]))
         elif f["rule"] == "topic-id-missing-in-zk":
-            restore[f["topic"]] |= {
-                r.get("topic_id")
-                for recs in facts.probe.values()
-                for r in recs
-                if r.get("kind") == "partition" and r.get("topic") == f["topic"] and r.get("topic_id")
-            }
+            restore[f["topic"]] |= topic_ids_on_disk.get(f["topic"], set())
             continue
         else:
             why = "report only"
@@ -358,7 +354,7 @@ def build_plan(
     plans = []
     for bid in sorted(set(actions) | {b for b in facts.probe if b not in held}):
         acts = sorted(actions.get(bid, {}).values(), key=lambda a: (a.path, a.action))
-        acts = [a for a in acts if _exists_in_probe(facts.probe.get(bid, []), a.path)]
+        acts = [a for a in acts if _exists_in_probe(bid, a.path, partitions, segments)]
         plans.append(
             BrokerPlan(
                 broker_id=bid,
@@ -387,18 +383,18 @@ def _partition_dir(f: dict[str, Any]) -> str:
     return path
 
 
-def _exists_in_probe(records: list[dict[str, Any]], path: str) -> bool:
+def _exists_in_probe(
+    bid: int,
+    path: str,
+    partitions: dict[tuple[int, str], dict[str, Any]],
+    segments: dict[tuple[int, str, int], dict[str, Any]],
+) -> bool:
     """The file was there when the audit probed (the backup step re-checks on the broker)."""
     pdir, _, name = path.rpartition("/")
-    for r in records:
-        if r.get("path") != pdir:
-            continue
-        if r.get("kind") == "partition":
-            if name == PARTITION_METADATA and r.get("partition_metadata_present"):
-                return True
-            if name == LEADER_EPOCH_CHECKPOINT and r.get("leader_epoch_present"):
-                return True
-        if r.get("kind") == "segment" and name[:20].isdigit() and int(name[:20]) == r.get("base_offset"):
-            ext = name[21:]
-            return bool(r.get(f"has_{ext}"))
+    if name == PARTITION_METADATA:
+        return bool(partitions.get((bid, pdir), {}).get("partition_metadata_present"))
+    if name == LEADER_EPOCH_CHECKPOINT:
+        return bool(partitions.get((bid, pdir), {}).get("leader_epoch_present"))
+    if name[:20].isdigit():
+        return bool(segments.get((bid, pdir, int(name[:20])), {}).get(f"has_{name[21:]}"))
     return False

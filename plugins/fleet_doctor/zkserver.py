@@ -86,6 +86,18 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def process_mentions(pid: int | None, needle: str) -> bool:
+    """True while ``pid`` is alive and its command line contains ``needle`` (a PID file is never trusted
+    alone: the PID may have been reused)."""
+    if not pid or not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return needle.encode() in f.read()
+    except OSError:
+        return False
+
+
 class ZooKeeperServer:
     """One standalone ZooKeeper server; every file it writes stays under ``base_dir``."""
 
