@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -301,6 +302,28 @@ def test_stop_start_and_kill_over_ssh(lab3: dict[str, Any]) -> None:
         assert "Recovering unflushed segment" in log
     finally:
         zk.stop()
+
+
+def test_listener_port_taken_fails_start_like_kafka_and_frees_the_dirs(lab3: dict[str, Any]) -> None:
+    """Kafka's SocketServer cannot bind: FATAL in the log, the service start fails with that line, the
+    log dir locks are released, and once the port is free the broker starts again."""
+    inventory = inv.load(lab3["inventory"])
+    b = inventory.broker(3)
+    port = next(x.listener_port for x in lab.LabState.load(Path(lab3["dir"])).brokers if x.id == 3)
+    assert ssh(b, b.service_command("stop"))[0] == 0
+    squatter = socket.socket()
+    try:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen(1)
+        rc, out = ssh(b, b.service_command("start"))
+        assert rc == 1
+        assert f"Socket server failed to bind to 127.0.0.1:{port}" in out
+        assert "Fatal error during KafkaServer startup" in out
+    finally:
+        squatter.close()
+    rc, out = ssh(b, b.service_command("start"))
+    assert rc == 0, out
+    lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30)
 
 
 def test_ssh_rejects_a_host_key_other_than_the_pinned_one(lab3: dict[str, Any]) -> None:

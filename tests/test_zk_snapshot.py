@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
 import struct
 import subprocess
 import zlib
@@ -957,3 +958,14 @@ def test_cli_errors_exit_2_with_a_message(tmp_path: Path) -> None:
     assert res.returncode == 2 and "--chroot is for --from-snapshot-file" in res.stderr
     res = _cli("--from-snapshot-file", str(THILLAI_124), "--output", str(tmp_path / "no" / "dir" / "x"))
     assert res.returncode == 2 and "No such file" in res.stderr
+
+
+def test_free_port_is_outside_the_ephemeral_range_and_bindable() -> None:
+    """Ports for servers that restart (lab brokers, sshd) must not come from the range outgoing
+    connections take their local ports from, or a restart can meet "Address already in use"."""
+    low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(20):
+        port = free_port()
+        assert not low <= port <= high
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))

@@ -124,6 +124,16 @@ class BrokerConfig:
 class StartupFatal(Exception):
     """What makes KafkaServer.startup fail: logged as FATAL, the process exits."""
 
+    java_class = "java.lang.IllegalArgumentException"
+    during_log_loading = True
+
+
+class SocketBindFatal(StartupFatal):
+    """SocketServer could not bind its listener (Kafka: KafkaException, the broker shuts down)."""
+
+    java_class = "org.apache.kafka.common.KafkaException"
+    during_log_loading = False
+
 
 class LogDirOffline(Exception):
     """An IOException/KafkaStorageException that takes one log dir offline."""
@@ -462,7 +472,13 @@ class LabBroker:
     def _listen(self) -> None:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", self.cfg.listener_port))
+        try:
+            s.bind(("127.0.0.1", self.cfg.listener_port))
+        except OSError as e:  # Kafka's SocketServer: fatal, the broker shuts down
+            s.close()
+            raise SocketBindFatal(
+                f"Socket server failed to bind to 127.0.0.1:{self.cfg.listener_port}: {e.strerror}."
+            ) from e
         s.listen(16)
         self.listener = s
         threading.Thread(target=self._accept_loop, daemon=True, name="listener").start()
@@ -843,17 +859,21 @@ def run(cfg: BrokerConfig) -> int:
     signal.signal(signal.SIGINT, lambda *_: broker.request_stop())
     try:
         broker.startup()
-    except StartupFatal as e:
-        logging.getLogger("kafka.log.LogManager").error(
-            "There was an error in one of the threads during logs loading: java.lang.IllegalArgumentException: %s", e
-        )
+    except Exception as e:
+        if isinstance(e, StartupFatal) and e.during_log_loading:
+            logging.getLogger("kafka.log.LogManager").error(
+                "There was an error in one of the threads during logs loading: java.lang.IllegalArgumentException: %s",
+                e,
+            )
+        elif not isinstance(e, StartupFatal):  # a lab defect, not a Kafka behaviour: keep the traceback
+            LOG.exception("unexpected error during startup")
         who = (
             f"[Kafka Server {cfg.broker_id}],"
             if broker.f.version < KafkaFeatures.of("0.9").version
             else (f"[KafkaServer id={cfg.broker_id}]")
         )
         LOG.critical("%s Fatal error during KafkaServer startup. Prepare to shutdown", who)
-        LOG.critical("java.lang.IllegalArgumentException: %s", e)
+        LOG.critical("%s: %s", getattr(e, "java_class", type(e).__name__), e)
         _set_state(cfg, "failed")
         with contextlib.suppress(Exception):
             if broker.zk is not None:
@@ -907,7 +927,7 @@ def start(cfg: BrokerConfig, timeout: float = 60.0) -> int:
         if proc.poll() is not None:
             fatal = [ln for ln in _tail(cfg.log_file, 40) if " FATAL " in ln or " ERROR " in ln]
             print(f"kafka (broker {cfg.broker_id}) failed to start (exit {proc.returncode})", file=sys.stderr)
-            for line in fatal[-4:]:
+            for line in fatal[-4:] or _tail(Path(cfg.run_dir) / "broker.out", 10):
                 print(line, file=sys.stderr)
             return 1
         time.sleep(0.05)

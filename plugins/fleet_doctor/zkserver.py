@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import shutil
 import signal
 import socket
@@ -58,8 +59,36 @@ def find_classpath(conf_dir: Path) -> str:
     return ":".join(found)
 
 
+_PORT_FLOOR = 10000  # below: well-known and registered services people run by hand
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+    return low, high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port nobody listens on now, chosen *outside* the kernel's ephemeral range.
+
+    A port the kernel hands out with ``bind(0)`` comes from the ephemeral range, the same range every
+    outgoing connection (ssh, kazoo, the probe's uploads) takes its local port from. A listener that is
+    stopped and started again later (a lab broker restart) could then find its port taken by a client
+    connection and fail with "Address already in use". Ports below the range are never used that way.
+    """
+    low, _ = _ephemeral_range()
+    candidates = list(range(_PORT_FLOOR, low)) if low - _PORT_FLOOR >= 1000 else []
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # odd range settings: let the kernel pick
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
