@@ -14,7 +14,13 @@ Nothing on a broker changes until a human has approved a plan that says exactly 
    hash, else abort untouched), then one broker at a time: pre-check (all registered, nothing under-replicated,
    min ISR kept), stop, back up (tar.gz + sha256 manifest fetched over SFTP and verified), remove/quarantine,
    start, wait for ISR and several consecutive healthy polls. Journaled: a rerun resumes where it stopped.
+   After each start: post-verify (the broker is probed again; every touched file must now be right).
    Dry run: every read and check, every command logged, nothing run.
+4. **approve_zookeeper → restore_topic_ids** (only when the plan has them): the preventive repair of
+   `topic-id-missing-in-zk`, its own approval: the topic ID every replica agrees on is written back into the topic
+   znode (version-checked), before a controller failover mints a new one.
+
+Undo a repair with the `kafka_fleet_restore` DAG (puts a plan's backups back).
 
 Operator guide: `docs/repair.md`.
 """
@@ -60,6 +66,10 @@ def kafka_fleet_repair() -> None:
     def plan() -> dict[str, Any]:
         return repair.make_plan(audit.settings_from_env(), get_current_context()["params"])
 
+    @task.short_circuit
+    def brokers_to_repair(planned: dict[str, Any]) -> bool:
+        return bool(planned["restart_order"])
+
     approve = ApprovalOperator(
         task_id="approve",
         subject="{{ ti.xcom_pull(task_ids='plan')['subject'] }}",
@@ -73,8 +83,26 @@ def kafka_fleet_repair() -> None:
         ctx = get_current_context()
         return repair.execute(audit.settings_from_env(), planned, ctx["params"], ctx["run_id"])
 
+    @task.short_circuit
+    def zookeeper_to_repair(planned: dict[str, Any]) -> bool:
+        return bool(planned["counts"]["zookeeper_actions"])
+
+    approve_zookeeper = ApprovalOperator(
+        task_id="approve_zookeeper",
+        subject="{{ ti.xcom_pull(task_ids='plan')['zookeeper_subject'] }}",
+        body="{{ ti.xcom_pull(task_ids='plan')['zookeeper_markdown'] }}",
+        assigned_users=repair.approvers(),
+        response_timeout=timedelta(hours=24),
+    )
+
+    @task
+    def restore_topic_ids(planned: dict[str, Any]) -> list[str]:
+        ctx = get_current_context()
+        return repair.restore_zookeeper(audit.settings_from_env(), planned, ctx["params"], ctx["run_id"])
+
     planned = plan()
-    planned >> approve >> execute(planned)
+    brokers_to_repair(planned) >> approve >> execute(planned)
+    zookeeper_to_repair(planned) >> approve_zookeeper >> restore_topic_ids(planned)
 
 
 kafka_fleet_repair()

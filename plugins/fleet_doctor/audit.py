@@ -24,7 +24,7 @@ import select
 import shlex
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,6 +159,59 @@ class StageError(RuntimeError):
     """The probe could not be run or did not finish on the broker."""
 
 
+def run_probe(client: Any, command: str, sink: Callable[[bytes], None], timeout: float, who: str) -> dict[str, Any]:
+    """Stream the probe (sent on stdin) through an open SSH connection: stdout goes to ``sink`` as it arrives.
+    Raises StageError unless the probe exited 0 and its last record is a complete ``probe_end`` (returned)."""
+    transport = client.get_transport()
+    chan = transport.open_session(timeout=30)
+    chan.settimeout(timeout)
+    err = bytearray()
+    tail = b""
+    deadline = time.monotonic() + timeout
+    try:
+        chan.exec_command(command)
+        chan.sendall(PROBE_SOURCE.read_bytes())
+        chan.shutdown_write()
+        while True:
+            if time.monotonic() > deadline:
+                raise StageError(f"{who}: the probe did not finish within {timeout:.0f} s")
+            select.select([chan], [], [], 1.0)
+            progressed = False
+            while chan.recv_ready():
+                data = chan.recv(1 << 16)
+                if not data:
+                    break
+                sink(data)
+                tail = (tail + data)[-4096:]
+                progressed = True
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(1 << 16)
+                progressed = True
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                break
+            if not progressed and chan.closed:
+                break
+        status = chan.recv_exit_status()
+    finally:
+        chan.close()
+    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    end = json.loads(last) if last.startswith(b"{") else {}
+    if status != 0:
+        raise StageError(f"{who}: the probe exited {status}: {err.decode(errors='replace').strip()[-500:]}")
+    if end.get("kind") != "probe_end" or not end.get("complete"):
+        raise StageError(f"{who}: the probe output ends without a complete probe_end record")
+    end["stderr"] = err.decode(errors="replace")[-2000:]
+    return end
+
+
+def probe_records(client: Any, log_dirs: Iterable[str], timeout: float = 600.0) -> list[dict[str, Any]]:
+    """A metadata-mode probe of a broker's log dirs, its records in memory (for checks on a few partitions,
+    e.g. a repair's post-verify; the audit streams to the staging store instead)."""
+    buf = bytearray()
+    run_probe(client, probe_command(log_dirs, deep=False, verify_crc=False), buf.extend, timeout, "post-verify")
+    return [json.loads(line) for line in buf.splitlines() if line.strip()]
+
+
 def stage_broker(
     client: Any,
     broker: dict[str, Any],
@@ -177,48 +230,18 @@ def stage_broker(
     final = dest_dir / "probe.jsonl.gz"
     tmp = dest_dir / f".probe.jsonl.gz.{os.getpid()}.tmp"
     command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
-    transport = client.get_transport()
-    chan = transport.open_session(timeout=30)
-    chan.settimeout(timeout)
-    chan.exec_command(command)
-    chan.sendall(PROBE_SOURCE.read_bytes())
-    chan.shutdown_write()
-    err = bytearray()
     nbytes = 0
-    tail = b""
-    deadline = time.monotonic() + timeout
     try:
         with gzip.open(tmp, "wb", compresslevel=5) as out:
-            while True:
-                if time.monotonic() > deadline:
-                    raise StageError(f"broker {bid}: the probe did not finish within {timeout:.0f} s")
-                select.select([chan], [], [], 1.0)
-                progressed = False
-                while chan.recv_ready():
-                    data = chan.recv(1 << 16)
-                    if not data:
-                        break
-                    out.write(data)
-                    nbytes += len(data)
-                    tail = (tail + data)[-4096:]
-                    progressed = True
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(1 << 16)
-                    progressed = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
-                if not progressed and chan.closed:
-                    break
-        status = chan.recv_exit_status()
-        last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
-        end = json.loads(last) if last.startswith(b"{") else {}
-        if status != 0:
-            raise StageError(f"broker {bid}: the probe exited {status}: {err.decode(errors='replace').strip()[-500:]}")
-        if end.get("kind") != "probe_end" or not end.get("complete"):
-            raise StageError(f"broker {bid}: the probe output ends without a complete probe_end record")
+
+            def sink(data: bytes) -> None:
+                nonlocal nbytes
+                out.write(data)
+                nbytes += len(data)
+
+            end = run_probe(client, command, sink, timeout, f"broker {bid}")
         os.replace(tmp, final)
     finally:
-        chan.close()
         if tmp.exists():
             tmp.unlink()
     return {
@@ -228,7 +251,7 @@ def stage_broker(
         "partitions": end.get("partitions"),
         "segments": end.get("segments"),
         "errors": end.get("errors"),
-        "stderr": err.decode(errors="replace")[-2000:],
+        "stderr": end["stderr"],
     }
 
 

@@ -20,6 +20,7 @@ Kafka sources are cited as in docs/kafka-reference.md: ``S/`` = storage/.../stor
 ``R/`` = clients/.../common/record/, ``C/`` = core/src/main/scala/kafka/.
 """
 
+import array
 import functools
 import gc
 import itertools
@@ -1320,14 +1321,189 @@ def _summary_tuple(s):
     )
 
 
+def _clean_head(esize, size):
+    """The record's fields of a clean index (see _clean_split) of `size` bytes up to its first value,
+    or None when no index of that size can be clean."""
+    if not 0 < size <= HEAD_READ_BYTES or size % esize:
+        return None
+    p = "index" if esize == OFFSET_INDEX_ENTRY.size else "timeindex"
+    n = size // esize
+    return (
+        '"{p}_bytes":%d,"{p}_entries":%d,"{p}_zero_tail_entries":0,"{p}_remainder":0,"{p}_monotonic":true,'
+        '"{p}_checked_entries":%d,"{p}_first_violation":null,"{p}_{f}":'.format(
+            p=p, f="first_offset" if p == "index" else "first_timestamp"
+        )
+        % (size, n, n)
+    )
+
+
+class _HeadCache(dict):
+    """index head size -> _clean_head(esize, size), filled on first use (sizes are at most
+    HEAD_READ_BYTES + 1, so it stays small)."""
+
+    def __init__(self, esize):
+        dict.__init__(self)
+        self.esize = esize
+
+    def __missing__(self, size):
+        head = self[size] = _clean_head(self.esize, size)
+        return head
+
+
+_X_HEADS, _T_HEADS = _HeadCache(OFFSET_INDEX_ENTRY.size), _HeadCache(TIME_INDEX_ENTRY.size)
+
+
+def _array_code(signed):
+    """array typecode of a 4-byte int (signed or not), or None on a platform without one."""
+    for code in ("i", "l") if signed else ("I", "L"):
+        if array.array(code).itemsize == 4:
+            return code
+    return None
+
+
+# The index columns of a run of clean segments are read in C: the run's index heads joined, read as
+# 4-byte ints (array), byte-swapped from big-endian where the machine is little-endian.
+_I32, _U32 = _array_code(True), _array_code(False)
+_SWAP = sys.byteorder == "little"
+_ST_SIZE, _ST_MTIME = operator.attrgetter("st_size"), operator.attrgetter("st_mtime")
+# a clean segment record (_CLEAN_SEGMENT) in the pieces _clean_run joins: constants between values
+_CLEAN_ACTIVE = ',"active":true,"has_log":true,"log_bytes":'
+_CLEAN_INACTIVE = ',"active":false,"has_log":true,"log_bytes":'
+_CLEAN_PIECES = (
+    ',"log_mtime_ms":',
+    ',"has_txnindex":false,"txnindex_bytes":null,"has_index":true,',
+    ',"index_last_offset":',
+    ',"index_last_position":',
+    ',"has_timeindex":true,',
+    ',"timeindex_last_timestamp":',
+    ',"timeindex_last_offset":',
+    ',"error":null}\n',
+)
+
+
+def _clean_run(ctx, bases, sts, xbufs, tbufs, xheads, theads, active):
+    """The segment records of a run of segments (base offsets, .log stats, index heads, their
+    _clean_head fields) as one str, if every index in the run is clean: trimmed, at most
+    HEAD_READ_BYTES, last entry not zero, relative offsets increasing (offset index) and every
+    other field never decreasing. None if one is not (the caller then goes segment by segment).
+    `active`: the run's last segment is the partition's active one. The same text as
+    _usual_segment's _CLEAN_SEGMENT lines, with no Python loop over segments or entries: the
+    checks count ordered neighbours over the run's joined entries and take away the pairs that
+    straddle two segments."""
+    add, sub, lt, le, or_ = operator.add, operator.sub, operator.lt, operator.le, operator.or_
+    repeat = itertools.repeat
+    k = len(bases)
+    # offset index: relative offset, position (int32, int32)
+    ends = list(itertools.accumulate(map(operator.floordiv, map(len, xbufs), repeat(8, k))))
+    firsts = [0]
+    firsts += ends[:-1]
+    lasts = list(map(sub, ends, repeat(1, k)))
+    col = array.array(_I32, b"".join(xbufs))
+    if _SWAP:
+        col.byteswap()
+    a, b = col[0::2], col[1::2]
+    a_first, a_last, b_last = list(map(a.__getitem__, firsts)), list(map(a.__getitem__, lasts)), list(map(b.__getitem__, lasts))
+    pairs = ends[-1] - k  # neighbours inside a segment
+    if not (
+        all(map(or_, a_last, b_last))
+        and sum(map(lt, a, a[1:])) - sum(map(lt, a_last[:-1], a_first[1:])) == pairs
+        and sum(map(le, b, b[1:])) - sum(map(le, b_last[:-1], map(b.__getitem__, firsts[1:]))) == pairs
+    ):
+        return None
+    # time index: timestamp, relative offset (int64 as high int32 and low uint32, int32)
+    ends = list(itertools.accumulate(map(operator.floordiv, map(len, tbufs), repeat(12, k))))
+    firsts = [0]
+    firsts += ends[:-1]
+    lasts = list(map(sub, ends, repeat(1, k)))
+    data = b"".join(tbufs)
+    col, ucol = array.array(_I32, data), array.array(_U32, data)
+    if _SWAP:
+        col.byteswap()
+        ucol.byteswap()
+    c = list(map(add, map(operator.lshift, col[0::3], repeat(32)), ucol[1::3]))
+    d = col[2::3]
+    c_first, c_last, d_last = list(map(c.__getitem__, firsts)), list(map(c.__getitem__, lasts)), list(map(d.__getitem__, lasts))
+    pairs = ends[-1] - k
+    if not (
+        all(map(or_, c_last, d_last))
+        and sum(map(le, c, c[1:])) - sum(map(le, c_last[:-1], c_first[1:])) == pairs
+        and sum(map(le, d, d[1:])) - sum(map(le, d_last[:-1], map(d.__getitem__, firsts[1:]))) == pairs
+    ):
+        return None
+    p = _CLEAN_PIECES
+    return "".join(
+        itertools.chain.from_iterable(
+            zip(
+                repeat(ctx),
+                map(str, bases),
+                itertools.chain(repeat(_CLEAN_INACTIVE, k - 1), (_CLEAN_ACTIVE if active else _CLEAN_INACTIVE,)),
+                map(str, map(_ST_SIZE, sts)),
+                repeat(p[0]),
+                map(str, map(int, map(operator.mul, map(_ST_MTIME, sts), repeat(1000)))),
+                repeat(p[1]),
+                xheads,
+                map(str, map(add, bases, a_first)),
+                repeat(p[2]),
+                map(str, map(add, bases, a_last)),
+                repeat(p[3]),
+                map(str, b_last),
+                repeat(p[4]),
+                theads,
+                map(str, c_first),
+                repeat(p[5]),
+                map(str, c_last),
+                repeat(p[6]),
+                map(str, map(add, bases, d_last)),
+                repeat(p[7]),
+            )
+        )
+    )
+
+
+def _usual_segment(ctx, base, act, st, xfd, tfd, xb, tb):
+    """One segment record of _usual_batch, segment by segment: (line, bytes), or None when an index
+    is not a regular file. act: "true" or "false"."""
+    xn, tn = len(xb), len(tb)
+    xs = _CLEAN_SPLIT[OFFSET_INDEX_ENTRY.size].get(xn) or _clean_split(OFFSET_INDEX_ENTRY, xn)
+    ts = _CLEAN_SPLIT[TIME_INDEX_ENTRY.size].get(tn) or _clean_split(TIME_INDEX_ENTRY, tn)
+    if xs is not None and ts is not None:
+        a, b, c, d = xs[0](xb), xs[1](xb), ts[0](tb), ts[1](tb)
+        if (
+            (a[-1] or b[-1])
+            and (c[-1] or d[-1])
+            and all(map(operator.lt, a, a[1:]))
+            and b == tuple(sorted(b))  # never decrease
+            and c == tuple(sorted(c))
+            and d == tuple(sorted(d))
+        ):
+            # _CLEAN_SEGMENT
+            return (
+                f'{ctx}{base},"active":{act},"has_log":true,"log_bytes":{st.st_size},'
+                f'"log_mtime_ms":{int(st.st_mtime * 1000)},"has_txnindex":false,"txnindex_bytes":null,'
+                f'"has_index":true,{xs[2]}{base + a[0]},"index_last_offset":{base + a[-1]},'
+                f'"index_last_position":{b[-1]},"has_timeindex":true,{ts[2]}{c[0]},'
+                f'"timeindex_last_timestamp":{c[-1]},"timeindex_last_offset":{base + d[-1]},"error":null}}\n'
+            ), st.st_size + xn + tn
+    oi = _index_values_from(xfd, xb, base, OFFSET_INDEX_ENTRY, True)
+    ti = _index_values_from(tfd, tb, base, TIME_INDEX_ENTRY, False)
+    if oi is None or ti is None:  # not a regular file
+        return None
+    if len(oi) == 6:
+        oi = _clean_to_full(oi)
+    if len(ti) == 6:
+        ti = _clean_to_full(ti)
+    return ctx + _FAST_SEGMENT % ((base, act, st.st_size, int(st.st_mtime * 1000)) + oi + ti), st.st_size + oi[0] + ti[0]
+
+
 def _usual_batch(ctx, prefixes, bases, has_active, dfd):
     """The segment records (lines, bytes) of a batch of usual segments (see _usual_partition), or
     None when one is not a usual segment after all (a .log that is not a regular file, an index
     that is not). Raises OSError. System calls: a stat of each .log, then open, one pread of
-    HEAD_READ_BYTES + 1 and close of each index, each kind in one run over the batch; an index
-    that is not clean (longer than the head, a zero last entry, out of order) is summarised by
-    _index_values_from, which may read more of it."""
-    os_stat, os_open, close = os.stat, os.open, os.close
+    HEAD_READ_BYTES + 1 and close of each index, each kind in one run over the batch. Runs of
+    segments whose indexes are clean are formatted together by _clean_run; any other segment (an
+    index longer than the head, a zero last entry, out of order) by _usual_segment, which may read
+    more of its indexes."""
+    os_stat, os_open = os.stat, os.open
     rdonly = _O_RDONLY
     sts = [os_stat(p + ".log", dir_fd=dfd, follow_symlinks=False) for p in prefixes]
     if not all(map(stat.S_ISREG, map(_ST_MODE, sts))):
@@ -1338,56 +1514,47 @@ def _usual_batch(ctx, prefixes, bases, has_active, dfd):
         for p in prefixes:
             add(os_open(p + ".index", rdonly, dir_fd=dfd))
             add(os_open(p + ".timeindex", rdonly, dir_fd=dfd))
-        k = len(fds)
-        bufs = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
+        k = len(bases)
+        bufs = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, 2 * k), itertools.repeat(0, 2 * k)))
+        xbufs, tbufs = bufs[0::2], bufs[1::2]
+        xheads = list(map(_X_HEADS.__getitem__, map(len, xbufs)))
+        theads = list(map(_T_HEADS.__getitem__, map(len, tbufs)))
+        if _I32 is None or _U32 is None:
+            odd = list(range(k))
+        elif None in xheads or None in theads:
+            odd = [i for i in range(k) if xheads[i] is None or theads[i] is None]
+        else:
+            odd = []
         lines = []
-        add = lines.append
         total = 0
-        last = len(bases) - 1 if has_active else -1
-        lt = operator.lt
-        osplit, tsplit = _CLEAN_SPLIT[OFFSET_INDEX_ENTRY.size], _CLEAN_SPLIT[TIME_INDEX_ENTRY.size]
-        j = 0
-        for base, st, xb, tb in zip(bases, sts, bufs[0::2], bufs[1::2]):
-            act = "true" if j == last else "false"
-            xn, tn = len(xb), len(tb)
-            xs = osplit.get(xn) or _clean_split(OFFSET_INDEX_ENTRY, xn)
-            ts = tsplit.get(tn) or _clean_split(TIME_INDEX_ENTRY, tn)
-            if xs is not None and ts is not None:
-                a, b, c, d = xs[0](xb), xs[1](xb), ts[0](tb), ts[1](tb)
-                if (
-                    (a[-1] or b[-1])
-                    and (c[-1] or d[-1])
-                    and all(map(lt, a, a[1:]))
-                    and b == tuple(sorted(b))  # never decrease
-                    and c == tuple(sorted(c))
-                    and d == tuple(sorted(d))
-                ):
-                    # _CLEAN_SEGMENT
-                    add(
-                        f'{ctx}{base},"active":{act},"has_log":true,"log_bytes":{st.st_size},'
-                        f'"log_mtime_ms":{int(st.st_mtime * 1000)},"has_txnindex":false,"txnindex_bytes":null,'
-                        f'"has_index":true,{xs[2]}{base + a[0]},"index_last_offset":{base + a[-1]},'
-                        f'"index_last_position":{b[-1]},"has_timeindex":true,{ts[2]}{c[0]},'
-                        f'"timeindex_last_timestamp":{c[-1]},"timeindex_last_offset":{base + d[-1]},"error":null}}\n'
-                    )
-                    total += st.st_size + xn + tn
-                    j += 1
-                    continue
-            oi = _index_values_from(fds[2 * j], xb, base, OFFSET_INDEX_ENTRY, True)
-            ti = _index_values_from(fds[2 * j + 1], tb, base, TIME_INDEX_ENTRY, False)
-            if oi is None or ti is None:  # not a regular file
-                return None
-            if len(oi) == 6:
-                oi = _clean_to_full(oi)
-            if len(ti) == 6:
-                ti = _clean_to_full(ti)
-            add(ctx + _FAST_SEGMENT % ((base, act, st.st_size, int(st.st_mtime * 1000)) + oi + ti))
-            total += st.st_size + oi[0] + ti[0]
-            j += 1
+        lo = 0
+        for i in odd + [k]:  # clean runs between the segments that cannot be clean
+            if lo < i:
+                text = _clean_run(
+                    ctx,
+                    bases[lo:i],
+                    sts[lo:i],
+                    xbufs[lo:i],
+                    tbufs[lo:i],
+                    xheads[lo:i],
+                    theads[lo:i],
+                    has_active and i == k,
+                )
+                if text is not None:
+                    lines.append(text)
+                    total += sum(map(_ST_SIZE, sts[lo:i])) + sum(map(len, xbufs[lo:i])) + sum(map(len, tbufs[lo:i]))
+                    lo = i
+            for j in range(lo, min(i + 1, k)):  # segment by segment: i, or the run that was not clean
+                act = "true" if has_active and j == k - 1 else "false"
+                done = _usual_segment(ctx, bases[j], act, sts[j], fds[2 * j], fds[2 * j + 1], xbufs[j], tbufs[j])
+                if done is None:
+                    return None
+                lines.append(done[0])
+                total += done[1]
+            lo = i + 1
         return lines, total
     finally:
-        for fd in fds:
-            close(fd)
+        any(map(os.close, fds))
 
 
 # A metadata-mode partition record (probe_partition's keys, in its order), formatted directly.

@@ -2,8 +2,11 @@
 
 Per broker, in plan order (the controller last)::
 
-    PENDING -> PRECHECKED -> STOPPED -> BACKED_UP -> CHANGED -> STARTED -> HEALTHY -> DONE
+    PENDING -> PRECHECKED -> STOPPED -> BACKED_UP -> CHANGED -> STARTED -> HEALTHY -> VERIFIED -> DONE
                   any step fails -> FAILED: the chain halts, later brokers stay PENDING (untouched)
+
+VERIFIED is the post-verify: the broker is probed again and every file the plan touched must now be right
+(``partition.metadata`` holds ZooKeeper's topic ID, a quarantined index was rebuilt and is sane).
 
 Every transition is written to the journal (``<repairs>/<plan hash>/journal.json``, atomically) before the next
 step starts, and every step is idempotent, so rerunning after a crash resumes at the first unfinished step of the
@@ -25,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.repair_plan import QUARANTINE_DIR, BrokerPlan, Plan
+from fleet_doctor.audit import probe_records
+from fleet_doctor.probe import PARTITION_METADATA, parse_partition_metadata
+from fleet_doctor.repair_plan import QUARANTINE_DIR, BrokerPlan, Plan, ZkAction
 
 LOG = logging.getLogger(__name__)
 
@@ -38,6 +43,7 @@ class State(enum.StrEnum):
     CHANGED = "changed"
     STARTED = "started"
     HEALTHY = "healthy"
+    VERIFIED = "verified"
     DONE = "done"
     FAILED = "failed"
 
@@ -50,6 +56,7 @@ ORDER = [
     State.CHANGED,
     State.STARTED,
     State.HEALTHY,
+    State.VERIFIED,
     State.DONE,
 ]  # fmt: skip  (FAILED is a flag on top of the last completed step)
 
@@ -136,6 +143,12 @@ class Journal:
         """The last step finished for this broker: a rerun resumes after it (a failure does not erase it)."""
         return State(self.data["brokers"][str(broker_id)]["state"])
 
+    def touched(self) -> bool:
+        """Whether any broker got past its pre-check (stopped, and maybe changed) under this plan."""
+        return any(
+            ORDER.index(State(b["state"])) > ORDER.index(State.PRECHECKED) for b in self.data["brokers"].values()
+        )
+
     def advance(self, broker_id: int, state: State, detail: str = "") -> None:
         b = self.data["brokers"][str(broker_id)]
         if state == State.FAILED:
@@ -169,6 +182,9 @@ class Cluster:
         except Exception:  # no controller elected right now
             return None
 
+    def topic_id(self, topic: str) -> str | None:
+        return json.loads(self.zk.get(f"/brokers/topics/{topic}")[0]).get("topic_id")
+
     def partitions(self) -> list[dict[str, Any]]:
         out = []
         for topic in self.zk.get_children("/brokers/topics"):
@@ -183,15 +199,27 @@ class Cluster:
                             "leader": st["leader"], "min_isr": min_isr})  # fmt: skip
         return out
 
-    def problems(self, expected: set[int], tolerate: frozenset[int] = frozenset()) -> list[str]:
-        """Unregistered brokers, under-replicated and offline partitions. A partition whose only missing replicas
-        are in ``tolerate`` (the broker about to be repaired: its restart is what brings it back) is not one."""
+    def problems(
+        self,
+        expected: set[int],
+        tolerate: frozenset[int] = frozenset(),
+        pending: frozenset[tuple[str, int, int]] = frozenset(),
+    ) -> list[str]:
+        """Unregistered brokers, under-replicated and offline partitions. Not counted: a replica missing from ISR
+        when its broker is in ``tolerate`` (the broker about to be repaired: its restart is what brings it back;
+        it may be down already, as in seed-000 where the broker refusing to start is the one to repair), or when
+        it is in ``pending`` as (topic, partition, broker): a replica this plan repairs later (seed-004: every
+        broker whose ``partition.metadata`` is wrong is out of ISR for that partition until its turn)."""
         live = self.registered()
-        out = [f"broker {b} not registered" for b in sorted(expected - live)]
+        out = [f"broker {b} not registered" for b in sorted(expected - live - tolerate)]
         for p in self.partitions():
+            missing = {
+                r for r in set(p["replicas"]) - set(p["isr"])
+                if r not in tolerate and (p["topic"], p["partition"], r) not in pending
+            }  # fmt: skip
             if p["leader"] not in live:
                 out.append(f"{p['topic']}-{p['partition']} offline")
-            elif set(p["replicas"]) - set(p["isr"]) - tolerate:
+            elif missing:
                 out.append(f"{p['topic']}-{p['partition']} under-replicated (ISR {p['isr']})")
         return out
 
@@ -262,6 +290,7 @@ class Executor:
             (State.CHANGED, self.change),
             (State.STARTED, self.start),
             (State.HEALTHY, self.healthy),
+            (State.VERIFIED, self.verify),
             (State.DONE, lambda b, r: "done"),
         ]
         client = self.connect(b.broker_id)
@@ -282,13 +311,23 @@ class Executor:
     # ---- steps
     def precheck(self, b: BrokerPlan, remote: Remote) -> str:
         expected = {x.id for x in self.inventory.brokers}
-        problems = self.cluster.problems(expected, tolerate=frozenset({b.broker_id}))
+        problems = self.cluster.problems(expected, frozenset({b.broker_id}), self._pending_replicas(b))
         if problems:
             raise RepairError(f"pre-check before broker {b.broker_id}: " + "; ".join(problems[:10]))
         below = self.cluster.below_min_isr_if_stopped(b.broker_id)
         if below:
             raise RepairError(f"stopping broker {b.broker_id} would take below min ISR: " + "; ".join(below[:10]))
         return "all brokers registered, no under-replicated partition, min ISR kept"
+
+    def _pending_replicas(self, current: BrokerPlan) -> frozenset[tuple[str, int, int]]:
+        """(topic, partition, broker) replicas that later brokers of this plan repair (not ``current``)."""
+        return frozenset(
+            (a.topic, a.partition, o.broker_id)
+            for o in self.plan.brokers
+            if o.restart and o.broker_id != current.broker_id and self.journal.completed(o.broker_id) != State.DONE
+            for a in o.actions
+            if a.topic is not None and a.partition is not None
+        )
 
     def _service(self, b: BrokerPlan, name: str) -> str:
         return self.inventory.broker(b.broker_id).service_command(name)
@@ -357,12 +396,37 @@ class Executor:
         deadline = time.monotonic() + self.gates.isr_timeout_s
         last: list[str] = []
         while time.monotonic() < deadline:
-            last = [] if self.dry_run else self.cluster.problems(expected)
+            last = [] if self.dry_run else self.cluster.problems(expected, pending=self._pending_replicas(b))
             streak = streak + 1 if not last else 0
             if streak >= self.gates.healthy_polls:
                 return f"{streak} consecutive healthy polls"
             time.sleep(self.gates.poll_interval_s)
         raise RepairError(f"broker {b.broker_id} did not become healthy: {'; '.join(last[:10])}")
+
+    def verify(self, b: BrokerPlan, remote: Remote) -> str:
+        """Post-verify: probe the broker again (metadata mode) and check every file the plan touched."""
+        if self.dry_run:
+            return "dry run: nothing changed, nothing to verify"
+        records = probe_records(remote.client, self.inventory.broker(b.broker_id).log_dirs)
+        parts = {r["path"]: r for r in records if r.get("kind") == "partition"}
+        segs = {(r["path"], r["base_offset"]): r for r in records if r.get("kind") == "segment"}
+        problems = []
+        for a in b.actions:
+            pdir, name = a.path.rsplit("/", 1)
+            if name == PARTITION_METADATA and a.topic:
+                want, got = self.cluster.topic_id(a.topic), parts.get(pdir, {}).get("topic_id")
+                if got != want:
+                    problems.append(f"{a.path} holds topic ID {got}, ZooKeeper has {want}")
+            elif a.action == "quarantine":
+                base, ext = name.split(".", 1)
+                seg = segs.get((pdir, int(base)))
+                if seg is not None and (
+                    not seg.get(f"has_{ext}") or seg.get(f"{ext}_remainder") or seg.get(f"{ext}_monotonic") is False
+                ):
+                    problems.append(f"{a.path} was not rebuilt sane: {ext} present {seg.get(f'has_{ext}')}")
+        if problems:
+            raise RepairError(f"post-verify of broker {b.broker_id}: " + "; ".join(problems[:10]))
+        return f"post-verify: {len(b.actions)} file(s) checked by a fresh probe"
 
     def _wait(self, check: Callable[[], bool], timeout: float, message: str) -> None:
         deadline = time.monotonic() + timeout
@@ -390,6 +454,18 @@ def restore(workdir: Path, plan_hash: str, broker_id: int, remote: Remote) -> st
     _, sums, _ = remote.run(f"sha256sum -- {paths}")
     if sorted(sums.split("\n")) != sorted(manifest.split("\n")):
         raise RepairError(f"broker {broker_id}: restored files do not match the backup manifest")
+    journal = workdir / plan_hash / "journal.json"
+    if journal.is_file():  # the broker is back where the plan found it: a rerun starts it over, re-verified
+        data = json.loads(journal.read_text())
+        b = data["brokers"].get(str(broker_id))
+        if b is not None:
+            b["state"] = State.PENDING
+            b.pop("failed", None)
+            b["history"].append({"state": "restored", "ts": time.time(), "detail": "backup put back"})
+        data["status"] = "restored"
+        tmp = journal.with_name(journal.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        tmp.replace(journal)
     return f"restored {len(manifest.splitlines())} file(s) from {os.path.basename(local)}"
 
 
@@ -397,27 +473,127 @@ def restore(workdir: Path, plan_hash: str, broker_id: int, remote: Remote) -> st
 LOCK_ROOT = "/fleet-doctor/repair-lock"
 
 
-def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
+def _same_owner(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("plan_hash") == b.get("plan_hash") and a.get("step", "brokers") == b.get("step", "brokers")
+
+
+def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0.0) -> None:
     """One repair per cluster: a persistent znode (it survives a crashed worker, so a second repair stays blocked
-    until this one is resumed or the lock is released by hand). The same plan re-acquires it: that is a resume."""
-    from kazoo.exceptions import NodeExistsError
+    until this one is resumed or the lock is released by hand). The same plan and step re-acquire it: that is a
+    resume. With ``wait_s`` a holder that is another step of the same plan is waited for (the ZooKeeper action
+    waits for the broker chain of its plan), never another plan."""
+    from kazoo.exceptions import NodeExistsError, NoNodeError
 
     path = f"{LOCK_ROOT}/{cluster}"
     zk.ensure_path(LOCK_ROOT)
-    try:
-        zk.create(path, json.dumps(owner).encode())
-    except NodeExistsError:
-        held = json.loads(zk.get(path)[0])
-        if held.get("plan_hash") != owner.get("plan_hash"):
-            raise RepairError(f"cluster {cluster} is locked by another repair: {held}") from None
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            zk.create(path, json.dumps(owner).encode())
+            return
+        except NodeExistsError:
+            try:
+                held = json.loads(zk.get(path)[0])
+            except NoNodeError:
+                continue  # released in between
+            if _same_owner(held, owner):
+                return
+            if held.get("plan_hash") != owner.get("plan_hash") or time.monotonic() > deadline:
+                raise RepairError(f"cluster {cluster} is locked by another repair: {held}") from None
+            time.sleep(2)
 
 
-def release_lock(zk: Any, cluster: str, plan_hash: str) -> None:
+def release_lock(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
     from kazoo.exceptions import NoNodeError
 
     path = f"{LOCK_ROOT}/{cluster}"
     try:
-        if json.loads(zk.get(path)[0]).get("plan_hash") == plan_hash:
+        if _same_owner(json.loads(zk.get(path)[0]), owner):
             zk.delete(path)
     except NoNodeError:
         pass
+
+
+def lock_holder(zk: Any, cluster: str) -> dict[str, Any] | None:
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        return dict(json.loads(zk.get(f"{LOCK_ROOT}/{cluster}")[0]))
+    except NoNodeError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+def replica_topic_ids(
+    connect: Callable[[int], Any], inventory: Any, topic: str, assignment: dict[str, list[int]]
+) -> dict[str, str | None]:
+    """``partition.metadata`` topic ID of every assigned replica of ``topic``, read over SSH from the brokers
+    (``<broker>:<partition>`` -> ID, None when the file is missing or unreadable)."""
+    out: dict[str, str | None] = {}
+    by_broker: dict[int, list[str]] = {}
+    for p, replicas in assignment.items():
+        for bid in replicas:
+            by_broker.setdefault(int(bid), []).append(p)
+    for bid, parts in sorted(by_broker.items()):
+        files = [f"{d}/{topic}-{p}/{PARTITION_METADATA}" for p in parts for d in inventory.broker(bid).log_dirs]
+        script = (
+            "for f in "
+            + " ".join(shlex.quote(f) for f in files)
+            + '; do [ -f "$f" ] && printf \'\\0%s\\0\' "$f" && cat -- "$f"; done; true'
+        )
+        client = connect(bid)
+        try:
+            _, stdout, _ = client.exec_command(script, timeout=60)
+            raw = stdout.read()
+        finally:
+            client.close()
+        found: dict[str, str | None] = {}
+        chunks = raw.split(b"\0")[1:]
+        for name, body in zip(chunks[0::2], chunks[1::2], strict=False):
+            path = name.decode()
+            try:
+                found[path.rsplit("/", 2)[-2]] = parse_partition_metadata(body, path)["topic_id"]
+            except ValueError:
+                found[path.rsplit("/", 2)[-2]] = None
+        for p in parts:
+            out[f"{bid}:{p}"] = found.get(f"{topic}-{p}")
+    return out
+
+
+def restore_topic_ids(
+    zk: Any, actions: list[ZkAction], connect: Callable[[int], Any], inventory: Any, dry_run: bool = False
+) -> list[str]:
+    """The preventive repair of ``topic-id-missing-in-zk``: write back the topic ID every replica agrees on,
+    before a controller failover mints a new one (kafka-reference.md §5, §6 KAFKA-14190). Re-checked right before
+    the write (the znode still lacks it, every replica still holds it) and written with a version-checked
+    ``set``: a concurrent change (a controller minting, an admin tool) makes it stop, not overwrite."""
+    from kazoo.exceptions import BadVersionError
+
+    done = []
+    for a in actions:
+        path = f"/brokers/topics/{a.topic}"
+        raw, stat = zk.get(path)
+        znode = json.loads(raw)
+        if znode.get("topic_id") == a.topic_id:
+            done.append(f"{a.topic}: already {a.topic_id}")
+            continue
+        if znode.get("topic_id"):
+            raise RepairError(f"{path} now holds topic_id {znode['topic_id']}, not the planned {a.topic_id}: stale")
+        ids = replica_topic_ids(connect, inventory, a.topic, znode["partitions"])
+        disagree = {k: v for k, v in ids.items() if v != a.topic_id}
+        if disagree:
+            raise RepairError(f"{a.topic}: replicas no longer all hold {a.topic_id}: {disagree}")
+        znode.update(topic_id=a.topic_id, version=max(3, int(znode.get("version", 1))))
+        znode.setdefault("adding_replicas", {})
+        znode.setdefault("removing_replicas", {})
+        if dry_run:
+            LOG.info("dry run: would set %s (zkVersion %d) to %s", path, stat.version, json.dumps(znode))
+            done.append(f"{a.topic}: would write {a.topic_id}")
+            continue
+        try:
+            zk.set(path, json.dumps(znode, separators=(",", ":")).encode(), version=stat.version)
+        except BadVersionError:
+            raise RepairError(f"{path} changed while its topic ID was restored: nothing written") from None
+        LOG.info("wrote topic_id %s into %s (was zkVersion %d)", a.topic_id, path, stat.version)
+        done.append(f"{a.topic}: wrote {a.topic_id} ({len(ids)} replicas agree)")
+    return done

@@ -148,6 +148,30 @@ class Plan:
             f"remove {c['files_removed']} and quarantine {c['files_quarantined']} file(s)"
         )
 
+    def zookeeper_subject(self) -> str:
+        return (
+            f"Kafka repair {self.cluster} plan {self.hash[:12]}: write back the topic ID of "
+            f"{len(self.zookeeper)} topic(s) in ZooKeeper (preventive)"
+        )
+
+    def zookeeper_markdown(self) -> str:
+        if not self.zookeeper:
+            return "No ZooKeeper action in this plan.\n"
+        out = [
+            f"### Preventive ZooKeeper repair, plan `{self.hash[:12]}`, cluster **{self.cluster}**",
+            "",
+            "Each topic znode below has lost its `topic_id` (a pre-2.8 admin tool rewrote it) while every replica's "
+            "`partition.metadata` agrees on one ID. The next controller failover would mint a **new** ID and every "
+            "replica would go out of ISR (KAFKA-14190). Approving writes the agreed ID back with a version-checked "
+            "update, after re-reading every replica; no broker restarts.",
+            "",
+            "| topic | topic ID written | why |",
+            "|---|---|---|",
+        ]
+        out += [f"| `{z.topic}` | `{z.topic_id}` | {z.reason} |" for z in self.zookeeper]
+        out += ["", "Undo: remove the `topic_id` field from the znode again (e.g. with zookeeper-shell `set`)."]
+        return "\n".join(out) + "\n"
+
     def to_markdown(self) -> str:
         c = self.counts()
         out = [

@@ -1,0 +1,270 @@
+"""A live Airflow on 127.0.0.1: api-server, scheduler and dag-processor as separate processes, and a small
+REST client for what the repair's acceptance tests and the operator's scripts do through the API: trigger a
+DAG, watch task states, answer a human-in-the-loop request (approve / reject), clear a task to rerun it.
+
+    with LiveAirflow(env) as af:                       # env: airflow_env.airflow_environ(...)
+        run = af.trigger("kafka_fleet_repair", {"healthy_polls": 3})
+        af.wait_task("kafka_fleet_repair", run, "approve", {"awaiting_input"})
+        af.respond("kafka_fleet_repair", run, "approve", "Approve")
+        af.wait_run("kafka_fleet_repair", run)
+
+Never ``airflow standalone`` (platform-notes: it binds 0.0.0.0 and survives SIGTERM). Every process gets its
+own session; ``stop()`` ends each by PID (SIGTERM, then SIGKILL for the process group and anything it forked).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from fleet_doctor.zkserver import free_port, pid_alive
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor")
+FINISHED = frozenset({"success", "failed"})
+
+
+class AirflowLiveError(RuntimeError):
+    """The live stack did not come up, or an API call failed (the message says which and why)."""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process whose parent chain leads to ``pid`` (read from /proc: task runners fork and setsid)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+class LiveAirflow:
+    def __init__(self, env: dict[str, str], port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = dict(env)
+        self.env.update({
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.base,  # tasks reach the execution API through it
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": self.env.get(
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60"
+            ),
+        })  # fmt: skip
+        self.home = Path(self.env["AIRFLOW_HOME"])
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._token: str | None = None
+
+    # ---- processes
+    def start(self, timeout: float = 180.0) -> LiveAirflow:
+        for name in COMPONENTS:
+            self.start_component(name)
+        self._wait_healthy(timeout)
+        return self
+
+    def start_component(self, name: str) -> None:
+        exe = str(Path(sys.executable).parent / "airflow")
+        args = [exe, name] + (["--host", "127.0.0.1", "--port", str(self.port)] if name == "api-server" else [])
+        log = open(self.home / f"{name}.out", "ab")  # the child has its own copy of the fd
+        try:
+            self.procs[name] = subprocess.Popen(
+                args, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        finally:
+            log.close()
+
+    def kill_component(self, name: str) -> list[int]:
+        """SIGKILL a component and everything it forked (a crashed worker: task runners included)."""
+        proc = self.procs.pop(name)
+        pids = [proc.pid, *descendants(proc.pid)]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
+        return pids
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise AirflowLiveError(f"airflow {name} exited {p.returncode}:\n{self.log_tail(name)}")
+            try:
+                with urllib.request.urlopen(f"{self.base}/api/v2/monitor/health", timeout=5) as r:
+                    health = json.loads(r.read())
+                if health.get("scheduler", {}).get("status") == "healthy":
+                    return
+                last = json.dumps(health)
+            except (OSError, ValueError) as e:
+                last = str(e)
+            time.sleep(1)
+        raise AirflowLiveError(f"Airflow on {self.base} not healthy within {timeout:.0f} s: {last}")
+
+    def log_tail(self, name: str, n: int = 30) -> str:
+        try:
+            return "\n".join((self.home / f"{name}.out").read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        for name in list(self.procs):
+            p = self.procs[name]
+            family = [p.pid, *descendants(p.pid)]
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            for pid in family:
+                if pid_alive(pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            if p.poll() is None:
+                p.wait(timeout=10)
+            del self.procs[name]
+
+    def __enter__(self) -> LiveAirflow:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    # ---- REST
+    def token(self) -> str:
+        if self._token is None:
+            users = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
+            user, password = next(iter(users.items()))
+            self._token = self.api("POST", "/auth/token", {"username": user, "password": password}, auth=False)[
+                "access_token"
+            ]
+        return self._token
+
+    def api(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if auth:
+            req.add_header("Authorization", f"Bearer {self.token()}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            raise AirflowLiveError(f"{method} {path} -> {e.code}: {e.read().decode(errors='replace')[:500]}") from e
+        return json.loads(raw) if raw else None
+
+    def wait_dag(self, dag_id: str, timeout: float = 120.0) -> None:
+        """Until the dag-processor has parsed the DAG (and it has no import error)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            errors = self.api("GET", "/api/v2/importErrors").get("import_errors", [])
+            bad = [e for e in errors if dag_id in json.dumps(e)]
+            if bad:
+                raise AirflowLiveError(f"{dag_id} has an import error: {bad[0].get('stack_trace', '')[-1500:]}")
+            try:
+                self.api("GET", f"/api/v2/dags/{dag_id}")
+                return
+            except AirflowLiveError:
+                time.sleep(2)
+        raise AirflowLiveError(f"{dag_id} not parsed within {timeout:.0f} s:\n{self.log_tail('dag-processor')}")
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        self.wait_dag(dag_id)
+        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return str(run["dag_run_id"])
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        q = urllib.parse.quote(run_id, safe="")
+        return str(self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{q}")["state"])
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        q = urllib.parse.quote(run_id, safe="")
+        tis = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances")["task_instances"]
+        return {t["task_id"]: t["state"] for t in tis}
+
+    def wait_task(self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = 600.0) -> str:
+        deadline = time.monotonic() + timeout
+        state: str | None = None
+        while time.monotonic() < deadline:
+            state = self.task_states(dag_id, run_id).get(task_id)
+            if state in states:
+                return state
+            if state in {"failed", "upstream_failed", "skipped"} - states:
+                raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id} is {state}, waited for {sorted(states)}")
+            time.sleep(1)
+        raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id} still {state} after {timeout:.0f} s")
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 900.0) -> str:
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in FINISHED:
+                return state
+            time.sleep(2)
+        raise AirflowLiveError(f"{dag_id}/{run_id} still {state} after {timeout:.0f} s")
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return list(self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=50")["dag_runs"])
+
+    def wait_for_approval(self, dag_id: str, run_id: str, task_id: str, timeout: float = 600.0) -> dict[str, Any]:
+        """Until the task waits for a human and its request is listed; returns the request (subject, body, options).
+
+        Then a few seconds more: an answer given within about a second of the pause races the executor's report
+        of the paused attempt, and the scheduler fails the task ("finished with state success, but the task
+        instance's state attribute is queued", seen on 3.3.2). A human never answers that fast."""
+        self.wait_task(dag_id, run_id, task_id, {"awaiting_input"}, timeout)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            mine = [
+                h for h in self.pending_approvals()
+                if h["task_instance"]["dag_run_id"] == run_id and h["task_instance"]["task_id"] == task_id
+            ]  # fmt: skip
+            if mine:
+                time.sleep(5)
+                return mine[0]
+            time.sleep(1)
+        raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id} awaits input but its request is not listed")
+
+    def pending_approvals(self) -> list[dict[str, Any]]:
+        return list(self.api("GET", "/api/v2/dags/~/dagRuns/~/hitlDetails?response_received=false")["hitl_details"])
+
+    def respond(self, dag_id: str, run_id: str, task_id: str, option: str, map_index: int = -1) -> Any:
+        """Answer a human-in-the-loop request as the logged-in user (the UI's Approve / Reject buttons)."""
+        q = urllib.parse.quote(run_id, safe="")
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances/{task_id}/{map_index}/hitlDetails"
+        return self.api("PATCH", path, {"chosen_options": [option]})
+
+    def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
+        """Rerun one task of a finished run (the UI's Clear): the run goes back to running."""
+        body = {"dag_run_id": run_id, "task_ids": [task_id], "dry_run": False, "only_failed": False,
+                "reset_dag_runs": True}  # fmt: skip
+        self.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", body)
