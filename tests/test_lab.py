@@ -326,6 +326,31 @@ def test_listener_port_taken_fails_start_like_kafka_and_frees_the_dirs(lab3: dic
     lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30)
 
 
+def test_foreign_directory_in_a_log_dir_fails_start_like_kafka(lab3: dict[str, Any]) -> None:
+    """Kafka refuses to start on a directory in a log dir that is not a partition dir (the lost+found trap);
+    a directory inside a partition dir is skipped (where a repair's quarantine lives)."""
+    inventory = inv.load(lab3["inventory"])
+    b = inventory.broker(3)
+    log_dir = Path(b.log_dirs[0])
+    inside = next(p for p in sorted(log_dir.iterdir()) if p.is_dir()) / "fleet-doctor-quarantine" / "x"
+    assert ssh(b, b.service_command("stop"))[0] == 0
+    (log_dir / "lost+found").mkdir()
+    try:
+        rc, out = ssh(b, b.service_command("start"))
+        assert rc == 1
+        assert f"Found directory {log_dir / 'lost+found'}, 'lost+found' is not in the form of topic-partition" in out
+    finally:
+        (log_dir / "lost+found").rmdir()
+    inside.mkdir(parents=True)
+    try:
+        rc, out = ssh(b, b.service_command("start"))
+        assert rc == 0, out
+        lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30)
+    finally:
+        inside.rmdir()
+        inside.parent.rmdir()
+
+
 def test_ssh_rejects_a_host_key_other_than_the_pinned_one(lab3: dict[str, Any]) -> None:
     inventory = inv.load(lab3["inventory"])
     other = inventory.broker(3).host_key

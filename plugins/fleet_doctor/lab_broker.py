@@ -128,6 +128,12 @@ class StartupFatal(Exception):
     during_log_loading = True
 
 
+class ForeignDirFatal(StartupFatal):
+    """A directory in a log dir that is not a partition dir (Log.parseTopicPartitionName: KafkaException)."""
+
+    java_class = "org.apache.kafka.common.KafkaException"
+
+
 class SocketBindFatal(StartupFatal):
     """SocketServer could not bind its listener (Kafka: KafkaException, the broker shuts down)."""
 
@@ -245,6 +251,12 @@ class LogLoader:
         logs = []
         for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
             parsed = parse_partition_dir_name(entry.name)
+            if parsed is None and entry.is_dir():  # e.g. lost+found, or anything left in the log dir by hand
+                raise ForeignDirFatal(
+                    f"Found directory {entry.path}, '{entry.name}' is not in the form of topic-partition or "
+                    "topic-partition.uniqueId-delete (if marked for deletion).\nKafka's log directories (and "
+                    "children) should only contain Kafka topic data."
+                )
             if parsed is None or not entry.is_dir(follow_symlinks=False) or parsed["dir_state"] != "live":
                 continue
             tp = (parsed["topic"], parsed["partition"])
@@ -862,7 +874,8 @@ def run(cfg: BrokerConfig) -> int:
     except Exception as e:
         if isinstance(e, StartupFatal) and e.during_log_loading:
             logging.getLogger("kafka.log.LogManager").error(
-                "There was an error in one of the threads during logs loading: java.lang.IllegalArgumentException: %s",
+                "There was an error in one of the threads during logs loading: %s: %s",
+                e.java_class,
                 e,
             )
         elif not isinstance(e, StartupFatal):  # a lab defect, not a Kafka behaviour: keep the traceback

@@ -372,9 +372,9 @@ class Executor:
             if a.action == "remove":
                 cmd = f"rm -f -- {path}"
             else:
-                log_dir = a.path.split("/")[:-2]
-                qdir = "/".join([*log_dir, QUARANTINE_DIR, self.plan.hash[:16], a.path.split("/")[-2]])
-                dest = shlex.quote(f"{qdir}/{a.path.rsplit('/', 1)[1]}")
+                pdir, name = a.path.rsplit("/", 1)
+                qdir = f"{pdir}/{QUARANTINE_DIR}/{self.plan.hash[:16]}"  # see QUARANTINE_DIR: never in the log dir
+                dest = shlex.quote(f"{qdir}/{name}")
                 cmd = f"if [ -e {path} ]; then mkdir -p -- {shlex.quote(qdir)} && mv -n -- {path} {dest}; fi"
             if self.dry_run:
                 LOG.info("dry run: would run on broker %s: %s", b.broker_id, cmd)

@@ -37,7 +37,11 @@ INDEX_RULES = (
 )
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RECOVERY_BYTES_PER_S = 100 * 1024 * 1024  # rough log recovery rate (batch walk + index rebuild) for the preview
-QUARANTINE_DIR = "fleet-doctor-quarantine"  # under the log dir: same filesystem, a rename, never a copy
+# Inside the partition dir: same filesystem (a rename, never a copy), and Kafka skips directories there when it
+# loads a log (LogLoader / 0.8 Log.loadSegments only take files). Never directly in the log dir: Kafka refuses to
+# start on a directory there that is not a partition dir ("Found directory ..., '...' is not in the form of
+# topic-partition", the lost+found trap).
+QUARANTINE_DIR = "fleet-doctor-quarantine"
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ class Plan:
             f"Restart order (one broker at a time, the active controller last): "
             f"**{' → '.join(map(str, self.restart_order)) or 'none'}**. "
             f"{c['files_removed']} file(s) backed up and removed, {c['files_quarantined']} quarantined "
-            f"(moved to `<log dir>/{QUARANTINE_DIR}/`), every file backed up first.",
+            f"(moved to `<partition dir>/{QUARANTINE_DIR}/<plan>/`), every file backed up first.",
             "",
             "| order | broker | controller | last stop clean | above recovery point | indexes rebuilt "
             "| est. recovery |",

@@ -1,0 +1,121 @@
+"""Shared pieces of the live-stack repair tests: a fleet lab with a scenario, a live Airflow (api-server,
+scheduler, dag-processor as processes) on it with the nightly audit done, and what the tests read back from the
+lab on their own (files, the lab's event record, ZooKeeper), never from the product under test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor import airflow_env, lab
+from fleet_doctor.airflow_live import LiveAirflow
+from fleet_doctor.lab_incidents import run_scenario
+from fleet_doctor.repair_plan import QUARANTINE_DIR
+
+AUDIT, REPAIR, RESTORE = "kafka_fleet_audit", "kafka_fleet_repair", "kafka_fleet_restore"
+FAST = {"healthy_polls": 2, "poll_interval_s": 1, "pause_between_brokers_s": 0, "isr_timeout_s": 120}
+REPAIRABLE = ("partition.metadata", "leader-epoch-checkpoint")
+
+
+@contextmanager
+def live_fleet(root: Path, version: str, scenario: str, prepare: Callable[[lab.LabState], None] | None = None
+               ) -> Iterator[dict[str, Any]]:  # fmt: skip
+    lab_dir, home, data = root / "lab", root / "airflow", root / "data"
+    state = lab.up(lab_dir, brokers=3, kafka_version=version)
+    try:
+        steps = run_scenario(state, scenario)
+        assert all(s.ok for s in steps), steps
+        if prepare:
+            prepare(state)
+        env = airflow_env.airflow_environ(home, lab_dir, data)
+        # a killed worker's task is found quickly: the dead scheduler job is noticed after 10 s and its orphaned
+        # task instances reset every 15 s (defaults: 30 s and 300 s)
+        env["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT"] = "20"
+        env["AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD"] = "10"
+        env["AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL"] = "15"
+        env["FLEET_DOCTOR_STAGE_RETRY_DELAY"] = "1"
+        airflow_env.prepare(env)
+        af = LiveAirflow(env).start()
+        try:
+            nightly_audit(af)
+            yield {"state": state, "af": af, "data": data, "root": root}
+        finally:
+            af.stop()
+    finally:
+        lab.down(lab_dir)
+
+
+def nightly_audit(af: LiveAirflow, timeout: float = 900) -> str:
+    """The audit DAG is unpaused at creation, so the scheduler runs its latest nightly interval right away (what
+    a fresh deployment does); when it has not within a minute, trigger one by hand."""
+    af.wait_dag(AUDIT)
+    deadline = time.monotonic() + 60
+    runs: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not runs:
+        runs = af.runs(AUDIT)
+        time.sleep(2)
+    run = runs[0]["dag_run_id"] if runs else af.trigger(AUDIT)
+    assert af.wait_run(AUDIT, run, timeout) == "success", af.task_states(AUDIT, run)
+    while any(r["state"] not in ("success", "failed") for r in af.runs(AUDIT)):  # a second one (manual + nightly)
+        time.sleep(2)
+    return str(run)
+
+
+def plan_dir(data: Path, request: dict[str, Any]) -> Path:
+    """The repair plan an approval request is about (its hash prefix is in the subject)."""
+    prefix = re.search(r"plan ([0-9a-f]{12})", request["subject"]).group(1)  # type: ignore[union-attr]
+    (d,) = [d for d in (data / "repairs").iterdir() if d.name.startswith(prefix)]
+    return d
+
+
+def events(state: lab.LabState) -> dict[int, list[dict[str, Any]]]:
+    out = {}
+    for b in state.brokers:
+        f = Path(b.run_dir) / "events.jsonl"
+        out[b.id] = [json.loads(x) for x in f.read_text().splitlines()] if f.exists() else []
+    return out
+
+
+def fleet_snapshot(state: lab.LabState) -> dict[str, Any]:
+    """Everything a repair could change, read straight from the lab: the repairable files (content), the index
+    files (size and mtime: active ones are 10 MiB), quarantine folders, process starts and stop requests per
+    broker, and each broker's registration (its czxid changes with every re-registration)."""
+    files: dict[str, Any] = {}
+    for b in state.brokers:
+        for d in map(Path, b.log_dirs):
+            assert not list(d.glob(f"*/{QUARANTINE_DIR}"))
+            for f in d.glob("*/*"):
+                if f.name in REPAIRABLE:
+                    files[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+                elif f.suffix in (".index", ".timeindex"):
+                    st = f.stat()
+                    files[str(f)] = (st.st_size, st.st_mtime_ns)
+    ev = events(state)
+    zk = state.zk_client()
+    try:
+        ids = {b: zk.exists(f"/brokers/ids/{b}") for b in (x.id for x in state.brokers)}
+        regs = {b: (s.czxid if s else None) for b, s in ids.items()}
+    finally:
+        zk.stop()
+        zk.close()
+    return {
+        "files": files,
+        "starts": {b: sum(e["event"] == "running" for e in es) for b, es in ev.items()},
+        "stops": {b: sum(e["event"] in ("stop-requested", "kill-requested") for e in es) for b, es in ev.items()},
+        "registrations": regs,
+    }
+
+
+def zk_json(state: lab.LabState, path: str) -> Any:
+    zk = state.zk_client()
+    try:
+        return json.loads(zk.get(path)[0]) if zk.exists(path) else None
+    finally:
+        zk.stop()
+        zk.close()

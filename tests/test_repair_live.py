@@ -1,0 +1,165 @@
+"""The repair DAG's acceptance on seed-004, on a live Airflow (api-server + scheduler + dag-processor as processes,
+SQLite) over a 3-broker fleet lab (real sshd, ZooKeeper 3.8, Spark local). Approvals are answered through the
+REST API's HITL endpoint, as the UI's buttons do. Tests run in file order on one lab:
+
+1. reject -> nothing changed on disk or in ZooKeeper, no broker restarted;
+2. the fleet changes between approval and execution (the controller moved) -> abort, nothing touched;
+3. approve, the worker is killed mid-repair, the task is cleared -> the repair resumes without repeating the
+   finished broker and ends with every broker in ISR, partition.metadata everywhere equal to ZooKeeper's topic ID,
+   the controller restarted last (from the lab's own event record), backups present and verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from live_stack import FAST, REPAIR, events, fleet_snapshot, live_fleet, plan_dir, zk_json
+
+from fleet_doctor import lab
+from fleet_doctor.lab import run_service
+from fleet_doctor.repair_exec import LOCK_ROOT
+
+pytestmark = pytest.mark.timeout(2400)
+TOPIC = "seed-004"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with live_fleet(tmp_path_factory.mktemp("repair-live"), "2.8.2", "seed-004") as f:
+        yield f
+
+
+def lock_free(state: lab.LabState) -> bool:
+    return zk_json(state, f"{LOCK_ROOT}/{state.cluster}") is None
+
+
+def test_reject_changes_nothing(fleet: dict[str, Any]) -> None:
+    state: lab.LabState = fleet["state"]
+    af = fleet["af"]
+    before = fleet_snapshot(state)
+    run = af.trigger(REPAIR, FAST)
+    request = af.wait_for_approval(REPAIR, run, "approve")
+    assert "restart 3 broker(s)" in request["subject"] and "partition.metadata" in request["body"]
+    assert "est. recovery" in request["body"] and "controller" in request["body"]
+    af.respond(REPAIR, run, "approve", "Reject")
+    assert af.wait_run(REPAIR, run) == "success"
+    states = af.task_states(REPAIR, run)
+    assert states["execute"] == "skipped" and states["zookeeper_to_repair"] == "success"
+    assert states["approve_zookeeper"] == "skipped"  # seed-004 leaves no topic without an ID in ZooKeeper
+    assert fleet_snapshot(state) == before
+    assert not (plan_dir(fleet["data"], request) / "journal.json").exists()
+    assert lock_free(state)
+
+
+def test_stale_plan_aborts_untouched(fleet: dict[str, Any]) -> None:
+    state: lab.LabState = fleet["state"]
+    af = fleet["af"]
+    run = af.trigger(REPAIR, FAST)
+    request = af.wait_for_approval(REPAIR, run, "approve")
+    # between the plan and the approval the fleet changes: the controller is restarted by someone else, so
+    # another broker is controller now (the approved order, controller last, is no longer right)
+    controller = zk_json(state, "/controller")["brokerid"]
+    for cmd in ("stop", "start"):
+        assert run_service(state.broker(controller), cmd).returncode == 0
+    deadline = time.monotonic() + 30
+    while (zk_json(state, "/controller") or {}).get("brokerid") in (None, controller) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert zk_json(state, "/controller")["brokerid"] != controller
+    time.sleep(3)  # the restarted broker settles (out of ISR for the partitions whose partition.metadata is old)
+    before = fleet_snapshot(state)
+    af.respond(REPAIR, run, "approve", "Approve")
+    assert af.wait_run(REPAIR, run) == "failed"
+    assert af.task_states(REPAIR, run)["execute"] == "failed"
+    result = json.loads((plan_dir(fleet["data"], request) / "result.json").read_text())
+    assert "stale plan" in result["error"] and result["status"] == "aborted"
+    assert result["done"] == [] and sorted(result["untouched"]) == [1, 2, 3] and result["lock_released"]
+    assert fleet_snapshot(state) == before
+    assert lock_free(state)
+
+
+def test_approved_repair_survives_a_killed_worker_and_fixes_seed_004(fleet: dict[str, Any]) -> None:
+    state: lab.LabState = fleet["state"]
+    af = fleet["af"]
+    zk_topic_id = zk_json(state, f"/brokers/topics/{TOPIC}")["topic_id"]
+    controller = zk_json(state, "/controller")["brokerid"]
+    run = af.trigger(REPAIR, FAST)
+    request = af.wait_for_approval(REPAIR, run, "approve")
+    pdir = plan_dir(fleet["data"], request)
+    plan = json.loads((pdir / "plan.json").read_text())
+    order = [b["broker_id"] for b in plan["brokers"] if b["restart"]]
+    assert order[-1] == controller and sorted(order) == [1, 2, 3]
+    t0 = time.time()
+    af.respond(REPAIR, run, "approve", "Approve")
+
+    # kill the worker (the scheduler, its executor and the task process) once the first broker is done
+    journal = pdir / "journal.json"
+
+    def first_done() -> bool:
+        return journal.is_file() and json.loads(journal.read_text())["brokers"][str(order[0])]["state"] == "done"
+
+    deadline = time.monotonic() + 600
+    while not first_done():
+        assert time.monotonic() < deadline, af.task_states(REPAIR, run)
+        time.sleep(0.2)
+    af.kill_component("scheduler")
+    at_kill = json.loads(journal.read_text())
+    assert at_kill["status"] == "running"
+    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}")["plan_hash"] == pdir.name  # the lock outlives the worker
+    af.start_component("scheduler")
+    # the killed attempt fails (no heartbeat) or is reset; either way it is run again by clearing it
+    deadline = time.monotonic() + 900
+    cleared = 0
+    while True:
+        assert time.monotonic() < deadline, af.task_states(REPAIR, run)
+        st = af.task_states(REPAIR, run)["execute"]
+        if st == "success":
+            break
+        if st == "failed":
+            assert cleared < 2, af.log_tail("scheduler")
+            af.clear_task(REPAIR, run, "execute")
+            cleared += 1
+        time.sleep(2)
+    assert af.wait_run(REPAIR, run) == "success"
+
+    # resumed, not repeated: each broker stopped and started exactly once by the repair, in plan order
+    stops = {
+        b: [e["ts"] for e in es if e["event"] == "stop-requested" and e["ts"] > t0] for b, es in events(state).items()
+    }
+    starts = {b: [e["ts"] for e in es if e["event"] == "running" and e["ts"] > t0] for b, es in events(state).items()}
+    assert {b: len(v) for b, v in stops.items()} == {1: 1, 2: 1, 3: 1}
+    assert {b: len(v) for b, v in starts.items()} == {1: 1, 2: 1, 3: 1}
+    assert sorted(starts, key=lambda b: starts[b][0]) == order  # the controller last
+    final = json.loads(journal.read_text())
+    assert final["status"] == "done"
+    first = [h["state"] for h in final["brokers"][str(order[0])]["history"]]
+    assert len(first) == len(set(first))  # no step of the finished broker ran twice
+    # every broker back in ISR, partition.metadata everywhere equal to ZooKeeper's topic ID
+    lab.wait_healthy(state, timeout=60)
+    ids = {k: v for k, v in lab.partition_topic_ids(state).items() if k[1] == TOPIC}
+    assert ids and set(ids.values()) == {zk_topic_id}
+    for p in range(6):
+        st = zk_json(state, f"/brokers/topics/{TOPIC}/partitions/{p}/state")
+        assigned = zk_json(state, f"/brokers/topics/{TOPIC}")["partitions"][str(p)]
+        assert sorted(st["isr"]) == sorted(assigned)
+    # backups present and verified: exactly the planned files, the manifest's checksums match the tarball's
+    for b in plan["brokers"]:
+        d = pdir / f"broker-{b['broker_id']}"
+        planned = sorted({a["path"] for a in b["actions"]})
+        with tarfile.open(d / "backup.tar.gz") as tar:
+            assert sorted("/" + n.lstrip("/") for n in tar.getnames()) == planned
+            sums = {"/" + m.name.lstrip("/"): hashlib.sha256(tar.extractfile(m).read()).hexdigest() for m in tar}
+        manifest = dict(reversed(line.split(None, 1)) for line in (d / "manifest.sha256").read_text().splitlines())
+        assert {k: v for k, v in manifest.items()} == sums
+        assert (
+            hashlib.sha256((d / "backup.tar.gz").read_bytes()).hexdigest()
+            == (d / "backup.sha256").read_text().split()[0]
+        )
+    result = json.loads((pdir / "result.json").read_text())
+    assert result["status"] == "done" and sorted(result["done"]) == [1, 2, 3] and result["lock_released"]
+    assert lock_free(state)

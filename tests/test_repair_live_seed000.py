@@ -1,0 +1,129 @@
+"""The repair DAG's acceptance on seed-000 (Kafka 0.8.2.2: a broker that refuses to start on a corrupt index) plus an
+index-size incident on a second broker, on a live Airflow over a 3-broker fleet lab. In file order on one lab:
+
+1. a broker that does not come back (its listener port is taken when the repair starts it) -> the chain halts,
+   the later broker is untouched, the lock is released, the result says what was and was not done; the restore
+   DAG puts the backup back, byte for byte;
+2. the port freed, the same plan approved again -> re-verified, the corrupt indexes quarantined (never deleted),
+   the broker starts and rebuilds them, the other broker is repaired after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live_stack import FAST, REPAIR, RESTORE, events, fleet_snapshot, live_fleet, plan_dir, zk_json
+
+from fleet_doctor import lab
+from fleet_doctor.lab_incidents import inject
+from fleet_doctor.repair_exec import LOCK_ROOT
+from fleet_doctor.repair_plan import QUARANTINE_DIR
+
+pytestmark = pytest.mark.timeout(2400)
+SEED_BROKER, OTHER = 1, 2
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    def second_incident(state: lab.LabState) -> None:
+        inject(state, "index-bad-size", broker=OTHER, topic="orders")
+
+    with live_fleet(tmp_path_factory.mktemp("repair-000"), "0.8.2.2", "seed-000", second_incident) as f:
+        f["ctx"] = {}
+        yield f
+
+
+def digests(paths: list[str]) -> dict[str, str | None]:
+    return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() if Path(p).exists() else None for p in paths}
+
+
+def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_backup_back(
+    fleet: dict[str, Any],
+) -> None:
+    state: lab.LabState = fleet["state"]
+    af = fleet["af"]
+    run = af.trigger(REPAIR, FAST)
+    request = af.wait_for_approval(REPAIR, run, "approve")
+    pdir = plan_dir(fleet["data"], request)
+    plan = json.loads((pdir / "plan.json").read_text())
+    order = [b["broker_id"] for b in plan["brokers"] if b["restart"]]
+    assert order == [SEED_BROKER, OTHER]
+    quarantined = [a["path"] for b in plan["brokers"] for a in b["actions"]]
+    assert all(a["action"] == "quarantine" for b in plan["brokers"] for a in b["actions"])
+    original = digests(quarantined)
+    assert all(original.values())
+    before = fleet_snapshot(state)
+    port = state.broker(SEED_BROKER).listener_port
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", port))  # something else took the broker's port: Kafka cannot bind, stays down
+    squatter.listen(1)
+    try:
+        af.respond(REPAIR, run, "approve", "Approve")
+        assert af.wait_run(REPAIR, run) == "failed"
+    finally:
+        squatter.close()
+    result = json.loads((pdir / "result.json").read_text())
+    assert result["status"] == "halted" and result["lock_released"]
+    assert list(result["failed"]) == [str(SEED_BROKER)]
+    assert "Socket server failed to bind" in result["failed"][str(SEED_BROKER)]  # the start's error, reported
+    assert result["untouched"] == [OTHER] and result["done"] == []
+    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}") is None
+    after = fleet_snapshot(state)
+    assert after["stops"][OTHER] == before["stops"][OTHER] and after["starts"][OTHER] == before["starts"][OTHER]
+    other_files = {k: v for k, v in before["files"].items() if f"/broker-{OTHER}/" in k}
+    assert {k: after["files"].get(k) for k in other_files} == other_files  # the later broker: not one file touched
+    moved = digests(quarantined)
+    assert all(v is None for p, v in moved.items() if f"/broker-{SEED_BROKER}/" in p)  # quarantined before the start
+    assert list(Path(state.broker(SEED_BROKER).log_dirs[0]).glob(f"*/{QUARANTINE_DIR}/*/*.index"))
+
+    # restore: the backup goes back, every file byte for byte; the broker stays stopped as it was
+    r = af.trigger(RESTORE, {"plan": pdir.name[:16], "brokers": [SEED_BROKER], "start": False})
+    assert af.wait_run(RESTORE, r, 600) == "success", af.task_states(RESTORE, r)
+    assert digests(quarantined) == original
+    assert lab.running_pid(state.broker(SEED_BROKER).config()) is None
+    journal = json.loads((pdir / "journal.json").read_text())
+    assert journal["status"] == "restored" and journal["brokers"][str(SEED_BROKER)]["state"] == "pending"
+    fleet["ctx"]["plan"] = pdir.name
+
+
+def test_seed_000_repair_quarantines_the_corrupt_index_and_the_broker_rebuilds_it(fleet: dict[str, Any]) -> None:
+    state: lab.LabState = fleet["state"]
+    af = fleet["af"]
+    log = Path(state.broker(SEED_BROKER).run_dir) / "server.log"
+    mark = log.stat().st_size
+    t0 = time.time()
+    run = af.trigger(REPAIR, FAST)
+    request = af.wait_for_approval(REPAIR, run, "approve")
+    pdir = plan_dir(fleet["data"], request)
+    if fleet["ctx"].get("plan"):
+        assert pdir.name == fleet["ctx"]["plan"]  # restored fleet, same plan: approved again, re-verified
+    plan = json.loads((pdir / "plan.json").read_text())
+    quarantined = [a["path"] for b in plan["brokers"] for a in b["actions"]]
+    original = digests(quarantined)
+    af.respond(REPAIR, run, "approve", "Approve")
+    assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
+    result = json.loads((pdir / "result.json").read_text())
+    assert result["status"] == "done" and result["done"] == [SEED_BROKER, OTHER] and result["reverified_with"]
+    # quarantined, never deleted: the very bytes are in the quarantine folder
+    for path, digest in original.items():
+        pdir, name = path.rsplit("/", 1)
+        kept = list(Path(pdir, QUARANTINE_DIR).glob(f"*/{name}"))
+        assert [hashlib.sha256(k.read_bytes()).hexdigest() for k in kept] == [digest], path
+    # the broker started (it refused to before) and rebuilt its indexes
+    assert lab.running_pid(state.broker(SEED_BROKER).config()) is not None
+    new_log = log.read_text(errors="replace")[mark:]
+    assert "Corrupt index found" not in new_log and "started" in new_log
+    for path in quarantined:
+        p = Path(path)
+        assert p.exists() and p.stat().st_size % 8 == 0, path  # rebuilt, whole entries
+    lab.wait_healthy(state, timeout=60)
+    starts = {b: [e["ts"] for e in es if e["event"] == "running" and e["ts"] > t0] for b, es in events(state).items()}
+    assert len(starts[SEED_BROKER]) == 1 and len(starts[OTHER]) == 1 and starts[SEED_BROKER] < starts[OTHER]
+    assert starts[3] == []  # not in the plan: never restarted
