@@ -19,7 +19,7 @@ from fleet_doctor import audit, inventory, lab
 from fleet_doctor.audit import read_jsonl
 from fleet_doctor.lab_incidents import run_scenario
 from fleet_doctor.probe import parse_partition_metadata
-from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError
+from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError, acquire_lock, release_lock
 from fleet_doctor.repair_plan import FleetFacts, build_plan
 
 pytestmark = pytest.mark.timeout(900)
@@ -166,3 +166,26 @@ def test_journal_keeps_the_last_completed_step_through_a_failure(tmp_path: Path)
     other = Plan("c1", "run1", {}, [BrokerPlan(2, False, True, [action])], [], [])
     with pytest.raises(RepairError, match="belongs to plan"):
         Journal(tmp_path / "journal.json", other)
+
+
+def test_lock_blocks_other_plans_and_a_live_second_worker_but_not_a_resume(seed004: dict[str, Any]) -> None:
+    """The persistent lock keeps other plans out until released; the same plan may resume only once the
+    previous worker's ZooKeeper session is gone (its ephemeral liveness node with it)."""
+    state: lab.LabState = seed004["state"]
+    first, second = state.zk_client(), state.zk_client()
+    owner = {"plan_hash": "a" * 64, "step": "brokers"}
+    try:
+        acquire_lock(first, "locktest", owner)
+        with pytest.raises(RepairError, match="locked by another repair"):
+            acquire_lock(second, "locktest", {"plan_hash": "b" * 64, "step": "brokers"})
+        with pytest.raises(RepairError, match="another worker is executing"):
+            acquire_lock(second, "locktest", owner, live_wait_s=1)  # the first worker is alive
+        first.stop()  # the first worker dies: its session, and the liveness node, go
+        first.close()
+        acquire_lock(second, "locktest", owner, live_wait_s=30)  # a resume
+        release_lock(second, "locktest", owner)
+        assert second.exists("/fleet-doctor/repair-lock/locktest") is None
+        assert second.exists("/fleet-doctor/repair-active/locktest") is None
+    finally:
+        second.stop()
+        second.close()

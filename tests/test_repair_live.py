@@ -19,10 +19,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from live_stack import FAST, REPAIR, events, fleet_snapshot, live_fleet, plan_dir, zk_json
+from live_stack import AUDIT, FAST, REPAIR, events, fleet_snapshot, live_fleet, plan_dir, zk_json
 
 from fleet_doctor import lab
 from fleet_doctor.lab import run_service
+from fleet_doctor.lab_incidents import controller_failover, inject
 from fleet_doctor.repair_exec import LOCK_ROOT
 
 pytestmark = pytest.mark.timeout(2400)
@@ -163,3 +164,33 @@ def test_approved_repair_survives_a_killed_worker_and_fixes_seed_004(fleet: dict
     result = json.loads((pdir / "result.json").read_text())
     assert result["status"] == "done" and sorted(result["done"]) == [1, 2, 3] and result["lock_released"]
     assert lock_free(state)
+
+
+def test_preventive_zookeeper_repair_keeps_the_topic_id_through_a_failover(fleet: dict[str, Any]) -> None:
+    """An old admin tool drops payments' topic_id from its znode; the audit finds it, the repair offers to write
+    the ID every replica holds back, as its own approval; once written, a controller failover keeps it (without
+    the repair it would mint a new one and every replica would leave ISR: seed-004)."""
+    state: lab.LabState = fleet["state"]
+    af = fleet["af"]
+    topic = "payments"
+    before_id = zk_json(state, f"/brokers/topics/{topic}")["topic_id"]
+    inject(state, "old-client-add-partitions", topic=topic, partitions=4)
+    assert "topic_id" not in zk_json(state, f"/brokers/topics/{topic}")
+    audit_run = af.trigger(AUDIT)
+    assert af.wait_run(AUDIT, audit_run, 900) == "success"
+    snap = fleet_snapshot(state)
+    run = af.trigger(REPAIR, FAST)
+    request = af.wait_for_approval(REPAIR, run, "approve_zookeeper")
+    assert topic in request["body"] and before_id in request["body"]
+    states = af.task_states(REPAIR, run)
+    assert states["brokers_to_repair"] == "success" and states["approve"] == "skipped"  # no broker to restart
+    af.respond(REPAIR, run, "approve_zookeeper", "Approve")
+    assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
+    znode = zk_json(state, f"/brokers/topics/{topic}")
+    assert znode["topic_id"] == before_id and znode["version"] == 3 and len(znode["partitions"]) == 4
+    assert fleet_snapshot(state) == snap  # no broker restarted, no file touched
+    controller_failover(state)
+    assert zk_json(state, f"/brokers/topics/{topic}")["topic_id"] == before_id
+    lab.wait_healthy(state, timeout=60)
+    ids = {k: v for k, v in lab.partition_topic_ids(state).items() if k[1] == topic}
+    assert set(ids.values()) == {before_id}  # the new partitions took it from ZooKeeper too

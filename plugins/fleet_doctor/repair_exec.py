@@ -471,17 +471,23 @@ def restore(workdir: Path, plan_hash: str, broker_id: int, remote: Remote) -> st
 
 # --------------------------------------------------------------------------------------------
 LOCK_ROOT = "/fleet-doctor/repair-lock"
+ACTIVE_ROOT = "/fleet-doctor/repair-active"
 
 
 def _same_owner(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.get("plan_hash") == b.get("plan_hash") and a.get("step", "brokers") == b.get("step", "brokers")
 
 
-def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0.0) -> None:
+def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0.0, live_wait_s: float = 60.0) -> None:
     """One repair per cluster: a persistent znode (it survives a crashed worker, so a second repair stays blocked
     until this one is resumed or the lock is released by hand). The same plan and step re-acquire it: that is a
     resume. With ``wait_s`` a holder that is another step of the same plan is waited for (the ZooKeeper action
-    waits for the broker chain of its plan), never another plan."""
+    waits for the broker chain of its plan), never another plan.
+
+    A resume is only allowed once the previous worker is gone: the holder also keeps an **ephemeral** znode
+    (``/fleet-doctor/repair-active/<cluster>``) that lives as long as its ZooKeeper session. A crashed worker's
+    session expires within its session timeout; a worker that still runs (Airflow started a second attempt while
+    the first is alive) keeps it, and the second one stops after ``live_wait_s`` instead of running alongside."""
     from kazoo.exceptions import NodeExistsError, NoNodeError
 
     path = f"{LOCK_ROOT}/{cluster}"
@@ -490,17 +496,32 @@ def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0
     while True:
         try:
             zk.create(path, json.dumps(owner).encode())
-            return
+            break
         except NodeExistsError:
             try:
                 held = json.loads(zk.get(path)[0])
             except NoNodeError:
                 continue  # released in between
             if _same_owner(held, owner):
-                return
+                break
             if held.get("plan_hash") != owner.get("plan_hash") or time.monotonic() > deadline:
                 raise RepairError(f"cluster {cluster} is locked by another repair: {held}") from None
             time.sleep(2)
+    active = f"{ACTIVE_ROOT}/{cluster}"
+    zk.ensure_path(ACTIVE_ROOT)
+    live_deadline = time.monotonic() + live_wait_s
+    while True:
+        try:
+            zk.create(active, json.dumps(owner).encode(), ephemeral=True)
+            return
+        except NodeExistsError:
+            if time.monotonic() > live_deadline:
+                try:
+                    other = zk.get(active)[0].decode(errors="replace")
+                except NoNodeError:
+                    continue
+                raise RepairError(f"another worker is executing a repair of {cluster} right now: {other}") from None
+            time.sleep(1)
 
 
 def release_lock(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
@@ -510,6 +531,11 @@ def release_lock(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
     try:
         if _same_owner(json.loads(zk.get(path)[0]), owner):
             zk.delete(path)
+    except NoNodeError:
+        pass
+    try:
+        if _same_owner(json.loads(zk.get(f"{ACTIVE_ROOT}/{cluster}")[0]), owner):
+            zk.delete(f"{ACTIVE_ROOT}/{cluster}")
     except NoNodeError:
         pass
 
@@ -579,10 +605,12 @@ def restore_topic_ids(
             continue
         if znode.get("topic_id"):
             raise RepairError(f"{path} now holds topic_id {znode['topic_id']}, not the planned {a.topic_id}: stale")
+        # replicas without partition.metadata (partitions added since the ID was lost) take the ID from ZooKeeper
+        # once it is back; a replica holding another ID would be made inconsistent: stop
         ids = replica_topic_ids(connect, inventory, a.topic, znode["partitions"])
-        disagree = {k: v for k, v in ids.items() if v != a.topic_id}
-        if disagree:
-            raise RepairError(f"{a.topic}: replicas no longer all hold {a.topic_id}: {disagree}")
+        disagree = {k: v for k, v in ids.items() if v is not None and v != a.topic_id}
+        if disagree or a.topic_id not in ids.values():
+            raise RepairError(f"{a.topic}: replicas no longer agree on {a.topic_id}: {disagree or ids}")
         znode.update(topic_id=a.topic_id, version=max(3, int(znode.get("version", 1))))
         znode.setdefault("adding_replicas", {})
         znode.setdefault("removing_replicas", {})
@@ -595,5 +623,6 @@ def restore_topic_ids(
         except BadVersionError:
             raise RepairError(f"{path} changed while its topic ID was restored: nothing written") from None
         LOG.info("wrote topic_id %s into %s (was zkVersion %d)", a.topic_id, path, stat.version)
-        done.append(f"{a.topic}: wrote {a.topic_id} ({len(ids)} replicas agree)")
+        holding = sum(v == a.topic_id for v in ids.values())
+        done.append(f"{a.topic}: wrote {a.topic_id} ({holding} of {len(ids)} replicas hold it, none another)")
     return done
