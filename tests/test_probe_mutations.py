@@ -1002,3 +1002,39 @@ def test_metadata_fast_path_batches_and_their_fallback_give_the_same_records(tmp
     monkeypatch.setattr(probe, "_usual_batch", broken)
     assert _probe_records(tree) == reference
     assert len(calls) >= 700 // 64  # the fast path was really taken, and every batch fell back
+
+
+def test_metadata_fast_path_index_checks_agree_with_the_per_segment_path(tmp_path: Path, monkeypatch) -> None:
+    """The batched fast path judges each index head with a check compiled per head size (chained
+    comparisons up to 64 entries, a loop beyond): for clean and unclean heads of every kind it must
+    give the records the per-segment path (probe_segment) gives."""
+    from fleet_doctor import probe
+
+    oi, ti = probe.OFFSET_INDEX_ENTRY, probe.TIME_INDEX_ENTRY
+    t0 = 1_700_000_000_000
+    cases = [
+        ([(i * 3 + 1, i * 4096) for i in range(100)], [(t0 + i * 10, i * 3 + 1) for i in range(100)]),
+        ([(i + 1, i * 100) for i in range(512)], [(t0 + i, i + 1) for i in range(341)]),  # 4096 and 4092 bytes
+        ([(i + 1, i * 100) for i in range(65)], [(i, i) for i in range(64)]),
+        ([(1, 5), (2, 5)], [(5, 1), (5, 1)]),  # equal positions, timestamps, offsets: all allowed
+        ([(1, 5), (1, 6)], [(-5, 1), (-3, 2)]),  # equal relative offsets: not monotonic
+        ([(1, 5), (0, 0)], [(5, 1), (0, 0)]),  # a zero last entry: the zero tail
+        ([(-3, -5), (-1, 6)], [(5, -1), (6, -1)]),
+        ([(7, 9)] * 3, [(7, 9)] * 65),
+        ([(5, 0), (9, 4200), (8, 9000)], [(t0, 1), (t0 - 1, 2)]),
+        ([], []),
+    ]
+    long_bad = [(i * 3 + 1, i * 4096) for i in range(100)]
+    long_bad[50] = (long_bad[49][0], long_bad[50][1])
+    cases.append((long_bad, [(t0 + i * 10, i) for i in range(70)] + [(t0, 70)]))
+    pdir = tmp_path / "logdir" / "t-0"
+    pdir.mkdir(parents=True)
+    for k, (xs, ts) in enumerate(cases):
+        base = 1000 * k
+        (pdir / f"{base:020d}.log").write_bytes(b"")
+        (pdir / f"{base:020d}.index").write_bytes(b"".join(oi.pack(*e) for e in xs))
+        (pdir / f"{base:020d}.timeindex").write_bytes(b"".join(ti.pack(*e) for e in ts) + b"\0" * (k == 5))
+    reference = _probe_records(tmp_path / "logdir")
+    assert sum(r["kind"] == "segment" for r in reference) == len(cases)
+    monkeypatch.setattr(probe, "_usual_batch", lambda *a: None)  # every batch redone segment by segment
+    assert _probe_records(tmp_path / "logdir") == reference

@@ -20,8 +20,6 @@ Kafka sources are cited as in docs/kafka-reference.md: ``S/`` = storage/.../stor
 ``R/`` = clients/.../common/record/, ``C/`` = core/src/main/scala/kafka/.
 """
 
-import array
-import functools
 import gc
 import itertools
 import json
@@ -1268,42 +1266,88 @@ _LAYOUT_RE = re.compile(
 )
 _GROUPS = tuple(operator.itemgetter(i) for i in range(4))
 _FAST_CHUNK = 64  # segments per batch of system calls: at most 2 * _FAST_CHUNK index files open at once
-_ST_MODE = operator.attrgetter("st_mode")
+_ST_MODE, _ST_SIZE = operator.attrgetter("st_mode"), operator.attrgetter("st_size")
 _IS_SYMLINK, _IS_FILE = os.DirEntry.is_symlink, os.DirEntry.is_file
+_CLEAN_FRAGMENT_MAX_ENTRIES = 64  # clean-index checks are compiled up to this many entries, see _clean_fragment
 
 
-def _clean_split(entry_struct, size):
-    """For an index head of `size` bytes that can be all real entries (a whole number of entries,
-    at most HEAD_READ_BYTES): (unpack of every entry's first field, unpack of every second field,
-    the record's fields of such an index up to its first value). None for any other size."""
-    esize = entry_struct.size
+def _not_clean(buf, base):
+    return None
+
+
+def _clean_fragment(esize, size):
+    """The clean-index check of _usual_batch for an index head of `size` bytes (esize: the entry
+    size, 8 for the offset index, 12 for the time index): a function of (head bytes, base offset)
+    that returns the segment record's fields of that index, from "<p>_bytes" to its last value, if
+    the index is clean, else None. Clean: trimmed (a whole number of entries, at most
+    HEAD_READ_BYTES, so buf is all of it), its last entry not zero, its relative offsets increasing
+    (offset index) and every other field never decreasing; read_index_summary gives such an index
+    entries = checked_entries = n, no zero tail, no remainder, monotonic. No index of any other size
+    is clean (_not_clean).
+
+    The order checks are chained comparisons over the unpacked entries, compiled once per entry
+    count up to _CLEAN_FRAGMENT_MAX_ENTRIES (a generic loop over n entries costs several times
+    more); longer heads use map over the entries and struct's own format cache."""
     if not 0 < size <= HEAD_READ_BYTES or size % esize:
-        return None
-    cache = _CLEAN_SPLIT[esize]
-    split = cache.get(size)
-    if split is not None:
-        return split
-    fmt = _struct_format(entry_struct)
-    order, f1, f2 = fmt[0], fmt[1], fmt[2]
-    s1, s2 = struct.calcsize(order + f1), struct.calcsize(order + f2)
+        return _not_clean
     n = size // esize
-    fa = order + (f1 + "%dx" % s2) * n
-    fb = order + ("%dx" % s1 + f2) * n
-    p = "index" if esize == OFFSET_INDEX_ENTRY.size else "timeindex"
+    offset_index = esize == OFFSET_INDEX_ENTRY.size
+    entry_struct = OFFSET_INDEX_ENTRY if offset_index else TIME_INDEX_ENTRY
+    p = "index" if offset_index else "timeindex"
     head = (
         '"{p}_bytes":%d,"{p}_entries":%d,"{p}_zero_tail_entries":0,"{p}_remainder":0,"{p}_monotonic":true,'
         '"{p}_checked_entries":%d,"{p}_first_violation":null,"{p}_{f}":'.format(
-            p=p, f="first_offset" if p == "index" else "first_timestamp"
+            p=p, f="first_offset" if offset_index else "first_timestamp"
         )
         % (size, n, n)
     )
-    if n > _SPLIT_CACHED_ENTRIES:  # struct's own cache keeps the compiled formats
-        return (functools.partial(struct.unpack, fa), functools.partial(struct.unpack, fb), head)
-    split = cache[size] = (struct.Struct(fa).unpack, struct.Struct(fb).unpack, head)
-    return split
+    fmt = _struct_format(entry_struct)
+    fmt = fmt[0] + fmt[1:] * n  # every entry's fields, flat: first, second, first, second, ...
+    first_op = "<" if offset_index else "<="  # relative offsets (offset index) must increase
+    if offset_index:  # base + first relative offset, base + last relative offset, last position
+        value = """f'{head}{base + t[0]},"index_last_offset":{base + t[-2]},"index_last_position":{t[-1]}'"""
+    else:  # first timestamp, last timestamp, base + last relative offset
+        value = """f'{head}{t[0]},"timeindex_last_timestamp":{t[-2]},"timeindex_last_offset":{base + t[-1]}'"""
+    if n <= _CLEAN_FRAGMENT_MAX_ENTRIES:
+        cond = "(t[-2] or t[-1])"
+        if n > 1:
+            cond += " and %s and %s" % (
+                (" %s " % first_op).join("t[%d]" % i for i in range(0, 2 * n, 2)),
+                " <= ".join("t[%d]" % i for i in range(1, 2 * n, 2)),
+            )
+        src = "def fragment(buf, base):\n    t = unpack(buf)\n    if %s:\n        return %s\n" % (cond, value)
+        scope = {"unpack": struct.Struct(fmt).unpack, "head": head}
+    else:
+        src = (
+            "def fragment(buf, base):\n    t = unpack(fmt, buf)\n"
+            "    if (t[-2] or t[-1]) and all(map(first_op, t[0::2], t[2::2])) and all(map(le, t[1::2], t[3::2])):\n"
+            "        return %s\n" % value
+        )
+        scope = {
+            "unpack": struct.unpack,
+            "fmt": fmt,
+            "head": head,
+            "first_op": operator.lt if offset_index else operator.le,
+            "le": operator.le,
+        }
+    exec(src, scope)  # source made here from numbers only
+    return scope["fragment"]
 
 
-_CLEAN_SPLIT = {OFFSET_INDEX_ENTRY.size: {}, TIME_INDEX_ENTRY.size: {}}  # entry size -> {size: _clean_split}
+class _CleanFragments(dict):
+    """index head size -> _clean_fragment(esize, size), made on first use (a head is at most
+    HEAD_READ_BYTES + 1 bytes, so there are few)."""
+
+    def __init__(self, esize):
+        dict.__init__(self)
+        self.esize = esize
+
+    def __missing__(self, size):
+        f = self[size] = _clean_fragment(self.esize, size)
+        return f
+
+
+_X_FRAGMENTS, _T_FRAGMENTS = _CleanFragments(OFFSET_INDEX_ENTRY.size), _CleanFragments(TIME_INDEX_ENTRY.size)
 
 
 def _summary_tuple(s):
@@ -1321,188 +1365,13 @@ def _summary_tuple(s):
     )
 
 
-def _clean_head(esize, size):
-    """The record's fields of a clean index (see _clean_split) of `size` bytes up to its first value,
-    or None when no index of that size can be clean."""
-    if not 0 < size <= HEAD_READ_BYTES or size % esize:
-        return None
-    p = "index" if esize == OFFSET_INDEX_ENTRY.size else "timeindex"
-    n = size // esize
-    return (
-        '"{p}_bytes":%d,"{p}_entries":%d,"{p}_zero_tail_entries":0,"{p}_remainder":0,"{p}_monotonic":true,'
-        '"{p}_checked_entries":%d,"{p}_first_violation":null,"{p}_{f}":'.format(
-            p=p, f="first_offset" if p == "index" else "first_timestamp"
-        )
-        % (size, n, n)
-    )
-
-
-class _HeadCache(dict):
-    """index head size -> _clean_head(esize, size), filled on first use (sizes are at most
-    HEAD_READ_BYTES + 1, so it stays small)."""
-
-    def __init__(self, esize):
-        dict.__init__(self)
-        self.esize = esize
-
-    def __missing__(self, size):
-        head = self[size] = _clean_head(self.esize, size)
-        return head
-
-
-_X_HEADS, _T_HEADS = _HeadCache(OFFSET_INDEX_ENTRY.size), _HeadCache(TIME_INDEX_ENTRY.size)
-
-
-def _array_code(signed):
-    """array typecode of a 4-byte int (signed or not), or None on a platform without one."""
-    for code in ("i", "l") if signed else ("I", "L"):
-        if array.array(code).itemsize == 4:
-            return code
-    return None
-
-
-# The index columns of a run of clean segments are read in C: the run's index heads joined, read as
-# 4-byte ints (array), byte-swapped from big-endian where the machine is little-endian.
-_I32, _U32 = _array_code(True), _array_code(False)
-_SWAP = sys.byteorder == "little"
-_ST_SIZE, _ST_MTIME = operator.attrgetter("st_size"), operator.attrgetter("st_mtime")
-# a clean segment record (_CLEAN_SEGMENT) in the pieces _clean_run joins: constants between values
-_CLEAN_ACTIVE = ',"active":true,"has_log":true,"log_bytes":'
-_CLEAN_INACTIVE = ',"active":false,"has_log":true,"log_bytes":'
-_CLEAN_PIECES = (
-    ',"log_mtime_ms":',
-    ',"has_txnindex":false,"txnindex_bytes":null,"has_index":true,',
-    ',"index_last_offset":',
-    ',"index_last_position":',
-    ',"has_timeindex":true,',
-    ',"timeindex_last_timestamp":',
-    ',"timeindex_last_offset":',
-    ',"error":null}\n',
-)
-
-
-def _clean_run(ctx, bases, sts, xbufs, tbufs, xheads, theads, active):
-    """The segment records of a run of segments (base offsets, .log stats, index heads, their
-    _clean_head fields) as one str, if every index in the run is clean: trimmed, at most
-    HEAD_READ_BYTES, last entry not zero, relative offsets increasing (offset index) and every
-    other field never decreasing. None if one is not (the caller then goes segment by segment).
-    `active`: the run's last segment is the partition's active one. The same text as
-    _usual_segment's _CLEAN_SEGMENT lines, with no Python loop over segments or entries: the
-    checks count ordered neighbours over the run's joined entries and take away the pairs that
-    straddle two segments."""
-    add, sub, lt, le, or_ = operator.add, operator.sub, operator.lt, operator.le, operator.or_
-    repeat = itertools.repeat
-    k = len(bases)
-    # offset index: relative offset, position (int32, int32)
-    ends = list(itertools.accumulate(map(operator.floordiv, map(len, xbufs), repeat(8, k))))
-    firsts = [0]
-    firsts += ends[:-1]
-    lasts = list(map(sub, ends, repeat(1, k)))
-    col = array.array(_I32, b"".join(xbufs))
-    if _SWAP:
-        col.byteswap()
-    a, b = col[0::2], col[1::2]
-    a_first, a_last, b_last = list(map(a.__getitem__, firsts)), list(map(a.__getitem__, lasts)), list(map(b.__getitem__, lasts))
-    pairs = ends[-1] - k  # neighbours inside a segment
-    if not (
-        all(map(or_, a_last, b_last))
-        and sum(map(lt, a, a[1:])) - sum(map(lt, a_last[:-1], a_first[1:])) == pairs
-        and sum(map(le, b, b[1:])) - sum(map(le, b_last[:-1], map(b.__getitem__, firsts[1:]))) == pairs
-    ):
-        return None
-    # time index: timestamp, relative offset (int64 as high int32 and low uint32, int32)
-    ends = list(itertools.accumulate(map(operator.floordiv, map(len, tbufs), repeat(12, k))))
-    firsts = [0]
-    firsts += ends[:-1]
-    lasts = list(map(sub, ends, repeat(1, k)))
-    data = b"".join(tbufs)
-    col, ucol = array.array(_I32, data), array.array(_U32, data)
-    if _SWAP:
-        col.byteswap()
-        ucol.byteswap()
-    c = list(map(add, map(operator.lshift, col[0::3], repeat(32)), ucol[1::3]))
-    d = col[2::3]
-    c_first, c_last, d_last = list(map(c.__getitem__, firsts)), list(map(c.__getitem__, lasts)), list(map(d.__getitem__, lasts))
-    pairs = ends[-1] - k
-    if not (
-        all(map(or_, c_last, d_last))
-        and sum(map(le, c, c[1:])) - sum(map(le, c_last[:-1], c_first[1:])) == pairs
-        and sum(map(le, d, d[1:])) - sum(map(le, d_last[:-1], map(d.__getitem__, firsts[1:]))) == pairs
-    ):
-        return None
-    p = _CLEAN_PIECES
-    return "".join(
-        itertools.chain.from_iterable(
-            zip(
-                repeat(ctx),
-                map(str, bases),
-                itertools.chain(repeat(_CLEAN_INACTIVE, k - 1), (_CLEAN_ACTIVE if active else _CLEAN_INACTIVE,)),
-                map(str, map(_ST_SIZE, sts)),
-                repeat(p[0]),
-                map(str, map(int, map(operator.mul, map(_ST_MTIME, sts), repeat(1000)))),
-                repeat(p[1]),
-                xheads,
-                map(str, map(add, bases, a_first)),
-                repeat(p[2]),
-                map(str, map(add, bases, a_last)),
-                repeat(p[3]),
-                map(str, b_last),
-                repeat(p[4]),
-                theads,
-                map(str, c_first),
-                repeat(p[5]),
-                map(str, c_last),
-                repeat(p[6]),
-                map(str, map(add, bases, d_last)),
-                repeat(p[7]),
-            )
-        )
-    )
-
-
-def _usual_segment(ctx, base, act, st, xfd, tfd, xb, tb):
-    """One segment record of _usual_batch, segment by segment: (line, bytes), or None when an index
-    is not a regular file. act: "true" or "false"."""
-    xn, tn = len(xb), len(tb)
-    xs = _CLEAN_SPLIT[OFFSET_INDEX_ENTRY.size].get(xn) or _clean_split(OFFSET_INDEX_ENTRY, xn)
-    ts = _CLEAN_SPLIT[TIME_INDEX_ENTRY.size].get(tn) or _clean_split(TIME_INDEX_ENTRY, tn)
-    if xs is not None and ts is not None:
-        a, b, c, d = xs[0](xb), xs[1](xb), ts[0](tb), ts[1](tb)
-        if (
-            (a[-1] or b[-1])
-            and (c[-1] or d[-1])
-            and all(map(operator.lt, a, a[1:]))
-            and b == tuple(sorted(b))  # never decrease
-            and c == tuple(sorted(c))
-            and d == tuple(sorted(d))
-        ):
-            # _CLEAN_SEGMENT
-            return (
-                f'{ctx}{base},"active":{act},"has_log":true,"log_bytes":{st.st_size},'
-                f'"log_mtime_ms":{int(st.st_mtime * 1000)},"has_txnindex":false,"txnindex_bytes":null,'
-                f'"has_index":true,{xs[2]}{base + a[0]},"index_last_offset":{base + a[-1]},'
-                f'"index_last_position":{b[-1]},"has_timeindex":true,{ts[2]}{c[0]},'
-                f'"timeindex_last_timestamp":{c[-1]},"timeindex_last_offset":{base + d[-1]},"error":null}}\n'
-            ), st.st_size + xn + tn
-    oi = _index_values_from(xfd, xb, base, OFFSET_INDEX_ENTRY, True)
-    ti = _index_values_from(tfd, tb, base, TIME_INDEX_ENTRY, False)
-    if oi is None or ti is None:  # not a regular file
-        return None
-    if len(oi) == 6:
-        oi = _clean_to_full(oi)
-    if len(ti) == 6:
-        ti = _clean_to_full(ti)
-    return ctx + _FAST_SEGMENT % ((base, act, st.st_size, int(st.st_mtime * 1000)) + oi + ti), st.st_size + oi[0] + ti[0]
-
-
 def _usual_batch(ctx, prefixes, bases, has_active, dfd):
     """The segment records (lines, bytes) of a batch of usual segments (see _usual_partition), or
     None when one is not a usual segment after all (a .log that is not a regular file, an index
     that is not). Raises OSError. System calls: a stat of each .log, then open, one pread of
-    HEAD_READ_BYTES + 1 and close of each index, each kind in one run over the batch. Runs of
-    segments whose indexes are clean are formatted together by _clean_run; any other segment (an
-    index longer than the head, a zero last entry, out of order) by _usual_segment, which may read
-    more of its indexes."""
+    HEAD_READ_BYTES + 1 and close of each index, each kind in one run over the batch; an index
+    that is not clean (see _clean_fragment: longer than the head, a zero last entry, out of order)
+    is summarised by _index_values_from, which may read more of it."""
     os_stat, os_open = os.stat, os.open
     rdonly = _O_RDONLY
     sts = [os_stat(p + ".log", dir_fd=dfd, follow_symlinks=False) for p in prefixes]
@@ -1514,44 +1383,36 @@ def _usual_batch(ctx, prefixes, bases, has_active, dfd):
         for p in prefixes:
             add(os_open(p + ".index", rdonly, dir_fd=dfd))
             add(os_open(p + ".timeindex", rdonly, dir_fd=dfd))
-        k = len(bases)
-        bufs = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, 2 * k), itertools.repeat(0, 2 * k)))
-        xbufs, tbufs = bufs[0::2], bufs[1::2]
-        xheads = list(map(_X_HEADS.__getitem__, map(len, xbufs)))
-        theads = list(map(_T_HEADS.__getitem__, map(len, tbufs)))
-        if _I32 is None or _U32 is None:
-            odd = list(range(k))
-        elif None in xheads or None in theads:
-            odd = [i for i in range(k) if xheads[i] is None or theads[i] is None]
-        else:
-            odd = []
+        k = len(fds)
+        bufs = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
+        # every segment's bytes as if all its indexes were clean (their heads' lengths); corrected below
+        total = sum(map(_ST_SIZE, sts)) + sum(map(len, bufs))
         lines = []
-        total = 0
-        lo = 0
-        for i in odd + [k]:  # clean runs between the segments that cannot be clean
-            if lo < i:
-                text = _clean_run(
-                    ctx,
-                    bases[lo:i],
-                    sts[lo:i],
-                    xbufs[lo:i],
-                    tbufs[lo:i],
-                    xheads[lo:i],
-                    theads[lo:i],
-                    has_active and i == k,
+        add = lines.append
+        xfrag, tfrag = _X_FRAGMENTS, _T_FRAGMENTS
+        acts = itertools.chain(itertools.repeat("false", len(bases) - 1), ("true" if has_active else "false",))
+        for base, st, xb, tb, act in zip(bases, sts, bufs[0::2], bufs[1::2], acts):
+            xf = xfrag[len(xb)](xb, base)
+            tf = tfrag[len(tb)](tb, base)
+            if xf is not None and tf is not None:
+                # _CLEAN_SEGMENT
+                add(
+                    f'{ctx}{base},"active":{act},"has_log":true,"log_bytes":{st.st_size},'
+                    f'"log_mtime_ms":{int(st.st_mtime * 1000)},"has_txnindex":false,"txnindex_bytes":null,'
+                    f'"has_index":true,{xf},"has_timeindex":true,{tf},"error":null}}\n'
                 )
-                if text is not None:
-                    lines.append(text)
-                    total += sum(map(_ST_SIZE, sts[lo:i])) + sum(map(len, xbufs[lo:i])) + sum(map(len, tbufs[lo:i]))
-                    lo = i
-            for j in range(lo, min(i + 1, k)):  # segment by segment: i, or the run that was not clean
-                act = "true" if has_active and j == k - 1 else "false"
-                done = _usual_segment(ctx, bases[j], act, sts[j], fds[2 * j], fds[2 * j + 1], xbufs[j], tbufs[j])
-                if done is None:
-                    return None
-                lines.append(done[0])
-                total += done[1]
-            lo = i + 1
+                continue
+            j = 2 * len(lines)
+            oi = _index_values_from(fds[j], xb, base, OFFSET_INDEX_ENTRY, True)
+            ti = _index_values_from(fds[j + 1], tb, base, TIME_INDEX_ENTRY, False)
+            if oi is None or ti is None:  # not a regular file
+                return None
+            if len(oi) == 6:
+                oi = _clean_to_full(oi)
+            if len(ti) == 6:
+                ti = _clean_to_full(ti)
+            add(ctx + _FAST_SEGMENT % ((base, act, st.st_size, int(st.st_mtime * 1000)) + oi + ti))
+            total += oi[0] - len(xb) + ti[0] - len(tb)
         return lines, total
     finally:
         any(map(os.close, fds))
@@ -2146,7 +2007,7 @@ class Probe(object):
                 return False
         except OSError:
             return False
-        raw = list(map(_entry_name, entries))
+        raw = [e.name for e in entries]
         listed = sorted(raw)
         listing = "\n".join(listed)
         if listing.count("\n") != len(listed) - 1:  # a name holds a newline
