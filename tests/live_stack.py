@@ -88,7 +88,8 @@ def fleet_snapshot(state: lab.LabState) -> dict[str, Any]:
     files: dict[str, Any] = {}
     for b in state.brokers:
         for d in map(Path, b.log_dirs):
-            assert not list(d.glob(f"*/{QUARANTINE_DIR}"))
+            for f in d.glob(f"*/{QUARANTINE_DIR}/*/*"):
+                files[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
             for f in d.glob("*/*"):
                 if f.name in REPAIRABLE:
                     files[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()

@@ -375,7 +375,11 @@ class Executor:
                 pdir, name = a.path.rsplit("/", 1)
                 qdir = f"{pdir}/{QUARANTINE_DIR}/{self.plan.hash[:16]}"  # see QUARANTINE_DIR: never in the log dir
                 dest = shlex.quote(f"{qdir}/{name}")
-                cmd = f"if [ -e {path} ]; then mkdir -p -- {shlex.quote(qdir)} && mv -n -- {path} {dest}; fi"
+                # never overwrite an earlier quarantined copy (a plan run again after a restore): dest, dest.1, ...
+                cmd = (
+                    f"if [ -e {path} ]; then mkdir -p -- {shlex.quote(qdir)} && d={dest} && n=0 && "
+                    f'while [ -e "$d" ]; do n=$((n+1)); d={dest}.$n; done && mv -n -- {path} "$d"; fi'
+                )
             if self.dry_run:
                 LOG.info("dry run: would run on broker %s: %s", b.broker_id, cmd)
             else:
