@@ -30,7 +30,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import pendulum
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
@@ -39,13 +38,20 @@ from fleet_doctor import audit, repair
 SETTINGS = audit.settings_from_env()
 
 
+def approval(task_id: str, subject: str, body: str) -> ApprovalOperator:
+    """A human approval of (part of) the plan: subject and Markdown body from the plan task's XCom."""
+    return ApprovalOperator(
+        task_id=task_id,
+        subject=f"{{{{ ti.xcom_pull(task_ids='plan')['{subject}'] }}}}",
+        body=f"{{{{ ti.xcom_pull(task_ids='plan')['{body}'] }}}}",
+        assigned_users=repair.approvers(),
+        response_timeout=timedelta(hours=24),
+    )
+
+
 @dag(
     dag_id="kafka_fleet_repair",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    tags=["kafka", "fleet-doctor", "repair"],
+    **repair.manual_dag_args(),
     doc_md=__doc__,
     params={
         "audit_run": Param("latest", type="string", description="audit run id, or 'latest'"),
@@ -70,13 +76,7 @@ def kafka_fleet_repair() -> None:
     def brokers_to_repair(planned: dict[str, Any]) -> bool:
         return bool(planned["restart_order"])
 
-    approve = ApprovalOperator(
-        task_id="approve",
-        subject="{{ ti.xcom_pull(task_ids='plan')['subject'] }}",
-        body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
-        assigned_users=repair.approvers(),
-        response_timeout=timedelta(hours=24),
-    )
+    approve = approval("approve", "subject", "markdown")
 
     @task
     def execute(planned: dict[str, Any]) -> dict[str, Any]:
@@ -87,13 +87,7 @@ def kafka_fleet_repair() -> None:
     def zookeeper_to_repair(planned: dict[str, Any]) -> bool:
         return bool(planned["counts"]["zookeeper_actions"])
 
-    approve_zookeeper = ApprovalOperator(
-        task_id="approve_zookeeper",
-        subject="{{ ti.xcom_pull(task_ids='plan')['zookeeper_subject'] }}",
-        body="{{ ti.xcom_pull(task_ids='plan')['zookeeper_markdown'] }}",
-        assigned_users=repair.approvers(),
-        response_timeout=timedelta(hours=24),
-    )
+    approve_zookeeper = approval("approve_zookeeper", "zookeeper_subject", "zookeeper_markdown")
 
     @task
     def restore_topic_ids(planned: dict[str, Any]) -> list[str]:

@@ -13,7 +13,6 @@ Operator guide: `docs/repair.md`.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
 from fleet_doctor import audit, repair
@@ -21,11 +20,7 @@ from fleet_doctor import audit, repair
 
 @dag(
     dag_id="kafka_fleet_restore",
-    schedule=None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    tags=["kafka", "fleet-doctor", "repair"],
+    **repair.manual_dag_args(),
     doc_md=__doc__,
     params={
         "plan": Param(type="string", minLength=12, description="the repair plan's hash (kafka_fleet_repair)"),

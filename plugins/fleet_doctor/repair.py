@@ -35,6 +35,14 @@ from fleet_doctor.repair_plan import FleetFacts, Plan, build_plan
 LOG = logging.getLogger(__name__)
 
 
+def manual_dag_args() -> dict[str, Any]:
+    """What the repair and restore DAGs share: triggered by hand only, one run at a time."""
+    import pendulum
+
+    return {"schedule": None, "start_date": pendulum.datetime(2026, 1, 1, tz="UTC"), "catchup": False,
+            "max_active_runs": 1, "tags": ["kafka", "fleet-doctor", "repair"]}  # fmt: skip
+
+
 def approvers() -> list[str] | None:
     """``FLEET_DOCTOR_APPROVERS``: comma-separated Airflow user names allowed to approve (unset: any user)."""
     raw = os.environ.get("FLEET_DOCTOR_APPROVERS", "").strip()
