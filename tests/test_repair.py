@@ -20,7 +20,7 @@ from fleet_doctor.audit import read_jsonl
 from fleet_doctor.lab_incidents import run_scenario
 from fleet_doctor.probe import parse_partition_metadata
 from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError, acquire_lock, release_lock
-from fleet_doctor.repair_plan import FleetFacts, build_plan
+from fleet_doctor.repair_plan import FleetFacts, build_plan, restart_preview
 
 pytestmark = pytest.mark.timeout(900)
 FAST = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=3, poll_interval_s=0.5, isr_timeout_s=60)
@@ -189,3 +189,18 @@ def test_lock_blocks_other_plans_and_a_live_second_worker_but_not_a_resume(seed0
     finally:
         second.stop()
         second.close()
+
+
+def test_restart_preview_distrusts_a_marker_next_to_untrimmed_indexes() -> None:
+    """seed-000: a clean stop trims every index, so a stopped broker with the marker and a preallocated index was
+    killed while loading; its preview says so. A running broker's preallocated active indexes are normal."""
+    seg = {"kind": "segment", "path": "/d/t-0", "base_offset": 0, "log_bytes": 100, "has_log": True,
+           "has_index": True, "index_zero_tail_entries": 1310000}  # fmt: skip
+    part = {"kind": "partition", "path": "/d/t-0", "recovery_point": 0}
+    stopped = [{"kind": "logdir", "clean_shutdown": True, "lock_held_by_pid": None}, part, seg]
+    running = [{"kind": "logdir", "clean_shutdown": False, "lock_held_by_pid": 42}, part, seg]
+    trimmed = [stopped[0], part, {**seg, "index_zero_tail_entries": 0}]
+    assert restart_preview(stopped, set()).untrimmed_indexes_with_marker == 1
+    assert restart_preview(running, set()).untrimmed_indexes_with_marker == 0
+    assert restart_preview(trimmed, set()).untrimmed_indexes_with_marker == 0
+    assert restart_preview(trimmed, set()).last_stop_clean is True

@@ -60,6 +60,7 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
     plan = json.loads((pdir / "plan.json").read_text())
     order = [b["broker_id"] for b in plan["brokers"] if b["restart"]]
     assert order == [SEED_BROKER, OTHER]
+    assert "killed mid-load" in request["body"]  # the preview does not trust seed-000's clean-shutdown marker
     quarantined = [a["path"] for b in plan["brokers"] for a in b["actions"]]
     assert all(a["action"] == "quarantine" for b in plan["brokers"] for a in b["actions"])
     original = digests(quarantined)

@@ -63,6 +63,9 @@ class RestartPreview:
     indexes_rebuilt: int  # segments whose indexes Kafka rebuilds at start (quarantined or missing)
     bytes_to_rebuild: int
     estimated_recovery_s: float
+    # stopped with the marker present yet with untrimmed (preallocated) indexes: a clean stop trims them, so the
+    # broker was killed while it loaded its logs after a clean stop (seed-000) and the marker is not to be trusted
+    untrimmed_indexes_with_marker: int = 0
 
 
 @dataclass
@@ -195,6 +198,8 @@ class Plan:
             if p is None:
                 continue
             clean = "running" if p.running else ("yes" if p.last_stop_clean else "**no**")
+            if p.untrimmed_indexes_with_marker:
+                clean = f"marker, but **{p.untrimmed_indexes_with_marker} untrimmed index(es)**: killed mid-load"
             out.append(
                 f"| {i if b.restart else '-'} | {b.broker_id} | {'**yes**' if b.is_controller else ''} | {clean} | "
                 f"{p.segments_above_recovery_point} seg, {_mib(p.bytes_above_recovery_point)} | "
@@ -263,6 +268,12 @@ def restart_preview(records: list[dict[str, Any]], quarantined_segments: set[tup
     logdirs = [r for r in records if r.get("kind") == "logdir"]
     running = any(r.get("lock_held_by_pid") for r in logdirs)
     clean = None if running else all(r.get("clean_shutdown") for r in logdirs)
+    untrimmed = 0
+    if clean:
+        untrimmed = sum(
+            1 for r in records
+            if r.get("kind") == "segment" and (r.get("index_zero_tail_entries") or r.get("timeindex_zero_tail_entries"))
+        )  # fmt: skip
     rp = {r["path"]: r.get("recovery_point") for r in records if r.get("kind") == "partition"}
     segs = defaultdict(list)
     for r in records:
@@ -284,7 +295,7 @@ def restart_preview(records: list[dict[str, Any]], quarantined_segments: set[tup
     # a controlled stop is clean: only the rebuilt indexes cost time; a broker already down uncleanly recovers more
     cost = rebuilt_bytes + (above_bytes if clean is False else 0)
     return RestartPreview(
-        clean, running, above, above_bytes, rebuilt, rebuilt_bytes, round(cost / RECOVERY_BYTES_PER_S, 1)
+        clean, running, above, above_bytes, rebuilt, rebuilt_bytes, round(cost / RECOVERY_BYTES_PER_S, 1), untrimmed
     )
 
 
