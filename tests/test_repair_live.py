@@ -4,9 +4,11 @@ REST API's HITL endpoint, as the UI's buttons do. Tests run in file order on one
 
 1. reject -> nothing changed on disk or in ZooKeeper, no broker restarted;
 2. the fleet changes between approval and execution (the controller moved) -> abort, nothing touched;
-3. approve, the worker is killed mid-repair, the task is cleared -> the repair resumes without repeating the
+3. min.insync.replicas would be broken by the first stop -> the pre-check halts the chain, nothing touched;
+4. approve, the worker is killed mid-repair, the task is cleared -> the repair resumes without repeating the
    finished broker and ends with every broker in ISR, partition.metadata everywhere equal to ZooKeeper's topic ID,
-   the controller restarted last (from the lab's own event record), backups present and verified.
+   the controller restarted last (from the lab's own event record), backups present and verified;
+5. the preventive ZooKeeper repair (its own approval) keeps a dropped topic ID through a controller failover.
 """
 
 from __future__ import annotations
@@ -81,6 +83,31 @@ def test_stale_plan_aborts_untouched(fleet: dict[str, Any]) -> None:
     assert "stale plan" in result["error"] and result["status"] == "aborted"
     assert result["done"] == [] and sorted(result["untouched"]) == [1, 2, 3] and result["lock_released"]
     assert fleet_snapshot(state) == before
+    assert lock_free(state)
+
+
+def test_precheck_refuses_to_take_a_partition_below_min_isr(fleet: dict[str, Any]) -> None:
+    """Strimzi's rule, through the DAG: with min.insync.replicas 3 on a 3-replica topic, stopping any broker in
+    ISR would take its partitions below it: the first broker's pre-check halts the chain before any stop."""
+    state: lab.LabState = fleet["state"]
+    af = fleet["af"]
+    zk = state.zk_client()
+    try:
+        zk.set(f"/config/topics/{TOPIC}", json.dumps({"version": 1, "config": {"min.insync.replicas": "3"}}).encode())
+        before = fleet_snapshot(state)
+        run = af.trigger(REPAIR, FAST)
+        request = af.wait_for_approval(REPAIR, run, "approve")
+        af.respond(REPAIR, run, "approve", "Approve")
+        assert af.wait_run(REPAIR, run) == "failed"
+    finally:
+        zk.set(f"/config/topics/{TOPIC}", json.dumps({"version": 1, "config": {}}).encode())
+        zk.stop()
+        zk.close()
+    result = json.loads((plan_dir(fleet["data"], request) / "result.json").read_text())
+    (first, error), *_ = result["failed"].items()
+    assert "would take below min ISR" in error and f"{TOPIC}-" in error and "min.insync.replicas 3" in error
+    assert result["done"] == [] and result["lock_released"] and int(first) not in result["untouched"]
+    assert fleet_snapshot(state) == before  # nothing stopped, nothing changed
     assert lock_free(state)
 
 

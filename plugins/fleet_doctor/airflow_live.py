@@ -238,21 +238,29 @@ class LiveAirflow:
     def wait_for_approval(self, dag_id: str, run_id: str, task_id: str, timeout: float = 600.0) -> dict[str, Any]:
         """Until the task waits for a human and its request is listed; returns the request (subject, body, options).
 
-        Then a few seconds more: an answer given within about a second of the pause races the executor's report
-        of the paused attempt, and the scheduler fails the task ("finished with state success, but the task
-        instance's state attribute is queued", seen on 3.3.2). A human never answers that fast."""
+        Then until the scheduler has received the executor's report of the paused attempt: an answer that comes
+        first makes the scheduler fail the task ("finished with state success, but the task instance's state
+        attribute is queued", seen on 3.3.2; the report took up to 6 s on a busy 2-CPU machine)."""
         self.wait_task(dag_id, run_id, task_id, {"awaiting_input"}, timeout)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        request = None
+        while time.monotonic() < deadline and request is None:
             mine = [
                 h for h in self.pending_approvals()
                 if h["task_instance"]["dag_run_id"] == run_id and h["task_instance"]["task_id"] == task_id
             ]  # fmt: skip
-            if mine:
-                time.sleep(5)
-                return mine[0]
+            request = mine[0] if mine else None
             time.sleep(1)
-        raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id} awaits input but its request is not listed")
+        if request is None:
+            raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id} awaits input but its request is not listed")
+        reported = (
+            f"Received executor event with state success for task instance TaskInstanceKey(dag_id='{dag_id}', "
+            f"task_id='{task_id}', run_id='{run_id}'"
+        )
+        while time.monotonic() < deadline and reported not in self.log_tail("scheduler", 2000):
+            time.sleep(1)
+        time.sleep(1)
+        return dict(request)
 
     def pending_approvals(self) -> list[dict[str, Any]]:
         return list(self.api("GET", "/api/v2/dags/~/dagRuns/~/hitlDetails?response_received=false")["hitl_details"])

@@ -256,6 +256,9 @@ class Executor:
     # ---- the chain
     def run(self) -> dict[str, Any]:
         pending = [b for b in self.plan.brokers if b.restart]
+        self.journal.data["status"] = "running"  # a rerun of a halted or restored plan runs again
+        self.journal.data.pop("error", None)
+        self.journal.save()
         try:
             while pending:
                 b = self._next(pending)
