@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -53,6 +54,14 @@ def descendants(pid: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
+
+
+def _kill(pids: Iterable[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 class LiveAirflow:
@@ -98,11 +107,7 @@ class LiveAirflow:
         """SIGKILL a component and everything it forked (a crashed worker: task runners included)."""
         proc = self.procs.pop(name)
         pids = [proc.pid, *descendants(proc.pid)]
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _kill(pids)
         proc.wait(timeout=30)
         return pids
 
@@ -142,12 +147,7 @@ class LiveAirflow:
                 p.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 pass
-            for pid in family:
-                if pid_alive(pid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+            _kill(pid for pid in family if pid_alive(pid))
             if p.poll() is None:
                 p.wait(timeout=10)
             del self.procs[name]

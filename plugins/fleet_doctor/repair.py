@@ -29,6 +29,7 @@ from fleet_doctor.repair_exec import (
     release_lock,
     restore,
     restore_topic_ids,
+    wait_until,
 )
 from fleet_doctor.repair_plan import FleetFacts, Plan, build_plan
 
@@ -223,26 +224,15 @@ def restore_backup(
                 try:
                     remote = Remote(bid, client, [])
                     remote.run(inv.broker(bid).service_command("stop"), timeout=timeout_s)
-                    _wait(lambda b=bid: b not in cluster.registered(), timeout_s, f"broker {bid} did not stop")
+                    wait_until(lambda b=bid: b not in cluster.registered(), timeout_s, f"broker {bid} did not stop")
                     out.append(f"broker {bid}: " + restore(repairs_dir(settings), plan_hash, bid, remote))
                     if start:
                         remote.run(inv.broker(bid).service_command("start"), timeout=timeout_s, check=False)
-                        _wait(lambda b=bid: b in cluster.registered(), timeout_s, f"broker {bid} did not register")
+                        wait_until(lambda b=bid: b in cluster.registered(), timeout_s, f"broker {bid} did not register")
                         out[-1] += ", started and registered"
-                    for c in remote.log:
-                        LOG.info("broker %s: %s -> exit %s", bid, c["command"], c["exit_status"])
                 finally:
                     client.close()
         finally:
             release_lock(zk, inv.cluster, owner)
     write_atomic(workdir / f"restore-{audit.safe_run_id(run_id)}.json", json.dumps(out, indent=2).encode())
     return out
-
-
-def _wait(check: Any, timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise RepairError(f"{message} within {timeout:.0f} s")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor.audit import probe_records
+from fleet_doctor.kafka_log import write_atomic
 from fleet_doctor.probe import PARTITION_METADATA, parse_partition_metadata
 from fleet_doctor.repair_plan import QUARANTINE_DIR, BrokerPlan, Plan, ZkAction
 
@@ -161,9 +162,7 @@ class Journal:
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=str))
-        tmp.replace(self.path)
+        write_atomic(self.path, json.dumps(self.data, indent=2, default=str).encode())
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,12 +435,17 @@ class Executor:
         return f"post-verify: {len(b.actions)} file(s) checked by a fresh probe"
 
     def _wait(self, check: Callable[[], bool], timeout: float, message: str) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return
-            time.sleep(min(self.gates.poll_interval_s, 1.0))
-        raise RepairError(f"{message} within {timeout:.0f} s")
+        wait_until(check, timeout, message, min(self.gates.poll_interval_s, 1.0))
+
+
+def wait_until(check: Callable[[], bool], timeout: float, message: str, interval: float = 0.5) -> None:
+    """Poll ``check`` until it holds; RepairError("<message> within N s") when it does not in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise RepairError(f"{message} within {timeout:.0f} s")
 
 
 def restore(workdir: Path, plan_hash: str, broker_id: int, remote: Remote) -> str:
@@ -470,9 +474,7 @@ def restore(workdir: Path, plan_hash: str, broker_id: int, remote: Remote) -> st
             b.pop("failed", None)
             b["history"].append({"state": "restored", "ts": time.time(), "detail": "backup put back"})
         data["status"] = "restored"
-        tmp = journal.with_name(journal.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str))
-        tmp.replace(journal)
+        write_atomic(journal, json.dumps(data, indent=2, default=str).encode())
     return f"restored {len(manifest.splitlines())} file(s) from {os.path.basename(local)}"
 
 
