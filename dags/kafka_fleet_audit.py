@@ -4,7 +4,8 @@
 Audits every broker of the cluster inventory and tells the on-call what is wrong before the next restart hurts.
 
 1. **discover**: brokers from the inventory (`FLEET_DOCTOR_INVENTORY`) and from ZooKeeper `/brokers/ids`; a broker
-   known to only one of them is reported, never dropped.
+   known to only one of them is reported, never dropped. A manual run may audit only some brokers (param
+   `brokers`); the others' earlier findings are then carried as unverified, not resolved.
 2. **stage** (one mapped task per broker, pool `kafka_fleet_audit`): the probe is streamed over the broker's SSH
    connection (`kafka_ssh_<cluster>_<id>`, host key pinned) and run with `nice -n 19` / `ionice -c 3`; its output
    is staged gzip'd and renamed into place only when complete. Retries with exponential backoff; a broker that
@@ -25,7 +26,7 @@ from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, dag, get_current_context, task
+from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from fleet_doctor import audit, inventory
 from fleet_doctor.alerts import send_alert
@@ -44,12 +45,14 @@ FINDINGS = Asset(name="kafka_fleet_findings", uri=f"file://{SETTINGS.findings_di
     tags=["kafka", "fleet-doctor", "audit"],
     doc_md=__doc__,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+    params={"brokers": Param([], type="array", description="audit only these broker ids (empty: the whole fleet)")},
 )
 def kafka_fleet_audit() -> None:
     @task
     def discover() -> dict[str, Any]:
         settings = audit.settings_from_env()
-        return audit.discover(inventory.load(settings.inventory))
+        only = get_current_context()["params"].get("brokers") or []
+        return audit.discover(inventory.load(settings.inventory), only=only)
 
     @task
     def brokers_to_stage(discovered: dict[str, Any]) -> list[dict[str, Any]]:

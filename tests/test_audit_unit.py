@@ -67,3 +67,50 @@ def test_probe_command_quotes_every_path() -> None:
     probe = cmd.split("exec nice -n 19 $IO ", 1)[1]
     assert shlex.split(probe) == ["python3", "-", "--jobs", "1", "--deep", *evil]
     assert "--verify-crc" in audit.probe_command(["/d"], deep=True, verify_crc=True)
+
+
+def test_out_of_scope_brokers_keep_their_findings_unverified(tmp_path: Path) -> None:
+    """A manual run of only some brokers (param `brokers`) must not mark the others' findings resolved."""
+    s = audit.AuditSettings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
+    a, b = _finding("index-orphan", 1, "/a"), _finding("stray-dir", 2, "/b", "warning")
+    _run(s, "run:1", [a, b], [])
+    d = s.run_dir("run:2")
+    d.mkdir(parents=True)
+    (d / "findings.jsonl").write_text(json.dumps(a) + "\n")
+    discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
+    s2 = audit.publish(s, "run:2", discovered, {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]})
+    assert s2["by_status"] == {"new": 0, "persisting": 1, "resolved": 0, "unverified": 1}
+    assert s2["out_of_scope"] == [2, 3] and s2["not_audited"] == []
+    assert audit.alert_message({**s2, "by_severity": {"critical": 0, "warning": 0, "info": 0}}) is None
+    assert "Out of scope" in Path(s2["report"]).read_text()
+
+
+def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
+    from kazoo.client import KazooClient
+
+    from fleet_doctor.inventory import BrokerEntry, Inventory
+    from fleet_doctor.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer(tmp_path / "zk") as zk:
+        client = KazooClient(hosts=zk.connect)
+        client.start(timeout=15)
+        for bid in (1, 2, 4):  # 3 is down, 4 is not in the inventory
+            client.create(f"/kafka/brokers/ids/{bid}", json.dumps({"host": "h", "port": 9092}).encode(),
+                          makepath=True, ephemeral=True)  # fmt: skip
+        entries = [
+            BrokerEntry(i, "127.0.0.1", 22, "kafka", "/k", "ssh-ed25519 AAAA", ["/d"], "3.7.0", {})
+            for i in (1, 2, 3)
+        ]
+        inventory = Inventory("c1", zk.connect + "/kafka", entries)
+        whole = audit.discover(inventory)
+        assert [b["broker_id"] for b in whole["brokers"]] == [1, 2, 3] and whole["out_of_scope"] == []
+        assert whole["only_in_inventory"] == [3] and whole["only_in_zookeeper"] == [4]
+        part = audit.discover(inventory, only=[2])
+        assert [b["broker_id"] for b in part["brokers"]] == [2] and part["out_of_scope"] == [1, 3]
+        assert part["brokers"][0]["registered"] and part["only_in_zookeeper"] == [4]
+        try:
+            audit.discover(inventory, only=[2, 9])
+            raise AssertionError("an unknown broker id must be refused")
+        except ValueError as e:
+            assert "[9]" in str(e) and "c1" in str(e)
+        client.stop()

@@ -96,9 +96,15 @@ def safe_run_id(run_id: str) -> str:
 
 # --------------------------------------------------------------------------------------------
 # discover
-def discover(inventory: inv.Inventory, zookeeper: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
-    """The brokers to audit: every broker of the inventory, with its ZooKeeper registration. A broker known to
-    only one of the two is reported, never dropped."""
+def discover(
+    inventory: inv.Inventory, zookeeper: str | None = None, timeout: float = 10.0, only: Iterable[int] = ()
+) -> dict[str, Any]:
+    """The brokers to audit: every broker of the inventory (or only the ids in ``only``, the rest listed as out of
+    scope), with its ZooKeeper registration. A broker known to only one of the two is reported, never dropped."""
+    known = {b.id for b in inventory.brokers}
+    scope = {int(b) for b in only}
+    if scope - known:
+        raise ValueError(f"broker(s) {sorted(scope - known)} are not in the inventory of cluster {inventory.cluster}")
     registered: dict[int, dict[str, Any]] = {}
     zk_error = None
     try:
@@ -118,7 +124,6 @@ def discover(inventory: inv.Inventory, zookeeper: str | None = None, timeout: fl
             zk.close()
     except Exception as e:  # kazoo's timeouts and connection errors have no common base
         zk_error = f"ZooKeeper {zookeeper or inventory.zookeeper}: {type(e).__name__}: {e}"
-    known = {b.id for b in inventory.brokers}
     brokers = [
         {
             "broker_id": b.id,
@@ -129,6 +134,7 @@ def discover(inventory: inv.Inventory, zookeeper: str | None = None, timeout: fl
             "registered": b.id in registered,
         }
         for b in inventory.brokers
+        if not scope or b.id in scope
     ]
     return {
         "cluster": inventory.cluster,
@@ -138,6 +144,7 @@ def discover(inventory: inv.Inventory, zookeeper: str | None = None, timeout: fl
         "only_in_inventory": sorted(known - set(registered)) if zk_error is None else [],
         "only_in_zookeeper": sorted(set(registered) - known),
         "zookeeper_error": zk_error,
+        "out_of_scope": sorted(known - scope) if scope else [],
     }
 
 
@@ -303,6 +310,7 @@ def write_broker_facts(discovered: dict[str, Any], run_dir: Path) -> dict[str, A
     return {
         "audited": sorted(staged),
         "not_audited": sorted(b["broker_id"] for b in discovered["brokers"] if b["broker_id"] not in staged),
+        "out_of_scope": list(discovered.get("out_of_scope", [])),
         "brokers": str(run_dir / "brokers.jsonl"),
         "probe_dir": str(run_dir / "probe"),
         "zk_snapshot": str(run_dir / "zk.jsonl") if (run_dir / "zk.jsonl").is_file() else None,
@@ -340,7 +348,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """Mark every finding new / persisting versus the previous run, add the previous run's findings that are
-    gone as resolved (unless their broker was not audited this time: then they are carried as unverified),
+    gone as resolved (unless their broker was not audited this time, unreachable or out of the run's scope: then
+    they are carried as unverified),
     append the run to the history, write the HTML report and return the compact summary."""
     from fleet_doctor.report import render_audit_html
 
@@ -361,6 +370,7 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
         else {}
     )
     not_audited = set(facts["not_audited"])
+    not_checked = not_audited | set(facts.get("out_of_scope", []))
     rows = []
     now = {finding_key(f): f for f in findings}
     for key, f in now.items():
@@ -374,7 +384,7 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
     for key, f in before.items():
         if key in now:
             continue
-        carried = f.get("broker_id") in not_audited
+        carried = f.get("broker_id") in not_checked
         rows.append({**f, "status": "unverified" if carried else "resolved", "audit_run": run})
     _write_jsonl(hist / f"audit_run={run}" / "findings.jsonl", rows)
     active = [r for r in rows if r["status"] in ("new", "persisting", "unverified")]
@@ -391,6 +401,7 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
         "by_rule": dict(sorted(Counter(r["rule"] for r in active if r["status"] != "unverified").items())),
         "audited": facts["audited"],
         "not_audited": facts["not_audited"],
+        "out_of_scope": facts.get("out_of_scope", []),
         "only_in_inventory": discovered["only_in_inventory"],
         "only_in_zookeeper": discovered["only_in_zookeeper"],
         "zookeeper_error": discovered.get("zookeeper_error"),

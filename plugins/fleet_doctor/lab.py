@@ -309,8 +309,10 @@ def _layout(state: LabState, features: KafkaFeatures) -> tuple[list[tuple[str, d
     """(topic, assignment, topic id, min.insync.replicas) for each lab topic; whether the corpus topic fits."""
     ids = [b.id for b in state.brokers]
     n = len(ids)
+    scale = -(-n // 3)  # a bigger lab has more partitions, so that every broker holds replicas
     topics = []
-    for i, (name, parts, rf_cap, min_isr_cap, _) in enumerate(LAB_TOPICS):
+    for i, (name, base_parts, rf_cap, min_isr_cap, _) in enumerate(LAB_TOPICS):
+        parts = base_parts * scale
         rf = min(rf_cap, n)
         assignment = {p: [ids[(p + i + k) % n] for k in range(rf)] for p in range(parts)}
         topics.append((name, assignment, random_topic_id(), max(1, min(min_isr_cap, rf - 1))))

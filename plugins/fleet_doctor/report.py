@@ -180,6 +180,11 @@ def render_audit_html(
             "<h2 class='critical'>Not audited</h2><p>These brokers could not be reached; their earlier findings "
             "are carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary["not_audited"]))) + "</p>"
         )
+    if summary.get("out_of_scope"):
+        out.write(
+            "<h2>Out of scope</h2><p>This run audited only some brokers; the earlier findings of the others are "
+            "carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary["out_of_scope"]))) + "</p>"
+        )
     for label, key in (
         ("In the inventory, not registered in ZooKeeper", "only_in_inventory"),
         ("Registered in ZooKeeper, not in the inventory", "only_in_zookeeper"),
