@@ -484,3 +484,24 @@ def test_probe_never_raises_on_random_files(pfiles, lfiles, deep, verify):
         assert segs[0]["log_bytes"] == len(pfiles["00000000000000000000.log"])
         if deep or verify:
             assert 0 <= segs[0]["valid_bytes"] <= segs[0]["log_bytes"]
+
+
+@FUZZ
+@given(
+    head=st.binary(max_size=64),
+    zeros=st.integers(min_value=0, max_value=300),
+    inside=st.lists(st.integers(min_value=0, max_value=300), max_size=3),
+    block=st.integers(min_value=1, max_value=40),
+)
+def test_zero_tail_end_matches_rstrip(head: bytes, zeros: int, inside: list[int], block: int) -> None:
+    """The block-wise zero-tail search of deep mode agrees with bytes.rstrip, zeros inside the data included."""
+    buf = bytearray(head + bytes(zeros))
+    for i in inside:  # non-zero bytes anywhere, also deep inside the tail
+        if i < len(buf):
+            buf[i] = 7
+    buf = bytes(buf)
+    assert P._nonzero_end(buf, block) == len(buf.rstrip(b"\0"))
+    with tempfile.TemporaryFile() as f:
+        f.write(buf)
+        f.flush()
+        assert P._zero_tail_start(f.fileno(), len(buf), block * 3) == len(buf.rstrip(b"\0"))

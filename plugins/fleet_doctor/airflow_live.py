@@ -210,6 +210,16 @@ class LiveAirflow:
         tis = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances")["task_instances"]
         return {t["task_id"]: t["state"] for t in tis}
 
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """Every task instance of a run, mapped ones included (task_id, map_index, state, start_date, end_date, ...)."""
+        q = urllib.parse.quote(run_id, safe="")
+        out: list[dict[str, Any]] = []
+        while True:
+            page = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances?limit=100&offset={len(out)}")
+            out += page["task_instances"]
+            if not page["task_instances"] or len(out) >= page["total_entries"]:
+                return out
+
     def wait_task(self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = 600.0) -> str:
         deadline = time.monotonic() + timeout
         state: str | None = None

@@ -590,6 +590,29 @@ def _first_order_violation(entries, esize):
     return None
 
 
+_ZEROS = {}
+
+
+def _zeros(n):
+    z = _ZEROS.get(n)
+    if z is None:
+        z = _ZEROS[n] = bytes(n)
+    return z
+
+
+def _nonzero_end(buf, block=1 << 16):
+    """Length of ``buf`` without its trailing zero bytes. Whole blocks are compared against zeros (memcmp speed);
+    bytes.rstrip, a byte-by-byte loop, only runs on the block that holds the last non-zero byte."""
+    end = len(buf)
+    while end > 0:
+        start = max(0, end - block)
+        part = buf[start:end]
+        if part != _zeros(end - start):
+            return start + len(part.rstrip(b"\0"))
+        end = start
+    return 0
+
+
 def _zero_tail_start(fd, total, step):
     """Byte position where the all-zero tail of the first ``total`` bytes begins, found from the end in
     chunks with C-speed byte checks: a preallocated 10 MiB index is mostly tail, and entry-by-entry
@@ -600,9 +623,8 @@ def _zero_tail_start(fd, total, step):
         buf = os.pread(fd, end - start, start)
         if len(buf) != end - start:
             return total  # the file changed under us: scan everything
-        kept = len(buf.rstrip(b"\0"))
-        if kept:
-            return start + kept
+        if buf != _zeros(len(buf)):
+            return start + _nonzero_end(buf)
         end = start
     return 0
 
