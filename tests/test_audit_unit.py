@@ -98,8 +98,7 @@ def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
             client.create(f"/kafka/brokers/ids/{bid}", json.dumps({"host": "h", "port": 9092}).encode(),
                           makepath=True, ephemeral=True)  # fmt: skip
         entries = [
-            BrokerEntry(i, "127.0.0.1", 22, "kafka", "/k", "ssh-ed25519 AAAA", ["/d"], "3.7.0", {})
-            for i in (1, 2, 3)
+            BrokerEntry(i, "127.0.0.1", 22, "kafka", "/k", "ssh-ed25519 AAAA", ["/d"], "3.7.0", {}) for i in (1, 2, 3)
         ]
         inventory = Inventory("c1", zk.connect + "/kafka", entries)
         whole = audit.discover(inventory)
