@@ -42,6 +42,7 @@ FINDINGS = Asset(name="kafka_fleet_findings", uri=f"file://{SETTINGS.findings_di
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
+    max_active_tasks=SETTINGS.pool_slots + 2,  # the pool bounds the stage tasks, not Airflow's per-DAG default (16)
     tags=["kafka", "fleet-doctor", "audit"],
     doc_md=__doc__,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},

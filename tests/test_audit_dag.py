@@ -50,6 +50,8 @@ def test_graph_is_the_runbook(dag) -> None:
 def test_stage_is_mapped_pooled_and_retried(dag) -> None:
     stage = dag.get_task("stage")
     assert stage.pool == "kafka_fleet_audit"
+    # the pool (32 slots by default: a 20-broker fleet stages in one wave) bounds staging, not the DAG's own cap
+    assert dag.max_active_tasks == 34
     assert stage.retries == 2 and stage.retry_exponential_backoff
     assert type(stage).__name__.endswith("MappedOperator")  # one task instance per broker
     # a failed broker must not stop the audit of the others

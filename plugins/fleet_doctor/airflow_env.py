@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.audit import AuditSettings
+
 REPO = Path(__file__).resolve().parents[2]
 AUDIT_DAG = "kafka_fleet_audit"
 DEMO_INCIDENTS: list[tuple[str, dict[str, Any]]] = [
@@ -71,8 +73,10 @@ def airflow(
     return r
 
 
-def prepare(env: dict[str, str], pool_slots: int = 4) -> None:
-    """Create or upgrade the metadata DB and the audit's pool (idempotent)."""
+def prepare(env: dict[str, str], pool_slots: int | None = None) -> None:
+    """Create or upgrade the metadata DB and the audit's pool (idempotent; default size: the audit's setting)."""
+    if pool_slots is None:
+        pool_slots = int(env.get("FLEET_DOCTOR_AUDIT_POOL_SLOTS") or AuditSettings.pool_slots)
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     airflow(env, "db", "migrate")
     airflow(env, "pools", "set", "kafka_fleet_audit", str(pool_slots), "Fleet Doctor: concurrent broker probes")

@@ -45,7 +45,7 @@ class AuditSettings:
     data_root: Path
     schedule: str = "0 2 * * *"
     pool: str = "kafka_fleet_audit"
-    pool_slots: int = 4
+    pool_slots: int = 32  # one wave for a fleet of up to 32 brokers (bench/README.md: audit staging)
     deep: bool = True
     verify_crc: bool = False
     stage_retries: int = 2
@@ -74,7 +74,7 @@ def _env_bool(name: str, default: bool) -> bool:
 
 
 def settings_from_env() -> AuditSettings:
-    """FLEET_DOCTOR_INVENTORY, FLEET_DOCTOR_DATA, FLEET_DOCTOR_AUDIT_SCHEDULE, FLEET_DOCTOR_AUDIT_POOL,
+    """FLEET_DOCTOR_INVENTORY, FLEET_DOCTOR_DATA, FLEET_DOCTOR_AUDIT_SCHEDULE, FLEET_DOCTOR_AUDIT_POOL(_SLOTS),
     FLEET_DOCTOR_DEEP, FLEET_DOCTOR_VERIFY_CRC, FLEET_DOCTOR_STAGE_RETRIES, FLEET_DOCTOR_STAGE_RETRY_DELAY."""
     data = Path(os.environ.get("FLEET_DOCTOR_DATA") or REPO / ".fleet-doctor")
     return AuditSettings(
@@ -82,6 +82,7 @@ def settings_from_env() -> AuditSettings:
         data_root=data,
         schedule=os.environ.get("FLEET_DOCTOR_AUDIT_SCHEDULE") or "0 2 * * *",
         pool=os.environ.get("FLEET_DOCTOR_AUDIT_POOL") or "kafka_fleet_audit",
+        pool_slots=int(os.environ.get("FLEET_DOCTOR_AUDIT_POOL_SLOTS") or 32),
         deep=_env_bool("FLEET_DOCTOR_DEEP", True),
         verify_crc=_env_bool("FLEET_DOCTOR_VERIFY_CRC", False),
         stage_retries=int(os.environ.get("FLEET_DOCTOR_STAGE_RETRIES") or 2),
