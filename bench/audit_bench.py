@@ -35,6 +35,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))
 
+from readme_block import write_block  # noqa: E402
+
 from fleet_doctor import airflow_env, audit, lab  # noqa: E402
 from fleet_doctor.airflow_live import LiveAirflow  # noqa: E402
 from fleet_doctor.lab_broker import running_pid  # noqa: E402
@@ -247,14 +249,8 @@ def main() -> int:
     ]
     block = "\n".join(lines)
     print(block)
-    readme = REPO / "bench" / "README.md"
     if not args.no_readme:
-        text = readme.read_text()
-        if BEGIN in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-        else:
-            text += "\n# Audit staging\n\n" + block + "\n"
-        readme.write_text(text)
+        write_block(BEGIN, END, block, "# Audit staging\n\n")
     return 0 if verdict == "ok" else 1
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "plugins"))
 
+from readme_block import write_block  # noqa: E402
+
 from fleet_doctor.lab import ZK_TICK_MS  # noqa: E402
 from fleet_doctor.zkserver import ZooKeeperServer  # noqa: E402
 
@@ -78,17 +80,12 @@ def main() -> int:
         ]
     )
     print(block)
-    readme = REPO / "bench" / "README.md"
     if not args.no_readme:
-        text = readme.read_text()
-        if BEGIN in text:
-            text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
-        else:
-            text += (
-                "\n# Fleet lab start-up\n\n`bin/fleet-lab up` must be ready in under 15 s for 3 brokers (issue 4). "
-                "Reproduce: `.venv/bin/python bench/lab_bench.py` (about a minute).\n\n" + block + "\n"
-            )
-        readme.write_text(text)
+        write_block(
+            BEGIN, END, block,
+            "# Fleet lab start-up\n\n`bin/fleet-lab up` must be ready in under 15 s for 3 brokers (issue 4). "
+            "Reproduce: `.venv/bin/python bench/lab_bench.py` (about a minute).\n\n",
+        )  # fmt: skip
     return 0 if verdict == "ok" else 1
 
 
