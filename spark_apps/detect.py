@@ -33,6 +33,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--audit-run", required=True, help="audit run id, e.g. the Airflow run id")
     p.add_argument("--summary", help="write a JSON summary here (local path)")
     p.add_argument("--findings-json", help="also write the findings as one local JSON Lines file")
+    p.add_argument(
+        "--partial-scope", action="store_true",
+        help="only some of the fleet's brokers were staged on purpose: skip the rules that compare brokers",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -60,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = SparkSession.builder.appName(f"fleet-doctor-detect-{args.audit_run}").getOrCreate()
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
     frames = load_frames(spark, args.probe_dir, args.brokers, args.zk_snapshot)
-    found, skipped = detect(frames)
+    found, skipped = detect(frames, partial_scope=args.partial_scope)
     found = found.withColumn("audit_run", F.lit(args.audit_run)).dropDuplicates()
     found = found.cache()
     found.write.mode("overwrite").partitionBy("audit_run").parquet(args.output)

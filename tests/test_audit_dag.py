@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet_doctor import audit
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -51,7 +53,7 @@ def test_stage_is_mapped_pooled_and_retried(dag) -> None:
     stage = dag.get_task("stage")
     assert stage.pool == "kafka_fleet_audit"
     # the pool (32 slots by default: a 20-broker fleet stages in one wave) bounds staging, not the DAG's own cap
-    assert dag.max_active_tasks == 34
+    assert dag.max_active_tasks == audit.settings_from_env().pool_slots + 2  # 34 unless configured
     assert stage.retries == 2 and stage.retry_exponential_backoff
     assert type(stage).__name__.endswith("MappedOperator")  # one task instance per broker
     # a failed broker must not stop the audit of the others

@@ -113,3 +113,33 @@ def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
         except ValueError as e:
             assert "[9]" in str(e) and "c1" in str(e)
         client.stop()
+
+
+def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_path: Path) -> None:
+    from fleet_doctor import repair
+
+    s = audit.AuditSettings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
+    cluster_wide = {**_finding("under-replicated", None, "/brokers/topics/t"), "log_dir": None}
+    _run(s, "run:1", [_finding("index-orphan", 1, "/a"), cluster_wide], [])
+    d = s.run_dir("run:2")
+    d.mkdir(parents=True)
+    (d / "findings.jsonl").write_text("")  # broker 1 is clean now; ZooKeeper's finding not seen in this run
+    discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
+    facts = {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]}
+    s2 = audit.publish(s, "run:2", discovered, facts)
+    rows = [json.loads(x) for x in (s.history_dir / "audit_run=run_2" / "findings.jsonl").read_text().splitlines()]
+    assert {r["path"]: r["status"] for r in rows} == {"/a": "resolved", "/brokers/topics/t": "unverified"}
+    assert s2["by_status"]["resolved"] == 1
+    # the history says which runs were partial; the repair plans only from whole-fleet runs
+    runs = [json.loads(x) for x in (s.history_dir / "runs.jsonl").read_text().splitlines()]
+    assert [r["out_of_scope"] for r in runs] == [[], [2, 3]]
+    assert repair.latest_audit_run(s) == "run_1"
+    try:
+        repair.whole_fleet_run(s, "run_2")
+        raise AssertionError("a partial run must be refused as the base of a plan")
+    except repair.RepairError as e:
+        assert "run_2" in str(e) and "[2, 3]" in str(e)
+    repair.whole_fleet_run(s, "run_1")
+    assert "--partial-scope" in audit.detect_args(s, "run:2", {**facts, "probe_dir": "/p", "brokers": "/b"})
+    assert "--partial-scope" not in audit.detect_args(s, "run:1", {**facts, "out_of_scope": [], "probe_dir": "/p",
+                                                                    "brokers": "/b"})  # fmt: skip

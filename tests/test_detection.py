@@ -434,3 +434,15 @@ def test_corpus_was_probed_in_both_modes(mutated):
     assert {r.needs for r in RULES if r.scope is Scope.SEGMENT} == {Needs.METADATA, Needs.DEEP, Needs.CRC}
     modes = {r["broker_id"] >= CORPUS_DEEP_BASE for r in mutated.corpus_rows() if r["rule"] == "index-missing"}
     assert modes == {True, False}
+
+
+def test_a_partial_audit_skips_the_rules_that_compare_brokers(spark, mutated):
+    """An audit of only some brokers (the audit DAG's `brokers` param) cannot tell which replica of a split topic
+    is the odd one: topic-id-split is skipped with its reason; every other rule runs as in a whole-fleet audit."""
+    root = mutated.fleet.root
+    frames = load_frames(spark, str(root / "probe"), str(root / "brokers.jsonl"), str(root / "zk.jsonl"))
+    df, skipped = detect(frames, partial_scope=True)
+    rules = {r["rule"] for r in df.select("rule").distinct().collect()}
+    whole = {r["rule"] for r in mutated.rows}
+    assert "topic-id-split" in whole and rules == whole - {"topic-id-split"}
+    assert skipped["topic-id-split"] == "only some brokers audited in this run"

@@ -330,6 +330,8 @@ def detect_args(settings: AuditSettings, run_id: str, facts: dict[str, Any]) -> 
     ]  # fmt: skip
     if facts.get("zk_snapshot"):
         args += ["--zk-snapshot", facts["zk_snapshot"]]
+    if facts.get("out_of_scope"):
+        args.append("--partial-scope")
     return args
 
 
@@ -371,7 +373,8 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
         else {}
     )
     not_audited = set(facts["not_audited"])
-    not_checked = not_audited | set(facts.get("out_of_scope", []))
+    out_of_scope = set(facts.get("out_of_scope", []))
+    not_checked = not_audited | out_of_scope
     rows = []
     now = {finding_key(f): f for f in findings}
     for key, f in now.items():
@@ -385,7 +388,8 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
     for key, f in before.items():
         if key in now:
             continue
-        carried = f.get("broker_id") in not_checked
+        # a partial run resolves only what it looked at: its brokers' own findings, not the cluster's
+        carried = f.get("broker_id") in not_checked or (bool(out_of_scope) and f.get("broker_id") is None)
         rows.append({**f, "status": "unverified" if carried else "resolved", "audit_run": run})
     _write_jsonl(hist / f"audit_run={run}" / "findings.jsonl", rows)
     active = [r for r in rows if r["status"] in ("new", "persisting", "unverified")]
@@ -411,7 +415,9 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
         "findings_dataset": str(settings.findings_dir / f"audit_run={run}"),
         "previous_run": previous,
     }
-    runs.append({k: summary[k] for k in ("audit_run", "finished_at", "by_severity", "by_status", "not_audited")})
+    runs.append(
+        {k: summary[k] for k in ("audit_run", "finished_at", "by_severity", "by_status", "not_audited", "out_of_scope")}
+    )
     _write_jsonl(hist / "runs.jsonl", runs)
     report.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(report.with_suffix(".json"), (json.dumps(summary, indent=2) + "\n").encode())

@@ -1197,10 +1197,14 @@ DETECTORS: dict[str, Callable[[Frames], DataFrame | list[Check] | list[Check | D
     "meta-mismatch": meta_mismatch,
 }
 EMITTED_BY = {"offline-partition": "under-replicated"}
+# rules that compare the replicas of one partition on different brokers: an audit of only some brokers cannot
+# evaluate them (the minority replica may be out of scope, or a tie may blame the right one)
+ACROSS_BROKERS = ("topic-id-split",)
 
 
-def detect(f: Frames) -> tuple[DataFrame, dict[str, str]]:
-    """All findings, plus {rule id: reason} for rules that could not be evaluated."""
+def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str, str]]:
+    """All findings, plus {rule id: reason} for rules that could not be evaluated. ``partial_scope``: the run
+    staged only some of the fleet's brokers on purpose (the audit DAG's ``brokers`` param)."""
     _COLUMN_CACHE.clear()  # Columns belong to the active session
     skipped: dict[str, str] = {}
     parts: list[DataFrame] = []
@@ -1212,6 +1216,9 @@ def detect(f: Frames) -> tuple[DataFrame, dict[str, str]]:
             continue
         if rule.needs is Needs.ZOOKEEPER and not f.has_zk and rule.id not in ("leader-epoch-ahead",):
             skipped[rule.id] = "no ZooKeeper snapshot given"
+            continue
+        if partial_scope and rule.id in ACROSS_BROKERS:
+            skipped[rule.id] = "only some brokers audited in this run"
             continue
         out = DETECTORS[rule.id](f)
         for item in out if isinstance(out, list) else [out]:

@@ -590,16 +590,6 @@ def _first_order_violation(entries, esize):
     return None
 
 
-_ZEROS = {}
-
-
-def _zeros(n):
-    z = _ZEROS.get(n)
-    if z is None:
-        z = _ZEROS[n] = bytes(n)
-    return z
-
-
 def _nonzero_end(buf, block=1 << 16):
     """Length of ``buf`` without its trailing zero bytes. Whole blocks are compared against zeros (memcmp speed);
     bytes.rstrip, a byte-by-byte loop, only runs on the block that holds the last non-zero byte."""
@@ -607,7 +597,7 @@ def _nonzero_end(buf, block=1 << 16):
     while end > 0:
         start = max(0, end - block)
         part = buf[start:end]
-        if part != _zeros(end - start):
+        if part != bytes(end - start):  # calloc'd zeros: cheaper than caching one per size
             return start + len(part.rstrip(b"\0"))
         end = start
     return 0
@@ -623,7 +613,7 @@ def _zero_tail_start(fd, total, step):
         buf = os.pread(fd, end - start, start)
         if len(buf) != end - start:
             return total  # the file changed under us: scan everything
-        if buf != _zeros(len(buf)):
+        if buf != bytes(len(buf)):
             return start + _nonzero_end(buf)
         end = start
     return 0
