@@ -1,4 +1,4 @@
-"""The audit DAG on a 20-broker fleet lab, on a live Airflow: how long the staging phase takes against the slowest
+"""The audit DAG on a 20-broker fleet lab, on a live Airflow: how long the staging phase takes against the biggest
 broker staged alone, and where the whole audit's time goes.
 
     .venv/bin/python bench/audit_bench.py [--brokers 20] [--repeat 2] [--pool-slots N] [--no-readme]
@@ -139,7 +139,7 @@ def main() -> int:
     p.add_argument("--no-readme", action="store_true")
     p.add_argument("--tmpdir", default=None)
     args = p.parse_args()
-    slots = args.pool_slots or audit.AuditSettings(Path("."), Path(".")).pool_slots
+    slots = args.pool_slots or audit.settings_from_env().pool_slots
     cpu = CpuSampler()
     cpu.start()
     load_before = os.getloadavg()
@@ -154,8 +154,8 @@ def main() -> int:
             env = airflow_env.airflow_environ(home, lab_dir, data)
             env["FLEET_DOCTOR_AUDIT_SCHEDULE"] = "0 2 1 1 *"  # no nightly run of its own during the bench
             env["AIRFLOW__CORE__PARALLELISM"] = str(max(slots, int(env.get("AIRFLOW__CORE__PARALLELISM", "4"))))
-            env["FLEET_DOCTOR_AUDIT_POOL_SLOTS"] = str(slots)  # the DAG's max_active_tasks follows the pool
-            airflow_env.prepare(env, pool_slots=slots)
+            env["FLEET_DOCTOR_AUDIT_POOL_SLOTS"] = str(slots)  # the pool prepare() creates, and the DAG's cap
+            airflow_env.prepare(env)
             with LiveAirflow(env) as af:
                 cpu.components = {
                     "Airflow scheduler, its LocalExecutor workers and task runners": [af.procs["scheduler"].pid],
@@ -167,9 +167,8 @@ def main() -> int:
                     ],
                 }
                 af.wait_dag(AUDIT)
-                for _ in af.runs(AUDIT):  # a scheduled run created at unpause: let it finish first
-                    while any(r["state"] not in ("success", "failed") for r in af.runs(AUDIT)):
-                        time.sleep(2)
+                while any(r["state"] not in ("success", "failed") for r in af.runs(AUDIT)):
+                    time.sleep(2)  # the run the scheduler creates at unpause: let it finish first
                 for i in range(args.repeat):
                     run, tis = run_audit(af)
                     sizes = {

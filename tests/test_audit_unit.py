@@ -143,3 +143,18 @@ def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_p
     assert "--partial-scope" in audit.detect_args(s, "run:2", {**facts, "probe_dir": "/p", "brokers": "/b"})
     assert "--partial-scope" not in audit.detect_args(s, "run:1", {**facts, "out_of_scope": [], "probe_dir": "/p",
                                                                     "brokers": "/b"})  # fmt: skip
+
+
+def test_settings_read_the_given_environment_and_default_to_the_dataclass() -> None:
+    """airflow_env.prepare creates the pool from the environment it is handed (not this process's)."""
+    s = audit.settings_from_env({"FLEET_DOCTOR_AUDIT_POOL": "probes", "FLEET_DOCTOR_AUDIT_POOL_SLOTS": "8",
+                                 "FLEET_DOCTOR_DEEP": "false", "FLEET_DOCTOR_STAGE_RETRIES": ""})  # fmt: skip
+    assert (s.pool, s.pool_slots, s.deep, s.stage_retries) == ("probes", 8, False, 2)
+    d = audit.settings_from_env({})
+    assert (d.pool, d.pool_slots, d.schedule, d.deep, d.verify_crc) == (
+        "kafka_fleet_audit",
+        32,
+        "0 2 * * *",
+        True,
+        False,
+    )

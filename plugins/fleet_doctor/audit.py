@@ -24,7 +24,7 @@ import select
 import shlex
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,25 +68,27 @@ class AuditSettings:
         return self.data_root / "reports"
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    v = os.environ.get(name)
-    return default if v is None else v.strip().lower() in ("1", "true", "yes", "on")
-
-
-def settings_from_env() -> AuditSettings:
+def settings_from_env(environ: Mapping[str, str] | None = None) -> AuditSettings:
     """FLEET_DOCTOR_INVENTORY, FLEET_DOCTOR_DATA, FLEET_DOCTOR_AUDIT_SCHEDULE, FLEET_DOCTOR_AUDIT_POOL(_SLOTS),
-    FLEET_DOCTOR_DEEP, FLEET_DOCTOR_VERIFY_CRC, FLEET_DOCTOR_STAGE_RETRIES, FLEET_DOCTOR_STAGE_RETRY_DELAY."""
-    data = Path(os.environ.get("FLEET_DOCTOR_DATA") or REPO / ".fleet-doctor")
+    FLEET_DOCTOR_DEEP, FLEET_DOCTOR_VERIFY_CRC, FLEET_DOCTOR_STAGE_RETRIES, FLEET_DOCTOR_STAGE_RETRY_DELAY, read from
+    ``environ`` (default: this process's environment); unset or empty means AuditSettings' default."""
+    env = os.environ if environ is None else environ
+    d = AuditSettings
+
+    def flag(name: str, default: bool) -> bool:
+        v = env.get(name)
+        return default if v is None else v.strip().lower() in ("1", "true", "yes", "on")
+
     return AuditSettings(
-        inventory=Path(os.environ.get("FLEET_DOCTOR_INVENTORY") or REPO / ".lab" / "inventory.json"),
-        data_root=data,
-        schedule=os.environ.get("FLEET_DOCTOR_AUDIT_SCHEDULE") or "0 2 * * *",
-        pool=os.environ.get("FLEET_DOCTOR_AUDIT_POOL") or "kafka_fleet_audit",
-        pool_slots=int(os.environ.get("FLEET_DOCTOR_AUDIT_POOL_SLOTS") or 32),
-        deep=_env_bool("FLEET_DOCTOR_DEEP", True),
-        verify_crc=_env_bool("FLEET_DOCTOR_VERIFY_CRC", False),
-        stage_retries=int(os.environ.get("FLEET_DOCTOR_STAGE_RETRIES") or 2),
-        stage_retry_delay_s=float(os.environ.get("FLEET_DOCTOR_STAGE_RETRY_DELAY") or 30),
+        inventory=Path(env.get("FLEET_DOCTOR_INVENTORY") or REPO / ".lab" / "inventory.json"),
+        data_root=Path(env.get("FLEET_DOCTOR_DATA") or REPO / ".fleet-doctor"),
+        schedule=env.get("FLEET_DOCTOR_AUDIT_SCHEDULE") or d.schedule,
+        pool=env.get("FLEET_DOCTOR_AUDIT_POOL") or d.pool,
+        pool_slots=int(env.get("FLEET_DOCTOR_AUDIT_POOL_SLOTS") or d.pool_slots),
+        deep=flag("FLEET_DOCTOR_DEEP", d.deep),
+        verify_crc=flag("FLEET_DOCTOR_VERIFY_CRC", d.verify_crc),
+        stage_retries=int(env.get("FLEET_DOCTOR_STAGE_RETRIES") or d.stage_retries),
+        stage_retry_delay_s=float(env.get("FLEET_DOCTOR_STAGE_RETRY_DELAY") or d.stage_retry_delay_s),
     )
 
 

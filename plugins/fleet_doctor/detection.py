@@ -1197,9 +1197,6 @@ DETECTORS: dict[str, Callable[[Frames], DataFrame | list[Check] | list[Check | D
     "meta-mismatch": meta_mismatch,
 }
 EMITTED_BY = {"offline-partition": "under-replicated"}
-# rules that compare the replicas of one partition on different brokers: an audit of only some brokers cannot
-# evaluate them (the minority replica may be out of scope, or a tie may blame the right one)
-ACROSS_BROKERS = ("topic-id-split",)
 
 
 def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str, str]]:
@@ -1217,7 +1214,9 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
         if rule.needs is Needs.ZOOKEEPER and not f.has_zk and rule.id not in ("leader-epoch-ahead",):
             skipped[rule.id] = "no ZooKeeper snapshot given"
             continue
-        if partial_scope and rule.id in ACROSS_BROKERS:
+        # rules that compare brokers cannot judge from some of them (the odd replica may be out of scope, or a tie
+        # blames the right one)
+        if partial_scope and rule.needs is Needs.FLEET:
             skipped[rule.id] = "only some brokers audited in this run"
             continue
         out = DETECTORS[rule.id](f)

@@ -50,7 +50,7 @@ class Needs(Enum):
     DEEP = "deep"  # the probe's --deep (walks .log batch headers)
     CRC = "crc"  # the probe's --verify-crc
     ZOOKEEPER = "zookeeper"  # a ZooKeeper snapshot
-    FLEET = "fleet"  # probe output of several brokers
+    FLEET = "fleet"  # probe output of several brokers, compared (skipped when a run audits only some)
 
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
@@ -538,7 +538,7 @@ RULES: tuple[Rule, ...] = (
         "meta-mismatch",
         "meta.properties disagree",
         Scope.CROSS_SOURCE,
-        Needs.FLEET,
+        Needs.METADATA,  # one broker's log dirs, and ZooKeeper's /cluster/id when given
         "meta.properties broker.id/node.id or cluster.id differ between a broker's log dirs, or from "
         "ZooKeeper's cluster id",
         "Kafka refuses to start with inconsistent meta.properties; a foreign cluster.id means a disk from "
