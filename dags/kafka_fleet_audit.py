@@ -33,7 +33,7 @@ from fleet_doctor.alerts import send_alert
 from fleet_doctor.scan import LOCAL_SPARK_CONF, spark_env
 
 SETTINGS = audit.settings_from_env()
-FINDINGS = Asset(name="kafka_fleet_findings", uri=f"file://{SETTINGS.findings_dir}")
+FINDINGS = Asset(name="kafka_fleet_findings", uri=audit.asset_uri(SETTINGS.findings_url))
 
 
 @dag(
@@ -72,12 +72,11 @@ def kafka_fleet_audit() -> None:
         settings = audit.settings_from_env()
         context = get_current_context()
         context["broker_label"] = str(broker["broker_id"])  # type: ignore[typeddict-unknown-key]
-        run_dir = settings.run_dir(context["run_id"])
         client = SSHHook(ssh_conn_id=broker["ssh_conn_id"], conn_timeout=10).get_conn()
         try:
             return audit.stage_broker(
-                client, broker, run_dir, deep=settings.deep, verify_crc=settings.verify_crc,
-                timeout=settings.ssh_timeout_s,
+                client, broker, settings.store, settings.run_key(context["run_id"]), deep=settings.deep,
+                verify_crc=settings.verify_crc, timeout=settings.ssh_timeout_s,
             )  # fmt: skip
         finally:
             client.close()
@@ -85,15 +84,15 @@ def kafka_fleet_audit() -> None:
     @task
     def snapshot_zookeeper(discovered: dict[str, Any]) -> int:
         settings = audit.settings_from_env()
-        run_dir = settings.run_dir(get_current_context()["run_id"])
-        return audit.snapshot_zookeeper(discovered["zookeeper"], run_dir / "zk.jsonl")
+        run_key = settings.run_key(get_current_context()["run_id"])
+        return audit.snapshot_zookeeper(discovered["zookeeper"], settings.store, f"{run_key}/zk.jsonl")
 
     @task(trigger_rule="all_done")
     def broker_facts(discovered: dict[str, Any]) -> dict[str, Any]:
         """Runs whatever happened to the stage tasks: only completely staged brokers are audited."""
         settings = audit.settings_from_env()
         run_id = get_current_context()["run_id"]
-        facts = audit.write_broker_facts(discovered, settings.run_dir(run_id))
+        facts = audit.write_broker_facts(discovered, settings.store, settings.run_key(run_id))
         if not facts["audited"]:
             raise RuntimeError("no broker could be staged: nothing to audit")
         return {**facts, "detect_args": audit.detect_args(settings, run_id, facts)}
@@ -121,8 +120,11 @@ def kafka_fleet_audit() -> None:
         application=str(audit.DETECT_APP),
         conn_id="spark_default",
         name="fleet-doctor-detect",
-        conf={k: v for k, v in LOCAL_SPARK_CONF.items() if k != "spark.driver.extraJavaOptions"},
+        conf=SETTINGS.detect_conf({k: v for k, v in LOCAL_SPARK_CONF.items() if k != "spark.driver.extraJavaOptions"}),
+        jars=SETTINGS.spark_jars or None,
         application_args=detect_args(facts),
+        # spark-submit inherits the worker's environment (an s3a:// store's AWS_* credentials: never put them in the
+        # DAG, whose arguments Airflow stores and shows)
         env_vars={k: v for k, v in spark_env().items() if k.startswith(("SPARK", "PYSPARK", "PATH"))},
     )
     summary = publish(discovered, facts)

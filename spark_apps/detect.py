@@ -31,8 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--zk-snapshot", help="ZooKeeper snapshot JSON Lines (fleet-doctor zk-snapshot)")
     p.add_argument("--output", required=True, help="findings dataset root (Parquet, partitioned by audit_run)")
     p.add_argument("--audit-run", required=True, help="audit run id, e.g. the Airflow run id")
-    p.add_argument("--summary", help="write a JSON summary here (local path)")
-    p.add_argument("--findings-json", help="also write the findings as one local JSON Lines file")
+    p.add_argument("--summary", help="write a JSON summary here (a local path or a store URL)")
+    p.add_argument("--findings-json", help="also write the findings as one JSON Lines file (a local path or a URL)")
     p.add_argument(
         "--partial-scope", action="store_true",
         help="only some of the fleet's brokers were staged on purpose: skip the rules that compare brokers",
@@ -59,6 +59,30 @@ def summarize(rows: list[dict], skipped: dict[str, str], audit_run: str) -> dict
     }
 
 
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: a local file, or through Hadoop's filesystem for a URL (s3a://,
+    hdfs://, with the session's settings), written under a hidden temporary name and renamed into place."""
+    if "://" not in path or path.startswith("file://"):
+        path = path.removeprefix("file://")
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+        return
+    jvm = spark.sparkContext._jvm
+    final = jvm.org.apache.hadoop.fs.Path(path)
+    tmp = jvm.org.apache.hadoop.fs.Path(final.getParent(), f".{final.getName()}.{os.getpid()}.tmp")
+    fs = final.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    out = fs.create(tmp, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+    fs.delete(final, False)
+    if not fs.rename(tmp, final):
+        raise OSError(f"{path}: could not move {tmp} into place")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spark = SparkSession.builder.appName(f"fleet-doctor-detect-{args.audit_run}").getOrCreate()
@@ -73,16 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.findings_json:
         order = F.expr("CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END")
         rows = found.orderBy(order, "broker_id", "log_dir", "topic", "partition", "segment", "rule").collect()
-        tmp = args.findings_json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            for r in rows:
-                out.write(json.dumps(r.asDict()) + "\n")
-        os.replace(tmp, args.findings_json)
+        write_text(spark, args.findings_json, "".join(json.dumps(r.asDict()) + "\n" for r in rows))
     if args.summary:
-        tmp = args.summary + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump(summary, out, indent=2)
-        os.replace(tmp, args.summary)
+        write_text(spark, args.summary, json.dumps(summary, indent=2))
     print(json.dumps(summary))
     spark.stop()
     return 0

@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,15 @@ from fleet_doctor.probe import Probe
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("FLEET_DOCTOR_CORPUS", REPO.parent / "shared" / "kafka-real-data"))
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An S3 server on 127.0.0.1 (moto) with a bucket, for the s3a:// data store; stopped by PID at the end."""
+    from s3_server import S3Server
+
+    with S3Server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,9 @@ def _finding(rule: str, broker: int | None, path: str, severity: str = "critical
 
 
 def _run(settings: audit.AuditSettings, run: str, findings: list[dict[str, Any]], not_audited: list[int]) -> dict:
-    d = settings.run_dir(run)
-    d.mkdir(parents=True)
-    (d / "findings.jsonl").write_text("".join(json.dumps(f) + "\n" for f in findings))
-    (d / "summary.json").write_text(json.dumps({"rules_skipped": {}}))
+    key = settings.run_key(run)
+    settings.store.write_jsonl(f"{key}/findings.jsonl", findings)
+    settings.store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [4], "zookeeper_error": None}
     facts = {"audited": [b for b in (1, 2, 3) if b not in not_audited], "not_audited": not_audited}
     return audit.publish(settings, run, discovered, facts)
@@ -37,10 +36,10 @@ def test_history_marks_new_persisting_resolved_and_unverified(tmp_path: Path) ->
     s3 = _run(s, "run:3", [a], [2])  # broker 2 unreachable: its finding is carried, not resolved
     assert s3["by_status"] == {"new": 0, "persisting": 1, "resolved": 0, "unverified": 1}
     assert s3["not_audited"] == [2]
-    rows = [json.loads(x) for x in (s.history_dir / "audit_run=run_3" / "findings.jsonl").read_text().splitlines()]
+    rows = s.store.read_jsonl("history/audit_run=run_3/findings.jsonl")
     assert {r["path"]: r["status"] for r in rows} == {"/a": "persisting", "/b": "unverified"}
     assert next(r for r in rows if r["path"] == "/a")["first_seen"] == "run_1"
-    runs = [json.loads(x) for x in (s.history_dir / "runs.jsonl").read_text().splitlines()]
+    runs = s.store.read_jsonl("history/runs.jsonl")
     assert [r["audit_run"] for r in runs] == ["run_1", "run_2", "run_3"]
     html = Path(s3["report"]).read_text()
     assert "Not audited" in html and "<svg" in html and "unverified" in html
@@ -74,9 +73,7 @@ def test_out_of_scope_brokers_keep_their_findings_unverified(tmp_path: Path) -> 
     s = audit.AuditSettings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
     a, b = _finding("index-orphan", 1, "/a"), _finding("stray-dir", 2, "/b", "warning")
     _run(s, "run:1", [a, b], [])
-    d = s.run_dir("run:2")
-    d.mkdir(parents=True)
-    (d / "findings.jsonl").write_text(json.dumps(a) + "\n")
+    s.store.write_jsonl(f"{s.run_key('run:2')}/findings.jsonl", [a])
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
     s2 = audit.publish(s, "run:2", discovered, {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]})
     assert s2["by_status"] == {"new": 0, "persisting": 1, "resolved": 0, "unverified": 1}
@@ -121,17 +118,16 @@ def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_p
     s = audit.AuditSettings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
     cluster_wide = {**_finding("under-replicated", None, "/brokers/topics/t"), "log_dir": None}
     _run(s, "run:1", [_finding("index-orphan", 1, "/a"), cluster_wide], [])
-    d = s.run_dir("run:2")
-    d.mkdir(parents=True)
-    (d / "findings.jsonl").write_text("")  # broker 1 is clean now; ZooKeeper's finding not seen in this run
+    # broker 1 is clean now; ZooKeeper's finding not seen in this run
+    s.store.write_jsonl(f"{s.run_key('run:2')}/findings.jsonl", [])
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
     facts = {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]}
     s2 = audit.publish(s, "run:2", discovered, facts)
-    rows = [json.loads(x) for x in (s.history_dir / "audit_run=run_2" / "findings.jsonl").read_text().splitlines()]
+    rows = s.store.read_jsonl("history/audit_run=run_2/findings.jsonl")
     assert {r["path"]: r["status"] for r in rows} == {"/a": "resolved", "/brokers/topics/t": "unverified"}
     assert s2["by_status"]["resolved"] == 1
     # the history says which runs were partial; the repair plans only from whole-fleet runs
-    runs = [json.loads(x) for x in (s.history_dir / "runs.jsonl").read_text().splitlines()]
+    runs = s.store.read_jsonl("history/runs.jsonl")
     assert [r["out_of_scope"] for r in runs] == [[], [2, 3]]
     assert repair.latest_audit_run(s) == "run_1"
     try:

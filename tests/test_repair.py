@@ -16,7 +16,6 @@ import paramiko
 import pytest
 
 from fleet_doctor import audit, inventory, lab
-from fleet_doctor.audit import read_jsonl
 from fleet_doctor.lab_incidents import run_scenario
 from fleet_doctor.probe import parse_partition_metadata
 from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError, acquire_lock, release_lock
@@ -61,8 +60,8 @@ def seed004(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
 
 def _plan(ctx: dict[str, Any]) -> Any:
     s: audit.AuditSettings = ctx["settings"]
-    findings = read_jsonl(s.history_dir / "audit_run=run1" / "findings.jsonl")
-    return build_plan(ctx["inv"].cluster, "run1", findings, FleetFacts.load(s.run_dir("run1")))
+    findings = s.store.read_jsonl("history/audit_run=run1/findings.jsonl")
+    return build_plan(ctx["inv"].cluster, "run1", findings, FleetFacts.load(s.store, s.run_key("run1")))
 
 
 def test_partition_metadata_left_alone_without_approval(seed004: dict[str, Any]) -> None:

@@ -91,12 +91,15 @@ def run_audit(
     return airflow(env, *args, timeout=timeout, check=False)
 
 
-def latest_summary(data: Path) -> dict[str, Any] | None:
-    runs = data / "history" / "runs.jsonl"
-    if not runs.is_file():
+def latest_summary(data: str | Path, environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The summary of the newest audit run in the data store ``data`` (a path or store URL), None if none."""
+    from fleet_doctor.store import Store
+
+    store = Store(data, environ)
+    runs = store.read_jsonl("history/runs.jsonl")
+    if not runs:
         return None
-    last = json.loads(runs.read_text().splitlines()[-1])
-    return json.loads((data / "reports" / f"{last['audit_run']}.json").read_text())
+    return json.loads(store.read_text(f"reports/{runs[-1]['audit_run']}.json") or "null")
 
 
 def demo(home: Path, lab_dir: Path, data: Path, keep_lab: bool = False) -> int:

@@ -4,7 +4,8 @@ discover -> stage (one broker each, over SSH) -> snapshot ZooKeeper -> broker fa
 publish (history, report) -> alert. Nothing here imports Airflow: the SSH client is any connected
 ``paramiko.SSHClient`` (the DAG gets it from the SSH provider's hook), so the steps are tested on their own.
 
-Storage layout under the data root (``FLEET_DOCTOR_DATA``)::
+Storage layout under the data root (``FLEET_DOCTOR_DATA``: a local directory, or ``s3a://bucket/prefix`` or
+``hdfs://namenode/path``, see fleet_doctor.store)::
 
     staging/<run>/probe/broker_id=<N>/probe.jsonl.gz   one broker's probe output (written atomically)
     staging/<run>/zk.jsonl, brokers.jsonl               the ZooKeeper snapshot, the broker facts
@@ -17,6 +18,7 @@ Storage layout under the data root (``FLEET_DOCTOR_DATA``)::
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -26,11 +28,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory as inv
-from fleet_doctor.kafka_log import write_atomic
+from fleet_doctor.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_SOURCE = Path(__file__).resolve().parent / "probe.py"
@@ -42,7 +45,7 @@ SEVERITIES = ("critical", "warning", "info")
 @dataclass(frozen=True)
 class AuditSettings:
     inventory: Path
-    data_root: Path
+    data_root: str | Path  # a local directory or a store URL (s3a://, s3://, hdfs://)
     schedule: str = "0 2 * * *"
     pool: str = "kafka_fleet_audit"
     pool_slots: int = 32  # one wave for a fleet of up to 32 brokers (bench/README.md: audit staging)
@@ -51,26 +54,38 @@ class AuditSettings:
     stage_retries: int = 2
     stage_retry_delay_s: float = 30.0
     ssh_timeout_s: float = 1800.0
+    spark_jars: str = ""  # comma-separated, for spark-submit --jars (e.g. hadoop-aws for an s3a:// store)
+    spark_conf: tuple[tuple[str, str], ...] = ()  # extra Spark settings
+    repair_dir: Path | None = None  # the repair DAGs' plans and journals (a local directory)
 
-    def run_dir(self, run_id: str) -> Path:
-        return self.data_root / "staging" / safe_run_id(run_id)
+    @cached_property
+    def store(self) -> Store:
+        return Store(self.data_root)
+
+    @staticmethod
+    def run_key(run_id: str) -> str:
+        """The store key of one audit run's staging area."""
+        return f"staging/{safe_run_id(run_id)}"
 
     @property
-    def findings_dir(self) -> Path:
-        return self.data_root / "findings"
+    def findings_url(self) -> str:
+        return self.store.url("findings")
+
+    def detect_conf(self, base: Mapping[str, str]) -> dict[str, str]:
+        """Spark settings of the detection app: ``base``, the store's (S3A endpoint), then the configured extras."""
+        return {**base, **self.store.spark_conf(), **dict(self.spark_conf)}
 
     @property
-    def history_dir(self) -> Path:
-        return self.data_root / "history"
-
-    @property
-    def reports_dir(self) -> Path:
-        return self.data_root / "reports"
+    def repairs(self) -> Path:
+        if self.repair_dir is not None:
+            return self.repair_dir
+        return Path(self.data_root) / "repairs" if self.store.is_local else REPO / ".fleet-doctor" / "repairs"
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> AuditSettings:
     """FLEET_DOCTOR_INVENTORY, FLEET_DOCTOR_DATA, FLEET_DOCTOR_AUDIT_SCHEDULE, FLEET_DOCTOR_AUDIT_POOL(_SLOTS),
-    FLEET_DOCTOR_DEEP, FLEET_DOCTOR_VERIFY_CRC, FLEET_DOCTOR_STAGE_RETRIES, FLEET_DOCTOR_STAGE_RETRY_DELAY, read from
+    FLEET_DOCTOR_DEEP, FLEET_DOCTOR_VERIFY_CRC, FLEET_DOCTOR_STAGE_RETRIES, FLEET_DOCTOR_STAGE_RETRY_DELAY,
+    FLEET_DOCTOR_SPARK_JARS, FLEET_DOCTOR_SPARK_CONF (a JSON object), FLEET_DOCTOR_REPAIR_DIR, read from
     ``environ`` (default: this process's environment); unset or empty means AuditSettings' default."""
     env = os.environ if environ is None else environ
     d = AuditSettings
@@ -79,9 +94,16 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> AuditSettings
         v = env.get(name)
         return default if v is None else v.strip().lower() in ("1", "true", "yes", "on")
 
+    try:
+        extra = json.loads(env.get("FLEET_DOCTOR_SPARK_CONF") or "{}")
+        if not isinstance(extra, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as e:
+        raise ValueError(f"FLEET_DOCTOR_SPARK_CONF: expected a JSON object of Spark settings ({e})") from e
+    data = env.get("FLEET_DOCTOR_DATA") or str(REPO / ".fleet-doctor")
     return AuditSettings(
         inventory=Path(env.get("FLEET_DOCTOR_INVENTORY") or REPO / ".lab" / "inventory.json"),
-        data_root=Path(env.get("FLEET_DOCTOR_DATA") or REPO / ".fleet-doctor"),
+        data_root=data if "://" in data else Path(data),
         schedule=env.get("FLEET_DOCTOR_AUDIT_SCHEDULE") or d.schedule,
         pool=env.get("FLEET_DOCTOR_AUDIT_POOL") or d.pool,
         pool_slots=int(env.get("FLEET_DOCTOR_AUDIT_POOL_SLOTS") or d.pool_slots),
@@ -89,7 +111,17 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> AuditSettings
         verify_crc=flag("FLEET_DOCTOR_VERIFY_CRC", d.verify_crc),
         stage_retries=int(env.get("FLEET_DOCTOR_STAGE_RETRIES") or d.stage_retries),
         stage_retry_delay_s=float(env.get("FLEET_DOCTOR_STAGE_RETRY_DELAY") or d.stage_retry_delay_s),
+        spark_jars=env.get("FLEET_DOCTOR_SPARK_JARS") or d.spark_jars,
+        spark_conf=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
+        repair_dir=Path(env["FLEET_DOCTOR_REPAIR_DIR"]) if env.get("FLEET_DOCTOR_REPAIR_DIR") else None,
     )
+
+
+def asset_uri(url: str) -> str:
+    """An Airflow Asset URI for a store URL: ``file://`` for a local path, ``s3://`` for S3A (Airflow's S3 scheme)."""
+    if "://" not in url:
+        return f"file://{url}"
+    return "s3://" + url.split("://", 1)[1] if url.startswith(("s3a://", "s3://")) else url
 
 
 def safe_run_id(run_id: str) -> str:
@@ -225,38 +257,31 @@ def probe_records(client: Any, log_dirs: Iterable[str], timeout: float = 600.0) 
 def stage_broker(
     client: Any,
     broker: dict[str, Any],
-    run_dir: Path,
+    store: Store,
+    run_key: str,
     *,
     deep: bool,
     verify_crc: bool,
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
-    """Run the probe on the broker over an open SSH connection and stream its JSON Lines into
-    ``run_dir/probe/broker_id=<N>/probe.jsonl.gz``: written to a temp file and renamed only when the probe
-    exited 0 and its last record is a complete ``probe_end``, so a half-staged broker is never read."""
+    """Run the probe on the broker over an open SSH connection and stream its JSON Lines, gzip'd, into the store
+    at ``<run_key>/probe/broker_id=<N>/probe.jsonl.gz``: the object appears there only when the probe exited 0 and
+    its last record is a complete ``probe_end`` (Store.writer), so a half-staged broker is never read."""
     bid = int(broker["broker_id"])
-    dest_dir = run_dir / "probe" / f"broker_id={bid}"
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    final = dest_dir / "probe.jsonl.gz"
-    tmp = dest_dir / f".probe.jsonl.gz.{os.getpid()}.tmp"
+    key = f"{run_key}/probe/broker_id={bid}/probe.jsonl.gz"
     command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
     nbytes = 0
-    try:
-        with gzip.open(tmp, "wb", compresslevel=5) as out:
+    with store.writer(key) as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5) as out:
 
-            def sink(data: bytes) -> None:
-                nonlocal nbytes
-                out.write(data)
-                nbytes += len(data)
+        def sink(data: bytes) -> None:
+            nonlocal nbytes
+            out.write(data)
+            nbytes += len(data)
 
-            end = run_probe(client, command, sink, timeout, f"broker {bid}")
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        end = run_probe(client, command, sink, timeout, f"broker {bid}")
     return {
         "broker_id": bid,
-        "path": str(final),
+        "path": store.url(key),
         "bytes": nbytes,
         "partitions": end.get("partitions"),
         "segments": end.get("segments"),
@@ -265,40 +290,29 @@ def stage_broker(
     }
 
 
-def staged_brokers(run_dir: Path) -> list[int]:
-    """Brokers whose probe output is complete (only the final, renamed file counts)."""
-    base = run_dir / "probe"
-    if not base.is_dir():
-        return []
+def staged_brokers(store: Store, run_key: str) -> list[int]:
+    """Brokers whose probe output is complete (only the final object counts, never a temporary one)."""
     return sorted(
-        int(d.name.split("=", 1)[1])
-        for d in base.iterdir()
-        if d.name.startswith("broker_id=") and (d / "probe.jsonl.gz").is_file()
-    )
+        int(name.split("=", 1)[1])
+        for name in store.list(f"{run_key}/probe")
+        if name.startswith("broker_id=") and name.split("=", 1)[1].isdigit()
+        and store.is_file(f"{run_key}/probe/{name}/probe.jsonl.gz")
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
 # ZooKeeper snapshot and broker facts
-def snapshot_zookeeper(connect: str, path: Path, timeout: float = 10.0) -> int:
+def snapshot_zookeeper(connect: str, store: Store, key: str, timeout: float = 10.0) -> int:
     from fleet_doctor import zk_snapshot
 
     records = zk_snapshot.read_live(connect, timeout=timeout)
-    _write_jsonl(path, records)
+    store.write_jsonl(key, records)
     return len(records)
 
 
-def _write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    tmp.replace(path)
-
-
-def write_broker_facts(discovered: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def write_broker_facts(discovered: dict[str, Any], store: Store, run_key: str) -> dict[str, Any]:
     """brokers.jsonl for the Spark app, and the audited / not-audited split."""
-    staged = set(staged_brokers(run_dir))
+    staged = set(staged_brokers(store, run_key))
     facts = [
         {
             "broker_id": b["broker_id"],
@@ -309,26 +323,27 @@ def write_broker_facts(discovered: dict[str, Any], run_dir: Path) -> dict[str, A
         for b in discovered["brokers"]
         if b["broker_id"] in staged
     ]
-    _write_jsonl(run_dir / "brokers.jsonl", facts)
+    store.write_jsonl(f"{run_key}/brokers.jsonl", facts)
+    zk = f"{run_key}/zk.jsonl"
     return {
         "audited": sorted(staged),
         "not_audited": sorted(b["broker_id"] for b in discovered["brokers"] if b["broker_id"] not in staged),
         "out_of_scope": list(discovered.get("out_of_scope", [])),
-        "brokers": str(run_dir / "brokers.jsonl"),
-        "probe_dir": str(run_dir / "probe"),
-        "zk_snapshot": str(run_dir / "zk.jsonl") if (run_dir / "zk.jsonl").is_file() else None,
+        "brokers": store.url(f"{run_key}/brokers.jsonl"),
+        "probe_dir": store.url(f"{run_key}/probe"),
+        "zk_snapshot": store.url(zk) if store.is_file(zk) else None,
     }
 
 
 def detect_args(settings: AuditSettings, run_id: str, facts: dict[str, Any]) -> list[str]:
-    run_dir = settings.run_dir(run_id)
+    run_key = settings.run_key(run_id)
     args = [
         "--probe-dir", facts["probe_dir"],
         "--brokers", facts["brokers"],
-        "--output", str(settings.findings_dir),
+        "--output", settings.findings_url,
         "--audit-run", safe_run_id(run_id),
-        "--summary", str(run_dir / "summary.json"),
-        "--findings-json", str(run_dir / "findings.jsonl"),
+        "--summary", settings.store.url(f"{run_key}/summary.json"),
+        "--findings-json", settings.store.url(f"{run_key}/findings.jsonl"),
     ]  # fmt: skip
     if facts.get("zk_snapshot"):
         args += ["--zk-snapshot", facts["zk_snapshot"]]
@@ -343,14 +358,6 @@ def finding_key(f: dict[str, Any]) -> str:
     return json.dumps([f.get(k) for k in FINDING_KEY])
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every record of a JSON Lines file, gzip'd (.gz) or not; [] when the file does not exist."""
-    if not path.is_file():
-        return []
-    with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """Mark every finding new / persisting versus the previous run, add the previous run's findings that are
     gone as resolved (unless their broker was not audited this time, unreachable or out of the run's scope: then
@@ -358,17 +365,17 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
     append the run to the history, write the HTML report and return the compact summary."""
     from fleet_doctor.report import render_audit_html
 
+    store = settings.store
     run = safe_run_id(run_id)
-    run_dir = settings.run_dir(run_id)
-    findings = read_jsonl(run_dir / "findings.jsonl")
-    spark_summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
-    hist = settings.history_dir
-    runs = [r for r in read_jsonl(hist / "runs.jsonl") if r["audit_run"] != run]
+    run_key = settings.run_key(run_id)
+    findings = store.read_jsonl(f"{run_key}/findings.jsonl")
+    spark_summary = json.loads(store.read_text(f"{run_key}/summary.json") or "{}")
+    runs = [r for r in store.read_jsonl("history/runs.jsonl") if r["audit_run"] != run]
     previous = runs[-1]["audit_run"] if runs else None
     before = (
         {
             finding_key(f): f
-            for f in read_jsonl(hist / f"audit_run={previous}" / "findings.jsonl")
+            for f in store.read_jsonl(f"history/audit_run={previous}/findings.jsonl")
             if f.get("status") != "resolved"
         }
         if previous
@@ -393,11 +400,11 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
         # a partial run resolves only what it looked at: its brokers' own findings, not the cluster's
         carried = f.get("broker_id") in not_checked or (bool(out_of_scope) and f.get("broker_id") is None)
         rows.append({**f, "status": "unverified" if carried else "resolved", "audit_run": run})
-    _write_jsonl(hist / f"audit_run={run}" / "findings.jsonl", rows)
+    store.write_jsonl(f"history/audit_run={run}/findings.jsonl", rows)
     active = [r for r in rows if r["status"] in ("new", "persisting", "unverified")]
     by_severity = Counter(r["severity"] for r in active if r["status"] != "unverified")
     status_counts = Counter(r["status"] for r in rows)
-    report = settings.reports_dir / f"{run}.html"
+    report = f"reports/{run}.html"
     summary = {
         "audit_run": run,
         "cluster": discovered["cluster"],
@@ -413,20 +420,18 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
         "only_in_zookeeper": discovered["only_in_zookeeper"],
         "zookeeper_error": discovered.get("zookeeper_error"),
         "rules_skipped": spark_summary.get("rules_skipped", {}),
-        "report": str(report),
-        "findings_dataset": str(settings.findings_dir / f"audit_run={run}"),
+        "report": store.url(report),
+        "findings_dataset": store.url(f"findings/audit_run={run}"),
         "previous_run": previous,
     }
     runs.append(
         {k: summary[k] for k in ("audit_run", "finished_at", "by_severity", "by_status", "not_audited", "out_of_scope")}
     )
-    _write_jsonl(hist / "runs.jsonl", runs)
-    report.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(report.with_suffix(".json"), (json.dumps(summary, indent=2) + "\n").encode())
-    tmp = report.with_name(report.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        render_audit_html(rows, summary, runs, out)
-    tmp.replace(report)
+    store.write_jsonl("history/runs.jsonl", runs)
+    store.write_text(f"reports/{run}.json", json.dumps(summary, indent=2) + "\n")
+    html = io.StringIO()
+    render_audit_html(rows, summary, runs, html)
+    store.write_text(report, html.getvalue())
     return summary
 
 
@@ -465,24 +470,26 @@ def run_local(
     from fleet_doctor.scan import LOCAL_SPARK_CONF, spark_env, spark_submit_cmd
 
     discovered = discover(inv.load(settings.inventory))
-    run_dir = settings.run_dir(run_id)
+    store, run_key = settings.store, settings.run_key(run_id)
+    errors = []
     for broker in discovered["brokers"]:
         try:
             client = connect(broker)
             try:
-                stage_broker(client, broker, run_dir, deep=settings.deep, verify_crc=settings.verify_crc)
+                stage_broker(client, broker, store, run_key, deep=settings.deep, verify_crc=settings.verify_crc)
             finally:
                 client.close()
         except Exception as e:  # an unreachable broker is reported, not fatal
-            run_dir.mkdir(parents=True, exist_ok=True)
-            with open(run_dir / "stage-errors.txt", "a", encoding="utf-8") as f:
-                f.write(f"broker {broker['broker_id']}: {type(e).__name__}: {e}\n")
+            errors.append(f"broker {broker['broker_id']}: {type(e).__name__}: {e}\n")
+    if errors:
+        store.write_text(f"{run_key}/stage-errors.txt", "".join(errors))
     try:
-        snapshot_zookeeper(discovered["zookeeper"], run_dir / "zk.jsonl")
+        snapshot_zookeeper(discovered["zookeeper"], store, f"{run_key}/zk.jsonl")
     except Exception as e:  # detection runs without the cross-source rules
-        (run_dir / "zk-error.txt").write_text(f"{type(e).__name__}: {e}\n")
-    facts = write_broker_facts(discovered, run_dir)
-    cmd = spark_submit_cmd(DETECT_APP, master, LOCAL_SPARK_CONF, detect_args(settings, run_id, facts))
+        store.write_text(f"{run_key}/zk-error.txt", f"{type(e).__name__}: {e}\n")
+    facts = write_broker_facts(discovered, store, run_key)
+    conf = settings.detect_conf(LOCAL_SPARK_CONF)
+    cmd = spark_submit_cmd(DETECT_APP, master, conf, detect_args(settings, run_id, facts), jars=settings.spark_jars)
     r = subprocess.run(cmd, env=spark_env(), capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"detection failed ({r.returncode}):\n{r.stderr[-3000:]}")

@@ -51,21 +51,21 @@ def approvers() -> list[str] | None:
 
 
 def repairs_dir(settings: audit.AuditSettings) -> Path:
-    return settings.data_root / "repairs"
+    return settings.repairs
 
 
 def latest_audit_run(settings: audit.AuditSettings) -> str:
     """The newest audit of the whole fleet (a run of only some brokers is no base for a plan)."""
-    runs = [r for r in audit.read_jsonl(settings.history_dir / "runs.jsonl") if not r.get("out_of_scope")]
+    runs = [r for r in settings.store.read_jsonl("history/runs.jsonl") if not r.get("out_of_scope")]
     if not runs:
-        raise RepairError(f"no whole-fleet audit run in {settings.history_dir}: run kafka_fleet_audit first")
+        raise RepairError(f"no whole-fleet audit run in {settings.store.url('history')}: run kafka_fleet_audit first")
     return runs[-1]["audit_run"]
 
 
 def whole_fleet_run(settings: audit.AuditSettings, run: str) -> None:
     """Refuse to plan from an audit that staged only some brokers: the others' findings would silently drop out
     of the plan, and the re-verify before execution (a whole-fleet audit) could never match its hash."""
-    for r in audit.read_jsonl(settings.history_dir / "runs.jsonl"):
+    for r in settings.store.read_jsonl("history/runs.jsonl"):
         if r["audit_run"] == run and r.get("out_of_scope"):
             raise RepairError(
                 f"audit run {run} audited only some brokers (out of scope: {r['out_of_scope']}): plan from a "
@@ -75,10 +75,10 @@ def whole_fleet_run(settings: audit.AuditSettings, run: str) -> None:
 
 def plan_from_run(settings: audit.AuditSettings, run: str, params: dict[str, Any]) -> Plan:
     whole_fleet_run(settings, run)
-    findings = audit.read_jsonl(settings.history_dir / f"audit_run={run}" / "findings.jsonl")
+    findings = settings.store.read_jsonl(f"history/audit_run={run}/findings.jsonl")
     inv = inventory.load(settings.inventory)
     return build_plan(
-        inv.cluster, run, findings, FleetFacts.load(settings.data_root / "staging" / run),
+        inv.cluster, run, findings, FleetFacts.load(settings.store, settings.run_key(run)),
         rules=params.get("rules") or (), brokers=[int(b) for b in params.get("brokers") or ()],
         topics=params.get("topics") or (), hold_out=[int(b) for b in params.get("hold_out") or ()],
         include_internal=bool(params.get("include_internal")),

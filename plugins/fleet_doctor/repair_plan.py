@@ -20,11 +20,11 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from fleet_doctor.audit import read_jsonl
+from fleet_doctor.audit import staged_brokers
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+from fleet_doctor.store import Store
 
 TOPIC_ID_RULES = ("topic-id-mismatch", "topic-id-split")
 INDEX_RULES = (
@@ -232,14 +232,11 @@ class FleetFacts:
     zk: list[dict[str, Any]]
 
     @classmethod
-    def load(cls, run_dir: Path) -> FleetFacts:
-        probe = {}
-        for d in sorted((run_dir / "probe").glob("broker_id=*")):
-            f = d / "probe.jsonl.gz"
-            if f.is_file():
-                probe[int(d.name.split("=", 1)[1])] = read_jsonl(f)
-        zk = read_jsonl(run_dir / "zk.jsonl")
-        return cls(probe, zk)
+    def load(cls, store: Store, run_key: str) -> FleetFacts:
+        """The staged probe output of every broker of the audit run at ``run_key``, and its ZooKeeper snapshot."""
+        probe = {bid: store.read_jsonl(f"{run_key}/probe/broker_id={bid}/probe.jsonl.gz")
+                 for bid in staged_brokers(store, run_key)}  # fmt: skip
+        return cls(probe, store.read_jsonl(f"{run_key}/zk.jsonl"))
 
     @property
     def controller(self) -> int | None:

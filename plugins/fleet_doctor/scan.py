@@ -58,10 +58,12 @@ def spark_env() -> dict[str, str]:
     return env
 
 
-def spark_submit_cmd(app: Path, master: str, conf: dict[str, str], app_args: list[str]) -> list[str]:
+def spark_submit_cmd(app: Path, master: str, conf: dict[str, str], app_args: list[str], jars: str = "") -> list[str]:
     import pyspark
 
     cmd = [os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit"), "--master", master]
+    if jars:
+        cmd += ["--jars", jars]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     return [*cmd, str(app), *app_args]

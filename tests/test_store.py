@@ -1,0 +1,133 @@
+"""The audit's data store on a local directory and on S3 (a real S3 HTTP server on 127.0.0.1), and the audit's
+publish step on S3: atomic writes, missing and broken objects named in the error, history across runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyarrow import fs
+
+from fleet_doctor import audit
+from fleet_doctor.store import Store, StoreError
+
+
+@pytest.fixture(params=["local", "s3"])
+def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    if request.param == "local":
+        return str(tmp_path / "data"), {}
+    s3 = request.getfixturevalue("s3")
+    return s3.url(f"tests/{request.node.name}"), s3.env()
+
+
+def _raw_names(store: Store, key: str) -> list[str]:
+    """Every entry under key as the filesystem lists it (hidden temporary objects included)."""
+    sel = fs.FileSelector(store._path(key), recursive=True, allow_not_found=True)
+    return sorted(i.path.rsplit("/", 1)[-1] for i in store.fs.get_file_info(sel) if i.type == fs.FileType.File)
+
+
+def test_round_trip_and_missing_objects(store_env: tuple[str, dict[str, str]]) -> None:
+    root, env = store_env
+    store = Store(root, env)
+    assert store.list("") == [] and store.read_bytes("a/b.json") is None and store.read_jsonl("x.jsonl") == []
+    store.write_jsonl("staging/run 1/zk.jsonl", [{"kind": "cluster", "id": "é"}])
+    store.write_bytes("staging/run 1/probe/broker_id=1/probe.jsonl.gz", gzip.compress(b'{"kind":"probe"}\n'))
+    assert store.list("staging/run 1") == ["probe", "zk.jsonl"]
+    assert store.read_jsonl("staging/run 1/zk.jsonl") == [{"kind": "cluster", "id": "é"}]
+    assert store.read_jsonl("staging/run 1/probe/broker_id=1/probe.jsonl.gz") == [{"kind": "probe"}]
+    assert store.is_file("staging/run 1/zk.jsonl") and not store.is_file("staging/run 1")
+    store.write_text("staging/run 1/zk.jsonl", "")  # overwrite
+    assert store.read_jsonl("staging/run 1/zk.jsonl") == []
+    assert store.url("findings") == f"{root if '://' in root else Path(root).resolve()}/findings"
+
+
+def test_a_failed_write_leaves_nothing_behind(store_env: tuple[str, dict[str, str]]) -> None:
+    root, env = store_env
+    store = Store(root, env)
+    store.write_text("reports/r.html", "old")
+    with pytest.raises(KeyError), store.writer("reports/r.html") as out:
+        out.write(b"half of the new report")
+        raise KeyError("the probe died")
+    with pytest.raises(KeyError), store.writer("reports/new.html") as out:
+        out.write(b"half")
+        raise KeyError("the probe died")
+    assert store.read_text("reports/r.html") == "old"
+    assert _raw_names(store, "reports") == ["r.html"], "a temporary object was left behind"
+
+
+def test_broken_objects_and_bad_keys_are_named(store_env: tuple[str, dict[str, str]]) -> None:
+    root, env = store_env
+    store = Store(root, env)
+    store.write_bytes("staging/r/probe/broker_id=2/probe.jsonl.gz", b"\x1f\x8b not really gzip")
+    with pytest.raises(StoreError, match=r"broker_id=2/probe\.jsonl\.gz: not JSON Lines"):
+        store.read_jsonl("staging/r/probe/broker_id=2/probe.jsonl.gz")
+    store.write_text("history/runs.jsonl", '{"audit_run": "a"}\n{"audit_run": ')
+    with pytest.raises(StoreError, match=r"history/runs\.jsonl: not JSON Lines"):
+        store.read_jsonl("history/runs.jsonl")
+    with pytest.raises(StoreError, match=r"'\.\.' is not allowed"):
+        store.read_bytes("history/../../etc/passwd")
+
+
+def test_unsupported_and_unreachable_stores_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="ftp://x/y: unsupported store"):
+        Store("ftp://x/y")
+    with pytest.raises(StoreError, match="no bucket"):
+        Store("s3a:///prefix")
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        "AWS_ACCESS_KEY_ID": "a",
+        "AWS_SECRET_ACCESS_KEY": "b",
+        "FLEET_DOCTOR_S3_ENDPOINT": f"http://127.0.0.1:{port}",
+    }
+    with pytest.raises(StoreError, match=r"s3a://bucket/p/history/runs\.jsonl: stat failed"):
+        Store("s3a://bucket/p", env).read_jsonl("history/runs.jsonl")
+
+
+def test_spark_settings_point_s3a_at_the_endpoint() -> None:
+    env = {"FLEET_DOCTOR_S3_ENDPOINT": "https://minio.internal:9000", "AWS_REGION": "eu-west-1"}
+    conf = Store("s3://bucket/fd", env).spark_conf()
+    assert conf == {
+        "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
+        "spark.hadoop.fs.s3a.endpoint": "https://minio.internal:9000",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "true",
+    }
+    assert Store("s3://bucket/fd", env).url("findings") == "s3a://bucket/fd/findings"  # what Spark reads
+    assert Store("s3a://bucket/fd", {}).spark_conf() == {"spark.hadoop.fs.s3a.endpoint.region": "us-east-1"}
+    assert not any("SECRET" in k.upper() or "access.key" in k for k in conf), "no credentials on a command line"
+
+
+def _finding(rule: str, broker: int | None, path: str) -> dict[str, Any]:
+    return {"rule": rule, "severity": "critical", "broker_id": broker, "log_dir": "/d", "topic": "t", "partition": 0,
+            "segment": None, "path": path, "message": f"{rule} at {path}"}  # fmt: skip
+
+
+def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, str]], monkeypatch) -> None:
+    root, env = store_env
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    settings = audit.settings_from_env({"FLEET_DOCTOR_DATA": root, **env})
+    store = settings.store
+    discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
+    a, b = _finding("index-orphan", 1, "/a"), _finding("log-crc", 2, "/b")
+    summaries = []
+    for run, found in (("scheduled__1", [a, b]), ("scheduled__2", [a])):
+        key = settings.run_key(run)
+        store.write_jsonl(f"{key}/findings.jsonl", found)
+        store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
+        summaries.append(audit.publish(settings, run, discovered, {"audited": [1, 2], "not_audited": []}))
+    assert summaries[1]["by_status"] == {"new": 0, "persisting": 1, "resolved": 1, "unverified": 0}
+    assert summaries[1]["report"] == store.url("reports/scheduled__2.html")
+    assert "index-orphan" in (store.read_text("reports/scheduled__2.html") or "")
+    assert [r["audit_run"] for r in store.read_jsonl("history/runs.jsonl")] == ["scheduled__1", "scheduled__2"]
+    from fleet_doctor import airflow_env, repair
+
+    assert airflow_env.latest_summary(root, env)["audit_run"] == "scheduled__2"
+    assert repair.latest_audit_run(settings) == "scheduled__2"
