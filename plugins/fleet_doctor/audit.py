@@ -27,7 +27,7 @@ import shlex
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -57,10 +57,12 @@ class AuditSettings:
     spark_jars: str = ""  # comma-separated, for spark-submit --jars (e.g. hadoop-aws for an s3a:// store)
     spark_conf: tuple[tuple[str, str], ...] = ()  # extra Spark settings
     repair_dir: Path | None = None  # the repair DAGs' plans and journals (a local directory)
+    # where the store's settings (S3 endpoint, credentials) are read; None: this process's environment
+    environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def store(self) -> Store:
-        return Store(self.data_root)
+        return Store(self.data_root, self.environ)
 
     @staticmethod
     def run_key(run_id: str) -> str:
@@ -114,6 +116,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> AuditSettings
         spark_jars=env.get("FLEET_DOCTOR_SPARK_JARS") or d.spark_jars,
         spark_conf=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
         repair_dir=Path(env["FLEET_DOCTOR_REPAIR_DIR"]) if env.get("FLEET_DOCTOR_REPAIR_DIR") else None,
+        environ=environ,
     )
 
 
