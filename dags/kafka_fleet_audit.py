@@ -52,6 +52,7 @@ def kafka_fleet_audit() -> None:
     @task
     def discover() -> dict[str, Any]:
         settings = audit.settings_from_env()
+        settings.store.check()  # an unreachable store or a missing bucket stops the run here, named
         only = get_current_context()["params"].get("brokers") or []
         return audit.discover(inventory.load(settings.inventory), only=only)
 

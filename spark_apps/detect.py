@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
 
@@ -22,6 +23,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from fleet_doctor.detection import SEVERITY_RANK, detect, load_frames
+from fleet_doctor.store import atomic_file
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,24 +65,28 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Write ``text`` to ``path`` atomically: a local file, or through Hadoop's filesystem for a URL (s3a://,
     hdfs://, with the session's settings), written under a hidden temporary name and renamed into place."""
     if "://" not in path or path.startswith("file://"):
-        path = path.removeprefix("file://")
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
+        with atomic_file(path.removeprefix("file://")) as out:
+            out.write(text.encode("utf-8"))
         return
     jvm = spark.sparkContext._jvm
     final = jvm.org.apache.hadoop.fs.Path(path)
-    tmp = jvm.org.apache.hadoop.fs.Path(final.getParent(), f".{final.getName()}.{os.getpid()}.tmp")
+    tmp = jvm.org.apache.hadoop.fs.Path(final.getParent(), f".{final.getName()}.{uuid.uuid4().hex}.tmp")
     fs = final.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    out = fs.create(tmp, True)
+    moved = False
     try:
-        out.write(bytearray(text.encode("utf-8")))
+        out = fs.create(tmp, True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        # Hadoop's rename does not replace: the old object goes first (nothing reads it while detection runs)
+        fs.delete(final, False)
+        moved = fs.rename(tmp, final)
+        if not moved:
+            raise OSError(f"{path}: could not move {tmp.toString()} into place")
     finally:
-        out.close()
-    fs.delete(final, False)
-    if not fs.rename(tmp, final):
-        raise OSError(f"{path}: could not move {tmp} into place")
+        if not moved:
+            fs.delete(tmp, False)
 
 
 def main(argv: list[str] | None = None) -> int:

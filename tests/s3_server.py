@@ -37,11 +37,8 @@ def _free_port() -> int:
 
 class S3Server:
     def __init__(self, workdir: Path, bucket: str = "fleet-doctor") -> None:
-        missing = [str(p) for p in (MOTO, *(JARS_DIR / j for j in JARS)) if not p.exists()]
-        if missing:
-            raise RuntimeError(
-                f"S3 test tools missing ({', '.join(missing)}): run bin/dev setup-s3 (bin/dev test does)"
-            )
+        if not MOTO.exists():
+            raise RuntimeError(f"S3 test server missing ({MOTO}): run bin/dev setup-s3 (bin/dev test does)")
         self.workdir, self.bucket = workdir, bucket
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -88,6 +85,9 @@ class S3Server:
 
     def env(self) -> dict[str, str]:
         """What an operator sets for an s3a:// data store: credentials, endpoint, the jars and the bridge settings."""
+        missing = [str(JARS_DIR / j) for j in JARS if not (JARS_DIR / j).exists()]
+        if missing:
+            raise RuntimeError(f"hadoop-aws jars missing ({', '.join(missing)}): run bin/dev setup-s3")
         return {
             "AWS_ACCESS_KEY_ID": "fleet",
             "AWS_SECRET_ACCESS_KEY": "doctor",

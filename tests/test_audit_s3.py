@@ -63,9 +63,11 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         html = store.read_text(f"reports/{run}.html") or ""
         assert "index-orphan" in html and "segment-leftover" in html
         assert json.loads(store.read_text(f"reports/{run}.json") or "{}")["audit_run"] == run
-        # nothing of the audit's data was written on the local disk
+        # nothing of the audit's data was written on the local disk (here, or in the default data root)
         local = [p for p in tmp_path.rglob("*") if p.name in ("probe.jsonl.gz", "runs.jsonl", f"{run}.html")]
         assert local == []
+        default_root = audit.REPO / ".fleet-doctor"
+        assert not (default_root / "staging" / run).exists() and not (default_root / "reports" / f"{run}.html").exists()
 
         # the repair DAG's planning step reads the bucket's history and staged probe output
         settings = audit.settings_from_env(env)

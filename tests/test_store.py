@@ -91,7 +91,12 @@ def test_unsupported_and_unreachable_stores_are_refused(tmp_path: Path) -> None:
 
 
 def test_spark_settings_point_s3a_at_the_endpoint() -> None:
-    env = {"FLEET_DOCTOR_S3_ENDPOINT": "https://minio.internal:9000", "AWS_REGION": "eu-west-1"}
+    env = {
+        "FLEET_DOCTOR_S3_ENDPOINT": "https://minio.internal:9000",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIAEXAMPLEKEYID",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMIexamplesecret",
+    }
     conf = Store("s3://bucket/fd", env).spark_conf()
     assert conf == {
         "spark.hadoop.fs.s3a.endpoint.region": "eu-west-1",
@@ -100,8 +105,65 @@ def test_spark_settings_point_s3a_at_the_endpoint() -> None:
         "spark.hadoop.fs.s3a.connection.ssl.enabled": "true",
     }
     assert Store("s3://bucket/fd", env).url("findings") == "s3a://bucket/fd/findings"  # what Spark reads
-    assert Store("s3a://bucket/fd", {}).spark_conf() == {"spark.hadoop.fs.s3a.endpoint.region": "us-east-1"}
-    assert not any("SECRET" in k.upper() or "access.key" in k for k in conf), "no credentials on a command line"
+    assert Store("s3a://bucket/fd", {}).spark_conf() == {}  # AWS itself: S3A finds the bucket's region
+    # credentials reach Spark through its environment, never a setting on its command line
+    assert not any(v in (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) for v in conf.values())
+    with pytest.raises(ValueError, match="no credentials here"):
+        audit.settings_from_env({"FLEET_DOCTOR_SPARK_CONF": '{"spark.hadoop.fs.s3a.secret.key": "x"}'})
+    with pytest.raises(StoreError, match="no credentials in the store URL"):
+        Store("s3a://AKIA:secret@bucket/fd", {})
+    assert "secret" not in repr(audit.settings_from_env({"FLEET_DOCTOR_DATA": "s3a://b/p", **env}))
+
+
+def test_store_urls_need_no_connection() -> None:
+    """Building URLs (the DAG file does it at every parse) opens nothing: a host that does not resolve is fine."""
+    s = Store("hdfs://namenode.invalid:8020/fleet", {})
+    assert s.url("findings") == "hdfs://namenode.invalid:8020/fleet/findings"
+    assert Store("hdfs://nn:8020/", {}).url("history") == "hdfs://nn:8020/history"
+    assert Store("file:///var/lib/fd", {}).url("x") == "/var/lib/fd/x"
+    with pytest.raises(StoreError, match=r"namenode\.invalid.*cannot open HDFS"):
+        s.read_jsonl("history/runs.jsonl")
+
+
+def test_a_missing_bucket_is_named(s3: Any) -> None:
+    with pytest.raises(StoreError, match="bucket 'no-such-bucket' does not exist"):
+        Store("s3a://no-such-bucket/fd", s3.env()).check()
+    Store(s3.url("fd"), s3.env()).check()
+
+
+def test_concurrent_writers_of_one_key_never_mix(store_env: tuple[str, dict[str, str]]) -> None:
+    """Two attempts of one stage task (a retry beside a zombie, on workers with the same pid) write one key."""
+    root, env = store_env
+    store = Store(root, env)
+    a, b = b"a" * 300_000 + b"\n", b"b" * 300_000 + b"\n"
+    with store.writer("staging/r/probe/broker_id=1/probe.jsonl.gz") as w1:
+        w1.write(a[:1000])
+        with store.writer("staging/r/probe/broker_id=1/probe.jsonl.gz") as w2:
+            w2.write(b)
+        w1.write(a[1000:])
+    assert store.read_bytes("staging/r/probe/broker_id=1/probe.jsonl.gz") in (a, b)
+    assert _raw_names(store, "staging") == ["probe.jsonl.gz"], "a temporary object was left behind"
+
+
+def test_a_bad_line_is_named_with_its_number(store_env: tuple[str, dict[str, str]]) -> None:
+    root, env = store_env
+    store = Store(root, env)
+    store.write_bytes("h/runs.jsonl", b'{"a": 1}\n\n{"a": \n')
+    with pytest.raises(StoreError, match=r"h/runs\.jsonl: not JSON Lines \(line 3\)"):
+        store.read_jsonl("h/runs.jsonl")
+    store.write_bytes("h/bad.jsonl", b'{"a": "\xff"}\n')
+    with pytest.raises(StoreError, match=r"h/bad\.jsonl: not JSON Lines \(line 1\)"):
+        store.read_jsonl("h/bad.jsonl")
+
+
+def test_a_remote_store_needs_a_repair_dir() -> None:
+    from fleet_doctor import repair
+
+    settings = audit.settings_from_env({"FLEET_DOCTOR_DATA": "s3a://bucket/fd"})
+    with pytest.raises(repair.RepairError, match="FLEET_DOCTOR_REPAIR_DIR"):
+        repair.repairs_dir(settings)
+    local = audit.settings_from_env({"FLEET_DOCTOR_DATA": "/srv/fd"})
+    assert repair.repairs_dir(local) == Path("/srv/fd/repairs")
 
 
 def _finding(rule: str, broker: int | None, path: str) -> dict[str, Any]:
@@ -109,10 +171,8 @@ def _finding(rule: str, broker: int | None, path: str) -> dict[str, Any]:
             "segment": None, "path": path, "message": f"{rule} at {path}"}  # fmt: skip
 
 
-def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, str]], monkeypatch) -> None:
-    root, env = store_env
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, str]]) -> None:
+    root, env = store_env  # only in the mapping the settings are read from, not in this process's environment
     settings = audit.settings_from_env({"FLEET_DOCTOR_DATA": root, **env})
     store = settings.store
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}

@@ -99,7 +99,7 @@ def latest_summary(data: str | Path, environ: dict[str, str] | None = None) -> d
     runs = store.read_jsonl("history/runs.jsonl")
     if not runs:
         return None
-    return json.loads(store.read_text(f"reports/{runs[-1]['audit_run']}.json") or "null")
+    return store.read_json(f"reports/{runs[-1]['audit_run']}.json")
 
 
 def demo(home: Path, lab_dir: Path, data: Path, keep_lab: bool = False) -> int:

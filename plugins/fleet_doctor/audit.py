@@ -40,6 +40,7 @@ PROBE_SOURCE = Path(__file__).resolve().parent / "probe.py"
 DETECT_APP = REPO / "spark_apps" / "detect.py"
 FINDING_KEY = ("rule", "broker_id", "log_dir", "topic", "partition", "segment", "path")
 SEVERITIES = ("critical", "warning", "info")
+SECRET_SETTING_WORDS = ("access.key", "secret", "session.token", "password")
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,16 @@ class AuditSettings:
 
     @property
     def repairs(self) -> Path:
+        """The repair DAGs' plans, journals and backups: a local directory the plan, execute and restore tasks
+        all see (FLEET_DOCTOR_REPAIR_DIR; default ``<data root>/repairs`` for a local data root)."""
         if self.repair_dir is not None:
             return self.repair_dir
-        return Path(self.data_root) / "repairs" if self.store.is_local else REPO / ".fleet-doctor" / "repairs"
+        if not self.store.is_local:
+            raise ValueError(
+                f"the data root {self.store.root} is remote: set FLEET_DOCTOR_REPAIR_DIR to a directory that every "
+                "task of the repair DAGs sees (a shared volume, or one worker's disk with the DAGs on one queue)"
+            )
+        return Path(self.data_root) / "repairs"
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> AuditSettings:
@@ -102,6 +110,9 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> AuditSettings
             raise ValueError("not a JSON object")
     except ValueError as e:
         raise ValueError(f"FLEET_DOCTOR_SPARK_CONF: expected a JSON object of Spark settings ({e})") from e
+    secret = [k for k in extra if any(w in k.lower() for w in SECRET_SETTING_WORDS)]
+    if secret:  # the settings end up in the serialized DAG, the task log and spark-submit's command line
+        raise ValueError(f"FLEET_DOCTOR_SPARK_CONF: no credentials here ({', '.join(secret)}): use the AWS_* variables")
     data = env.get("FLEET_DOCTOR_DATA") or str(REPO / ".fleet-doctor")
     return AuditSettings(
         inventory=Path(env.get("FLEET_DOCTOR_INVENTORY") or REPO / ".lab" / "inventory.json"),
@@ -372,7 +383,7 @@ def publish(settings: AuditSettings, run_id: str, discovered: dict[str, Any], fa
     run = safe_run_id(run_id)
     run_key = settings.run_key(run_id)
     findings = store.read_jsonl(f"{run_key}/findings.jsonl")
-    spark_summary = json.loads(store.read_text(f"{run_key}/summary.json") or "{}")
+    spark_summary = store.read_json(f"{run_key}/summary.json") or {}
     runs = [r for r in store.read_jsonl("history/runs.jsonl") if r["audit_run"] != run]
     previous = runs[-1]["audit_run"] if runs else None
     before = (
@@ -472,8 +483,9 @@ def run_local(
 
     from fleet_doctor.scan import LOCAL_SPARK_CONF, spark_env, spark_submit_cmd
 
-    discovered = discover(inv.load(settings.inventory))
     store, run_key = settings.store, settings.run_key(run_id)
+    store.check()
+    discovered = discover(inv.load(settings.inventory))
     errors = []
     for broker in discovered["brokers"]:
         try:
@@ -493,7 +505,9 @@ def run_local(
     facts = write_broker_facts(discovered, store, run_key)
     conf = settings.detect_conf(LOCAL_SPARK_CONF)
     cmd = spark_submit_cmd(DETECT_APP, master, conf, detect_args(settings, run_id, facts), jars=settings.spark_jars)
-    r = subprocess.run(cmd, env=spark_env(), capture_output=True, text=True)
+    # the store's settings (AWS_*) as the settings were read, for Spark as for the tasks
+    env = {**spark_env(), **{k: v for k, v in (settings.environ or {}).items() if k.startswith("AWS_")}}
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"detection failed ({r.returncode}):\n{r.stderr[-3000:]}")
     return publish(settings, run_id, discovered, facts)

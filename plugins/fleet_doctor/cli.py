@@ -6,13 +6,12 @@ import argparse
 import io
 import json
 import logging
-import os
 import sys
-import tempfile
 from typing import Any
 
 from fleet_doctor import probe, zk_snapshot
 from fleet_doctor.probe_summary import read_records, render_table, summarize
+from fleet_doctor.store import atomic_file
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -47,17 +46,8 @@ def _write_jsonl(records: list[dict[str, Any]], output: str | None) -> None:
     if output is None or output == "-":
         sys.stdout.write(lines)
         return
-    # Write beside the target and rename, so a reader never sees a half-written file.
-    target = os.path.abspath(output)
-    fd, tmp = tempfile.mkstemp(prefix=".zk-snapshot.", dir=os.path.dirname(target))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(lines)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(output) as f:  # a reader never sees a half-written file
+        f.write(lines.encode("utf-8"))
 
 
 def _cmd_zk_snapshot(args: argparse.Namespace) -> int:

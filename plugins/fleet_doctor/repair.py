@@ -51,7 +51,10 @@ def approvers() -> list[str] | None:
 
 
 def repairs_dir(settings: audit.AuditSettings) -> Path:
-    return settings.repairs
+    try:
+        return settings.repairs
+    except ValueError as e:  # a remote data root without FLEET_DOCTOR_REPAIR_DIR
+        raise RepairError(str(e)) from e
 
 
 def latest_audit_run(settings: audit.AuditSettings) -> str:

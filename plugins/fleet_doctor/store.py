@@ -21,6 +21,8 @@ import gzip
 import io
 import json
 import os
+import tempfile
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,12 +37,31 @@ class StoreError(RuntimeError):
     """The store could not be reached or an object in it could not be read or written (the message names it)."""
 
 
+@contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A local file written atomically: a uniquely named hidden temporary file in the same directory, fsync'd and
+    renamed over ``path`` only if the block exits without an exception (else removed)."""
+    target = os.path.abspath(path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def s3_endpoint(environ: Mapping[str, str]) -> str | None:
     return environ.get("FLEET_DOCTOR_S3_ENDPOINT") or environ.get("AWS_ENDPOINT_URL") or None
 
 
-def s3_region(environ: Mapping[str, str]) -> str:
-    return environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+def s3_region(environ: Mapping[str, str]) -> str | None:
+    return environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
 
 
 class Store:
@@ -49,25 +70,52 @@ class Store:
     def __init__(self, root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         text = os.fspath(root)
+        if text.startswith("file://"):
+            text = text.removeprefix("file://")
         parts = urlsplit(text)
         self.scheme = parts.scheme.lower() if "://" in text else ""
         if self.scheme and self.scheme not in REMOTE_SCHEMES:
             raise StoreError(f"{text}: unsupported store (use a local path, s3a://, s3:// or hdfs://)")
+        if parts.username or parts.password:
+            raise StoreError(
+                f"{self.scheme}://{parts.hostname}/...: no credentials in the store URL (use AWS_* variables)"
+            )
         self._env = dict(env)
+        self._fs: Any = None  # opened on first use: building the URLs (DAG parsing) touches no network
+        self._netloc = parts.netloc
         if not self.scheme:
-            from pyarrow import fs
-
-            self.fs: Any = fs.LocalFileSystem()
             self.base = str(Path(text).resolve())
             self.root = self.base
         elif self.scheme in S3_SCHEMES:
-            from pyarrow import fs
-
             bucket, prefix = parts.netloc, parts.path.strip("/")
             if not bucket:
                 raise StoreError(f"{text}: no bucket in the store URL")
+            self.bucket = bucket
+            self.base = f"{bucket}/{prefix}".rstrip("/")
+            self.root = f"s3a://{self.base}"  # Hadoop's S3 filesystem: what Spark reads
+        else:
+            self.base = "/" + parts.path.strip("/")
+            self.root = f"hdfs://{parts.netloc}{self.base.rstrip('/')}"
+
+    @property
+    def fs(self) -> Any:
+        """The pyarrow filesystem (S3: credentials, endpoint and region from the environment)."""
+        if self._fs is not None:
+            return self._fs
+        from pyarrow import fs
+
+        env = self._env
+        if not self.scheme:
+            self._fs = fs.LocalFileSystem()
+        elif self.scheme in S3_SCHEMES:
             endpoint = s3_endpoint(env)
-            opts: dict[str, Any] = {"region": s3_region(env), "connect_timeout": 10, "request_timeout": 120}
+            region = s3_region(env)
+            if region is None and endpoint is None:
+                try:  # AWS itself: the bucket's own region (a wrong one fails every request with a redirect)
+                    region = fs.resolve_s3_region(self.bucket)
+                except (OSError, ValueError):
+                    region = None
+            opts: dict[str, Any] = {"region": region or "us-east-1", "connect_timeout": 10, "request_timeout": 120}
             if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
                 opts.update(access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env["AWS_SECRET_ACCESS_KEY"])
                 if env.get("AWS_SESSION_TOKEN"):
@@ -75,18 +123,13 @@ class Store:
             if endpoint:
                 ep = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
                 opts.update(endpoint_override=ep.netloc, scheme=ep.scheme, force_virtual_addressing=False)
-            self.fs = fs.S3FileSystem(**opts)
-            self.base = f"{bucket}/{prefix}".rstrip("/")
-            self.root = f"s3a://{self.base}"  # Hadoop's S3 filesystem: what Spark reads
+            self._fs = fs.S3FileSystem(**opts)
         else:  # hdfs: pyarrow's client needs libhdfs (the Hadoop native library) and a JVM on this host
-            from pyarrow import fs
-
             try:
-                self.fs = fs.HadoopFileSystem.from_uri(f"{parts.scheme}://{parts.netloc}")
+                self._fs = fs.HadoopFileSystem.from_uri(f"hdfs://{self._netloc}")
             except Exception as e:
-                raise StoreError(f"{text}: cannot open HDFS from Python ({type(e).__name__}: {e})") from e
-            self.base = "/" + parts.path.strip("/")
-            self.root = f"hdfs://{parts.netloc}{self.base}".rstrip("/")
+                raise StoreError(f"{self.root}: cannot open HDFS from Python ({type(e).__name__}: {e})") from e
+        return self._fs
 
     def __repr__(self) -> str:
         return f"Store({self.root!r})"
@@ -99,7 +142,7 @@ class Store:
         key = key.strip("/")
         if ".." in key.split("/"):
             raise StoreError(f"{key}: '..' is not allowed in a store key")
-        return f"{self.base}/{key}" if key else self.base
+        return f"{self.base.rstrip('/')}/{key}" if key else self.base
 
     def url(self, key: str = "") -> str:
         """The object's URL for Spark and for people (a plain path for a local store)."""
@@ -111,6 +154,17 @@ class Store:
             return fn(*args)
         except (OSError, ValueError) as e:  # pyarrow raises OSError subclasses; ArrowInvalid is a ValueError
             raise StoreError(f"{self.url(key)}: {what} failed: {e}") from e
+
+    def check(self) -> None:
+        """Fail early, naming the store, when it cannot be reached or its bucket does not exist (S3)."""
+        from pyarrow import fs
+
+        if self.scheme in S3_SCHEMES:
+            info = self._call("stat of the bucket", "", self.fs.get_file_info, self.bucket)
+            if info.type == fs.FileType.NotFound:
+                raise StoreError(f"{self.root}: bucket {self.bucket!r} does not exist")
+        else:
+            self._call("list", "", self.fs.get_file_info, fs.FileSelector(self.base, allow_not_found=True))
 
     # ---- reading
     def is_file(self, key: str) -> bool:
@@ -136,43 +190,60 @@ class Store:
 
     def read_text(self, key: str) -> str | None:
         data = self.read_bytes(key)
-        return None if data is None else data.decode("utf-8")
+        return None if data is None else self._call("decode (UTF-8)", key, data.decode, "utf-8")
+
+    def read_json(self, key: str) -> Any:
+        """The JSON document at ``key``, or None when it does not exist."""
+        text = self.read_text(key)
+        return None if text is None else self._call("parse (JSON)", key, json.loads, text)
 
     def read_jsonl(self, key: str) -> list[dict[str, Any]]:
-        """Every record of a JSON Lines object, gzip'd (``.gz``) or not; [] when it does not exist."""
-        data = self.read_bytes(key)
-        if data is None:
+        """Every record of a JSON Lines object, gzip'd (``.gz``) or not, read as a stream; [] when it does not
+        exist."""
+        if not self.is_file(key):
             return []
-        try:
-            if key.endswith(".gz"):
-                data = gzip.decompress(data)
-            return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
-        except (OSError, EOFError, ValueError) as e:
-            raise StoreError(f"{self.url(key)}: not JSON Lines: {e}") from e
+        records: list[dict[str, Any]] = []
+        line_no = 0
+        with self._call("open", key, self.fs.open_input_stream, self._path(key), None) as raw:
+            try:
+                binary: Any = gzip.GzipFile(fileobj=raw) if key.endswith(".gz") else raw
+                for line in io.TextIOWrapper(binary, encoding="utf-8"):
+                    if line.strip():
+                        records.append(json.loads(line))
+                    line_no += 1
+            except (OSError, EOFError, ValueError) as e:  # gzip, UTF-8 and JSON errors
+                raise StoreError(f"{self.url(key)}: not JSON Lines (line {line_no + 1}): {e}") from e
+        return records
 
     # ---- writing (atomic)
     @contextmanager
     def writer(self, key: str) -> Iterator[BinaryIO]:
-        """A binary stream whose bytes appear at ``key`` only if the block exits without an exception."""
+        """A binary stream whose bytes appear at ``key`` only if the block exits without an exception. The
+        temporary object's name is unique (two attempts of one task, on different workers, never share it)."""
         final = self._path(key)
-        parent, _, name = final.rpartition("/")
-        tmp = f"{parent}/.{name}.{os.getpid()}.tmp"
         if self.is_local:
-            self._call("mkdir", key, lambda: self.fs.create_dir(parent, recursive=True))
+            try:
+                with atomic_file(final) as f:
+                    yield f
+            except OSError as e:
+                raise StoreError(f"{self.url(key)}: write failed: {e}") from e
+            return
+        parent, _, name = final.rpartition("/")
+        tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
         stream = self._call("open for writing", key, self.fs.open_output_stream, tmp, None)
         committed = False
         try:
             yield stream
-            stream.close()
-            if self.is_local:
-                os.replace(tmp, final)  # atomic and overwrites, with the file's data flushed by close
-            else:
-                self._call("move into place", key, self.fs.move, tmp, final)
+            self._call("upload", key, stream.close)  # S3: the multipart upload completes here
+            self._call("move into place", key, self.fs.move, tmp, final)
             committed = True
         finally:
             if not committed:
                 if not stream.closed:
-                    stream.close()
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
                 try:
                     self.fs.delete_file(tmp)
                 except OSError:
@@ -198,7 +269,8 @@ class Store:
         AWS_SESSION_TOKEN from spark-submit's environment into the S3A settings itself."""
         if self.scheme not in S3_SCHEMES:
             return {}
-        conf = {"spark.hadoop.fs.s3a.endpoint.region": s3_region(self._env)}
+        region = s3_region(self._env)
+        conf = {"spark.hadoop.fs.s3a.endpoint.region": region} if region else {}
         endpoint = s3_endpoint(self._env)
         if endpoint:
             ep = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
