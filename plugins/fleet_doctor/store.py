@@ -42,7 +42,6 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """A local file written atomically: a uniquely named hidden temporary file in the same directory, fsync'd and
     renamed over ``path`` only if the block exits without an exception (else removed)."""
     target = os.path.abspath(path)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
     try:
         with os.fdopen(fd, "wb") as f:
@@ -223,6 +222,7 @@ class Store:
         final = self._path(key)
         if self.is_local:
             try:
+                os.makedirs(os.path.dirname(final), exist_ok=True)
                 with atomic_file(final) as f:
                     yield f
             except OSError as e:
