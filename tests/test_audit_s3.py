@@ -11,8 +11,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from live_stack import ssh_connect
 
-from fleet_doctor import airflow_env, audit, lab, repair
+from fleet_doctor import airflow_env, audit, inventory, lab, repair
 from fleet_doctor.lab_incidents import inject
 from fleet_doctor.store import Store
 
@@ -77,5 +78,12 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         planned_paths = {a["path"] for b in plan["brokers"] for a in b["actions"]}
         kill9 = next(i for i in injected if i.incident == "kill9-untrimmed-index")
         assert planned_paths and planned_paths & set(kill9.paths), (kill9.paths, planned_paths)
+
+        # the repair's re-verify before it touches anything: an audit outside Airflow (audit.run_local: stage,
+        # snapshot, spark-submit with the store's settings and jars, publish) into the same bucket gives the very
+        # same plan
+        audit.run_local(settings, "reverify", ssh_connect(inventory.load(settings.inventory)))
+        assert store.list("staging/reverify/probe") == ["broker_id=1", "broker_id=2", "broker_id=3"]
+        assert repair.plan_from_run(settings, "reverify", {}).hash == planned["hash"]
     finally:
         lab.down(lab_dir)

@@ -5,15 +5,14 @@ topic ID, the controller restarted last (from the lab's own events.jsonl), backu
 
 from __future__ import annotations
 
-import base64
 import json
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import paramiko
 import pytest
+from live_stack import ssh_connect
 
 from fleet_doctor import audit, inventory, lab
 from fleet_doctor.lab_incidents import run_scenario
@@ -23,21 +22,6 @@ from fleet_doctor.repair_plan import FleetFacts, build_plan, restart_preview
 
 pytestmark = pytest.mark.timeout(900)
 FAST = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=3, poll_interval_s=0.5, isr_timeout_s=60)
-
-
-def ssh_connect(inv: inventory.Inventory) -> Any:
-    def connect(broker: Any) -> paramiko.SSHClient:
-        bid = broker if isinstance(broker, int) else broker["broker_id"]
-        b = inv.broker(bid)
-        kind, b64 = b.host_key.split()
-        c = paramiko.SSHClient()
-        c.get_host_keys().add(f"[{b.host}]:{b.ssh_port}", kind, paramiko.Ed25519Key(data=base64.b64decode(b64)))
-        c.set_missing_host_key_policy(paramiko.RejectPolicy())
-        c.connect(b.host, port=b.ssh_port, username=b.ssh_user, key_filename=b.ssh_key_file,
-                  look_for_keys=False, allow_agent=False, timeout=10)  # fmt: skip
-        return c
-
-    return connect
 
 
 @pytest.fixture(scope="module")
