@@ -89,7 +89,7 @@ def test_unsupported_and_unreachable_stores_are_refused(tmp_path: Path) -> None:
         "AWS_SECRET_ACCESS_KEY": "b",
         "FLEET_DOCTOR_S3_ENDPOINT": f"http://127.0.0.1:{port}",
     }
-    with pytest.raises(StoreError, match=r"s3a://bucket/p/history/runs\.jsonl: stat failed"):
+    with pytest.raises(StoreError, match=r"s3a://bucket/p/history/runs\.jsonl: open failed"):
         Store("s3a://bucket/p", env).read_jsonl("history/runs.jsonl")
 
 

@@ -306,12 +306,8 @@ def stage_broker(
 
 def staged_brokers(store: Store, run_key: str) -> list[int]:
     """Brokers whose probe output is complete (only the final object counts, never a temporary one)."""
-    return sorted(
-        int(name.split("=", 1)[1])
-        for name in store.list(f"{run_key}/probe")
-        if name.startswith("broker_id=") and name.split("=", 1)[1].isdigit()
-        and store.is_file(f"{run_key}/probe/{name}/probe.jsonl.gz")
-    )  # fmt: skip
+    done = re.compile(r"broker_id=(\d+)/probe\.jsonl\.gz")
+    return sorted(int(m.group(1)) for f in store.files(f"{run_key}/probe") if (m := done.fullmatch(f)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 S3_SCHEMES = ("s3a", "s3")
 REMOTE_SCHEMES = (*S3_SCHEMES, "hdfs")
@@ -55,8 +55,10 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
-def s3_endpoint(environ: Mapping[str, str]) -> str | None:
-    return environ.get("FLEET_DOCTOR_S3_ENDPOINT") or environ.get("AWS_ENDPOINT_URL") or None
+def s3_endpoint(environ: Mapping[str, str]) -> SplitResult | None:
+    """FLEET_DOCTOR_S3_ENDPOINT (or AWS_ENDPOINT_URL), https:// when it names no scheme."""
+    text = environ.get("FLEET_DOCTOR_S3_ENDPOINT") or environ.get("AWS_ENDPOINT_URL")
+    return urlsplit(text if "://" in text else f"https://{text}") if text else None
 
 
 def s3_region(environ: Mapping[str, str]) -> str | None:
@@ -120,8 +122,7 @@ class Store:
                 if env.get("AWS_SESSION_TOKEN"):
                     opts["session_token"] = env["AWS_SESSION_TOKEN"]
             if endpoint:
-                ep = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
-                opts.update(endpoint_override=ep.netloc, scheme=ep.scheme, force_virtual_addressing=False)
+                opts.update(endpoint_override=endpoint.netloc, scheme=endpoint.scheme, force_virtual_addressing=False)
             self._fs = fs.S3FileSystem(**opts)
         else:  # hdfs: pyarrow's client needs libhdfs (the Hadoop native library) and a JVM on this host
             try:
@@ -180,11 +181,32 @@ class Store:
         infos = self._call("list", key, self.fs.get_file_info, selector)
         return sorted(i.base_name for i in infos if not i.base_name.startswith("."))
 
+    def files(self, key: str = "") -> list[str]:
+        """Every file under ``key``, as keys relative to it, in one listing (S3: one paginated list, however many
+        objects); temporary objects left out."""
+        from pyarrow import fs
+
+        base = self._path(key)
+        selector = fs.FileSelector(base, recursive=True, allow_not_found=True)
+        infos = self._call("list", key, self.fs.get_file_info, selector)
+        rel = (i.path[len(base) :].lstrip("/") for i in infos if i.type == fs.FileType.File)
+        return sorted(r for r in rel if not any(part.startswith(".") for part in r.split("/")))
+
+    def _open(self, key: str) -> Any:
+        """An input stream, or None when the object does not exist (one request: no stat first)."""
+        try:
+            return self.fs.open_input_stream(self._path(key), None)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise StoreError(f"{self.url(key)}: open failed: {e}") from e
+
     def read_bytes(self, key: str) -> bytes | None:
         """The object's bytes, or None when it does not exist."""
-        if not self.is_file(key):
+        stream = self._open(key)
+        if stream is None:
             return None
-        with self._call("open", key, self.fs.open_input_stream, self._path(key), None) as f:
+        with stream as f:
             return self._call("read", key, f.read)
 
     def read_text(self, key: str) -> str | None:
@@ -199,11 +221,12 @@ class Store:
     def read_jsonl(self, key: str) -> list[dict[str, Any]]:
         """Every record of a JSON Lines object, gzip'd (``.gz``) or not, read as a stream; [] when it does not
         exist."""
-        if not self.is_file(key):
+        stream = self._open(key)
+        if stream is None:
             return []
         records: list[dict[str, Any]] = []
         line_no = 0
-        with self._call("open", key, self.fs.open_input_stream, self._path(key), None) as raw:
+        with stream as raw:
             try:
                 binary: Any = gzip.GzipFile(fileobj=raw) if key.endswith(".gz") else raw
                 for line in io.TextIOWrapper(binary, encoding="utf-8"):
@@ -273,12 +296,11 @@ class Store:
         conf = {"spark.hadoop.fs.s3a.endpoint.region": region} if region else {}
         endpoint = s3_endpoint(self._env)
         if endpoint:
-            ep = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
             conf.update(
                 {
-                    "spark.hadoop.fs.s3a.endpoint": f"{ep.scheme}://{ep.netloc}",
+                    "spark.hadoop.fs.s3a.endpoint": f"{endpoint.scheme}://{endpoint.netloc}",
                     "spark.hadoop.fs.s3a.path.style.access": "true",
-                    "spark.hadoop.fs.s3a.connection.ssl.enabled": str(ep.scheme == "https").lower(),
+                    "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.scheme == "https").lower(),
                 }
             )
         return conf
