@@ -5,12 +5,14 @@ in the same run.
     .venv/bin/python bench/detect_bench.py                           # 1M and 10M segments, updates bench/README.md
     .venv/bin/python bench/detect_bench.py --sizes 100000 --no-readme  # quick check
 
-Per size: bench/gen_staged.py writes the staged probe output of a fleet (gzip JSON Lines, broker facts, ZooKeeper
+Per size: bench/gen_staged.py writes the staged probe output of a fleet (segment records as Parquet, the other
+records as gzip JSON Lines, as the audit stages them; broker facts, ZooKeeper
 snapshot, with a known amount of injected damage), the files are read once to warm the page cache, then three
 spark-submit runs on ``local[2]`` with the same Spark configuration (BIG_RUN_CONF):
 
-    baseline text   bench/spark_baseline.py --mode text   read + decompress every line, count
-    baseline parse  bench/spark_baseline.py --mode parse  ... and parse every line with detection's record schema
+    baseline text   bench/spark_baseline.py --mode text   read + decompress every line, count lines and segments
+    baseline parse  bench/spark_baseline.py --mode parse  ... parse every line with detection's record schema and
+                                                          read every segment column detection reads
     detect          spark_apps/detect.py (probe + brokers + ZooKeeper snapshot -> Parquet findings + summary)
 
 Reported: wall time, CPU time (user+sys of the spark-submit process tree, from wait4), peak RSS (sum over the
@@ -199,7 +201,7 @@ def fmt_cmd(cmd: list[str]) -> str:
 
 def render(results: list[dict], args: argparse.Namespace, conf: dict[str, str]) -> tuple[str, list[str]]:
     lines = [
-        "| segments | brokers / files | JSON (gzip) | gen | text | parse | detect | CPU: text, parse, detect "
+        "| segments | brokers / files | probe output (staged) | gen | text | parse | detect | CPU: text, parse, detect "
         "| detect per M segments | detect/text | detect/parse | detect peak RSS | findings |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -211,7 +213,7 @@ def render(results: list[dict], args: argparse.Namespace, conf: dict[str, str]) 
         cells = [
             f"{r['n']:,}",
             f"{i['brokers']} / {i['files']}",
-            f"{i['json_bytes'] / 1e9:.2f} GB ({i['gzip_bytes'] / 1e6:.0f} MB)",
+            f"{i['json_bytes'] / 1e9:.2f} GB ({i['staged_bytes'] / 1e6:.0f} MB)",
             f"{i['seconds']:.0f} s",
             f"{t:.1f} s",
             f"{p:.1f} s",

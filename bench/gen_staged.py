@@ -6,8 +6,9 @@ facts and a ZooKeeper snapshot, as spark_apps/detect.py reads them.
 
 Writes
 
-* ``DIR/probe/broker_id=<N>/logdir-<k>.jsonl.gz``: one gzip JSON Lines file per log dir, as the audit stages
-  one probe run per log dir. A broker has ``--logdirs-per-broker`` (10) log dirs ``/data/<k>/kafka-logs`` (JBOD)
+* ``DIR/probe/broker_id=<N>/logdir-<k>.jsonl.gz`` and ``logdir-<k>.segments.parquet``: one probe run per log
+  dir, staged as the audit stages it (fleet_doctor.staged_segments): the segment records as Parquet, every other
+  record as gzip JSON Lines. A broker has ``--logdirs-per-broker`` (10) log dirs ``/data/<k>/kafka-logs`` (JBOD)
   of up to ``--partitions-per-logdir`` (1000) partition replicas each, so a broker holds 250 000 segments at
   K = 25 and the fleet grows by brokers: 1 M segments are 4 brokers and 40 files, 10 M are 40 brokers and 400
   files. gzip is not splittable, so one file is one Spark task: files of 25 000 segments (about 24 MB of JSON,
@@ -60,6 +61,8 @@ RF1_TOPIC = "bench.rf1"
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "plugins"))
 import gen_tree  # noqa: E402
+
+from fleet_doctor.staged_segments import ProbeSplitter, segments_key  # noqa: E402
 
 # offset-valued fields of the probe records: template value + the partition's shift
 SEGMENT_OFFSETS = ("base_offset", "index_first_offset", "index_last_offset", "timeindex_last_offset")
@@ -315,11 +318,20 @@ def write_logdir(args: tuple) -> tuple[int, int, int]:
     end = dict(head["probe_end"], partitions=len(entries), segments=segments, files=files + len(pre) - 2)
     text_head = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in pre)
     text_end = json.dumps(end, separators=(",", ":")) + "\n"
-    with open(path + ".tmp", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=ctx["level"]) as gz:
+    seg_path = os.path.join(os.path.dirname(path), segments_key(os.path.basename(path)))
+    with (
+        open(path + ".tmp", "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=ctx["level"]) as gz,
+        open(seg_path + ".tmp", "wb") as columnar,
+    ):
+        splitter = ProbeSplitter(gz, columnar)  # staged as the audit stages: segment records as Parquet
         for chunk in [text_head, *body, text_end]:
             data = chunk.encode("ascii")
             size += len(data)
-            gz.write(data)
+            splitter.write(data)
+        splitter.close()
+    assert splitter.segments == segments and splitter.segments_as_json == 0, (path, splitter.segments, segments)
+    os.replace(seg_path + ".tmp", seg_path)
     os.replace(path + ".tmp", path)
     return records + len(pre) + 1, segments, size
 
@@ -447,7 +459,7 @@ def generate(
         "segments": written,
         "records": records,
         "json_bytes": sum(r[2] for r in results),
-        "gzip_bytes": sum(
+        "staged_bytes": sum(  # gzip JSON Lines + Parquet segments
             os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(out, "probe")) for f in fs
         ),
         "brokers": layout["brokers"],

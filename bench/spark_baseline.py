@@ -1,13 +1,15 @@
 """Baseline Spark apps for the detection benchmark: the least work any detection over the staged probe output does.
 
-    spark-submit bench/spark_baseline.py --mode text  --probe-dir DIR   # read every line (gzip included), count
+    spark-submit bench/spark_baseline.py --mode text  --probe-dir DIR   # read every JSON line (gzip included) and
+                                                                        # count them and the Parquet segment rows
     spark-submit bench/spark_baseline.py --mode parse --probe-dir DIR   # also parse every line with the schema
-                                                                        # detection reads, fold all fields into
+                                                                        # detection reads, read every segment
+                                                                        # column it reads, fold all fields into
                                                                         # one hash sum
 
 Both print one JSON line {"mode", "rows", "checksum"}. They read the files exactly as spark_apps/detect.py does
-(``spark.read.text`` over ``broker_id=<N>/``), with the same Spark configuration, so the JVM start-up, file
-listing and decompression are in the baseline too.
+(``spark.read.text`` over the ``broker_id=<N>/*.jsonl*``, the segment records from ``*.segments.parquet``), with
+the same Spark configuration, so the JVM start-up, file listing and decompression are in the baseline too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from fleet_doctor.detection import PROBE_RECORD_SCHEMA
+from fleet_doctor.detection import PROBE_RECORD_SCHEMA, SEGMENT_SCHEMA
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,14 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe-dir", required=True)
     args = p.parse_args(argv)
     spark = SparkSession.builder.appName(f"fleet-doctor-baseline-{args.mode}").getOrCreate()
-    raw = spark.read.text(args.probe_dir)
+    raw = spark.read.option("pathGlobFilter", "*.jsonl*").text(args.probe_dir)
+    segments = spark.read.schema(SEGMENT_SCHEMA).option("pathGlobFilter", "*.segments.parquet").parquet(args.probe_dir)
     if args.mode == "text":
-        rows, checksum = raw.count(), None
+        rows, checksum = raw.count() + segments.count(), None
     else:
         # every field of the merged record schema feeds the hash, so no field can be pruned from the parse
         rec = raw.select("broker_id", F.from_json("value", PROBE_RECORD_SCHEMA).alias("r")).select("broker_id", "r.*")
-        row = rec.select(F.count("*").alias("n"), F.sum(F.hash(*rec.columns)).alias("h")).collect()[0]
-        rows, checksum = row.n, row.h
+        rows = checksum = 0
+        for df in (rec, segments):
+            row = df.select(F.count("*").alias("n"), F.sum(F.hash(*df.columns)).alias("h")).collect()[0]
+            rows, checksum = rows + row.n, checksum + (row.h or 0)
     print(json.dumps({"mode": args.mode, "rows": rows, "checksum": checksum}))
     spark.stop()
     return 0

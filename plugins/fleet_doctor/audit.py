@@ -7,7 +7,8 @@ publish (history, report) -> alert. Nothing here imports Airflow: the SSH client
 Storage layout under the data root (``FLEET_DOCTOR_DATA``: a local directory, or ``s3a://bucket/prefix`` or
 ``hdfs://namenode/path``, see fleet_doctor.store)::
 
-    staging/<run>/probe/broker_id=<N>/probe.jsonl.gz   one broker's probe output (written atomically)
+    staging/<run>/probe/broker_id=<N>/probe.jsonl.gz    one broker's probe output but its segment records, and
+    staging/<run>/probe/broker_id=<N>/probe.segments.parquet   those (fleet_doctor.staged_segments; atomic)
     staging/<run>/zk.jsonl, brokers.jsonl               the ZooKeeper snapshot, the broker facts
     staging/<run>/summary.json, findings.jsonl          what the Spark app wrote
     findings/audit_run=<run>/*.parquet                  the findings dataset (the DAG's Asset)
@@ -38,6 +39,7 @@ from fleet_doctor.store import Store
 REPO = Path(__file__).resolve().parents[2]
 PROBE_SOURCE = Path(__file__).resolve().parent / "probe.py"
 DETECT_APP = REPO / "spark_apps" / "detect.py"
+PROBE_OBJECT = "probe.jsonl.gz"
 FINDING_KEY = ("rule", "broker_id", "log_dir", "topic", "partition", "segment", "path")
 SEVERITIES = ("critical", "warning", "info")
 SECRET_SETTING_WORDS = ("access.key", "secret", "session.token", "password")
@@ -278,27 +280,41 @@ def stage_broker(
     verify_crc: bool,
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
-    """Run the probe on the broker over an open SSH connection and stream its JSON Lines, gzip'd, into the store
-    at ``<run_key>/probe/broker_id=<N>/probe.jsonl.gz``: the object appears there only when the probe exited 0 and
-    its last record is a complete ``probe_end`` (Store.writer), so a half-staged broker is never read."""
+    """Run the probe on the broker over an open SSH connection and stream its output into the store under
+    ``<run_key>/probe/broker_id=<N>/``: the segment records as ``probe.segments.parquet``, every other record
+    as gzip'd JSON Lines, ``probe.jsonl.gz`` (fleet_doctor.staged_segments). Both objects appear only when the
+    probe exited 0 and its last record is a complete ``probe_end`` (Store.writer); the JSON Lines object is
+    committed last, and a broker counts as staged only when it is there, so a half-staged broker is never read."""
+    from fleet_doctor.staged_segments import (
+        ProbeSplitter,
+        segments_key,
+    )  # pyarrow: imported when used, not at DAG parse
+
     bid = int(broker["broker_id"])
-    key = f"{run_key}/probe/broker_id={bid}/probe.jsonl.gz"
+    key = f"{run_key}/probe/broker_id={bid}/{PROBE_OBJECT}"
     command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
     nbytes = 0
-    with store.writer(key) as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5) as out:
+    with (
+        store.writer(key) as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5) as out,
+        store.writer(segments_key(key)) as columnar,
+    ):
+        splitter = ProbeSplitter(out, columnar)
 
         def sink(data: bytes) -> None:
             nonlocal nbytes
-            out.write(data)
+            splitter.write(data)
             nbytes += len(data)
 
         end = run_probe(client, command, sink, timeout, f"broker {bid}")
+        splitter.close()
     return {
         "broker_id": bid,
         "path": store.url(key),
         "bytes": nbytes,
         "partitions": end.get("partitions"),
         "segments": end.get("segments"),
+        "segments_columnar": splitter.segments,
         "errors": end.get("errors"),
         "stderr": end["stderr"],
     }
@@ -306,7 +322,7 @@ def stage_broker(
 
 def staged_brokers(store: Store, run_key: str) -> list[int]:
     """Brokers whose probe output is complete (only the final object counts, never a temporary one)."""
-    done = re.compile(r"broker_id=(\d+)/probe\.jsonl\.gz")
+    done = re.compile(r"broker_id=(\d+)/" + re.escape(PROBE_OBJECT))
     return sorted(int(m.group(1)) for f in store.files(f"{run_key}/probe") if (m := done.fullmatch(f)))
 
 

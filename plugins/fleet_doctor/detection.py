@@ -6,7 +6,8 @@ remediation) comes from the registry in ``fleet_doctor.rules``.
 I/O stays at the edges (``load_*`` read staged JSON Lines with explicit schemas; spark_apps/detect.py
 writes findings). Input layout:
 
-- probe output: ``<probe_dir>/broker_id=<N>/*.jsonl[.gz]`` (docs/probe-schema.md)
+- probe output: ``<probe_dir>/broker_id=<N>/*.jsonl[.gz]`` (docs/probe-schema.md), with the segment records
+  as ``*.segments.parquet`` beside them when staged by the audit or ``scan`` (fleet_doctor.staged_segments)
 - broker facts: JSON Lines ``{"broker_id": N, "kafka_version": "3.6.0", "running": false}``
 - ZooKeeper snapshot (optional): JSON Lines (docs/zk-snapshot-schema.md)
 """
@@ -234,6 +235,11 @@ def _logdir_key() -> Column:
     return F.concat_ws("/", F.col("broker_id").cast("string"), F.col("logdir"))
 
 
+def _deep_facts(next_offset: Column, offset_errors: Column) -> Column:
+    """The segment has deep-mode facts (batch offsets)."""
+    return next_offset.isNotNull() | (F.coalesce(offset_errors, F.lit(0)) > 0)
+
+
 def in_logdirs(keys: tuple[str, ...]) -> Column:
     """The row belongs to one of these log dirs (keys ``"<broker_id>/<logdir>"``, from the driver)."""
     return _logdir_key().isin(list(keys)) if keys else F.lit(False)
@@ -252,14 +258,16 @@ def load_frames(
 ) -> Frames:
     """Read the staged inputs once each. Every probe line is parsed once (one schema for all record
     kinds) and the parsed facts are materialized with ``localCheckpoint``, each row holding only its
-    kind's fields. The few facts the rules use as literals (brokers, log dirs whose lock is held,
-    stopped log dirs, log dirs with deep-mode segment facts) come back to the driver in one small
-    aggregation over it. Partition, file and log-dir facts are checkpointed again on their own: many
-    rules read them, and the truncated lineage keeps those ~40 rule plans small (planning them
-    dominates small audits). Segments, nearly all of the data, are read by a few plans only. No window
-    or shuffle runs over all records: the two rules that order segments do it only in the log dirs
-    where their facts exist (deep-mode output, a stopped broker)."""
-    raw = spark.read.option("recursiveFileLookup", "false").text(probe_dir)
+    kind's fields. Segment records staged as Parquet are read from there (only the columns a plan
+    uses), never parsed or materialized, and unioned with any JSON ones. The few facts the rules use
+    as literals (brokers, log dirs whose lock is held, stopped log dirs, log dirs with deep-mode
+    segment facts) come back to the driver in one small aggregation over both. Partition, file and
+    log-dir facts are checkpointed again on their own: many rules read them, and the truncated lineage
+    keeps those ~40 rule plans small (planning them dominates small audits). Segments, nearly all of
+    the data, are read by a few plans only. No window or shuffle runs over all records: the two rules
+    that order segments do it only in the log dirs where their facts exist (deep-mode output, a
+    stopped broker)."""
+    raw = spark.read.option("pathGlobFilter", "*.jsonl*").text(probe_dir)
     if "broker_id" not in raw.columns:
         raise ValueError(f"{probe_dir}: expected broker_id=<N>/ subdirectories holding probe JSON Lines")
     facts = {}
@@ -283,20 +291,44 @@ def load_frames(
         "kind",
         *[F.when(F.col("kind") == k, F.struct(*sch.fieldNames())).alias(f"{k}_rec") for k, sch in PROBE_KINDS.items()],
     ).localCheckpoint()
-    # one pass over the checkpoint: per log dir, what the driver needs to know
+    # the segment records staged as Parquet (fleet_doctor.staged_segments): read, never parsed or materialized
+    columnar = (
+        spark.read.schema(SEGMENT_SCHEMA)
+        .option("pathGlobFilter", "*.segments.parquet")
+        .parquet(probe_dir)
+        .withColumn("broker_id", F.col("broker_id").cast("int"))
+        .where(~_unloaded(F.col("path")))
+    )
+    # one pass over the checkpoint and the Parquet columns: per log dir, what the driver needs to know
     seg, ld = F.col("segment_rec"), F.col("logdir_rec")
+    no_bool = F.lit(None).cast("boolean")
     per_logdir = (
-        records.groupBy("broker_id", F.coalesce(*[F.col(f"{k}_rec.logdir") for k in PROBE_KINDS]).alias("logdir"))
-        .agg(
-            F.max(ld.lock_held_by_pid.isNotNull()).alias("locked"),
-            F.max(ld["exists"] & ~F.coalesce(ld.clean_shutdown, F.lit(False)) & ld.lock_held_by_pid.isNull()).alias(
+        records.select(
+            "broker_id",
+            F.coalesce(*[F.col(f"{k}_rec.logdir") for k in PROBE_KINDS]).alias("logdir"),
+            F.lit(True).alias("json"),
+            ld.lock_held_by_pid.isNotNull().alias("locked"),
+            (ld["exists"] & ~F.coalesce(ld.clean_shutdown, F.lit(False)) & ld.lock_held_by_pid.isNull()).alias(
                 "unclean"
             ),
-            F.max(seg.next_offset.isNotNull() | (F.coalesce(seg.offset_errors, F.lit(0)) > 0)).alias("deep"),
+            _deep_facts(seg.next_offset, seg.offset_errors).alias("deep"),
         )
+        .unionByName(
+            columnar.select(
+                "broker_id",
+                "logdir",
+                F.lit(False).alias("json"),
+                no_bool.alias("locked"),
+                no_bool.alias("unclean"),
+                _deep_facts(F.col("next_offset"), F.col("offset_errors")).alias("deep"),
+            )
+        )
+        .groupBy("broker_id", "logdir")
+        .agg(*[F.max(c).alias(c) for c in ("json", "locked", "unclean", "deep")])
         .collect()
     )
-    probed = {r.broker_id for r in per_logdir}
+    # a broker's Parquet segments count only beside its JSON Lines, which staging commits last
+    probed = {r.broker_id for r in per_logdir if r.json}
     broker_rows = [
         (
             bid,
@@ -321,22 +353,25 @@ def load_frames(
         pairs = [x for r in broker_rows for x in (F.lit(r[0]), F.lit(r[index]))]
         return (F.create_map(*pairs)[F.col("broker_id")] if pairs else F.lit(None)).cast(dtype)
 
-    def of_kind(kind: str) -> DataFrame:
-        return records.where(F.col("kind") == kind).select(
+    def tagged(df: DataFrame, *fields: str) -> DataFrame:
+        return df.select(
             "broker_id",
             lookup(1, S).alias("kafka_version"),
             lookup(2, L).alias("kafka_version_num"),
             F.coalesce(lookup(3, B), F.lit(False)).alias("running"),
-            f"{kind}_rec.*",
+            *(fields or [c for c in df.columns if c != "broker_id"]),
         )
+
+    def of_kind(kind: str) -> DataFrame:
+        return tagged(records.where(F.col("kind") == kind), f"{kind}_rec.*")
 
     # a broker runs on this log dir: its facts say so, or a process holds the log dir's .lock
     locked = keys(lambda r: r.locked)
     frames = Frames(
         # live_active: the active segment of a running broker (its indexes are legitimately preallocated)
-        segments=of_kind("segment").withColumn(
-            "live_active", F.coalesce(F.col("active") & (F.col("running") | in_logdirs(locked)), F.lit(False))
-        ),
+        segments=of_kind("segment")
+        .unionByName(tagged(columnar.where(F.col("broker_id").isin(sorted(b for b in probed if b is not None)))))
+        .withColumn("live_active", F.coalesce(F.col("active") & (F.col("running") | in_logdirs(locked)), F.lit(False))),
         partitions=of_kind("partition").localCheckpoint(),
         files=of_kind("file").localCheckpoint(),
         logdirs=of_kind("logdir").localCheckpoint(),

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fleet_doctor.audit import staged_brokers
+from fleet_doctor.audit import PROBE_OBJECT, staged_brokers
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
 from fleet_doctor.store import Store
 
@@ -234,7 +234,9 @@ class FleetFacts:
     @classmethod
     def load(cls, store: Store, run_key: str) -> FleetFacts:
         """The staged probe output of every broker of the audit run at ``run_key``, and its ZooKeeper snapshot."""
-        probe = {bid: store.read_jsonl(f"{run_key}/probe/broker_id={bid}/probe.jsonl.gz")
+        from fleet_doctor.staged_segments import load_probe  # pyarrow: imported when used, not at DAG parse
+
+        probe = {bid: load_probe(store, f"{run_key}/probe/broker_id={bid}/{PROBE_OBJECT}")
                  for bid in staged_brokers(store, run_key)}  # fmt: skip
         return cls(probe, store.read_jsonl(f"{run_key}/zk.jsonl"))
 
