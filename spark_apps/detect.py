@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spark = SparkSession.builder.appName(f"fleet-doctor-detect-{args.audit_run}").getOrCreate()
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    # the findings are cached; without this AQE keeps the cached plan's shuffle partitions (spark.sql.shuffle.
+    # partitions, 64 for big runs) instead of coalescing them, and every action on the cache runs that many tasks
+    spark.conf.set("spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
     frames = load_frames(spark, args.probe_dir, args.brokers, args.zk_snapshot)
     found, skipped = detect(frames, partial_scope=args.partial_scope)
     found = found.withColumn("audit_run", F.lit(args.audit_run)).dropDuplicates()
