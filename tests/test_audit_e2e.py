@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from fleet_doctor import airflow_env, lab
@@ -84,6 +86,12 @@ def test_audit_end_to_end(fleet: dict[str, Any]) -> None:
     assert Path(summary["report"]).is_file()
     staged = sorted((fleet["data"] / "staging").glob("*/probe/broker_id=*/probe.jsonl.gz"))
     assert len(staged) == 3
+    # each broker's segment records went to Parquet beside its JSON Lines, all of them (probe_end counts them)
+    for js in staged:
+        records = [json.loads(line) for line in gzip.decompress(js.read_bytes()).splitlines()]
+        assert not [r for r in records if r["kind"] == "segment"]
+        columnar = pq.read_table(js.with_name("probe.segments.parquet"))
+        assert columnar.num_rows == records[-1]["segments"] > 0
 
     # 2. incidents on different brokers: each one found with its rule, broker, partition and file
     injected = [inject(state, name, **opts) for name, opts in INCIDENTS]

@@ -273,24 +273,26 @@ def load_frames(
     facts = {}
     if brokers_path:
         facts = {r.broker_id: r for r in spark.read.schema(BROKER_FACTS_SCHEMA).json(brokers_path).collect()}
+    # one struct per kind holding only that kind's fields: the other kinds' structs are null, which costs a row
+    # 8 bytes each instead of 8 bytes for every field of every kind. Every filter comes after the checkpoint:
+    # Spark pushes a filter below the projection by inlining its columns, so each field a filter names would
+    # parse the line again (10 parses a line, measured)
+    parsed = raw.select(
+        F.col("broker_id").cast("int").alias("broker_id"), F.from_json("value", PROBE_RECORD_SCHEMA).alias("r")
+    )
+    checkpoint = parsed.select(
+        "broker_id",
+        F.col("r.kind").alias("kind"),
+        *[
+            F.when(F.col("r.kind") == k, F.struct(*[F.col(f"r.{n}") for n in sch.fieldNames()])).alias(f"{k}_rec")
+            for k, sch in PROBE_KINDS.items()
+        ],
+    ).localCheckpoint()
     # Kafka never loads a "-delete" or "-stray" partition dir again (ref §2.1): their files are
     # reported by stray-dir only, not as segment or partition damage
-    unloaded = _unloaded(F.col("path")) | _unloaded(F.coalesce(F.col("partition_dir"), F.lit("")))
-    parsed = (
-        raw.select(
-            F.col("broker_id").cast("int").alias("broker_id"), F.from_json("value", PROBE_RECORD_SCHEMA).alias("r")
-        )
-        .where(F.col("r.kind").isin(*PROBE_KINDS))
-        .select("broker_id", "r.*")
-        .where(~((F.col("kind") != "partition") & unloaded))
-    )
-    # one struct per kind holding only that kind's fields: the other kinds' structs are null, which
-    # costs a row 8 bytes each instead of 8 bytes for every field of every kind
-    records = parsed.select(
-        "broker_id",
-        "kind",
-        *[F.when(F.col("kind") == k, F.struct(*sch.fieldNames())).alias(f"{k}_rec") for k, sch in PROBE_KINDS.items()],
-    ).localCheckpoint()
+    path = F.coalesce(*[F.col(f"{k}_rec.path") for k in PROBE_KINDS if k != "partition"])
+    unloaded = _unloaded(path) | _unloaded(F.coalesce(F.col("file_rec.partition_dir"), F.lit("")))
+    records = checkpoint.where(F.col("kind").isin(*PROBE_KINDS) & ~((F.col("kind") != "partition") & unloaded))
     # the segment records staged as Parquet (fleet_doctor.staged_segments): read, never parsed or materialized
     columnar = (
         spark.read.schema(SEGMENT_SCHEMA)
@@ -383,13 +385,9 @@ def load_frames(
         deep_logdirs=keys(lambda r: r.deep),
     )
     if zk_snapshot_path:
-        zk = (
-            spark.read.text(zk_snapshot_path)
-            .select(F.from_json("value", ZK_RECORD_SCHEMA).alias("r"))
-            .where(F.col("r.kind").isin(*ZK_KINDS))
-            .select("r.*")
-            .localCheckpoint()
-        )
+        # filtered after the checkpoint, as the probe records: one parse a line
+        zk = spark.read.text(zk_snapshot_path).select(F.from_json("value", ZK_RECORD_SCHEMA).alias("r"))
+        zk = zk.select("r.*").localCheckpoint().where(F.col("kind").isin(*ZK_KINDS))
         frames.zk_topics = _of_kind(zk, "topic", ZK_TOPIC_SCHEMA)
         frames.zk_states = _of_kind(zk, "partition_state", ZK_STATE_SCHEMA)
         frames.zk_brokers = _of_kind(zk, "broker", ZK_BROKER_SCHEMA)
