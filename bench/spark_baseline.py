@@ -2,8 +2,8 @@
 
     spark-submit bench/spark_baseline.py --mode text  --probe-dir DIR   # read every JSON line (gzip included) and
                                                                         # count them and the Parquet segment rows
-    spark-submit bench/spark_baseline.py --mode parse --probe-dir DIR   # also parse every line with the schema
-                                                                        # detection reads, read every segment
+    spark-submit bench/spark_baseline.py --mode parse --probe-dir DIR   # also parse every line with its kind's
+                                                                        # schema, as detection does; read every segment
                                                                         # column it reads, fold all fields into
                                                                         # one hash sum
 
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from fleet_doctor.detection import PROBE_RECORD_SCHEMA, SEGMENT_SCHEMA
+from fleet_doctor.detection import SEGMENT_SCHEMA, parse_probe_lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "text":
         rows, checksum = raw.count() + segments.count(), None
     else:
-        # every field of the merged record schema feeds the hash, so no field can be pruned from the parse
-        rec = raw.select("broker_id", F.from_json("value", PROBE_RECORD_SCHEMA).alias("r")).select("broker_id", "r.*")
+        # parsed as detection parses (each line with its kind's schema); every field feeds the hash, so no field
+        # can be pruned from the parse
+        rec = parse_probe_lines(raw)
         rows = checksum = 0
         for df in (rec, segments):
             row = df.select(F.count("*").alias("n"), F.sum(F.hash(*df.columns)).alias("h")).collect()[0]

@@ -45,7 +45,7 @@ from fleet_builder import (
 )
 
 from fleet_doctor import probe
-from fleet_doctor.detection import FINDING_COLUMNS, detect, load_frames
+from fleet_doctor.detection import FINDING_COLUMNS, detect, load_frames, parse_probe_lines
 from fleet_doctor.rules import RULES, Needs, Scope
 
 CORPUS_METADATA_BASE, CORPUS_DEEP_BASE = 1000, 2000
@@ -470,3 +470,21 @@ def test_staged_segments_columnar_or_json_give_the_same_findings(spark, mutated,
 
     assert skipped == mutated.skipped
     assert keyed(rows) == keyed(mutated.rows)
+
+
+def test_probe_lines_are_parsed_by_their_own_kind_wherever_kind_is(spark):
+    """The kind is read off the line's start as the probe prints it, with spaces as other JSON writers print it,
+    and found anywhere in the line otherwise; a line that is not JSON has no kind and no facts."""
+    lines = [
+        '{"kind":"partition","logdir":"/d","path":"/d/t-0","topic":"t","partition":0}',
+        '{"kind": "segment", "logdir": "/d", "path": "/d/t-0", "base_offset": 5}',
+        '{"logdir":"/d","path":"/d/t-0/x","file_type":"unknown","kind":"file"}',
+        "not json at all",
+    ]
+    raw = spark.createDataFrame([(7, v) for v in lines], "broker_id int, value string")
+    rows = parse_probe_lines(raw).collect()
+    assert [r.kind for r in rows] == ["partition", "segment", "file", None]
+    assert rows[0].partition_rec.topic == "t" and rows[0].segment_rec is None and rows[0].file_rec is None
+    assert rows[1].segment_rec.base_offset == 5 and rows[1].partition_rec is None
+    assert rows[2].file_rec.file_type == "unknown"
+    assert all(getattr(rows[3], f"{k}_rec") is None for k in ("segment", "partition", "file", "logdir"))
