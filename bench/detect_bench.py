@@ -57,13 +57,16 @@ def big_run_conf(driver_memory: str, local_dir: str) -> dict[str, str]:
     Differs from LOCAL_SPARK_CONF (tuned for tiny scans, where JVM warm-up dominates): the full tiered JIT (C2:
     the C1-only -XX:TieredStopAtLevel=1 makes JSON parsing about 3x slower), the throughput collector, a driver
     heap big enough to cache the parsed facts (local mode: the driver is the executor), more shuffle partitions
-    for AQE to coalesce, and spill/shuffle files under the bench's temp dir."""
+    for AQE to coalesce, broadcast joins up to 128 MB, and spill/shuffle files under the bench's temp dir."""
     conf = dict(LOCAL_SPARK_CONF)
     conf.update(
         {
             "spark.driver.memory": driver_memory,
             "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
             "spark.sql.shuffle.partitions": "64",
+            # the facts the rules join (partitions, files, ZooKeeper state) are tens of MB at 10 M segments:
+            # broadcast hash joins instead of shuffles and sorts of both sides
+            "spark.sql.autoBroadcastJoinThreshold": str(128 << 20),
             "spark.sql.adaptive.coalescePartitions.enabled": "true",
             "spark.local.dir": local_dir,
         }

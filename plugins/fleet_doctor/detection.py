@@ -380,6 +380,11 @@ def load_frames(
     def of_kind(kind: str) -> DataFrame:
         return tagged(records.where(F.col("kind") == kind), f"{kind}_rec.*")
 
+    def materialized(df: DataFrame) -> DataFrame:
+        # one partition per core: every rule plan over these facts runs a task per partition, and each task
+        # deserializes its whole stage (the union of every rule), so a task per input file cost more than the rows
+        return df.coalesce(spark.sparkContext.defaultParallelism).localCheckpoint()
+
     # a broker runs on this log dir: its facts say so, or a process holds the log dir's .lock
     locked = keys(lambda r: r.locked)
     frames = Frames(
@@ -387,9 +392,9 @@ def load_frames(
         segments=of_kind("segment")
         .unionByName(tagged(columnar.where(F.col("broker_id").isin(sorted(b for b in probed if b is not None)))))
         .withColumn("live_active", F.coalesce(F.col("active") & (F.col("running") | in_logdirs(locked)), F.lit(False))),
-        partitions=of_kind("partition").localCheckpoint(),
-        files=of_kind("file").localCheckpoint(),
-        logdirs=of_kind("logdir").localCheckpoint(),
+        partitions=materialized(of_kind("partition")),
+        files=materialized(of_kind("file")),
+        logdirs=materialized(of_kind("logdir")),
         brokers=brokers,
         fleet_version=versions[-1][1] if versions else None,
         fleet_version_num=versions[-1][0] if versions else None,
