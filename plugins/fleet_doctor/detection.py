@@ -277,9 +277,9 @@ def load_frames(
     brokers_path: str | None = None,
     zk_snapshot_path: str | None = None,
 ) -> Frames:
-    """Read the staged inputs once each. Every probe line is parsed once (one schema for all record
-    kinds) and the parsed facts are materialized with ``localCheckpoint``, each row holding only its
-    kind's fields. Segment records staged as Parquet are read from there (only the columns a plan
+    """Read the staged inputs once each. Every probe line is parsed once (with its kind's schema) and
+    the parsed facts are materialized with ``localCheckpoint``, each row holding only its kind's
+    fields. Segment records staged as Parquet are read from there (only the columns a plan
     uses), never parsed or materialized, and unioned with any JSON ones. The few facts the rules use
     as literals (brokers, log dirs whose lock is held, stopped log dirs, log dirs with deep-mode
     segment facts) come back to the driver in one small aggregation over both. Partition, file and
