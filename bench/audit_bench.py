@@ -172,7 +172,7 @@ def main() -> int:
                 for i in range(args.repeat):
                     run, tis = run_audit(af)
                     sizes = {
-                        int(d.name.split("=")[1]): (d / "probe.jsonl.gz").stat().st_size
+                        int(d.name.split("=")[1]): sum(f.stat().st_size for f in d.iterdir())  # JSON + Parquet
                         for d in (Path(data) / "staging" / audit.safe_run_id(run) / "probe").iterdir()
                     }
                     biggest = max(sizes, key=lambda b: (sizes[b], -b))

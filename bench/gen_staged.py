@@ -324,12 +324,11 @@ def write_logdir(args: tuple) -> tuple[int, int, int]:
         gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=ctx["level"]) as gz,
         open(seg_path + ".tmp", "wb") as columnar,
     ):
-        splitter = ProbeSplitter(gz, columnar)  # staged as the audit stages: segment records as Parquet
-        for chunk in [text_head, *body, text_end]:
-            data = chunk.encode("ascii")
-            size += len(data)
-            splitter.write(data)
-        splitter.close()
+        with ProbeSplitter(gz, columnar) as splitter:  # staged as the audit stages: segment records as Parquet
+            for chunk in [text_head, *body, text_end]:
+                data = chunk.encode("ascii")
+                size += len(data)
+                splitter.write(data)
     assert splitter.segments == segments and splitter.segments_as_json == 0, (path, splitter.segments, segments)
     os.replace(seg_path + ".tmp", seg_path)
     os.replace(path + ".tmp", path)

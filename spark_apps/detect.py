@@ -28,7 +28,11 @@ from fleet_doctor.store import atomic_file
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="detect.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--probe-dir", required=True, help="directory with broker_id=<N>/ subdirs of probe JSON Lines")
+    p.add_argument(
+        "--probe-dir",
+        required=True,
+        help="directory with broker_id=<N>/ subdirs of staged probe output (*.jsonl[.gz], *.segments.parquet)",
+    )
     p.add_argument("--brokers", help="broker facts, JSON Lines {broker_id, kafka_version, running, host}")
     p.add_argument("--zk-snapshot", help="ZooKeeper snapshot JSON Lines (fleet-doctor zk-snapshot)")
     p.add_argument("--output", required=True, help="findings dataset root (Parquet, partitioned by audit_run)")

@@ -91,7 +91,8 @@ def test_audit_end_to_end(fleet: dict[str, Any]) -> None:
         records = [json.loads(line) for line in gzip.decompress(js.read_bytes()).splitlines()]
         assert not [r for r in records if r["kind"] == "segment"]
         columnar = pq.read_table(js.with_name("probe.segments.parquet"))
-        assert columnar.num_rows == records[-1]["segments"] > 0
+        end = next(r for r in records if r["kind"] == "probe_end")
+        assert columnar.num_rows == end["segments"] > 0
 
     # 2. incidents on different brokers: each one found with its rule, broker, partition and file
     injected = [inject(state, name, **opts) for name, opts in INCIDENTS]

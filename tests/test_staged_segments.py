@@ -99,10 +99,11 @@ def test_a_segment_line_the_table_cannot_hold_stays_json_verbatim():
         b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":"8"}\n',  # another type
         b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":9223372036854775808}\n',  # out of range
         b'{"kind":"segment","logdir":"/d","pa\n',  # cut off
+        b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":10} {"kind":"segment","base_offset":11}\n',
     ]
     data = b'{"kind":"probe"}\n' + good % 0 + b"".join(odd) + good % 100 + b'{"kind":"probe_end","complete":true}\n'
     js, pqt, splitter = split(data)
-    assert splitter.segments == 2 and splitter.segments_as_json == 4
+    assert splitter.segments == 2 and splitter.segments_as_json == 5
     assert js == b'{"kind":"probe"}\n{"kind":"probe_end","complete":true}\n' + b"".join(odd)
     assert [r["base_offset"] for r in read_records(pqt, "x")] == [0, 100]
 
@@ -111,7 +112,32 @@ def test_no_segments_and_no_final_newline():
     js, pqt, splitter = split(b'{"kind":"probe"}\n{"kind":"probe_end"}')
     assert js == b'{"kind":"probe"}\n{"kind":"probe_end"}'
     assert splitter.segments == 0 and list(read_records(pqt, "x")) == []
-    assert SEGMENT_PREFIX == b'{"kind":"segment",'
+
+
+def test_an_unfit_line_is_never_glued_to_a_last_line_without_newline():
+    unfit = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":1,"new_field":true}\n'
+    js, _, splitter = split(b'{"kind":"probe"}\n' + unfit + b'{"kind":"probe_end","complete":true}')
+    assert js == b'{"kind":"probe"}\n' + unfit + b'{"kind":"probe_end","complete":true}'
+    assert splitter.segments_as_json == 1
+
+
+def test_one_unfit_line_in_a_big_block_keeps_the_rest_columnar():
+    good = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","topic":"t","partition":0,"base_offset":%d}\n'
+    lines = [good % i for i in range(5000)]
+    lines[3777] = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":3777,"new_field":1}\n'
+    js, pqt, splitter = split(b"".join(lines))
+    assert (splitter.segments, splitter.segments_as_json) == (4999, 1) and js == lines[3777]
+    assert [r["base_offset"] for r in read_records(pqt, "x")] == [i for i in range(5000) if i != 3777]
+
+
+def test_a_failed_stage_leaves_the_parquet_writer_closed():
+    js, pqt = io.BytesIO(), io.BytesIO()
+    with pytest.raises(RuntimeError, match="probe died"):
+        with ProbeSplitter(js, pqt) as splitter:
+            splitter.write(b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":1}\n')
+            raise RuntimeError("probe died")
+    assert not splitter._writer.is_open  # released now, not by a finalizer writing into a discarded stream
+    assert splitter.segments == 0  # the block was never converted
 
 
 @pytest.mark.parametrize("data", [b"", b"PAR1 not parquet", b"\x00" * 100])

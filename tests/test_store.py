@@ -41,6 +41,9 @@ def test_round_trip_and_missing_objects(store_env: tuple[str, dict[str, str]]) -
     assert store.is_file("staging/run 1/zk.jsonl") and not store.is_file("staging/run 1")
     store.write_text("staging/run 1/zk.jsonl", "")  # overwrite
     assert store.read_jsonl("staging/run 1/zk.jsonl") == []
+    store.delete("staging/run 1/zk.jsonl")
+    store.delete("staging/run 1/zk.jsonl")  # nothing there: no error
+    assert not store.is_file("staging/run 1/zk.jsonl") and store.read_bytes("staging/run 1/zk.jsonl") is None
     assert store.url("findings") == f"{root if '://' in root else Path(root).resolve()}/findings"
 
 

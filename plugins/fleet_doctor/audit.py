@@ -282,32 +282,35 @@ def stage_broker(
 ) -> dict[str, Any]:
     """Run the probe on the broker over an open SSH connection and stream its output into the store under
     ``<run_key>/probe/broker_id=<N>/``: the segment records as ``probe.segments.parquet``, every other record
-    as gzip'd JSON Lines, ``probe.jsonl.gz`` (fleet_doctor.staged_segments). Both objects appear only when the
-    probe exited 0 and its last record is a complete ``probe_end`` (Store.writer); the JSON Lines object is
-    committed last, and a broker counts as staged only when it is there, so a half-staged broker is never read."""
-    from fleet_doctor.staged_segments import (
-        ProbeSplitter,
-        segments_key,
-    )  # pyarrow: imported when used, not at DAG parse
+    as gzip'd JSON Lines, ``probe.jsonl.gz`` (fleet_doctor.staged_segments). A broker counts as staged only when
+    its JSON Lines object exists: an attempt first removes the one a previous attempt left (so old JSON Lines
+    never pair with new segments), and commits it again last. Both objects appear only when the probe exited 0,
+    its last record is a complete ``probe_end``, and the segments staged are as many as it counted."""
+    from fleet_doctor.staged_segments import ProbeSplitter, segments_key  # pyarrow: imported when used
 
     bid = int(broker["broker_id"])
     key = f"{run_key}/probe/broker_id={bid}/{PROBE_OBJECT}"
     command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
+    store.delete(key)
     nbytes = 0
     with (
         store.writer(key) as raw,
         gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5) as out,
         store.writer(segments_key(key)) as columnar,
     ):
-        splitter = ProbeSplitter(out, columnar)
+        with ProbeSplitter(out, columnar) as splitter:
 
-        def sink(data: bytes) -> None:
-            nonlocal nbytes
-            splitter.write(data)
-            nbytes += len(data)
+            def sink(data: bytes) -> None:
+                nonlocal nbytes
+                splitter.write(data)
+                nbytes += len(data)
 
-        end = run_probe(client, command, sink, timeout, f"broker {bid}")
-        splitter.close()
+            end = run_probe(client, command, sink, timeout, f"broker {bid}")
+        if splitter.segments + splitter.segments_as_json != end.get("segments"):
+            raise StageError(
+                f"broker {bid}: the probe counted {end.get('segments')} segments but {splitter.segments} were staged "
+                f"as Parquet and {splitter.segments_as_json} as JSON"
+            )
     return {
         "broker_id": bid,
         "path": store.url(key),

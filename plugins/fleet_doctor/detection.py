@@ -313,7 +313,8 @@ def load_frames(
         .parquet(probe_dir)
         .withColumn("broker_id", F.col("broker_id").cast("int"))
     )
-    columnar = columnar_all.where(~_unloaded(F.col("path")))
+    # as for the JSON records: a log dir named, and not a partition dir Kafka never loads
+    columnar = columnar_all.where(F.col("logdir").isNotNull() & ~_unloaded(F.col("path")))
     # one pass over the checkpoint and the Parquet columns: per log dir, what the driver needs to know
     seg, ld = F.col("segment_rec"), F.col("logdir_rec")
     no_bool = F.lit(None).cast("boolean")
@@ -329,7 +330,7 @@ def load_frames(
             _deep_facts(seg.next_offset, seg.offset_errors).alias("deep"),
         )
         .unionByName(
-            columnar_all.where(_deep_facts(F.col("next_offset"), F.col("offset_errors"))).select(
+            columnar.where(_deep_facts(F.col("next_offset"), F.col("offset_errors"))).select(
                 "broker_id",
                 "logdir",
                 F.lit(False).alias("json"),

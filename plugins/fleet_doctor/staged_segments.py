@@ -113,15 +113,29 @@ def segments_key(json_key: str) -> str:
     return stem + SEGMENTS_SUFFIX
 
 
+class _Unfit(Exception):
+    """Lines the table cannot hold as they are."""
+
+
 def _parse(lines: list[bytes]) -> pa.Table:
-    table = pa_json.read_json(pa.py_buffer(b"".join(lines)), read_options=_READ, parse_options=_PARSE)
+    try:
+        table = pa_json.read_json(pa.py_buffer(b"".join(lines)), read_options=_READ, parse_options=_PARSE)
+    except pa.ArrowInvalid as e:
+        raise _Unfit(str(e)) from e
+    # one segment record per line (a line holding two objects, or another kind, is not one)
+    kinds = table.column("kind").to_pylist()
+    if len(kinds) != len(lines) or any(k != "segment" for k in kinds):
+        raise _Unfit("not one segment record per line")
     return table.drop_columns(["kind"])
 
 
 class ProbeSplitter:
     """Takes the probe's stdout in chunks of any size (``write``) and sends every line whole either to
     ``json_out`` (a binary stream) or, for segment lines, as rows to a Parquet file on ``parquet_out``.
-    ``close`` flushes both; the Parquet file is complete (possibly of 0 rows) only after it."""
+    Use it as a context manager: on leaving the block normally it flushes both, and only then is the Parquet
+    file complete (possibly of 0 rows); on an exception it closes the Parquet writer without a complete file
+    (the caller's store writer discards the object). Segment lines the table cannot hold are written to
+    ``json_out`` when their block is converted, so they can come after records the probe printed later."""
 
     def __init__(self, json_out: BinaryIO, parquet_out: BinaryIO, *, block_lines: int = 50_000) -> None:
         self.json_out = json_out
@@ -131,6 +145,18 @@ class ProbeSplitter:
         self._writer = pq.ParquetWriter(parquet_out, SEGMENT_TABLE, compression="zstd")
         self._partial = b""
         self._block: list[bytes] = []
+
+    def __enter__(self) -> ProbeSplitter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            try:  # the stream is being discarded: no footer is needed, only the writer's resources released
+                self._writer.close()
+            except Exception:  # the original exception is the one to report
+                pass
 
     def write(self, data: bytes) -> None:
         lines = (self._partial + data).split(b"\n")
@@ -147,40 +173,40 @@ class ProbeSplitter:
             self._flush()
 
     def close(self) -> None:
-        if self._partial:  # output not ending in a newline: kept as it is
+        self._flush()
+        if self._partial:  # output not ending in a newline: kept as it is, last
             self.json_out.write(self._partial)
             self._partial = b""
-        self._flush()
         self._writer.close()
 
     def _flush(self) -> None:
         block, self._block = self._block, []
-        if not block:
+        for table in self._convert(block):
+            self._writer.write_table(table)
+            self.segments += table.num_rows
+
+    def _convert(self, lines: list[bytes]) -> Iterator[pa.Table]:
+        """The lines as tables, in order; a block with an unfit line is halved until the line is found (rare:
+        a probe newer than this table), which stays JSON."""
+        if not lines:
             return
         try:
-            table = _parse(block)
-        except pa.ArrowInvalid:
-            # some line does not fit the table: find it line by line (rare: a probe newer than this table)
-            tables = []
-            for line in block:
-                try:
-                    tables.append(_parse([line]))
-                except pa.ArrowInvalid:
-                    self.json_out.write(line)
-                    self.segments_as_json += 1
-            if not tables:
+            yield _parse(lines)
+        except _Unfit:
+            if len(lines) == 1:
+                self.json_out.write(lines[0])
+                self.segments_as_json += 1
                 return
-            table = pa.concat_tables(tables)
-        self._writer.write_table(table)
-        self.segments += table.num_rows
+            half = len(lines) // 2
+            yield from self._convert(lines[:half])
+            yield from self._convert(lines[half:])
 
 
 def split_file(source: BinaryIO, json_out: BinaryIO, parquet_out: BinaryIO) -> ProbeSplitter:
     """Split a whole probe output (for instance a local probe run) into its two staged parts."""
-    splitter = ProbeSplitter(json_out, parquet_out)
-    while chunk := source.read(1 << 20):
-        splitter.write(chunk)
-    splitter.close()
+    with ProbeSplitter(json_out, parquet_out) as splitter:
+        while chunk := source.read(1 << 20):
+            splitter.write(chunk)
     return splitter
 
 
