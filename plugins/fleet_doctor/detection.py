@@ -302,7 +302,8 @@ def load_frames(
     path = F.coalesce(*[F.col(f"{k}_rec.path") for k in PROBE_KINDS if k != "partition"])
     unloaded = _unloaded(path) | _unloaded(F.coalesce(F.col("file_rec.partition_dir"), F.lit("")))
     # a line that did not parse at all has no log dir (every record of these kinds names its log dir)
-    parsed_ok = F.coalesce(*[F.col(f"{k}_rec.logdir") for k in PROBE_KINDS]).isNotNull()
+    logdir = F.coalesce(*[F.col(f"{k}_rec.logdir") for k in PROBE_KINDS])
+    parsed_ok = logdir.isNotNull()
     records = checkpoint.where(
         F.col("kind").isin(*PROBE_KINDS) & parsed_ok & ~((F.col("kind") != "partition") & unloaded)
     )
@@ -321,7 +322,7 @@ def load_frames(
     per_logdir = (
         records.select(
             "broker_id",
-            F.coalesce(*[F.col(f"{k}_rec.logdir") for k in PROBE_KINDS]).alias("logdir"),
+            logdir.alias("logdir"),
             F.lit(True).alias("json"),
             ld.lock_held_by_pid.isNotNull().alias("locked"),
             (ld["exists"] & ~F.coalesce(ld.clean_shutdown, F.lit(False)) & ld.lock_held_by_pid.isNull()).alias(
