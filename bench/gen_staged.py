@@ -6,14 +6,14 @@ facts and a ZooKeeper snapshot, as spark_apps/detect.py reads them.
 
 Writes
 
-* ``DIR/probe/broker_id=<N>/logdir-<k>.jsonl.gz`` and ``logdir-<k>.segments.parquet``: one probe run per log
-  dir, staged as the audit stages it (fleet_doctor.staged_segments): the segment records as Parquet, every other
-  record as gzip JSON Lines. A broker has ``--logdirs-per-broker`` (10) log dirs ``/data/<k>/kafka-logs`` (JBOD)
-  of up to ``--partitions-per-logdir`` (1000) partition replicas each, so a broker holds 250 000 segments at
-  K = 25 and the fleet grows by brokers: 1 M segments are 4 brokers and 40 files, 10 M are 40 brokers and 400
-  files. gzip is not splittable, so one file is one Spark task: files of 25 000 segments (about 24 MB of JSON,
-  about 2 MB compressed) give local[2] two hundred tasks per core at 10 M, small enough to balance and large
-  enough that per-task overhead does not count.
+* ``DIR/probe/broker_id=<N>/logdir-<k>.jsonl.gz`` and ``logdir-<k>.{segments,partitions,files}.parquet``: one
+  probe run per log dir, staged as the audit stages it (fleet_doctor.staged_records): the segment, partition and
+  file records as Parquet, every other record (the log dir's own records, a few lines) as gzip JSON Lines. A
+  broker has ``--logdirs-per-broker`` (10) log dirs ``/data/<k>/kafka-logs`` (JBOD) of up to
+  ``--partitions-per-logdir`` (1000) partition replicas each, so a broker holds 250 000 segments at K = 25 and the
+  fleet grows by brokers: 1 M segments are 4 brokers and 40 probe runs, 10 M are 40 brokers and 400. A probe run's
+  segments Parquet (25 000 rows, one row group) is one Spark task: local[2] gets two hundred per core at 10 M,
+  small enough to balance and large enough that per-task overhead does not count.
 * ``DIR/brokers.jsonl``: broker facts (Kafka 3.7.0, running), ``DIR/zk.jsonl``: the ZooKeeper snapshot (cluster,
   controller, a registration per broker, every topic with its topic ID and assignment, a partition state per
   partition), and ``DIR/expected.json``: counts and the findings (rule -> count) the injected damage must give.
@@ -39,6 +39,7 @@ damage (everything else is healthy for a running fleet, so it must give no findi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import fcntl
 import gzip
@@ -62,7 +63,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "plugins"))
 import gen_tree  # noqa: E402
 
-from fleet_doctor.staged_segments import ProbeSplitter, segments_key  # noqa: E402
+from fleet_doctor.staged_records import ProbeSplitter, staged_outputs  # noqa: E402
 
 # offset-valued fields of the probe records: template value + the partition's shift
 SEGMENT_OFFSETS = ("base_offset", "index_first_offset", "index_last_offset", "timeindex_last_offset")
@@ -318,21 +319,29 @@ def write_logdir(args: tuple) -> tuple[int, int, int]:
     end = dict(head["probe_end"], partitions=len(entries), segments=segments, files=files + len(pre) - 2)
     text_head = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in pre)
     text_end = json.dumps(end, separators=(",", ":")) + "\n"
-    seg_path = os.path.join(os.path.dirname(path), segments_key(os.path.basename(path)))
-    with (
-        open(path + ".tmp", "wb") as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=ctx["level"]) as gz,
-        open(seg_path + ".tmp", "wb") as columnar,
-    ):
-        with ProbeSplitter(gz, columnar) as splitter:  # staged as the audit stages: segment records as Parquet
+
+    def gzipped(raw):
+        return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=ctx["level"])
+
+    # staged as the audit stages: segment, partition and file records as Parquet, the rest gzip'd JSON Lines
+    with staged_outputs(path, _replaced_when_closed, wrap_json=gzipped) as (gz, columnar):
+        with ProbeSplitter(gz, columnar) as splitter:
             for chunk in [text_head, *body, text_end]:
                 data = chunk.encode("ascii")
                 size += len(data)
                 splitter.write(data)
-    assert splitter.segments == segments and splitter.segments_as_json == 0, (path, splitter.segments, segments)
-    os.replace(seg_path + ".tmp", seg_path)
-    os.replace(path + ".tmp", path)
+    counted = {"segment": segments, "partition": len(entries), "file": end["files"]}
+    assert {k: splitter.staged(k) for k in counted} == counted, (path, counted)
+    assert splitter.kept_json("segment") == splitter.kept_json("partition") == 0, path
     return records + len(pre) + 1, segments, size
+
+
+@contextlib.contextmanager
+def _replaced_when_closed(path: str):
+    """A file written as ``path.tmp`` and moved to ``path`` when the block ends without an exception."""
+    with open(path + ".tmp", "wb") as f:
+        yield f
+    os.replace(path + ".tmp", path)
 
 
 def _pool_init(ctx: dict) -> None:

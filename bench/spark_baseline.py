@@ -1,14 +1,15 @@
 """Baseline Spark apps for the detection benchmark: the least work any detection over the staged probe output does.
 
     spark-submit bench/spark_baseline.py --mode text  --probe-dir DIR   # read every JSON line (gzip included) and
-                                                                        # count them and the Parquet segment rows
+                                                                        # count them and the Parquet rows
     spark-submit bench/spark_baseline.py --mode parse --probe-dir DIR   # also parse every line with its kind's
-                                                                        # schema, as detection does; read every segment
-                                                                        # column it reads, fold all fields into
-                                                                        # one hash sum
+                                                                        # schema, as detection does; read every
+                                                                        # Parquet column it reads, fold all fields
+                                                                        # into one hash sum
 
 Both print one JSON line {"mode", "rows", "checksum"}. They read the files exactly as spark_apps/detect.py does
-(``spark.read.text`` over the ``broker_id=<N>/*.jsonl*``, the segment records from ``*.segments.parquet``), with
+(``spark.read.text`` over the ``broker_id=<N>/*.jsonl*``, the segment, partition and file records from their
+``*.parquet``, detection.read_staged), with
 the same Spark configuration, so the JVM start-up, file listing and decompression are in the baseline too.
 """
 
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from fleet_doctor.detection import SEGMENT_SCHEMA, parse_probe_lines
+from fleet_doctor.detection import STAGED_PARQUET, parse_probe_lines, read_staged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,15 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     spark = SparkSession.builder.appName(f"fleet-doctor-baseline-{args.mode}").getOrCreate()
     raw = spark.read.option("pathGlobFilter", "*.jsonl*").text(args.probe_dir)
-    segments = spark.read.schema(SEGMENT_SCHEMA).option("pathGlobFilter", "*.segments.parquet").parquet(args.probe_dir)
+    staged = [read_staged(spark, args.probe_dir, kind) for kind in STAGED_PARQUET]
     if args.mode == "text":
-        rows, checksum = raw.count() + segments.count(), None
+        rows, checksum = raw.count() + sum(df.count() for df in staged), None
     else:
         # parsed as detection parses (each line with its kind's schema); every field feeds the hash, so no field
         # can be pruned from the parse
         rec = parse_probe_lines(raw)
         rows = checksum = 0
-        for df in (rec, segments):
+        for df in (rec, *staged):
             row = df.select(F.count("*").alias("n"), F.sum(F.hash(*df.columns)).alias("h")).collect()[0]
             rows, checksum = rows + row.n, checksum + (row.h or 0)
     print(json.dumps({"mode": args.mode, "rows": rows, "checksum": checksum}))

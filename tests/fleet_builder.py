@@ -35,7 +35,7 @@ from typing import Any
 from conftest import copy_writable
 from fleet_doctor import zk_snapshot
 from fleet_doctor.probe import Probe
-from fleet_doctor.staged_segments import SEGMENTS_SUFFIX, read_records, segments_key, split_file
+from fleet_doctor.staged_records import STAGED_KINDS, read_records, split_to_dir
 
 THILLAI = "zk-3.9-3broker-thillai"
 THILLAI_ZK = "zookeeper/version-2/version-2/snapshot.124"
@@ -377,26 +377,28 @@ class Fleet:
 
 
 def stage(root: Path, logdirs: dict[int, list[Path]], *, deep: bool, verify_crc: bool) -> Path:
-    """Probe each broker's log dirs and stage the output as the audit does: segment records as Parquet."""
+    """Probe each broker's log dirs and stage the output as the audit does: segment, partition and file records
+    as Parquet."""
     probe_dir = root / "probe"
     for bid, dirs in logdirs.items():
         dest = probe_dir / f"broker_id={bid}"
         dest.mkdir(parents=True)
         text = io.StringIO()
         Probe(text, deep=deep, verify_crc=verify_crc).run([str(d) for d in dirs])
-        with (dest / "probe.jsonl").open("wb") as out, (dest / segments_key("probe.jsonl")).open("wb") as seg:
-            split_file(io.BytesIO(text.getvalue().encode("utf-8")), out, seg)
+        split_to_dir(io.BytesIO(text.getvalue().encode("utf-8")), dest, "probe.jsonl")
     return probe_dir
 
 
 def unsplit(probe_dir: Path) -> None:
-    """Turn staged output back into JSON Lines only (segment records appended as JSON, the Parquet removed):
-    the form of output staged before segments went to Parquet, which detection still reads."""
-    for seg in probe_dir.glob("broker_id=*/*" + SEGMENTS_SUFFIX):
-        with (seg.parent / (seg.name.removesuffix(SEGMENTS_SUFFIX) + ".jsonl")).open("a", encoding="utf-8") as out:
-            for rec in read_records(seg.read_bytes(), str(seg)):
-                out.write(json.dumps(rec) + "\n")
-        seg.unlink()
+    """Turn staged output back into JSON Lines only (the Parquet records appended as JSON, the Parquet removed):
+    the form of output staged before records went to Parquet, which detection still reads."""
+    for kind in STAGED_KINDS:
+        for staged in probe_dir.glob("broker_id=*/*" + kind.suffix):
+            jsonl = staged.parent / (staged.name.removesuffix(kind.suffix) + ".jsonl")
+            with jsonl.open("a", encoding="utf-8") as out:
+                for rec in read_records(staged.read_bytes(), str(staged), kind.kind):
+                    out.write(json.dumps(rec) + "\n")
+            staged.unlink()
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:

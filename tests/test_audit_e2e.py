@@ -86,13 +86,17 @@ def test_audit_end_to_end(fleet: dict[str, Any]) -> None:
     assert Path(summary["report"]).is_file()
     staged = sorted((fleet["data"] / "staging").glob("*/probe/broker_id=*/probe.jsonl.gz"))
     assert len(staged) == 3
-    # each broker's segment records went to Parquet beside its JSON Lines, all of them (probe_end counts them)
+    # each broker's segment, partition and file records went to Parquet beside its JSON Lines, all of them but
+    # the file records holding objects (meta.properties) or offset checkpoints (probe_end counts them)
     for js in staged:
         records = [json.loads(line) for line in gzip.decompress(js.read_bytes()).splitlines()]
-        assert not [r for r in records if r["kind"] == "segment"]
-        columnar = pq.read_table(js.with_name("probe.segments.parquet"))
+        assert not [r for r in records if r["kind"] in ("segment", "partition")]
+        assert {r["file_type"] for r in records if r["kind"] == "file"} <= {"meta_properties", "offset_checkpoint"}
         end = next(r for r in records if r["kind"] == "probe_end")
-        assert columnar.num_rows == end["segments"] > 0
+        for suffix, counted in (("segments", "segments"), ("partitions", "partitions"), ("files", "files")):
+            columnar = pq.read_table(js.with_name(f"probe.{suffix}.parquet"))
+            kept = sum(r["kind"] == "file" for r in records) if suffix == "files" else 0
+            assert columnar.num_rows + kept == end[counted] and columnar.num_rows > 0, (js, suffix)
 
     # 2. incidents on different brokers: each one found with its rule, broker, partition and file
     injected = [inject(state, name, **opts) for name, opts in INCIDENTS]

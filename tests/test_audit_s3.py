@@ -43,8 +43,13 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         assert summary is not None and summary["audited"] == [1, 2, 3], summary
         run = summary["audit_run"]
         assert store.list(f"staging/{run}/probe") == ["broker_id=1", "broker_id=2", "broker_id=3"]
-        for bid in (1, 2, 3):  # the segment records as Parquet (written through an S3 stream), the rest JSON Lines
-            assert store.list(f"staging/{run}/probe/broker_id={bid}") == ["probe.jsonl.gz", "probe.segments.parquet"]
+        for bid in (1, 2, 3):  # the bulk records as Parquet (written through an S3 stream), the rest JSON Lines
+            assert store.list(f"staging/{run}/probe/broker_id={bid}") == [
+                "probe.files.parquet",
+                "probe.jsonl.gz",
+                "probe.partitions.parquet",
+                "probe.segments.parquet",
+            ]
         assert {"brokers.jsonl", "zk.jsonl", "summary.json", "findings.jsonl"} <= set(store.list(f"staging/{run}"))
         assert summary["report"] == f"{data}/reports/{run}.html"
         assert summary["findings_dataset"] == f"{data}/findings/audit_run={run}"

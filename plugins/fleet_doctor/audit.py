@@ -7,8 +7,8 @@ publish (history, report) -> alert. Nothing here imports Airflow: the SSH client
 Storage layout under the data root (``FLEET_DOCTOR_DATA``: a local directory, or ``s3a://bucket/prefix`` or
 ``hdfs://namenode/path``, see fleet_doctor.store)::
 
-    staging/<run>/probe/broker_id=<N>/probe.jsonl.gz    one broker's probe output but its segment records, and
-    staging/<run>/probe/broker_id=<N>/probe.segments.parquet   those (fleet_doctor.staged_segments; atomic)
+    staging/<run>/probe/broker_id=<N>/probe.jsonl.gz    one broker's probe output but its bulk records, and
+    staging/<run>/probe/broker_id=<N>/probe.{segments,partitions,files}.parquet   those (fleet_doctor.staged_records)
     staging/<run>/zk.jsonl, brokers.jsonl               the ZooKeeper snapshot, the broker facts
     staging/<run>/summary.json, findings.jsonl          what the Spark app wrote
     findings/audit_run=<run>/*.parquet                  the findings dataset (the DAG's Asset)
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from fleet_doctor import inventory as inv
 from fleet_doctor.store import Store
@@ -281,23 +281,24 @@ def stage_broker(
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
     """Run the probe on the broker over an open SSH connection and stream its output into the store under
-    ``<run_key>/probe/broker_id=<N>/``: the segment records as ``probe.segments.parquet``, every other record
-    as gzip'd JSON Lines, ``probe.jsonl.gz`` (fleet_doctor.staged_segments). A broker counts as staged only when
-    its JSON Lines object exists: an attempt first removes the one a previous attempt left (so old JSON Lines
-    never pair with new segments), and commits it again last. Both objects appear only when the probe exited 0,
-    its last record is a complete ``probe_end``, and the segments staged are as many as it counted."""
-    from fleet_doctor.staged_segments import ProbeSplitter, segments_key  # pyarrow: imported when used
+    ``<run_key>/probe/broker_id=<N>/``: the segment, partition and file records as ``probe.segments.parquet``,
+    ``probe.partitions.parquet`` and ``probe.files.parquet``, every other record as gzip'd JSON Lines,
+    ``probe.jsonl.gz`` (fleet_doctor.staged_records). A broker counts as staged only when its JSON Lines object
+    exists: an attempt first removes the one a previous attempt left (so old JSON Lines never pair with new
+    Parquet), and commits it again last. The objects appear only when the probe exited 0, its last record is a
+    complete ``probe_end``, and the records staged of each kind are as many as it counted."""
+    from fleet_doctor.staged_records import STAGED_KINDS, ProbeSplitter, staged_outputs  # pyarrow: when used
 
     bid = int(broker["broker_id"])
     key = f"{run_key}/probe/broker_id={bid}/{PROBE_OBJECT}"
     command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
     store.delete(key)
     nbytes = 0
-    with (
-        store.writer(key) as raw,
-        gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5) as out,
-        store.writer(segments_key(key)) as columnar,
-    ):
+
+    def gzipped(raw: BinaryIO) -> gzip.GzipFile:
+        return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5)
+
+    with staged_outputs(key, store.writer, wrap_json=gzipped) as (out, columnar):
         with ProbeSplitter(out, columnar) as splitter:
 
             def sink(data: bytes) -> None:
@@ -306,18 +307,19 @@ def stage_broker(
                 nbytes += len(data)
 
             end = run_probe(client, command, sink, timeout, f"broker {bid}")
-        if splitter.segments + splitter.segments_as_json != end.get("segments"):
-            raise StageError(
-                f"broker {bid}: the probe counted {end.get('segments')} segments but {splitter.segments} were staged "
-                f"as Parquet and {splitter.segments_as_json} as JSON"
-            )
+        for kind in STAGED_KINDS:
+            if splitter.staged(kind.kind) != end.get(kind.counted_as):
+                raise StageError(
+                    f"broker {bid}: the probe counted {end.get(kind.counted_as)} {kind.counted_as} but "
+                    f"{splitter.rows(kind.kind)} were staged as Parquet and {splitter.kept_json(kind.kind)} as JSON"
+                )
     return {
         "broker_id": bid,
         "path": store.url(key),
         "bytes": nbytes,
         "partitions": end.get("partitions"),
         "segments": end.get("segments"),
-        "segments_columnar": splitter.segments,
+        "segments_columnar": splitter.rows("segment"),
         "errors": end.get("errors"),
         "stderr": end["stderr"],
     }

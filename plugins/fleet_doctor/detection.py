@@ -6,8 +6,9 @@ remediation) comes from the registry in ``fleet_doctor.rules``.
 I/O stays at the edges (``load_*`` read staged JSON Lines with explicit schemas; spark_apps/detect.py
 writes findings). Input layout:
 
-- probe output: ``<probe_dir>/broker_id=<N>/*.jsonl[.gz]`` (docs/probe-schema.md), with the segment records
-  as ``*.segments.parquet`` beside them when staged by the audit or ``scan`` (fleet_doctor.staged_segments)
+- probe output: ``<probe_dir>/broker_id=<N>/*.jsonl[.gz]`` (docs/probe-schema.md), with the segment, partition
+  and file records as ``*.{segments,partitions,files}.parquet`` beside them when staged by the audit or ``scan``
+  (fleet_doctor.staged_records)
 - broker facts: JSON Lines ``{"broker_id": N, "kafka_version": "3.6.0", "running": false}``
 - ZooKeeper snapshot (optional): JSON Lines (docs/zk-snapshot-schema.md)
 """
@@ -216,6 +217,10 @@ def _merged_schema(*schemas: T.StructType) -> T.StructType:
 
 
 PROBE_KINDS = {"segment": SEGMENT_SCHEMA, "partition": PARTITION_SCHEMA, "file": FILE_SCHEMA, "logdir": LOGDIR_SCHEMA}
+# the kinds staged as Parquet beside the JSON Lines: the objects' names (fleet_doctor.staged_records, not imported
+# here: it needs pyarrow) and, where its table stores a field in another type than the JSON parse gives, that type
+STAGED_PARQUET = {"segment": "*.segments.parquet", "partition": "*.partitions.parquet", "file": "*.files.parquet"}
+_STAGED_AS = {"file": {"entries": T.ArrayType(T.ArrayType(L))}}
 ZK_KINDS = {
     "topic": ZK_TOPIC_SCHEMA,
     "partition_state": ZK_STATE_SCHEMA,
@@ -250,6 +255,18 @@ def _unloaded(col: Column) -> Column:
     return (col.endswith("-delete") | col.endswith("-stray")) & col.rlike(UNLOADED_DIR_RE)
 
 
+def read_staged(spark: SparkSession, probe_dir: str, kind: str) -> DataFrame:
+    """The ``kind`` records staged as Parquet under ``probe_dir`` (any broker), with the columns of the kind's
+    schema (null where the table has no such field) and ``broker_id``; empty when there are none."""
+    schema = PROBE_KINDS[kind]
+    stored = _STAGED_AS.get(kind, {})
+    read = T.StructType([T.StructField(f.name, stored.get(f.name, f.dataType), True) for f in schema.fields])
+    df = spark.read.schema(read).option("pathGlobFilter", STAGED_PARQUET[kind]).parquet(probe_dir)
+    for name in stored:  # the type the JSON parse gives (for entries: numbers as their text)
+        df = df.withColumn(name, F.col(name).cast(schema[name].dataType))
+    return df.withColumn("broker_id", F.col("broker_id").cast("int"))
+
+
 def record_kind(value: Column) -> Column:
     """A probe line's ``kind``: read off the line's start where it comes first (the probe prints it first, in
     compact JSON), else found by a JSON path lookup."""
@@ -279,8 +296,8 @@ def load_frames(
 ) -> Frames:
     """Read the staged inputs once each. Every probe line is parsed once (with its kind's schema) and
     the parsed facts are materialized with ``localCheckpoint``, each row holding only its kind's
-    fields. Segment records staged as Parquet are read from there (only the columns a plan
-    uses), never parsed or materialized, and unioned with any JSON ones. The few facts the rules use
+    fields. Segment, partition and file records staged as Parquet are read from there (only the columns a
+    plan uses), never parsed, and unioned with any JSON ones of their kind. The few facts the rules use
     as literals (brokers, log dirs whose lock is held, stopped log dirs, log dirs with deep-mode
     segment facts) come back to the driver in one small aggregation over both. Partition, file and
     log-dir facts are checkpointed again on their own: many rules read them, and the truncated lineage
@@ -307,15 +324,16 @@ def load_frames(
     records = checkpoint.where(
         F.col("kind").isin(*PROBE_KINDS) & parsed_ok & ~((F.col("kind") != "partition") & unloaded)
     )
-    # the segment records staged as Parquet (fleet_doctor.staged_segments): read, never parsed or materialized
-    columnar_all = (
-        spark.read.schema(SEGMENT_SCHEMA)
-        .option("pathGlobFilter", "*.segments.parquet")
-        .parquet(probe_dir)
-        .withColumn("broker_id", F.col("broker_id").cast("int"))
-    )
-    # as for the JSON records: a log dir named, and not a partition dir Kafka never loads
-    columnar = columnar_all.where(F.col("logdir").isNotNull() & ~_unloaded(F.col("path")))
+    # the records staged as Parquet (fleet_doctor.staged_records): read, never parsed; as for the JSON records,
+    # a log dir named, and (but a partition record) not in a partition dir Kafka never loads
+    not_unloaded = {
+        "segment": ~_unloaded(F.col("path")),
+        "partition": F.lit(True),
+        "file": ~(_unloaded(F.col("path")) | _unloaded(F.coalesce(F.col("partition_dir"), F.lit("")))),
+    }
+    columnar = {
+        k: read_staged(spark, probe_dir, k).where(F.col("logdir").isNotNull() & not_unloaded[k]) for k in STAGED_PARQUET
+    }
     # one pass over the checkpoint and the Parquet columns: per log dir, what the driver needs to know
     seg, ld = F.col("segment_rec"), F.col("logdir_rec")
     no_bool = F.lit(None).cast("boolean")
@@ -331,7 +349,9 @@ def load_frames(
             _deep_facts(seg.next_offset, seg.offset_errors).alias("deep"),
         )
         .unionByName(
-            columnar.where(_deep_facts(F.col("next_offset"), F.col("offset_errors"))).select(
+            columnar["segment"]
+            .where(_deep_facts(F.col("next_offset"), F.col("offset_errors")))
+            .select(
                 "broker_id",
                 "logdir",
                 F.lit(False).alias("json"),
@@ -379,8 +399,14 @@ def load_frames(
             *(fields or [c for c in df.columns if c != "broker_id"]),
         )
 
+    probed_ids = sorted(b for b in probed if b is not None)
+
     def of_kind(kind: str) -> DataFrame:
-        return tagged(records.where(F.col("kind") == kind), f"{kind}_rec.*")
+        json_records = tagged(records.where(F.col("kind") == kind), f"{kind}_rec.*")
+        if kind not in columnar:
+            return json_records
+        # a broker's Parquet records count only beside its JSON Lines, which staging commits last
+        return json_records.unionByName(tagged(columnar[kind].where(F.col("broker_id").isin(probed_ids))))
 
     def materialized(df: DataFrame) -> DataFrame:
         # one partition per core: every rule plan over these facts runs a task per partition, and each task
@@ -391,16 +417,16 @@ def load_frames(
     locked = keys(lambda r: r.locked)
     frames = Frames(
         # live_active: the active segment of a running broker (its indexes are legitimately preallocated)
-        segments=of_kind("segment")
-        .unionByName(tagged(columnar.where(F.col("broker_id").isin(sorted(b for b in probed if b is not None)))))
-        .withColumn("live_active", F.coalesce(F.col("active") & (F.col("running") | in_logdirs(locked)), F.lit(False))),
+        segments=of_kind("segment").withColumn(
+            "live_active", F.coalesce(F.col("active") & (F.col("running") | in_logdirs(locked)), F.lit(False))
+        ),
         partitions=materialized(of_kind("partition")),
         files=materialized(of_kind("file")),
         logdirs=materialized(of_kind("logdir")),
         brokers=brokers,
         fleet_version=versions[-1][1] if versions else None,
         fleet_version_num=versions[-1][0] if versions else None,
-        probed_brokers=tuple(sorted(b for b in probed if b is not None)),
+        probed_brokers=tuple(probed_ids),
         stopped_logdirs=keys(lambda r: r.unclean and r.broker_id not in running),
         deep_logdirs=keys(lambda r: r.deep),
     )

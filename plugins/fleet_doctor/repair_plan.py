@@ -234,7 +234,7 @@ class FleetFacts:
     @classmethod
     def load(cls, store: Store, run_key: str) -> FleetFacts:
         """The staged probe output of every broker of the audit run at ``run_key``, and its ZooKeeper snapshot."""
-        from fleet_doctor.staged_segments import load_probe  # pyarrow: imported when used, not at DAG parse
+        from fleet_doctor.staged_records import load_probe  # pyarrow: imported when used, not at DAG parse
 
         probe = {bid: load_probe(store, f"{run_key}/probe/broker_id={bid}/{PROBE_OBJECT}")
                  for bid in staged_brokers(store, run_key)}  # fmt: skip

@@ -72,10 +72,10 @@ def spark_submit_cmd(app: Path, master: str, conf: dict[str, str], app_args: lis
 def stage_probe(
     paths: list[str], staging: Path, *, deep: bool, verify_crc: bool, broker_id: int | None
 ) -> dict[int, list[str]]:
-    """Probe each log dir into staging/probe/broker_id=<N>/logdir-<k>.jsonl plus its segment records as
-    logdir-<k>.segments.parquet, as the audit stages (fleet_doctor.staged_segments). The broker id is
-    --broker-id, else the log dir's meta.properties broker.id/node.id."""
-    from fleet_doctor.staged_segments import segments_key, split_file  # pyarrow: imported when used, not at DAG parse
+    """Probe each log dir into staging/probe/broker_id=<N>/logdir-<k>.jsonl plus its segment, partition and file
+    records as logdir-<k>.{segments,partitions,files}.parquet, as the audit stages (fleet_doctor.staged_records).
+    The broker id is --broker-id, else the log dir's meta.properties broker.id/node.id."""
+    from fleet_doctor.staged_records import split_to_dir  # pyarrow: imported when used, not at DAG parse
 
     brokers: dict[int, list[str]] = {}
     for k, path in enumerate(paths):
@@ -96,9 +96,8 @@ def stage_probe(
             raise ScanError(f"{path}: no broker id in meta.properties; pass --broker-id N")
         dest = staging / "probe" / f"broker_id={bid}"
         dest.mkdir(parents=True, exist_ok=True)
-        name = f"logdir-{k}.jsonl"
-        with tmp.open("rb") as src, (dest / name).open("wb") as out, (dest / segments_key(name)).open("wb") as seg:
-            split_file(src, out, seg)
+        with tmp.open("rb") as src:
+            split_to_dir(src, dest, f"logdir-{k}.jsonl")
         tmp.unlink()
         brokers.setdefault(bid, []).append(path)
     return brokers

@@ -1,0 +1,393 @@
+"""The staged form of the probe's output: its bulk records (``segment``, ``partition``, ``file``) as Parquet.
+
+On a big broker nearly every line the probe prints is one of these (per partition with 25 segments: 25 segment
+lines, a partition line and about three file lines, against a handful of lines per log dir), and parsing them as
+JSON was most of detection's time. Staging therefore splits the probe's output (docs/probe-schema.md) per probe
+run into
+
+- ``<name>.jsonl[.gz]``: every other record (``probe``, ``logdir``, ``probe_end``, the few file records with an
+  object or a mixed-type list in them such as ``meta.properties`` and the offset checkpoints), and any line that
+  its kind's table cannot hold as it is (a field the table does not know, a value of another type): such a line
+  stays JSON, so nothing is lost or changed, and detection still reads it;
+- ``<name>.segments.parquet``, ``<name>.partitions.parquet``, ``<name>.files.parquet``: the other lines of each
+  kind, as rows with the columns of that kind's table (a field the line does not have is null). Readers
+  reconstruct the record with its ``kind``.
+
+The tables here are the one description of this format; detection's Spark schemas read a subset of them
+(tests/test_staged_records.py checks the types agree). The conversion runs on the staging side (the Airflow
+worker, or ``fleet-doctor scan``), in blocks, with Arrow's JSON reader: no per-record Python on the way but the
+routing of each line by its first bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.json as pa_json
+import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from fleet_doctor.store import Store
+
+_I64, _I32, _STR, _BOOL = pa.int64(), pa.int32(), pa.string(), pa.bool_()
+_MISMATCH = pa.struct([("problem", _STR), ("index_offset", _I64), ("index_position", _I64), ("batch", pa.list_(_I64))])
+# every field a segment record has (docs/probe-schema.md, "segment"), in the probe's order
+SEGMENT_TABLE = pa.schema(
+    [
+        ("logdir", _STR),
+        ("path", _STR),
+        ("topic", _STR),
+        ("partition", _I32),
+        ("base_offset", _I64),
+        ("active", _BOOL),
+        ("has_log", _BOOL),
+        ("log_bytes", _I64),
+        ("log_mtime_ms", _I64),
+        ("has_txnindex", _BOOL),
+        ("txnindex_bytes", _I64),
+        ("has_index", _BOOL),
+        ("index_bytes", _I64),
+        ("index_entries", _I64),
+        ("index_zero_tail_entries", _I64),
+        ("index_remainder", _I64),
+        ("index_monotonic", _BOOL),
+        ("index_checked_entries", _I64),
+        ("index_first_violation", _I64),
+        ("index_first_offset", _I64),
+        ("index_last_offset", _I64),
+        ("index_last_position", _I64),
+        ("has_timeindex", _BOOL),
+        ("timeindex_bytes", _I64),
+        ("timeindex_entries", _I64),
+        ("timeindex_zero_tail_entries", _I64),
+        ("timeindex_remainder", _I64),
+        ("timeindex_monotonic", _BOOL),
+        ("timeindex_checked_entries", _I64),
+        ("timeindex_first_violation", _I64),
+        ("timeindex_first_timestamp", _I64),
+        ("timeindex_last_timestamp", _I64),
+        ("timeindex_last_offset", _I64),
+        # deep mode
+        ("deep", pa.null()),  # present (and null) when deep mode had no .log to walk
+        ("batch_count", _I64),
+        ("record_count", _I64),
+        ("uncounted_batches", _I64),
+        ("first_offset", _I64),
+        ("last_offset", _I64),
+        ("next_offset", _I64),
+        ("max_timestamp", _I64),
+        ("valid_bytes", _I64),
+        ("torn_tail", _BOOL),
+        ("tail_error", _STR),
+        ("magic", pa.list_(_I64)),
+        ("codecs", pa.list_(_STR)),
+        ("crc_checked", _I64),
+        ("crc_errors", _I64),
+        ("first_crc_error_position", _I64),
+        ("offset_errors", _I64),
+        ("first_offset_error_position", _I64),
+        ("control_batches", _I64),
+        ("transactional_batches", _I64),
+        ("max_leader_epoch", _I64),
+        ("index_checked", _I64),
+        ("index_not_batch_start", _I64),
+        ("index_offset_before_batch", _I64),
+        ("index_offset_after_batch", _I64),
+        ("index_beyond_log", _I64),
+        ("index_mismatch_examples", pa.list_(_MISMATCH)),
+        ("error", _STR),
+    ]
+)
+# every field a partition record has (docs/probe-schema.md, "partition"), in the probe's order
+PARTITION_TABLE = pa.schema(
+    [
+        ("logdir", _STR),
+        ("path", _STR),
+        ("dir", _STR),
+        ("topic", _STR),
+        ("partition", _I32),
+        ("dir_state", _STR),
+        ("dir_uid", _STR),
+        ("topic_id", _STR),
+        ("partition_metadata_present", _BOOL),
+        ("partition_metadata_version", _I64),
+        ("partition_metadata_error", _STR),
+        ("leader_epochs", pa.list_(pa.list_(_I64))),
+        ("leader_epoch_present", _BOOL),
+        ("leader_epoch_error", _STR),
+        ("latest_leader_epoch", _I64),
+        ("segment_count", _I64),
+        ("log_start_segment_offset", _I64),
+        ("active_base_offset", _I64),
+        ("size_bytes", _I64),
+        ("producer_snapshots", pa.list_(_I64)),
+        ("recovery_point", _I64),
+        ("log_start_offset", _I64),
+        ("high_watermark", _I64),
+        ("cleaner_offset", _I64),
+        ("leftover_files", _I64),
+        ("error", _STR),
+        # deep mode
+        ("log_end_offset", _I64),
+        ("batch_count", _I64),
+        ("record_count", _I64),
+        ("max_timestamp", _I64),
+        ("torn_segments", _I64),
+        ("crc_errors", _I64),
+        ("uncounted_batches", _I64),
+    ]
+)
+# the fields of the file records made of scalars and integer lists (docs/probe-schema.md, "file"): every
+# partition-level file type but quorum_state, and the log dir's lock, bootstrap, unknown and symlink files
+FILE_TABLE = pa.schema(
+    [
+        ("logdir", _STR),
+        ("path", _STR),
+        ("file_type", _STR),
+        ("symlink_target", _STR),
+        ("name", _STR),
+        ("topic_id", _STR),
+        ("version", _I64),
+        ("entries", pa.list_(pa.list_(_I64))),  # leader_epoch_checkpoint: [[epoch, start_offset]]
+        ("base_offset", _I64),
+        ("segment_file", _STR),
+        ("leftover", _STR),
+        ("end_offset", _I64),
+        ("epoch", _I64),
+        ("state", _STR),
+        ("error", _STR),
+        ("partition_dir", _STR),
+        ("topic", _STR),
+        ("partition", _I32),
+        ("bytes", _I64),
+        ("mtime_ms", _I64),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class StagedKind:
+    """One record kind staged as Parquet: its table, the object's suffix, and the ``probe_end`` count of it."""
+
+    kind: str
+    table: pa.Schema
+    suffix: str
+    counted_as: str
+    # keys its table does not have: a line holding one stays JSON without a try (any such line is unfit)
+    json_only_keys: tuple[bytes, ...] = ()
+
+    def key(self, json_key: str) -> str:
+        """Where these records of the staged JSON Lines ``json_key`` are: ``probe.jsonl.gz`` ->
+        ``probe<suffix>``."""
+        stem = json_key.removesuffix(".gz").removesuffix(".jsonl")
+        assert stem != json_key, json_key
+        return stem + self.suffix
+
+
+STAGED_KINDS = (
+    StagedKind("segment", SEGMENT_TABLE, ".segments.parquet", "segments"),
+    StagedKind("partition", PARTITION_TABLE, ".partitions.parquet", "partitions"),
+    # meta.properties, the clean-shutdown marker and quorum-state hold objects; offset checkpoints [topic, p, off]
+    StagedKind("file", FILE_TABLE, ".files.parquet", "files", (b'"meta":', b'"content":', b'"checkpoint":')),
+)
+_BY_PREFIX = {b'{"kind":"%s"' % k.kind.encode(): k for k in STAGED_KINDS}  # how the probe starts such a line
+_KIND_AT = len(b'{"kind":"')
+_READ = pa_json.ReadOptions(use_threads=False, block_size=1 << 24)
+
+
+def staged_keys(json_key: str) -> dict[str, str]:
+    """kind -> the key of its Parquet object beside the staged JSON Lines ``json_key``."""
+    return {k.kind: k.key(json_key) for k in STAGED_KINDS}
+
+
+class _Unfit(Exception):
+    """Lines the table cannot hold as they are."""
+
+
+def _parse(kind: StagedKind, lines: list[bytes]) -> pa.Table:
+    parse = pa_json.ParseOptions(
+        explicit_schema=pa.schema([("kind", _STR), *kind.table]), unexpected_field_behavior="error"
+    )
+    try:
+        table = pa_json.read_json(pa.py_buffer(b"".join(lines)), read_options=_READ, parse_options=parse)
+    except pa.ArrowInvalid as e:
+        raise _Unfit(str(e)) from e
+    # one record of this kind per line (a line holding two objects, or another kind, is not one)
+    kinds = table.column("kind").to_pylist()
+    if len(kinds) != len(lines) or any(k != kind.kind for k in kinds):
+        raise _Unfit(f"not one {kind.kind} record per line")
+    return table.drop_columns(["kind"])
+
+
+class _Sink:
+    """The Parquet file of one staged kind, and the lines waiting to be converted into it."""
+
+    def __init__(self, kind: StagedKind, out: BinaryIO) -> None:
+        self.kind = kind
+        self.json_only_keys = kind.json_only_keys
+        self.writer = pq.ParquetWriter(out, kind.table, compression="zstd")
+        self.block: list[bytes] = []
+        self.rows = 0  # records written as Parquet rows
+        self.kept_json = 0  # lines of this kind kept as JSON (json_only_keys, or the table cannot hold them)
+
+
+class ProbeSplitter:
+    """Takes the probe's stdout in chunks of any size (``write``) and sends every line whole either to
+    ``json_out`` (a binary stream) or, for lines of a staged kind, as rows to that kind's Parquet file on
+    ``parquet_outs[kind]``. Use it as a context manager: on leaving the block normally it flushes everything, and
+    only then are the Parquet files complete (possibly of 0 rows); on an exception it closes the Parquet writers
+    without a complete file (the caller's store writers discard the objects). Lines a table cannot hold are
+    written to ``json_out`` when their block is converted, so they can come after records the probe printed
+    later."""
+
+    def __init__(self, json_out: BinaryIO, parquet_outs: Mapping[str, BinaryIO], *, block_lines: int = 50_000) -> None:
+        assert set(parquet_outs) == {k.kind for k in STAGED_KINDS}, sorted(parquet_outs)
+        self.json_out = json_out
+        self.block_lines = block_lines
+        self._sinks: dict[bytes, _Sink] = {}
+        try:
+            for prefix, kind in _BY_PREFIX.items():
+                self._sinks[prefix] = _Sink(kind, parquet_outs[kind.kind])
+        except BaseException:
+            self._close_writers()
+            raise
+        self._partial = b""
+
+    def rows(self, kind: str) -> int:
+        """Records of ``kind`` written as Parquet rows."""
+        return next(s.rows for s in self._sinks.values() if s.kind.kind == kind)
+
+    def kept_json(self, kind: str) -> int:
+        """Lines of ``kind`` kept as JSON."""
+        return next(s.kept_json for s in self._sinks.values() if s.kind.kind == kind)
+
+    def staged(self, kind: str) -> int:
+        """Every record of ``kind`` staged, in either form."""
+        return self.rows(kind) + self.kept_json(kind)
+
+    def __enter__(self) -> ProbeSplitter:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:  # the streams are being discarded: no footer is needed, only the writers' resources released
+            self._close_writers()
+
+    def _close_writers(self) -> None:
+        for sink in self._sinks.values():
+            try:
+                sink.writer.close()
+            except Exception:  # the original exception is the one to report
+                pass
+
+    def write(self, data: bytes) -> None:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        other = []
+        sinks = self._sinks
+        for line in lines:
+            # the probe prints compact JSON with "kind" first: '{"kind":"<kind>",'
+            sink = sinks.get(line[: line.find(b'"', _KIND_AT) + 1]) if line.startswith(b'{"kind":"') else None
+            if sink is not None and not (sink.json_only_keys and any(k in line for k in sink.json_only_keys)):
+                sink.block.append(line + b"\n")
+                if len(sink.block) >= self.block_lines:
+                    self._flush(sink)
+            elif line:
+                if sink is not None:
+                    sink.kept_json += 1
+                other.append(line + b"\n")
+        if other:
+            self.json_out.write(b"".join(other))
+
+    def close(self) -> None:
+        for sink in self._sinks.values():
+            self._flush(sink)
+        if self._partial:  # output not ending in a newline: kept as it is, last
+            self.json_out.write(self._partial)
+            self._partial = b""
+        for sink in self._sinks.values():
+            sink.writer.close()
+
+    def _flush(self, sink: _Sink) -> None:
+        block, sink.block = sink.block, []
+        for table in self._convert(sink, block):
+            sink.writer.write_table(table)
+            sink.rows += table.num_rows
+
+    def _convert(self, sink: _Sink, lines: list[bytes]) -> Iterator[pa.Table]:
+        """The lines as tables, in order; a block with an unfit line is halved until the line is found (rare:
+        a probe newer than this table), which stays JSON."""
+        if not lines:
+            return
+        try:
+            yield _parse(sink.kind, lines)
+        except _Unfit:
+            if len(lines) == 1:
+                self.json_out.write(lines[0])
+                sink.kept_json += 1
+                return
+            half = len(lines) // 2
+            yield from self._convert(sink, lines[:half])
+            yield from self._convert(sink, lines[half:])
+
+
+@contextlib.contextmanager
+def staged_outputs(
+    json_key: str, open_out: Callable[[str], contextlib.AbstractContextManager[BinaryIO]], *, wrap_json=None
+) -> Iterator[tuple[BinaryIO, dict[str, BinaryIO]]]:
+    """Open the JSON Lines output ``json_key`` and the Parquet outputs beside it with ``open_out(key)``
+    (for instance ``Store.writer``), the JSON Lines first, so that leaving the block closes (commits) the Parquet
+    objects first and the JSON Lines last. ``wrap_json`` (for instance gzip) wraps the JSON Lines stream."""
+    with contextlib.ExitStack() as stack:
+        json_out = stack.enter_context(open_out(json_key))
+        if wrap_json is not None:
+            json_out = stack.enter_context(wrap_json(json_out))
+        columnar = {kind: stack.enter_context(open_out(key)) for kind, key in staged_keys(json_key).items()}
+        yield json_out, columnar
+
+
+def split_file(source: BinaryIO, json_out: BinaryIO, parquet_outs: Mapping[str, BinaryIO]) -> ProbeSplitter:
+    """Split a whole probe output (for instance a local probe run) into its staged parts."""
+    with ProbeSplitter(json_out, parquet_outs) as splitter:
+        while chunk := source.read(1 << 20):
+            splitter.write(chunk)
+    return splitter
+
+
+def split_to_dir(source: BinaryIO, dest: Path, json_name: str) -> ProbeSplitter:
+    """Stage a whole probe output as files in the local directory ``dest`` (``json_name`` and its Parquet)."""
+    with staged_outputs(str(dest / json_name), lambda p: open(p, "wb")) as (json_out, columnar):
+        return split_file(source, json_out, columnar)
+
+
+def read_records(data: bytes, name: str, kind: str = "segment") -> Iterator[dict[str, Any]]:
+    """The records of a staged Parquet file of ``kind`` records (its bytes), as the probe printed them (``kind``
+    first; fields the line did not have are None). Raises ValueError naming ``name`` when the bytes are not such
+    a file."""
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError) as e:
+        raise ValueError(f"{name}: not a staged {kind} records Parquet file: {e}") from e
+    missing = {"logdir", "path"} - set(table.column_names)
+    if missing:
+        raise ValueError(f"{name}: not a staged {kind} records Parquet file (no column {', '.join(sorted(missing))})")
+    for batch in table.to_batches(max_chunksize=65536):
+        for row in batch.to_pylist():
+            yield {"kind": kind, **row}
+
+
+def load_probe(store: Store, json_key: str) -> list[dict[str, Any]]:
+    """Every record of one staged probe output: the JSON Lines object and the Parquet objects that exist."""
+    records = store.read_jsonl(json_key)
+    for kind, key in staged_keys(json_key).items():
+        data = store.read_bytes(key)
+        if data is not None:
+            records.extend(read_records(data, store.url(key), kind))
+    return records

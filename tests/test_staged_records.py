@@ -1,0 +1,252 @@
+"""The staged form of the probe's segment, partition and file records (fleet_doctor.staged_records), on real
+corpus output."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import types as T
+
+from fleet_doctor.detection import _STAGED_AS, PROBE_KINDS, STAGED_PARQUET
+from fleet_doctor.probe import Probe, discover_logdirs
+from fleet_doctor.staged_records import (
+    STAGED_KINDS,
+    ProbeSplitter,
+    load_probe,
+    read_records,
+    split_file,
+    staged_keys,
+    staged_outputs,
+)
+from fleet_doctor.store import Store
+
+KINDS = [k.kind for k in STAGED_KINDS]
+SCALARS = {T.LongType(): pa.int64(), T.IntegerType(): pa.int32(), T.StringType(): pa.string(),
+           T.BooleanType(): pa.bool_()}  # fmt: skip
+
+
+def arrow_type(t: T.DataType) -> pa.DataType:
+    return pa.list_(arrow_type(t.elementType)) if isinstance(t, T.ArrayType) else SCALARS[t]
+
+
+@pytest.fixture(scope="module")
+def corpus_output(corpus) -> bytes:
+    """The probe's output over every corpus log dir, in deep mode with CRC checks (every segment field) and in
+    metadata mode."""
+    out = io.StringIO()
+    logdirs = discover_logdirs([str(corpus)])
+    Probe(out, deep=True, verify_crc=True).run(logdirs)
+    Probe(out, deep=False, verify_crc=False).run(logdirs)
+    return out.getvalue().encode("utf-8")
+
+
+def split(
+    data: bytes, chunks: list[int] | None = None, block_lines: int = 50_000
+) -> tuple[bytes, dict[str, bytes], ProbeSplitter]:
+    js, pqt = io.BytesIO(), {k: io.BytesIO() for k in KINDS}
+    splitter = ProbeSplitter(js, pqt, block_lines=block_lines)
+    pos = 0
+    for n in chunks or [len(data)]:
+        splitter.write(data[pos : pos + n])
+        pos += n
+    splitter.write(data[pos:])
+    splitter.close()
+    return js.getvalue(), {k: b.getvalue() for k, b in pqt.items()}, splitter
+
+
+def columnar(pqt: dict[str, bytes]) -> list[dict[str, Any]]:
+    return [r for k in KINDS for r in read_records(pqt[k], f"test.{k}.parquet", k)]
+
+
+def test_detection_reads_a_subset_of_each_table_with_the_same_types():
+    for kind in STAGED_KINDS:
+        assert STAGED_PARQUET[kind.kind] == "*" + kind.suffix
+        for field in PROBE_KINDS[kind.kind].fields:
+            stored = _STAGED_AS.get(kind.kind, {}).get(field.name, field.dataType)
+            if kind.kind == "file" and field.name in ("checkpoint", "temporary"):  # offset checkpoints stay JSON
+                assert field.name not in kind.table.names
+                continue
+            assert kind.table.field(field.name).type == arrow_type(stored), (kind.kind, field.name)
+
+
+def test_every_record_of_the_corpus_goes_to_parquet_and_comes_back_unchanged(corpus_output):
+    original = [json.loads(line) for line in corpus_output.splitlines()]
+    by_kind = {k: [r for r in original if r["kind"] == k] for k in KINDS}
+    assert len(by_kind["segment"]) > 600 and any("index_mismatch_examples" in r for r in by_kind["segment"])
+    assert any("deep" in r for r in by_kind["segment"]), "deep mode's segments without a .log are in the output"
+    assert any("log_end_offset" in r for r in by_kind["partition"]) and any(
+        r["leader_epochs"] for r in by_kind["partition"]
+    )
+    file_types = {r["file_type"] for r in by_kind["file"]}
+    assert {"leader_epoch_checkpoint", "partition_metadata", "segment_leftover", "kraft_snapshot"} <= file_types
+    js, pqt, splitter = split(corpus_output, block_lines=97)  # many blocks, a short last one
+    # the file records with an object (meta.properties, markers, quorum-state) or an offset checkpoint stay JSON
+    as_json = [r for r in by_kind["file"] if {"meta", "content", "checkpoint"} & r.keys()]
+    assert {r["file_type"] for r in as_json} == {
+        "meta_properties",
+        "clean_shutdown",
+        "offset_checkpoint",
+        "quorum_state",
+    }
+    assert (splitter.rows("segment"), splitter.kept_json("segment")) == (len(by_kind["segment"]), 0)
+    assert (splitter.rows("partition"), splitter.kept_json("partition")) == (len(by_kind["partition"]), 0)
+    assert (splitter.rows("file"), splitter.kept_json("file")) == (len(by_kind["file"]) - len(as_json), len(as_json))
+    for kind in STAGED_KINDS:
+        assert pq.read_table(io.BytesIO(pqt[kind.kind])).schema == kind.table
+    kept = [json.loads(line) for line in js.splitlines()]
+    assert kept == [r for r in original if r["kind"] not in KINDS or r in as_json]
+    # every field of every record, with its value, in the probe's order; fields a record did not have are None
+    back = columnar(pqt)
+    wanted = [r for k in KINDS for r in by_kind[k] if r not in as_json]
+    assert len(back) == len(wanted)
+    for w, g in zip(wanted, back, strict=True):
+        assert {k: g[k] for k in w} == w
+        assert all(g[k] is None for k in g.keys() - w.keys())
+
+
+def test_the_probe_counts_what_is_staged(corpus_output):
+    """probe_end counts each kind as the audit's stage task checks it (rows plus lines kept as JSON)."""
+    for run in corpus_output.split(b'{"kind":"probe",')[1:]:
+        _, _, splitter = split(b'{"kind":"probe",' + run)
+        end = json.loads(run.splitlines()[-1])
+        assert end["kind"] == "probe_end"
+        assert {k.counted_as: splitter.staged(k.kind) for k in STAGED_KINDS} == {
+            k.counted_as: end[k.counted_as] for k in STAGED_KINDS
+        }
+
+
+def test_chunk_boundaries_do_not_matter(corpus_output):
+    whole = split(corpus_output)
+    rng = random.Random(7)
+    chunks = [rng.choice((1, 2, 17, 4096, 65536)) for _ in range(400)]
+    cut = split(corpus_output, chunks)
+    assert cut[0] == whole[0]
+    for k in KINDS:
+        assert pq.read_table(io.BytesIO(cut[1][k])).equals(pq.read_table(io.BytesIO(whole[1][k])))
+
+
+def test_a_line_the_table_cannot_hold_stays_json_verbatim():
+    good = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","topic":"t","partition":0,"base_offset":%d}\n'
+    odd = [
+        b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":7,"new_field":1}\n',  # a newer probe's field
+        b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":"8"}\n',  # another type
+        b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":9223372036854775808}\n',  # out of range
+        b'{"kind":"segment","logdir":"/d","pa\n',  # cut off
+        b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":10} {"kind":"segment","base_offset":11}\n',
+        b'{"kind":"partition","logdir":"/d","path":"/d/t-0","leader_epochs":[["x",1]]}\n',  # another type, nested
+        b'{"kind":"file","logdir":"/d","path":"/d/t-0/x","file_type":"unknown","extra":{"a":1}}\n',  # an object
+        b'{"kind":"file","logdir":"/d","path":"/d/meta.properties","file_type":"meta_properties","meta":{}}\n',
+    ]
+    part = b'{"kind":"partition","logdir":"/d","path":"/d/t-0","dir":"t-0","topic":"t","partition":0}\n'
+    data = b'{"kind":"probe"}\n' + good % 0 + b"".join(odd) + part + good % 100 + b'{"kind":"probe_end"}\n'
+    js, pqt, splitter = split(data)
+    assert [(splitter.rows(k), splitter.kept_json(k)) for k in KINDS] == [(2, 5), (1, 1), (0, 2)]
+    # lines kept without a try come at once; lines a block could not hold when their block is converted
+    assert js == b'{"kind":"probe"}\n' + odd[7] + b'{"kind":"probe_end"}\n' + b"".join(odd[:7])
+    assert [r["base_offset"] for r in read_records(pqt["segment"], "x")] == [0, 100]
+    assert [r["dir"] for r in read_records(pqt["partition"], "x", "partition")] == ["t-0"]
+
+
+def test_no_records_and_no_final_newline():
+    js, pqt, splitter = split(b'{"kind":"probe"}\n{"kind":"probe_end"}')
+    assert js == b'{"kind":"probe"}\n{"kind":"probe_end"}'
+    assert all(splitter.staged(k) == 0 and list(read_records(pqt[k], "x", k)) == [] for k in KINDS)
+
+
+def test_an_unfit_line_is_never_glued_to_a_last_line_without_newline():
+    unfit = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":1,"new_field":true}\n'
+    js, _, splitter = split(b'{"kind":"probe"}\n' + unfit + b'{"kind":"probe_end","complete":true}')
+    assert js == b'{"kind":"probe"}\n' + unfit + b'{"kind":"probe_end","complete":true}'
+    assert splitter.kept_json("segment") == 1
+
+
+def test_one_unfit_line_in_a_big_block_keeps_the_rest_columnar():
+    good = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","topic":"t","partition":0,"base_offset":%d}\n'
+    lines = [good % i for i in range(5000)]
+    lines[3777] = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":3777,"new_field":1}\n'
+    js, pqt, splitter = split(b"".join(lines))
+    assert (splitter.rows("segment"), splitter.kept_json("segment")) == (4999, 1) and js == lines[3777]
+    assert [r["base_offset"] for r in read_records(pqt["segment"], "x")] == [i for i in range(5000) if i != 3777]
+
+
+def test_a_failed_stage_leaves_the_parquet_writers_closed():
+    js, pqt = io.BytesIO(), {k: io.BytesIO() for k in KINDS}
+    with pytest.raises(RuntimeError, match="probe died"):
+        with ProbeSplitter(js, pqt) as splitter:
+            splitter.write(b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":1}\n')
+            raise RuntimeError("probe died")
+    # released now, not by a finalizer writing into a discarded stream
+    assert not any(s.writer.is_open for s in splitter._sinks.values())
+    assert splitter.rows("segment") == 0  # the block was never converted
+
+
+@pytest.mark.parametrize("data", [b"", b"PAR1 not parquet", b"\x00" * 100])
+def test_not_parquet_is_an_error_naming_the_object(data):
+    url = "s3://b/staging/r/probe/broker_id=3/probe.partitions.parquet"
+    with pytest.raises(ValueError, match=r"broker_id=3/probe\.partitions\.parquet: not a staged partition records"):
+        list(read_records(data, url, "partition"))
+
+
+def test_another_parquet_file_is_an_error_naming_the_object():
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"x": [1]}), buf)
+    with pytest.raises(ValueError, match=r"f\.parquet: .*no column logdir, path"):
+        list(read_records(buf.getvalue(), "f.parquet"))
+
+
+def test_load_probe_reads_every_part_or_json_alone(tmp_path: Path, corpus_output):
+    store = Store(str(tmp_path))
+    key = "staging/r/probe/broker_id=1/probe.jsonl.gz"
+    assert staged_keys(key) == {
+        "segment": "staging/r/probe/broker_id=1/probe.segments.parquet",
+        "partition": "staging/r/probe/broker_id=1/probe.partitions.parquet",
+        "file": "staging/r/probe/broker_id=1/probe.files.parquet",
+    }
+    assert staged_keys("probe/broker_id=1/logdir-0.jsonl")["file"] == "probe/broker_id=1/logdir-0.files.parquet"
+
+    def gzipped(raw):
+        return gzip.GzipFile(fileobj=raw, mode="wb")
+
+    with staged_outputs(key, store.writer, wrap_json=gzipped) as (out, parts):
+        split_file(io.BytesIO(corpus_output), out, parts)
+    loaded = load_probe(store, key)
+    lines = [json.loads(line) for line in corpus_output.splitlines()]
+    assert len(loaded) == len(lines)
+    for kind in KINDS:
+        assert sum(r["kind"] == kind for r in loaded) == sum(r["kind"] == kind for r in lines)
+    for staged in staged_keys(key).values():
+        (tmp_path / staged).unlink()
+    kept_json = [r["kind"] for r in load_probe(store, key)]
+    assert "segment" not in kept_json and "partition" not in kept_json and "probe_end" in kept_json
+
+
+def test_the_json_lines_are_committed_last(tmp_path: Path):
+    """Leaving staged_outputs closes the Parquet objects first: when the JSON Lines exist, so do they."""
+    committed = []
+
+    class Recording(io.BytesIO):
+        def __init__(self, key: str) -> None:
+            super().__init__()
+            self.key = key
+
+        def __enter__(self) -> Recording:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            committed.append(self.key.rsplit("/", 1)[1])
+
+    with staged_outputs("p/probe.jsonl.gz", Recording) as (out, parts):
+        split_file(io.BytesIO(b'{"kind":"probe"}\n'), out, parts)
+    assert committed[-1] == "probe.jsonl.gz" and sorted(committed[:-1]) == [
+        "probe.files.parquet",
+        "probe.partitions.parquet",
+        "probe.segments.parquet",
+    ]
