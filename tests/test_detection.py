@@ -450,13 +450,15 @@ def test_a_partial_audit_skips_the_rules_that_compare_brokers(spark, mutated):
     assert skipped["topic-id-split"] == "only some brokers audited in this run"
 
 
-def test_staged_segments_columnar_or_json_give_the_same_findings(spark, mutated, tmp_path):
-    """The audit stages segment records as Parquet (fleet_doctor.staged_segments); output staged before that,
-    all JSON Lines, must give exactly the same findings. The mutated fleet (real corpus data in deep and metadata
-    mode, every rule firing) is turned back into JSON Lines only and detected again."""
+def test_staged_records_columnar_or_json_give_the_same_findings(spark, mutated, tmp_path):
+    """The audit stages segment, partition and file records as Parquet (fleet_doctor.staged_records); output
+    staged before that, all JSON Lines, must give exactly the same findings. The mutated fleet (real corpus data in
+    deep and metadata mode, every rule firing) is turned back into JSON Lines only and detected again."""
     root = mutated.fleet.root
-    staged = sorted(root.glob("probe/broker_id=*/*.segments.parquet"))
-    assert len(staged) == len(list(root.glob("probe/broker_id=*"))), "every broker's segments were staged as Parquet"
+    brokers = len(list(root.glob("probe/broker_id=*")))
+    for suffix in ("segments", "partitions", "files"):
+        staged = sorted(root.glob(f"probe/broker_id=*/*.{suffix}.parquet"))
+        assert len(staged) == brokers, f"every broker's {suffix} were staged as Parquet"
     copy = tmp_path / "fleet"
     shutil.copytree(root / "probe", copy / "probe")
     for name in ("brokers.jsonl", "zk.jsonl"):
