@@ -5,14 +5,14 @@ in the same run.
     .venv/bin/python bench/detect_bench.py                           # 1M and 10M segments, updates bench/README.md
     .venv/bin/python bench/detect_bench.py --sizes 100000 --no-readme  # quick check
 
-Per size: bench/gen_staged.py writes the staged probe output of a fleet (segment records as Parquet, the other
-records as gzip JSON Lines, as the audit stages them; broker facts, ZooKeeper
+Per size: bench/gen_staged.py writes the staged probe output of a fleet (segment, partition and file records as
+Parquet, the other records as gzip JSON Lines, as the audit stages them; broker facts, ZooKeeper
 snapshot, with a known amount of injected damage), the files are read once to warm the page cache, then three
 spark-submit runs on ``local[2]`` with the same Spark configuration (BIG_RUN_CONF):
 
-    baseline text   bench/spark_baseline.py --mode text   read + decompress every line, count lines and segments
+    baseline text   bench/spark_baseline.py --mode text   read + decompress every line, count lines and Parquet rows
     baseline parse  bench/spark_baseline.py --mode parse  ... parse every line with detection's record schema and
-                                                          read every segment column detection reads
+                                                          read every Parquet column detection reads
     detect          spark_apps/detect.py (probe + brokers + ZooKeeper snapshot -> Parquet findings + summary)
 
 Reported: wall time, CPU time (user+sys of the spark-submit process tree, from wait4), peak RSS (sum over the

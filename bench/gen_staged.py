@@ -42,7 +42,6 @@ import argparse
 import contextlib
 import copy
 import fcntl
-import gzip
 import json
 import multiprocessing
 import os
@@ -320,27 +319,28 @@ def write_logdir(args: tuple) -> tuple[int, int, int]:
     text_head = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in pre)
     text_end = json.dumps(end, separators=(",", ":")) + "\n"
 
-    def gzipped(raw):
-        return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=ctx["level"])
-
     # staged as the audit stages: segment, partition and file records as Parquet, the rest gzip'd JSON Lines
-    with staged_outputs(path, _replaced_when_closed, wrap_json=gzipped) as (gz, columnar):
+    with staged_outputs(path, _replaced_when_closed, gzip_level=ctx["level"]) as (gz, columnar):
         with ProbeSplitter(gz, columnar) as splitter:
             for chunk in [text_head, *body, text_end]:
                 data = chunk.encode("ascii")
                 size += len(data)
                 splitter.write(data)
-    counted = {"segment": segments, "partition": len(entries), "file": end["files"]}
-    assert {k: splitter.staged(k) for k in counted} == counted, (path, counted)
-    assert splitter.kept_json("segment") == splitter.kept_json("partition") == 0, path
+    assert not splitter.miscounted(end), (path, splitter.miscounted(end))
+    assert splitter.kept_json["segment"] == splitter.kept_json["partition"] == 0, path
     return records + len(pre) + 1, segments, size
 
 
 @contextlib.contextmanager
 def _replaced_when_closed(path: str):
-    """A file written as ``path.tmp`` and moved to ``path`` when the block ends without an exception."""
-    with open(path + ".tmp", "wb") as f:
-        yield f
+    """A file written as ``path.tmp`` and moved to ``path`` when the block ends without an exception (removed
+    when it ends with one)."""
+    try:
+        with open(path + ".tmp", "wb") as f:
+            yield f
+    except BaseException:
+        os.unlink(path + ".tmp")
+        raise
     os.replace(path + ".tmp", path)
 
 
@@ -467,7 +467,7 @@ def generate(
         "segments": written,
         "records": records,
         "json_bytes": sum(r[2] for r in results),
-        "staged_bytes": sum(  # gzip JSON Lines + Parquet segments
+        "staged_bytes": sum(  # gzip JSON Lines + the Parquet files
             os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(out, "probe")) for f in fs
         ),
         "brokers": layout["brokers"],

@@ -31,7 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--probe-dir",
         required=True,
-        help="directory with broker_id=<N>/ subdirs of staged probe output (*.jsonl[.gz], *.segments.parquet)",
+        help="directory with broker_id=<N>/ subdirs of staged probe output (*.jsonl[.gz]; "
+        "*.segments.parquet, *.partitions.parquet, *.files.parquet)",
     )
     p.add_argument("--brokers", help="broker facts, JSON Lines {broker_id, kafka_version, running, host}")
     p.add_argument("--zk-snapshot", help="ZooKeeper snapshot JSON Lines (fleet-doctor zk-snapshot)")

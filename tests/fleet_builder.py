@@ -35,7 +35,7 @@ from typing import Any
 from conftest import copy_writable
 from fleet_doctor import zk_snapshot
 from fleet_doctor.probe import Probe
-from fleet_doctor.staged_records import STAGED_KINDS, read_records, split_to_dir
+from fleet_doctor.staged_records import split_to_dir
 
 THILLAI = "zk-3.9-3broker-thillai"
 THILLAI_ZK = "zookeeper/version-2/version-2/snapshot.124"
@@ -378,27 +378,19 @@ class Fleet:
 
 def stage(root: Path, logdirs: dict[int, list[Path]], *, deep: bool, verify_crc: bool) -> Path:
     """Probe each broker's log dirs and stage the output as the audit does: segment, partition and file records
-    as Parquet."""
+    as Parquet. The probe's output as it printed it is kept beside, as ``root/probe-as-printed/broker_id=<N>/``:
+    the form of output staged before records went to Parquet, which detection still reads."""
     probe_dir = root / "probe"
     for bid, dirs in logdirs.items():
         dest = probe_dir / f"broker_id={bid}"
         dest.mkdir(parents=True)
         text = io.StringIO()
         Probe(text, deep=deep, verify_crc=verify_crc).run([str(d) for d in dirs])
+        printed = root / "probe-as-printed" / f"broker_id={bid}"
+        printed.mkdir(parents=True)
+        (printed / "probe.jsonl").write_text(text.getvalue(), encoding="utf-8")
         split_to_dir(io.BytesIO(text.getvalue().encode("utf-8")), dest, "probe.jsonl")
     return probe_dir
-
-
-def unsplit(probe_dir: Path) -> None:
-    """Turn staged output back into JSON Lines only (the Parquet records appended as JSON, the Parquet removed):
-    the form of output staged before records went to Parquet, which detection still reads."""
-    for kind in STAGED_KINDS:
-        for staged in probe_dir.glob("broker_id=*/*" + kind.suffix):
-            jsonl = staged.parent / (staged.name.removesuffix(kind.suffix) + ".jsonl")
-            with jsonl.open("a", encoding="utf-8") as out:
-                for rec in read_records(staged.read_bytes(), str(staged), kind.kind):
-                    out.write(json.dumps(rec) + "\n")
-            staged.unlink()
 
 
 def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:

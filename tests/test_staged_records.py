@@ -8,7 +8,7 @@ import io
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -96,9 +96,9 @@ def test_every_record_of_the_corpus_goes_to_parquet_and_comes_back_unchanged(cor
         "offset_checkpoint",
         "quorum_state",
     }
-    assert (splitter.rows("segment"), splitter.kept_json("segment")) == (len(by_kind["segment"]), 0)
-    assert (splitter.rows("partition"), splitter.kept_json("partition")) == (len(by_kind["partition"]), 0)
-    assert (splitter.rows("file"), splitter.kept_json("file")) == (len(by_kind["file"]) - len(as_json), len(as_json))
+    assert (splitter.rows["segment"], splitter.kept_json["segment"]) == (len(by_kind["segment"]), 0)
+    assert (splitter.rows["partition"], splitter.kept_json["partition"]) == (len(by_kind["partition"]), 0)
+    assert (splitter.rows["file"], splitter.kept_json["file"]) == (len(by_kind["file"]) - len(as_json), len(as_json))
     for kind in STAGED_KINDS:
         assert pq.read_table(io.BytesIO(pqt[kind.kind])).schema == kind.table
     kept = [json.loads(line) for line in js.splitlines()]
@@ -148,10 +148,10 @@ def test_a_line_the_table_cannot_hold_stays_json_verbatim():
     part = b'{"kind":"partition","logdir":"/d","path":"/d/t-0","dir":"t-0","topic":"t","partition":0}\n'
     data = b'{"kind":"probe"}\n' + good % 0 + b"".join(odd) + part + good % 100 + b'{"kind":"probe_end"}\n'
     js, pqt, splitter = split(data)
-    assert [(splitter.rows(k), splitter.kept_json(k)) for k in KINDS] == [(2, 5), (1, 1), (0, 2)]
+    assert [(splitter.rows[k], splitter.kept_json[k]) for k in KINDS] == [(2, 5), (1, 1), (0, 2)]
     # lines kept without a try come at once; lines a block could not hold when their block is converted
     assert js == b'{"kind":"probe"}\n' + odd[7] + b'{"kind":"probe_end"}\n' + b"".join(odd[:7])
-    assert [r["base_offset"] for r in read_records(pqt["segment"], "x")] == [0, 100]
+    assert [r["base_offset"] for r in read_records(pqt["segment"], "x", "segment")] == [0, 100]
     assert [r["dir"] for r in read_records(pqt["partition"], "x", "partition")] == ["t-0"]
 
 
@@ -165,7 +165,7 @@ def test_an_unfit_line_is_never_glued_to_a_last_line_without_newline():
     unfit = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":1,"new_field":true}\n'
     js, _, splitter = split(b'{"kind":"probe"}\n' + unfit + b'{"kind":"probe_end","complete":true}')
     assert js == b'{"kind":"probe"}\n' + unfit + b'{"kind":"probe_end","complete":true}'
-    assert splitter.kept_json("segment") == 1
+    assert splitter.kept_json["segment"] == 1
 
 
 def test_one_unfit_line_in_a_big_block_keeps_the_rest_columnar():
@@ -173,8 +173,10 @@ def test_one_unfit_line_in_a_big_block_keeps_the_rest_columnar():
     lines = [good % i for i in range(5000)]
     lines[3777] = b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":3777,"new_field":1}\n'
     js, pqt, splitter = split(b"".join(lines))
-    assert (splitter.rows("segment"), splitter.kept_json("segment")) == (4999, 1) and js == lines[3777]
-    assert [r["base_offset"] for r in read_records(pqt["segment"], "x")] == [i for i in range(5000) if i != 3777]
+    assert (splitter.rows["segment"], splitter.kept_json["segment"]) == (4999, 1) and js == lines[3777]
+    assert [r["base_offset"] for r in read_records(pqt["segment"], "x", "segment")] == [
+        i for i in range(5000) if i != 3777
+    ]
 
 
 def test_a_failed_stage_leaves_the_parquet_writers_closed():
@@ -185,7 +187,7 @@ def test_a_failed_stage_leaves_the_parquet_writers_closed():
             raise RuntimeError("probe died")
     # released now, not by a finalizer writing into a discarded stream
     assert not any(s.writer.is_open for s in splitter._sinks.values())
-    assert splitter.rows("segment") == 0  # the block was never converted
+    assert splitter.rows["segment"] == 0  # the block was never converted
 
 
 @pytest.mark.parametrize("data", [b"", b"PAR1 not parquet", b"\x00" * 100])
@@ -198,8 +200,12 @@ def test_not_parquet_is_an_error_naming_the_object(data):
 def test_another_parquet_file_is_an_error_naming_the_object():
     buf = io.BytesIO()
     pq.write_table(pa.table({"x": [1]}), buf)
-    with pytest.raises(ValueError, match=r"f\.parquet: .*no column logdir, path"):
-        list(read_records(buf.getvalue(), "f.parquet"))
+    with pytest.raises(ValueError, match=r"f\.parquet: .*no column dir, logdir, path"):
+        list(read_records(buf.getvalue(), "f.parquet", "partition"))
+    # a file of another kind is not taken for this one
+    _, pqt, _ = split(b'{"kind":"partition","logdir":"/d","path":"/d/t-0","dir":"t-0"}\n')
+    with pytest.raises(ValueError, match=r"p\.parquet: .*no column base_offset"):
+        list(read_records(pqt["partition"], "p.parquet", "segment"))
 
 
 def test_load_probe_reads_every_part_or_json_alone(tmp_path: Path, corpus_output):
@@ -212,11 +218,9 @@ def test_load_probe_reads_every_part_or_json_alone(tmp_path: Path, corpus_output
     }
     assert staged_keys("probe/broker_id=1/logdir-0.jsonl")["file"] == "probe/broker_id=1/logdir-0.files.parquet"
 
-    def gzipped(raw):
-        return gzip.GzipFile(fileobj=raw, mode="wb")
-
-    with staged_outputs(key, store.writer, wrap_json=gzipped) as (out, parts):
+    with staged_outputs(key, store.writer, gzip_level=1) as (out, parts):
         split_file(io.BytesIO(corpus_output), out, parts)
+    assert gzip.decompress((tmp_path / key).read_bytes()).startswith(b'{"kind":"probe",')
     loaded = load_probe(store, key)
     lines = [json.loads(line) for line in corpus_output.splitlines()]
     assert len(loaded) == len(lines)
@@ -228,25 +232,55 @@ def test_load_probe_reads_every_part_or_json_alone(tmp_path: Path, corpus_output
     assert "segment" not in kept_json and "partition" not in kept_json and "probe_end" in kept_json
 
 
-def test_the_json_lines_are_committed_last(tmp_path: Path):
+class Recording(io.BytesIO):
+    """An output that records, when closed, its name and whether it was committed (no exception)."""
+
+    closed_as: ClassVar[list[tuple[str, bool]]] = []
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.closed_as.append((self.key.rsplit("/", 1)[1], exc_type is None))
+
+
+def test_the_json_lines_are_committed_last():
     """Leaving staged_outputs closes the Parquet objects first: when the JSON Lines exist, so do they."""
-    committed = []
-
-    class Recording(io.BytesIO):
-        def __init__(self, key: str) -> None:
-            super().__init__()
-            self.key = key
-
-        def __enter__(self) -> Recording:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            committed.append(self.key.rsplit("/", 1)[1])
-
+    Recording.closed_as = []
     with staged_outputs("p/probe.jsonl.gz", Recording) as (out, parts):
         split_file(io.BytesIO(b'{"kind":"probe"}\n'), out, parts)
-    assert committed[-1] == "probe.jsonl.gz" and sorted(committed[:-1]) == [
-        "probe.files.parquet",
-        "probe.partitions.parquet",
-        "probe.segments.parquet",
+    assert Recording.closed_as[-1] == ("probe.jsonl.gz", True)
+    assert sorted(Recording.closed_as[:-1]) == [
+        ("probe.files.parquet", True),
+        ("probe.partitions.parquet", True),
+        ("probe.segments.parquet", True),
+    ]
+
+
+def test_a_failure_commits_nothing():
+    Recording.closed_as = []
+    with pytest.raises(RuntimeError, match="lost the SSH session"):
+        with staged_outputs("p/probe.jsonl.gz", Recording) as (out, parts):
+            with ProbeSplitter(out, parts) as splitter:
+                splitter.write(b'{"kind":"segment","logdir":"/d","path":"/d/t-0","base_offset":1}\n')
+                raise RuntimeError("lost the SSH session")
+    assert len(Recording.closed_as) == 4 and not any(ok for _, ok in Recording.closed_as)
+
+
+def test_a_count_that_differs_from_probe_end_is_reported(corpus_output):
+    """The audit's stage task fails when the records staged are not as many as the probe counted."""
+    run = corpus_output.split(b'{"kind":"probe",')[1]
+    _, _, splitter = split(b'{"kind":"probe",' + run)
+    end = json.loads(run.splitlines()[-1])
+    assert splitter.miscounted(end) == []
+    short = dict(end, partitions=end["partitions"] + 1, files=end["files"] - 1)
+    assert splitter.miscounted(short) == [
+        f"the probe counted {end['partitions'] + 1} partitions but {end['partitions']} were staged as Parquet "
+        "and 0 as JSON",
+        f"the probe counted {end['files'] - 1} files but {splitter.rows['file']} were staged as Parquet and "
+        f"{splitter.kept_json['file']} as JSON",
     ]

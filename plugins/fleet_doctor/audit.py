@@ -18,7 +18,6 @@ Storage layout under the data root (``FLEET_DOCTOR_DATA``: a local directory, or
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
@@ -31,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from fleet_doctor import inventory as inv
 from fleet_doctor.store import Store
@@ -287,7 +286,7 @@ def stage_broker(
     exists: an attempt first removes the one a previous attempt left (so old JSON Lines never pair with new
     Parquet), and commits it again last. The objects appear only when the probe exited 0, its last record is a
     complete ``probe_end``, and the records staged of each kind are as many as it counted."""
-    from fleet_doctor.staged_records import STAGED_KINDS, ProbeSplitter, staged_outputs  # pyarrow: when used
+    from fleet_doctor.staged_records import ProbeSplitter, staged_outputs  # pyarrow: imported when used
 
     bid = int(broker["broker_id"])
     key = f"{run_key}/probe/broker_id={bid}/{PROBE_OBJECT}"
@@ -295,10 +294,7 @@ def stage_broker(
     store.delete(key)
     nbytes = 0
 
-    def gzipped(raw: BinaryIO) -> gzip.GzipFile:
-        return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=5)
-
-    with staged_outputs(key, store.writer, wrap_json=gzipped) as (out, columnar):
+    with staged_outputs(key, store.writer, gzip_level=5) as (out, columnar):
         with ProbeSplitter(out, columnar) as splitter:
 
             def sink(data: bytes) -> None:
@@ -307,19 +303,16 @@ def stage_broker(
                 nbytes += len(data)
 
             end = run_probe(client, command, sink, timeout, f"broker {bid}")
-        for kind in STAGED_KINDS:
-            if splitter.staged(kind.kind) != end.get(kind.counted_as):
-                raise StageError(
-                    f"broker {bid}: the probe counted {end.get(kind.counted_as)} {kind.counted_as} but "
-                    f"{splitter.rows(kind.kind)} were staged as Parquet and {splitter.kept_json(kind.kind)} as JSON"
-                )
+        miscounted = splitter.miscounted(end)
+        if miscounted:
+            raise StageError(f"broker {bid}: " + "; ".join(miscounted))
     return {
         "broker_id": bid,
         "path": store.url(key),
         "bytes": nbytes,
         "partitions": end.get("partitions"),
         "segments": end.get("segments"),
-        "segments_columnar": splitter.rows("segment"),
+        "segments_columnar": splitter.rows["segment"],
         "errors": end.get("errors"),
         "stderr": end["stderr"],
     }

@@ -267,6 +267,12 @@ def read_staged(spark: SparkSession, probe_dir: str, kind: str) -> DataFrame:
     return df.withColumn("broker_id", F.col("broker_id").cast("int"))
 
 
+def _in_unloaded_dir(path: Column, partition_dir: Column) -> Column:
+    """A segment or file record (its ``path``, and a file's ``partition_dir``) in a partition dir Kafka never loads
+    again (ref §2.1): their files are reported by stray-dir only, not as segment or partition damage."""
+    return _unloaded(path) | _unloaded(F.coalesce(partition_dir, F.lit("")))
+
+
 def record_kind(value: Column) -> Column:
     """A probe line's ``kind``: read off the line's start where it comes first (the probe prints it first, in
     compact JSON), else found by a JSON path lookup."""
@@ -314,10 +320,8 @@ def load_frames(
     # parsed facts, each line once; filters only after the checkpoint: Spark pushes a filter below the
     # projection by inlining its columns, so each field a filter named would parse the line again
     checkpoint = parse_probe_lines(raw).localCheckpoint()
-    # Kafka never loads a "-delete" or "-stray" partition dir again (ref §2.1): their files are
-    # reported by stray-dir only, not as segment or partition damage
     path = F.coalesce(*[F.col(f"{k}_rec.path") for k in PROBE_KINDS if k != "partition"])
-    unloaded = _unloaded(path) | _unloaded(F.coalesce(F.col("file_rec.partition_dir"), F.lit("")))
+    unloaded = _in_unloaded_dir(path, F.col("file_rec.partition_dir"))
     # a line that did not parse at all has no log dir (every record of these kinds names its log dir)
     logdir = F.coalesce(*[F.col(f"{k}_rec.logdir") for k in PROBE_KINDS])
     parsed_ok = logdir.isNotNull()
@@ -326,13 +330,14 @@ def load_frames(
     )
     # the records staged as Parquet (fleet_doctor.staged_records): read, never parsed; as for the JSON records,
     # a log dir named, and (but a partition record) not in a partition dir Kafka never loads
-    not_unloaded = {
-        "segment": ~_unloaded(F.col("path")),
-        "partition": F.lit(True),
-        "file": ~(_unloaded(F.col("path")) | _unloaded(F.coalesce(F.col("partition_dir"), F.lit("")))),
+    unloaded_staged = {
+        "segment": _in_unloaded_dir(F.col("path"), F.lit(None).cast(S)),
+        "partition": F.lit(False),
+        "file": _in_unloaded_dir(F.col("path"), F.col("partition_dir")),
     }
     columnar = {
-        k: read_staged(spark, probe_dir, k).where(F.col("logdir").isNotNull() & not_unloaded[k]) for k in STAGED_PARQUET
+        k: read_staged(spark, probe_dir, k).where(F.col("logdir").isNotNull() & ~unloaded_staged[k])
+        for k in STAGED_PARQUET
     }
     # one pass over the checkpoint and the Parquet columns: per log dir, what the driver needs to know
     seg, ld = F.col("segment_rec"), F.col("logdir_rec")

@@ -1495,6 +1495,15 @@ def _end_worker(pid, f):
         pass
 
 
+# what a relayed frame holds, counted by bytes only a record's start (or a non-null error) has
+_RELAY_COUNTED = {
+    "partitions": b'{"kind":"partition",',
+    "segments": b'{"kind":"segment",',
+    "files": b'{"kind":"file",',
+    "errors": b'"error":"',
+}
+
+
 class _FrameWriter(object):
     """A worker's output: record strings are batched into frames on the pipe to the writer."""
 
@@ -1732,16 +1741,21 @@ class Probe(object):
                 if worker is None:
                     self._probe_partition_safe(logdir, root, e, cp_values)
                     continue
-                done, wrote = self._relay_partition(worker[1])
+                done, relayed = self._relay_partition(worker[1])
                 if done:
                     continue
                 # the worker died: take its remaining partitions over
                 _end_worker(*workers.pop(i % jobs))
-                if not wrote:
+                if relayed is None:
                     self._probe_partition_safe(logdir, root, e, cp_values)
-                else:
+                    continue
+                # what it printed of this partition counts (its counts come only with a partition's end)
+                for key, n in relayed.items():
+                    self.counts[key] += n
+                if not relayed["partitions"]:  # the partition record was not printed: one reports the failure
                     if isinstance(e, str):
                         e = _PartitionDir(logdir, e)
+                    self.counts["partitions"] += 1
                     self.emit(
                         {
                             "kind": "partition",
@@ -1767,8 +1781,11 @@ class Probe(object):
             before = now
 
     def _relay_partition(self, f):
-        """Copy one partition's records from a worker; returns (complete, wrote anything)."""
-        wrote = False
+        """Copy one partition's records from a worker; returns (complete, None when nothing was copied, else
+        the records copied by count key). Frames hold whole records, and the probe prints compact JSON with
+        "kind" first and quotes escaped in strings, so a record's start (or a non-null "error") is counted
+        by its bytes."""
+        wrote = None
         raw = getattr(self.out, "buffer", None)
         if raw is not None:
             self.out.flush()
@@ -1785,7 +1802,10 @@ class Probe(object):
                     raw.write(payload)
                 else:
                     self.out.write(payload.decode("utf-8"))
-                wrote = True
+                if wrote is None:
+                    wrote = dict.fromkeys(_RELAY_COUNTED, 0)
+                for key, start in _RELAY_COUNTED.items():
+                    wrote[key] += payload.count(start)
             elif kind == b"P":
                 for key, delta in zip(("partitions", "segments", "files", "errors"), _COUNTS.unpack(payload)):
                     self.counts[key] += delta
@@ -1931,7 +1951,10 @@ class Probe(object):
             self._partition_entries(logdir, root, pdir, info, prec, names, dfd)
         finally:
             if dfd is not None:
-                os.close(dfd)
+                try:
+                    os.close(dfd)
+                except OSError:  # the partition record is out: the safety net must not print a second one
+                    pass
 
     def _partition_entries(self, logdir, root, pdir, info, prec, names, dfd):
         """probe_partition after listing the dir: its files, its segments, its record."""

@@ -22,6 +22,7 @@ routing of each line by its first bytes.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -196,6 +197,7 @@ STAGED_KINDS = (
     # meta.properties, the clean-shutdown marker and quorum-state hold objects; offset checkpoints [topic, p, off]
     StagedKind("file", FILE_TABLE, ".files.parquet", "files", (b'"meta":', b'"content":', b'"checkpoint":')),
 )
+_IDENTITY = {"segment": "base_offset", "partition": "dir", "file": "file_type"}  # a column only that kind has
 _BY_PREFIX = {b'{"kind":"%s"' % k.kind.encode(): k for k in STAGED_KINDS}  # how the probe starts such a line
 _KIND_AT = len(b'{"kind":"')
 _READ = pa_json.ReadOptions(use_threads=False, block_size=1 << 24)
@@ -216,6 +218,7 @@ def _parse(kind: StagedKind, lines: list[bytes]) -> pa.Table:
     )
     try:
         table = pa_json.read_json(pa.py_buffer(b"".join(lines)), read_options=_READ, parse_options=parse)
+        table.validate(full=True)  # Arrow's JSON reader takes strings that are not UTF-8; Parquet must not
     except pa.ArrowInvalid as e:
         raise _Unfit(str(e)) from e
     # one record of this kind per line (a line holding two objects, or another kind, is not one)
@@ -233,8 +236,6 @@ class _Sink:
         self.json_only_keys = kind.json_only_keys
         self.writer = pq.ParquetWriter(out, kind.table, compression="zstd")
         self.block: list[bytes] = []
-        self.rows = 0  # records written as Parquet rows
-        self.kept_json = 0  # lines of this kind kept as JSON (json_only_keys, or the table cannot hold them)
 
 
 class ProbeSplitter:
@@ -250,6 +251,9 @@ class ProbeSplitter:
         assert set(parquet_outs) == {k.kind for k in STAGED_KINDS}, sorted(parquet_outs)
         self.json_out = json_out
         self.block_lines = block_lines
+        self.rows = dict.fromkeys(parquet_outs, 0)  # kind -> records written as Parquet rows
+        # kind -> lines kept as JSON (a key its table does not have, or a line the table cannot hold)
+        self.kept_json = dict.fromkeys(parquet_outs, 0)
         self._sinks: dict[bytes, _Sink] = {}
         try:
             for prefix, kind in _BY_PREFIX.items():
@@ -259,17 +263,19 @@ class ProbeSplitter:
             raise
         self._partial = b""
 
-    def rows(self, kind: str) -> int:
-        """Records of ``kind`` written as Parquet rows."""
-        return next(s.rows for s in self._sinks.values() if s.kind.kind == kind)
-
-    def kept_json(self, kind: str) -> int:
-        """Lines of ``kind`` kept as JSON."""
-        return next(s.kept_json for s in self._sinks.values() if s.kind.kind == kind)
-
     def staged(self, kind: str) -> int:
         """Every record of ``kind`` staged, in either form."""
-        return self.rows(kind) + self.kept_json(kind)
+        return self.rows[kind] + self.kept_json[kind]
+
+    def miscounted(self, probe_end: Mapping[str, Any]) -> list[str]:
+        """How the records staged differ from the counts of the probe's ``probe_end`` record (empty: they agree,
+        nothing was lost on the way)."""
+        return [
+            f"the probe counted {probe_end.get(k.counted_as)} {k.counted_as} but {self.rows[k.kind]} were staged "
+            f"as Parquet and {self.kept_json[k.kind]} as JSON"
+            for k in STAGED_KINDS
+            if self.staged(k.kind) != probe_end.get(k.counted_as)
+        ]
 
     def __enter__(self) -> ProbeSplitter:
         return self
@@ -301,25 +307,28 @@ class ProbeSplitter:
                     self._flush(sink)
             elif line:
                 if sink is not None:
-                    sink.kept_json += 1
+                    self.kept_json[sink.kind.kind] += 1
                 other.append(line + b"\n")
         if other:
             self.json_out.write(b"".join(other))
 
     def close(self) -> None:
-        for sink in self._sinks.values():
-            self._flush(sink)
-        if self._partial:  # output not ending in a newline: kept as it is, last
-            self.json_out.write(self._partial)
-            self._partial = b""
-        for sink in self._sinks.values():
-            sink.writer.close()
+        try:
+            for sink in self._sinks.values():
+                self._flush(sink)
+            if self._partial:  # output not ending in a newline: kept as it is, last
+                self.json_out.write(self._partial)
+                self._partial = b""
+            for sink in self._sinks.values():
+                sink.writer.close()
+        finally:  # on a failure too (the writers' resources released; closing twice does nothing)
+            self._close_writers()
 
     def _flush(self, sink: _Sink) -> None:
         block, sink.block = sink.block, []
         for table in self._convert(sink, block):
             sink.writer.write_table(table)
-            sink.rows += table.num_rows
+            self.rows[sink.kind.kind] += table.num_rows
 
     def _convert(self, sink: _Sink, lines: list[bytes]) -> Iterator[pa.Table]:
         """The lines as tables, in order; a block with an unfit line is halved until the line is found (rare:
@@ -331,7 +340,7 @@ class ProbeSplitter:
         except _Unfit:
             if len(lines) == 1:
                 self.json_out.write(lines[0])
-                sink.kept_json += 1
+                self.kept_json[sink.kind.kind] += 1
                 return
             half = len(lines) // 2
             yield from self._convert(sink, lines[:half])
@@ -340,15 +349,16 @@ class ProbeSplitter:
 
 @contextlib.contextmanager
 def staged_outputs(
-    json_key: str, open_out: Callable[[str], contextlib.AbstractContextManager[BinaryIO]], *, wrap_json=None
+    json_key: str, open_out: Callable[[str], contextlib.AbstractContextManager[BinaryIO]], *, gzip_level: int = 0
 ) -> Iterator[tuple[BinaryIO, dict[str, BinaryIO]]]:
     """Open the JSON Lines output ``json_key`` and the Parquet outputs beside it with ``open_out(key)``
     (for instance ``Store.writer``), the JSON Lines first, so that leaving the block closes (commits) the Parquet
-    objects first and the JSON Lines last. ``wrap_json`` (for instance gzip) wraps the JSON Lines stream."""
+    objects first and the JSON Lines last; an exception leaving the block reaches every one of them (a store
+    writer then discards its object). ``gzip_level`` > 0: the JSON Lines are gzip'd at that level."""
     with contextlib.ExitStack() as stack:
         json_out = stack.enter_context(open_out(json_key))
-        if wrap_json is not None:
-            json_out = stack.enter_context(wrap_json(json_out))
+        if gzip_level:
+            json_out = stack.enter_context(gzip.GzipFile(fileobj=json_out, mode="wb", compresslevel=gzip_level))
         columnar = {kind: stack.enter_context(open_out(key)) for kind, key in staged_keys(json_key).items()}
         yield json_out, columnar
 
@@ -367,7 +377,7 @@ def split_to_dir(source: BinaryIO, dest: Path, json_name: str) -> ProbeSplitter:
         return split_file(source, json_out, columnar)
 
 
-def read_records(data: bytes, name: str, kind: str = "segment") -> Iterator[dict[str, Any]]:
+def read_records(data: bytes, name: str, kind: str) -> Iterator[dict[str, Any]]:
     """The records of a staged Parquet file of ``kind`` records (its bytes), as the probe printed them (``kind``
     first; fields the line did not have are None). Raises ValueError naming ``name`` when the bytes are not such
     a file."""
@@ -375,7 +385,7 @@ def read_records(data: bytes, name: str, kind: str = "segment") -> Iterator[dict
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"{name}: not a staged {kind} records Parquet file: {e}") from e
-    missing = {"logdir", "path"} - set(table.column_names)
+    missing = {"logdir", "path", _IDENTITY[kind]} - set(table.column_names)
     if missing:
         raise ValueError(f"{name}: not a staged {kind} records Parquet file (no column {', '.join(sorted(missing))})")
     for batch in table.to_batches(max_chunksize=65536):
