@@ -204,8 +204,9 @@ def fmt_cmd(cmd: list[str]) -> str:
 
 def render(results: list[dict], args: argparse.Namespace, conf: dict[str, str]) -> tuple[str, list[str]]:
     lines = [
-        "| segments | brokers / files | probe output (staged) | gen | text | parse | detect | CPU: text, parse, detect "
-        "| detect per M segments | detect/text | detect/parse | detect peak RSS | findings |",
+        "| segments | brokers / log dirs | probe output (staged) | gen | text | parse | detect "
+        "| CPU: text, parse, detect | detect per M segments | detect/text | detect/parse | detect peak RSS "
+        "| findings |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     problems = []

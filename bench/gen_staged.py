@@ -339,7 +339,8 @@ def _replaced_when_closed(path: str):
         with open(path + ".tmp", "wb") as f:
             yield f
     except BaseException:
-        os.unlink(path + ".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + ".tmp")
         raise
     os.replace(path + ".tmp", path)
 

@@ -204,8 +204,11 @@ def test_another_parquet_file_is_an_error_naming_the_object():
         list(read_records(buf.getvalue(), "f.parquet", "partition"))
     # a file of another kind is not taken for this one
     _, pqt, _ = split(b'{"kind":"partition","logdir":"/d","path":"/d/t-0","dir":"t-0"}\n')
-    with pytest.raises(ValueError, match=r"p\.parquet: .*no column base_offset"):
+    with pytest.raises(ValueError, match=r"p\.parquet: .*no column base_offset, index_bytes"):
         list(read_records(pqt["partition"], "p.parquet", "segment"))
+    _, pqt, _ = split(b'{"kind":"file","logdir":"/d","path":"/d/t-0/1.snapshot","file_type":"producer_snapshot"}\n')
+    with pytest.raises(ValueError, match=r"f\.parquet: .*no column index_bytes"):  # files have a base_offset too
+        list(read_records(pqt["file"], "f.parquet", "segment"))
 
 
 def test_load_probe_reads_every_part_or_json_alone(tmp_path: Path, corpus_output):

@@ -1495,13 +1495,31 @@ def _end_worker(pid, f):
         pass
 
 
-# what a relayed frame holds, counted by bytes only a record's start (or a non-null error) has
-_RELAY_COUNTED = {
-    "partitions": b'{"kind":"partition",',
-    "segments": b'{"kind":"segment",',
-    "files": b'{"kind":"file",',
-    "errors": b'"error":"',
+# a relayed frame's records by count key: how such a line starts (compact JSON, "kind" first; a line holds no
+# raw newline, so only a record's start follows one)
+_RELAY_STARTS = {
+    "partitions": b'\n{"kind":"partition",',
+    "segments": b'\n{"kind":"segment",',
+    "files": b'\n{"kind":"file",',
 }
+_ERROR_KEY = b'"error":"'
+
+
+def _count_relayed(payload, counts):
+    """Add the records of a frame (whole lines) to ``counts`` as the probe counts them: by kind, and the records
+    with an error (only lines that may have one are parsed: an error is rare)."""
+    data = b"\n" + payload
+    for key, start in _RELAY_STARTS.items():
+        counts[key] += data.count(start)
+    if _ERROR_KEY in payload:
+        for line in payload.split(b"\n"):
+            if _ERROR_KEY in line:
+                try:
+                    rec = json.loads(line.decode("utf-8"))
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("error"):
+                    counts["errors"] += 1
 
 
 class _FrameWriter(object):
@@ -1782,9 +1800,7 @@ class Probe(object):
 
     def _relay_partition(self, f):
         """Copy one partition's records from a worker; returns (complete, None when nothing was copied, else
-        the records copied by count key). Frames hold whole records, and the probe prints compact JSON with
-        "kind" first and quotes escaped in strings, so a record's start (or a non-null "error") is counted
-        by its bytes."""
+        the records copied by count key). Frames hold whole records (a worker writes a record in one call)."""
         wrote = None
         raw = getattr(self.out, "buffer", None)
         if raw is not None:
@@ -1803,9 +1819,8 @@ class Probe(object):
                 else:
                     self.out.write(payload.decode("utf-8"))
                 if wrote is None:
-                    wrote = dict.fromkeys(_RELAY_COUNTED, 0)
-                for key, start in _RELAY_COUNTED.items():
-                    wrote[key] += payload.count(start)
+                    wrote = {"partitions": 0, "segments": 0, "files": 0, "errors": 0}
+                _count_relayed(payload, wrote)
             elif kind == b"P":
                 for key, delta in zip(("partitions", "segments", "files", "errors"), _COUNTS.unpack(payload)):
                     self.counts[key] += delta

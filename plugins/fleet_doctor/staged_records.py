@@ -197,7 +197,8 @@ STAGED_KINDS = (
     # meta.properties, the clean-shutdown marker and quorum-state hold objects; offset checkpoints [topic, p, off]
     StagedKind("file", FILE_TABLE, ".files.parquet", "files", (b'"meta":', b'"content":', b'"checkpoint":')),
 )
-_IDENTITY = {"segment": "base_offset", "partition": "dir", "file": "file_type"}  # a column only that kind has
+# columns that together only that kind's table has
+_IDENTITY = {"segment": ("base_offset", "index_bytes"), "partition": ("dir", "dir_state"), "file": ("file_type",)}
 _BY_PREFIX = {b'{"kind":"%s"' % k.kind.encode(): k for k in STAGED_KINDS}  # how the probe starts such a line
 _KIND_AT = len(b'{"kind":"')
 _READ = pa_json.ReadOptions(use_threads=False, block_size=1 << 24)
@@ -385,7 +386,7 @@ def read_records(data: bytes, name: str, kind: str) -> Iterator[dict[str, Any]]:
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowException, OSError) as e:
         raise ValueError(f"{name}: not a staged {kind} records Parquet file: {e}") from e
-    missing = {"logdir", "path", _IDENTITY[kind]} - set(table.column_names)
+    missing = {"logdir", "path", *_IDENTITY[kind]} - set(table.column_names)
     if missing:
         raise ValueError(f"{name}: not a staged {kind} records Parquet file (no column {', '.join(sorted(missing))})")
     for batch in table.to_batches(max_chunksize=65536):
