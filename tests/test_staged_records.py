@@ -200,7 +200,7 @@ def test_not_parquet_is_an_error_naming_the_object(data):
 def test_another_parquet_file_is_an_error_naming_the_object():
     buf = io.BytesIO()
     pq.write_table(pa.table({"x": [1]}), buf)
-    with pytest.raises(ValueError, match=r"f\.parquet: .*no column dir, logdir, path"):
+    with pytest.raises(ValueError, match=r"f\.parquet: .*no column dir, dir_state, logdir, path"):
         list(read_records(buf.getvalue(), "f.parquet", "partition"))
     # a file of another kind is not taken for this one
     _, pqt, _ = split(b'{"kind":"partition","logdir":"/d","path":"/d/t-0","dir":"t-0"}\n')
