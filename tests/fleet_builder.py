@@ -386,10 +386,11 @@ def stage(root: Path, logdirs: dict[int, list[Path]], *, deep: bool, verify_crc:
         dest.mkdir(parents=True)
         text = io.StringIO()
         Probe(text, deep=deep, verify_crc=verify_crc).run([str(d) for d in dirs])
+        output = text.getvalue().encode("utf-8")
         printed = root / "probe-as-printed" / f"broker_id={bid}"
         printed.mkdir(parents=True)
-        (printed / "probe.jsonl").write_text(text.getvalue(), encoding="utf-8")
-        split_to_dir(io.BytesIO(text.getvalue().encode("utf-8")), dest, "probe.jsonl")
+        (printed / "probe.jsonl").write_bytes(output)
+        split_to_dir(io.BytesIO(output), dest, "probe.jsonl")
     return probe_dir
 
 

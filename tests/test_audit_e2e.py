@@ -21,6 +21,7 @@ import pytest
 
 from fleet_doctor import airflow_env, lab
 from fleet_doctor.lab_incidents import inject
+from fleet_doctor.staged_records import STAGED_KINDS
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -93,10 +94,10 @@ def test_audit_end_to_end(fleet: dict[str, Any]) -> None:
         assert not [r for r in records if r["kind"] in ("segment", "partition")]
         assert {r["file_type"] for r in records if r["kind"] == "file"} <= {"meta_properties", "offset_checkpoint"}
         end = next(r for r in records if r["kind"] == "probe_end")
-        for suffix, counted in (("segments", "segments"), ("partitions", "partitions"), ("files", "files")):
-            columnar = pq.read_table(js.with_name(f"probe.{suffix}.parquet"))
-            kept = sum(r["kind"] == "file" for r in records) if suffix == "files" else 0
-            assert columnar.num_rows + kept == end[counted] and columnar.num_rows > 0, (js, suffix)
+        for kind in STAGED_KINDS:
+            columnar = pq.read_table(js.with_name("probe" + kind.suffix))
+            kept = sum(r["kind"] == kind.kind for r in records)
+            assert columnar.num_rows + kept == end[kind.counted_as] and columnar.num_rows > 0, (js, kind.kind)
 
     # 2. incidents on different brokers: each one found with its rule, broker, partition and file
     injected = [inject(state, name, **opts) for name, opts in INCIDENTS]

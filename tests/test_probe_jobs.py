@@ -22,14 +22,16 @@ from fleet_doctor.probe import Probe
 SAMPLE = "zk-2.8plus-producerstate-cheynee"
 COUNTED = {"partitions": "partition", "segments": "segment", "files": "file"}
 # argv: death mode (none | cut: before the partition record | whole: after it, before the partition's end),
-# jobs, the marker file a dying worker creates, log dirs
+# jobs, how many bytes of a partition's frames the main process keeps uncounted, the marker file a dying worker
+# creates, log dirs
 RUN_WITH_WORKERS = r"""
 import io, json, os, sys
 sys.path.insert(0, sys.argv[1])
 from fleet_doctor import probe
 from fleet_doctor.probe import Probe
 
-mode, jobs, marker, logdirs = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+mode, jobs, probe._RELAY_KEEP_BYTES, marker = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+logdirs = sys.argv[6:]
 forks = []
 real_fork = os.fork
 def counting_fork():
@@ -61,9 +63,12 @@ sys.stdout.write(json.dumps({"forks": len(forks), "fork_ok": probe._fork_ok()}) 
 """
 
 
-def with_workers(logdirs: list[str], jobs: int, mode: str, marker: Path) -> tuple[dict[str, Any], list[dict]]:
+def with_workers(
+    logdirs: list[str], jobs: int, mode: str, marker: Path, keep_bytes: int = 4 << 20
+) -> tuple[dict[str, Any], list[dict]]:
+    argv = [str(REPO / "plugins"), mode, str(jobs), str(keep_bytes), str(marker), *logdirs]
     r = subprocess.run(
-        [sys.executable, "-c", RUN_WITH_WORKERS, str(REPO / "plugins"), mode, str(jobs), str(marker), *logdirs],
+        [sys.executable, "-c", RUN_WITH_WORKERS, *argv],
         capture_output=True,
         text=True,
         timeout=120,
@@ -109,14 +114,15 @@ def test_workers_print_what_one_process_prints(corpus: Path, tmp_path: Path):
     assert_counts_true(three)
 
 
-@pytest.mark.parametrize("mode", ["cut", "whole"])
-def test_a_worker_dying_mid_partition(corpus: Path, tmp_path: Path, mode: str):
+@pytest.mark.parametrize(("mode", "keep_bytes"), [("cut", 4 << 20), ("whole", 4 << 20), ("cut", 0), ("whole", 0)])
+def test_a_worker_dying_mid_partition(corpus: Path, tmp_path: Path, mode: str, keep_bytes: int):
     """A worker prints part of a partition and dies before the partition's end: what it printed is counted, the
     partition is reported as failed unless its partition record got out (then it is not printed twice), and the
-    main process probes the worker's remaining partitions itself."""
+    main process probes the worker's remaining partitions itself. keep_bytes 0: every frame is counted as it
+    comes, as a big partition's are."""
     logdirs = sample_logdirs(corpus)
     marker = tmp_path / "died"
-    _, records = with_workers(logdirs, 2, mode, marker)
+    _, records = with_workers(logdirs, 2, mode, marker, keep_bytes)
     victim = marker.read_text()  # the worker did die where the test meant it to
     assert_counts_true(records)
     whole = one_process(logdirs)

@@ -293,7 +293,6 @@ def stage_broker(
     command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
     store.delete(key)
     nbytes = 0
-
     with staged_outputs(key, store.writer, gzip_level=5) as (out, columnar):
         with ProbeSplitter(out, columnar) as splitter:
 

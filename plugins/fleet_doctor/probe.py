@@ -1461,7 +1461,8 @@ def _str_json(v):
 
 # Worker -> writer frames: kind (b"D" records, b"P" end of a partition) and payload length.
 _FRAME = struct.Struct(">cI")
-_COUNTS = struct.Struct(">4Q")  # end of partition: partitions, segments, files, errors added
+_COUNT_KEYS = ("partitions", "segments", "files", "errors")
+_COUNTS = struct.Struct(">4Q")  # end of partition: the _COUNT_KEYS added
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ on Linux (named in the fcntl module only from 3.10)
 
 
@@ -1503,6 +1504,7 @@ _RELAY_STARTS = {
     "files": b'\n{"kind":"file",',
 }
 _ERROR_KEY = b'"error":"'
+_RELAY_KEEP_BYTES = 4 << 20  # a partition's frames kept uncounted, at most
 
 
 def _count_relayed(payload, counts):
@@ -1789,7 +1791,7 @@ class Probe(object):
 
     def _partition_worker(self, fd, logdir, root, entries, cp_values, k, jobs):
         out = self.out = _FrameWriter(fd)
-        keys = ("partitions", "segments", "files", "errors")
+        keys = _COUNT_KEYS
         counts = self.counts
         before = [counts[x] for x in keys]
         for i in range(k, len(entries), jobs):
@@ -1800,33 +1802,44 @@ class Probe(object):
 
     def _relay_partition(self, f):
         """Copy one partition's records from a worker; returns (complete, None when nothing was copied, else
-        the records copied by count key). Frames hold whole records (a worker writes a record in one call)."""
-        wrote = None
+        the records copied by count key). Frames hold whole records (a worker writes a record in one call).
+        The worker's counts come with the partition's end, so the records copied are counted only when it
+        never comes: the frames are kept until then (a big partition's are counted every few MiB instead)."""
+        copied = None  # counts of the frames no longer kept
+        kept, kept_bytes = [], 0
         raw = getattr(self.out, "buffer", None)
         if raw is not None:
             self.out.flush()
         while True:
             head = f.read(_FRAME.size)
             if len(head) < _FRAME.size:
-                return False, wrote
+                break
             kind, n = _FRAME.unpack(head)
             payload = f.read(n)
             if len(payload) < n:
-                return False, wrote
+                break
             if kind == b"D":
                 if raw is not None:
                     raw.write(payload)
                 else:
                     self.out.write(payload.decode("utf-8"))
-                if wrote is None:
-                    wrote = {"partitions": 0, "segments": 0, "files": 0, "errors": 0}
-                _count_relayed(payload, wrote)
+                if copied is None:
+                    copied = dict.fromkeys(_COUNT_KEYS, 0)
+                kept.append(payload)
+                kept_bytes += len(payload)
+                if kept_bytes > _RELAY_KEEP_BYTES:
+                    for data in kept:
+                        _count_relayed(data, copied)
+                    kept, kept_bytes = [], 0
             elif kind == b"P":
-                for key, delta in zip(("partitions", "segments", "files", "errors"), _COUNTS.unpack(payload)):
+                for key, delta in zip(_COUNT_KEYS, _COUNTS.unpack(payload)):
                     self.counts[key] += delta
-                return True, wrote
+                return True, copied
             else:
-                return False, wrote
+                break
+        for data in kept:
+            _count_relayed(data, copied)
+        return False, copied
 
     def _link_inside(self, path, root):
         try:

@@ -213,10 +213,7 @@ class _Unfit(Exception):
     """Lines the table cannot hold as they are."""
 
 
-def _parse(kind: StagedKind, lines: list[bytes]) -> pa.Table:
-    parse = pa_json.ParseOptions(
-        explicit_schema=pa.schema([("kind", _STR), *kind.table]), unexpected_field_behavior="error"
-    )
+def _parse(kind: StagedKind, parse: pa_json.ParseOptions, lines: list[bytes]) -> pa.Table:
     try:
         table = pa_json.read_json(pa.py_buffer(b"".join(lines)), read_options=_READ, parse_options=parse)
         table.validate(full=True)  # Arrow's JSON reader takes strings that are not UTF-8; Parquet must not
@@ -234,7 +231,9 @@ class _Sink:
 
     def __init__(self, kind: StagedKind, out: BinaryIO) -> None:
         self.kind = kind
-        self.json_only_keys = kind.json_only_keys
+        self.parse = pa_json.ParseOptions(
+            explicit_schema=pa.schema([("kind", _STR), *kind.table]), unexpected_field_behavior="error"
+        )
         self.writer = pq.ParquetWriter(out, kind.table, compression="zstd")
         self.block: list[bytes] = []
 
@@ -302,7 +301,8 @@ class ProbeSplitter:
         for line in lines:
             # the probe prints compact JSON with "kind" first: '{"kind":"<kind>",'
             sink = sinks.get(line[: line.find(b'"', _KIND_AT) + 1]) if line.startswith(b'{"kind":"') else None
-            if sink is not None and not (sink.json_only_keys and any(k in line for k in sink.json_only_keys)):
+            only_json = sink.kind.json_only_keys if sink is not None else ()
+            if sink is not None and not (only_json and any(k in line for k in only_json)):  # no generator per line
                 sink.block.append(line + b"\n")
                 if len(sink.block) >= self.block_lines:
                     self._flush(sink)
@@ -322,8 +322,9 @@ class ProbeSplitter:
                 self._partial = b""
             for sink in self._sinks.values():
                 sink.writer.close()
-        finally:  # on a failure too (the writers' resources released; closing twice does nothing)
+        except BaseException:  # the writers' resources released all the same
             self._close_writers()
+            raise
 
     def _flush(self, sink: _Sink) -> None:
         block, sink.block = sink.block, []
@@ -337,7 +338,7 @@ class ProbeSplitter:
         if not lines:
             return
         try:
-            yield _parse(sink.kind, lines)
+            yield _parse(sink.kind, sink.parse, lines)
         except _Unfit:
             if len(lines) == 1:
                 self.json_out.write(lines[0])

@@ -274,19 +274,11 @@ class Store:
 
     def delete(self, key: str) -> None:
         """Remove the object at ``key``; nothing happens when there is none."""
-        if self.is_local:
-            try:
-                os.remove(self._path(key))
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise StoreError(f"{self.url(key)}: delete failed: {e}") from e
-            return
         try:
             self.fs.delete_file(self._path(key))
         except FileNotFoundError:
             pass
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise StoreError(f"{self.url(key)}: delete failed: {e}") from e
 
     def write_bytes(self, key: str, data: bytes) -> None:
