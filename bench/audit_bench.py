@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins"))
+sys.path[:0] = [str(REPO / d) for d in ("plugins", "lab", "tests")]
 
 from readme_block import write_block  # noqa: E402
 
-from fleet_doctor import airflow_env, audit, lab  # noqa: E402
-from fleet_doctor.airflow_live import LiveAirflow  # noqa: E402
-from fleet_doctor.lab_broker import running_pid  # noqa: E402
+from fleet_doctor import audit  # noqa: E402
+from fleet_lab import demo, fleet  # noqa: E402
+from fleet_lab.broker import running_pid  # noqa: E402
+from harness.airflow_live import LiveAirflow  # noqa: E402
 
 AUDIT = "kafka_fleet_audit"
 TARGET = 1.5
@@ -148,14 +149,14 @@ def main() -> int:
         root = Path(tmp)
         lab_dir, home, data = root / "lab", root / "airflow", root / "data"
         t0 = time.monotonic()
-        state = lab.up(lab_dir, brokers=args.brokers)
+        state = fleet.up(lab_dir, brokers=args.brokers)
         lab_up_s = time.monotonic() - t0
         try:
-            env = airflow_env.airflow_environ(home, lab_dir, data)
+            env = demo.airflow_environ(home, lab_dir, data)
             env["FLEET_DOCTOR_AUDIT_SCHEDULE"] = "0 2 1 1 *"  # no nightly run of its own during the bench
             env["AIRFLOW__CORE__PARALLELISM"] = str(max(slots, int(env.get("AIRFLOW__CORE__PARALLELISM", "4"))))
             env["FLEET_DOCTOR_AUDIT_POOL_SLOTS"] = str(slots)  # the pool prepare() creates, and the DAG's cap
-            airflow_env.prepare(env)
+            demo.prepare(env)
             with LiveAirflow(env) as af:
                 cpu.components = {
                     "Airflow scheduler, its LocalExecutor workers and task runners": [af.procs["scheduler"].pid],
@@ -201,7 +202,7 @@ def main() -> int:
                     })  # fmt: skip
                     print(f"round {i + 1}: {rounds[-1]}", flush=True)
         finally:
-            lab.down(lab_dir)
+            fleet.down(lab_dir)
     cpu.stop.set()
     med = {k: statistics.median(r[k] for r in rounds) for k in ("stage_phase", "stage_cpu", "baseline",
                                                                  "baseline_cpu", "audit_wall")}  # fmt: skip

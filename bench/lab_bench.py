@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins"))
+sys.path[:0] = [str(REPO / d) for d in ("plugins", "lab")]
 
 from readme_block import write_block  # noqa: E402
 
-from fleet_doctor.lab import ZK_TICK_MS  # noqa: E402
-from fleet_doctor.zkserver import ZooKeeperServer  # noqa: E402
+from fleet_lab.fleet import ZK_TICK_MS  # noqa: E402
+from fleet_lab.zk_server import ZooKeeperServer  # noqa: E402
 
 TARGET_S = 15.0
 BEGIN, END = "<!-- lab-bench:begin -->", "<!-- lab-bench:end -->"

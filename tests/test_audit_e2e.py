@@ -19,9 +19,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from fleet_doctor import airflow_env, lab
-from fleet_doctor.lab_incidents import inject
 from fleet_doctor.staged_records import STAGED_KINDS
+from fleet_lab import demo
+from fleet_lab import fleet as lab
+from fleet_lab.incidents import inject
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -42,17 +43,17 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     lab_dir, home, data = root / "lab", root / "airflow", root / "data"
     state = lab.up(lab_dir, brokers=3)
     try:
-        env = airflow_env.airflow_environ(home, lab_dir, data)
+        env = demo.airflow_environ(home, lab_dir, data)
         env["FLEET_DOCTOR_STAGE_RETRY_DELAY"] = "1"
-        airflow_env.prepare(env)
+        demo.prepare(env)
         yield {"state": state, "env": env, "data": data, "home": home}
     finally:
         lab.down(lab_dir)
 
 
 def audit(fleet: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], subprocess.CompletedProcess[str]]:
-    r = airflow_env.run_audit(fleet["env"], timeout=900)
-    summary = airflow_env.latest_summary(fleet["data"])
+    r = demo.run_audit(fleet["env"], timeout=900)
+    summary = demo.latest_summary(fleet["data"])
     assert summary is not None, r.stdout[-3000:] + r.stderr[-3000:]
     rows_path = fleet["data"] / "history" / f"audit_run={summary['audit_run']}" / "findings.jsonl"
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
@@ -148,7 +149,7 @@ def test_unreachable_broker_is_reported_not_audited(fleet: dict[str, Any]) -> No
     finally:
         if proc.poll() is None:
             proc.kill()
-    summary = airflow_env.latest_summary(fleet["data"])
+    summary = demo.latest_summary(fleet["data"])
     assert summary is not None, out[-3000:]
     assert summary["not_audited"] == [2] and summary["audited"] == [1, 3]
     states = task_states(fleet)

@@ -11,11 +11,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from live_stack import ssh_connect
 
-from fleet_doctor import airflow_env, audit, inventory, lab, repair
-from fleet_doctor.lab_incidents import inject
+from fleet_doctor import audit, inventory, repair
 from fleet_doctor.store import Store
+from fleet_lab import demo, fleet
+from fleet_lab.incidents import inject
+from harness.live_stack import ssh_connect
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -29,17 +30,17 @@ INCIDENTS: list[tuple[str, dict[str, Any]]] = [
 def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
     lab_dir, home = tmp_path / "lab", tmp_path / "airflow"
     data = s3.url("kafka-eu1")
-    state = lab.up(lab_dir, brokers=3)
+    state = fleet.up(lab_dir, brokers=3)
     try:
-        env = airflow_env.airflow_environ(home, lab_dir, data)
+        env = demo.airflow_environ(home, lab_dir, data)
         env.update(s3.env(), FLEET_DOCTOR_REPAIR_DIR=str(tmp_path / "repairs"))
-        airflow_env.prepare(env)
+        demo.prepare(env)
         injected = [inject(state, name, **opts) for name, opts in INCIDENTS]
-        r = airflow_env.run_audit(env, timeout=900)
+        r = demo.run_audit(env, timeout=900)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
         store = Store(data, env)
-        summary = airflow_env.latest_summary(data, env)
+        summary = demo.latest_summary(data, env)
         assert summary is not None and summary["audited"] == [1, 2, 3], summary
         run = summary["audit_run"]
         assert store.list(f"staging/{run}/probe") == ["broker_id=1", "broker_id=2", "broker_id=3"]
@@ -93,4 +94,4 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         assert store.list("staging/reverify/probe") == ["broker_id=1", "broker_id=2", "broker_id=3"]
         assert repair.plan_from_run(settings, "reverify", {}).hash == planned["hash"]
     finally:
-        lab.down(lab_dir)
+        fleet.down(lab_dir)

@@ -86,7 +86,7 @@ def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
     from kazoo.client import KazooClient
 
     from fleet_doctor.inventory import BrokerEntry, Inventory
-    from fleet_doctor.zkserver import ZooKeeperServer
+    from fleet_lab.zk_server import ZooKeeperServer
 
     with ZooKeeperServer(tmp_path / "zk") as zk:
         client = KazooClient(hosts=zk.connect)

@@ -25,8 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corpus_manifest import SampleAppendix, appendix
-from fleet_builder import (
+
+from fleet_doctor import probe
+from fleet_doctor.detection import FINDING_COLUMNS, detect, load_frames, parse_probe_lines
+from fleet_doctor.rules import RULES, Needs, Scope
+from harness.corpus_manifest import SampleAppendix, appendix
+from harness.fleet_builder import (
     ARYAN_DESIGN1_DISK_ID,
     ARYAN_DESIGN1_ZK_ID,
     BROKERS,
@@ -42,10 +46,6 @@ from fleet_builder import (
     stage,
     write_jsonl,
 )
-
-from fleet_doctor import probe
-from fleet_doctor.detection import FINDING_COLUMNS, detect, load_frames, parse_probe_lines
-from fleet_doctor.rules import RULES, Needs, Scope
 
 CORPUS_METADATA_BASE, CORPUS_DEEP_BASE = 1000, 2000
 # the brokers' Kafka versions per MANIFEST.md (the lowest a sample's evidence allows)

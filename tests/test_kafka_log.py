@@ -1,4 +1,4 @@
-"""The lab's file writers (fleet_doctor.kafka_log) against genuine Kafka files and independent readers."""
+"""The lab's file writers (fleet_lab.kafka_files) against genuine Kafka files and independent readers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet_doctor.kafka_log import (
+from fleet_doctor.probe import parse_offset_checkpoint, valid_topic_id
+from fleet_lab.kafka_files import (
     KafkaFeatures,
     PartitionLogWriter,
     Record,
@@ -20,8 +21,7 @@ from fleet_doctor.kafka_log import (
     random_topic_id,
     recover_segment,
 )
-from fleet_doctor.probe import parse_offset_checkpoint, valid_topic_id
-from kafka_ref import ref_batches, ref_crc32c, ref_v2_batch
+from harness.kafka_ref import ref_batches, ref_crc32c, ref_v2_batch
 
 THILLAI = "zk-3.9-3broker-thillai"
 

@@ -19,7 +19,6 @@ import paramiko
 import pytest
 
 from fleet_doctor import inventory as inv
-from fleet_doctor import lab
 from fleet_doctor.probe import (
     DEFAULT_SEGMENT_INDEX_BYTES,
     SUFFIXED_DIR_RE,
@@ -28,7 +27,8 @@ from fleet_doctor.probe import (
     parse_partition_metadata,
     walk_log,
 )
-from kafka_ref import ref_valid_bytes
+from fleet_lab import fleet
+from harness.kafka_ref import ref_valid_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET_LAB = REPO / "bin" / "fleet-lab"
@@ -286,7 +286,7 @@ def test_stop_start_and_kill_over_ssh(lab3: dict[str, Any]) -> None:
         rc, out = ssh(b, b.service_command("start"))
         assert rc == 0, out
         assert zk.exists("/brokers/ids/2") is not None
-        lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30)
+        fleet.wait_healthy(fleet.LabState.load(Path(lab3["dir"])), timeout=30)
         assert all(not (Path(d) / ".kafka_cleanshutdown").exists() for d in b.log_dirs)
         # kill -9 over SSH: nothing trimmed, no marker; the ephemeral znode goes with the session timeout
         rc, out = ssh(b, b.service_command("stop").replace(" stop", " kill"))
@@ -297,7 +297,7 @@ def test_stop_start_and_kill_over_ssh(lab3: dict[str, Any]) -> None:
             assert any(i.stat().st_size == DEFAULT_SEGMENT_INDEX_BYTES for i in d.glob("*/*.index"))
         rc, out = ssh(b, b.service_command("start"))  # recovers and comes back
         assert rc == 0, out
-        lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30)
+        fleet.wait_healthy(fleet.LabState.load(Path(lab3["dir"])), timeout=30)
         log = (Path(lab3["dir"]) / "broker-2" / "server.log").read_text()
         assert "Recovering unflushed segment" in log
     finally:
@@ -309,7 +309,7 @@ def test_listener_port_taken_fails_start_like_kafka_and_frees_the_dirs(lab3: dic
     log dir locks are released, and once the port is free the broker starts again."""
     inventory = inv.load(lab3["inventory"])
     b = inventory.broker(3)
-    port = next(x.listener_port for x in lab.LabState.load(Path(lab3["dir"])).brokers if x.id == 3)
+    port = next(x.listener_port for x in fleet.LabState.load(Path(lab3["dir"])).brokers if x.id == 3)
     assert ssh(b, b.service_command("stop"))[0] == 0
     squatter = socket.socket()
     try:
@@ -323,7 +323,7 @@ def test_listener_port_taken_fails_start_like_kafka_and_frees_the_dirs(lab3: dic
         squatter.close()
     rc, out = ssh(b, b.service_command("start"))
     assert rc == 0, out
-    lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30)
+    fleet.wait_healthy(fleet.LabState.load(Path(lab3["dir"])), timeout=30)
 
 
 def test_foreign_directory_in_a_log_dir_fails_start_like_kafka(lab3: dict[str, Any]) -> None:
@@ -345,7 +345,7 @@ def test_foreign_directory_in_a_log_dir_fails_start_like_kafka(lab3: dict[str, A
     try:
         rc, out = ssh(b, b.service_command("start"))
         assert rc == 0, out
-        lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30)
+        fleet.wait_healthy(fleet.LabState.load(Path(lab3["dir"])), timeout=30)
     finally:
         inside.rmdir()
         inside.parent.rmdir()
@@ -380,8 +380,8 @@ def test_old_client_add_partitions_drops_the_topic_id(lab3: dict[str, Any]) -> N
         after = json.loads(zk.get("/brokers/topics/payments")[0])
         assert after["version"] == 1 and "topic_id" not in after and before["topic_id"]
         assert sorted(after["partitions"], key=int) == ["0", "1", "2", "3", "4"]
-        state = lab.LabState.load(Path(lab3["dir"]))
-        lab.wait_healthy(state, timeout=20)
+        state = fleet.LabState.load(Path(lab3["dir"]))
+        fleet.wait_healthy(state, timeout=20)
         for p in ("3", "4"):
             for b in after["partitions"][p]:
                 dirs = [Path(d) / f"payments-{p}" for d in state.broker(b).log_dirs]
@@ -481,9 +481,9 @@ def test_corrupt_index_at_start_per_kafka_version(tmp_path: Path, version: str, 
     d = tmp_path / "lab"
     fleet_lab("up", "--dir", str(d), "--brokers", "1", "--kafka-version", version)
     try:
-        state = lab.LabState.load(d)
+        state = fleet.LabState.load(d)
         b = state.broker(1)
-        assert lab.run_service(b, "stop").returncode == 0
+        assert fleet.run_service(b, "stop").returncode == 0
         pdir = Path(b.log_dirs[0]) / "orders-0"
         idx = sorted(pdir.glob("*.index"))[0]
         good = idx.read_bytes()
@@ -495,7 +495,7 @@ def test_corrupt_index_at_start_per_kafka_version(tmp_path: Path, version: str, 
         tidx = idx.with_suffix(".timeindex")
         tgood = tidx.read_bytes()
         tidx.write_bytes(tgood[:-12] + b"\0" * 12)
-        assert lab.run_service(b, "start").returncode == 0
+        assert fleet.run_service(b, "start").returncode == 0
         log = (Path(b.run_dir) / "server.log").read_text()
         if behaviour == "rebuild":
             assert "Found a corrupted index file corresponding to log file" in log
@@ -517,7 +517,7 @@ def test_seed_004_restarted_broker_leaves_isr_for_the_old_partitions(tmp_path: P
     try:
         r = fleet_lab("scenario", "seed-004", "--broker", "2", "--dir", str(d), "--json")
         assert all(json.loads(line)["ok"] for line in r.stdout.splitlines())
-        state = lab.LabState.load(d)
+        state = fleet.LabState.load(d)
         zk = zk_client({"zookeeper": state.zookeeper})
         try:
             znode = json.loads(zk.get("/brokers/topics/seed-004")[0])
@@ -563,10 +563,10 @@ def test_seed_000_broker_refuses_to_start_with_kafkas_message(tmp_path: Path) ->
         assert Path(path).read_bytes()[-8:] == b"\0" * 8
         assert (Path(b1["log_dirs"][0]) / ".kafka_cleanshutdown").exists()
         # the seed's manual fix: delete the index the error names, start again (as often as it takes)
-        state = lab.LabState.load(d)
+        state = fleet.LabState.load(d)
         for _ in range(10):
             Path(path).unlink()
-            r = lab.run_service(state.broker(1), "start")
+            r = fleet.run_service(state.broker(1), "start")
             if r.returncode == 0:
                 break
             path = r.stderr.rsplit("index file (", 1)[1].split(")")[0]
@@ -594,7 +594,7 @@ def test_kill9_untrimmed_index_leaves_a_crashed_brokers_files(lab3: dict[str, An
         while zk.exists("/brokers/ids/3") is not None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert zk.exists("/brokers/ids/3") is None  # the ephemeral znode went when the session expired
-        lab.wait_healthy(lab.LabState.load(Path(lab3["dir"])), timeout=30, expect_down=frozenset({3}))
+        fleet.wait_healthy(fleet.LabState.load(Path(lab3["dir"])), timeout=30, expect_down=frozenset({3}))
         assert all(3 not in state_of(zk, "orders", p)["isr"] for p in range(6))
     finally:
         zk.stop()

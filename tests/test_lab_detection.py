@@ -6,22 +6,22 @@ from pathlib import Path
 
 import pytest
 
-from fleet_doctor import lab
-from fleet_doctor.lab_incidents import inject, run_scenario
 from fleet_doctor.scan import scan
+from fleet_lab import fleet
+from fleet_lab.incidents import inject, run_scenario
 
 pytestmark = pytest.mark.timeout(600)
 
 
 def test_kill9_untrimmed_active_indexes_are_rebuilt_at_start_so_warning(tmp_path: Path) -> None:
     d = tmp_path / "lab"
-    state = lab.up(d, brokers=1, kafka_version="3.6.2")
+    state = fleet.up(d, brokers=1, kafka_version="3.6.2")
     try:
         done = inject(state, "kill9-untrimmed-index", broker=1)
         b = state.broker(1)
         res = scan(b.log_dirs, kafka_version="3.6.2", broker_id=1, zookeeper=state.zookeeper)
     finally:
-        lab.down(d)
+        fleet.down(d)
     untrimmed = [f for f in res.findings if f["rule"] == "index-untrimmed"]
     assert {f["path"] for f in untrimmed} == set(done.paths)  # exactly the preallocated active indexes
     assert all(f["severity"] == "warning" and "rebuilds it" in f["message"] for f in untrimmed)
@@ -32,14 +32,14 @@ def test_kill9_untrimmed_active_indexes_are_rebuilt_at_start_so_warning(tmp_path
 
 def test_seed_000_untrimmed_index_behind_a_clean_marker_is_critical_on_08(tmp_path: Path) -> None:
     d = tmp_path / "lab"
-    state = lab.up(d, brokers=2, kafka_version="0.8.2.2")
+    state = fleet.up(d, brokers=2, kafka_version="0.8.2.2")
     try:
         steps = run_scenario(state, "seed-000", broker=1)
         assert all(s.ok for s in steps)
         fatal_path = steps[-1].details["kafka_error"].split("index file (")[1].split(")")[0]
         res = scan(state.broker(1).log_dirs, kafka_version="0.8.2.2", broker_id=1)
     finally:
-        lab.down(d)
+        fleet.down(d)
     hits = [f for f in res.findings if f["path"] == fatal_path]
     assert {f["rule"] for f in hits} >= {"index-untrimmed", "index-last-offset"}
     assert all(f["severity"] == "critical" for f in hits)

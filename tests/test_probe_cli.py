@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from harness.corpus import REPO
 
 PROBE = REPO / "plugins" / "fleet_doctor" / "probe.py"
 CLI = REPO / "bin" / "fleet-doctor"

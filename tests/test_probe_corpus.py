@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import by_kind, partition, run_probe, segments
+from harness.corpus import by_kind, partition, run_probe, segments
 
 Records = list[dict[str, Any]]
 

@@ -25,9 +25,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import CORPUS
 from fleet_doctor import probe as P
-from kafka_ref import ref_batches, ref_valid_bytes
+from harness.corpus import CORPUS
+from harness.kafka_ref import ref_batches, ref_valid_bytes
 
 FUZZ = settings(
     max_examples=150,

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
 from fleet_doctor import probe as probe_mod
 from fleet_doctor.probe import Probe
+from harness.corpus import REPO
 
 SAMPLE = "zk-2.8plus-producerstate-cheynee"
 COUNTED = {"partitions": "partition", "segments": "segment", "files": "file"}

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from conftest import by_kind, copy_writable, partition, run_probe, segments
-from kafka_ref import ref_batches, ref_valid_bytes
+from harness.corpus import by_kind, copy_writable, partition, run_probe, segments
+from harness.kafka_ref import ref_batches, ref_valid_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE_PY = REPO / "plugins" / "fleet_doctor" / "probe.py"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import by_kind, copy_writable, run_probe
+from harness.corpus import by_kind, copy_writable, run_probe
 
 SAMPLE = "zk-3.1-single-aryan/kafka-logs"
 

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_stack import ssh_connect
 
-from fleet_doctor import audit, inventory, lab
-from fleet_doctor.lab_incidents import run_scenario
+from fleet_doctor import audit, inventory
 from fleet_doctor.probe import parse_partition_metadata
 from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError, acquire_lock, release_lock
 from fleet_doctor.repair_plan import FleetFacts, build_plan, restart_preview
+from fleet_lab import fleet
+from fleet_lab.incidents import run_scenario
+from harness.live_stack import ssh_connect
 
 pytestmark = pytest.mark.timeout(900)
 FAST = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=3, poll_interval_s=0.5, isr_timeout_s=60)
@@ -30,7 +31,7 @@ def seed004(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     then the repair itself."""
     tmp_path = tmp_path_factory.mktemp("repair")
     lab_dir = tmp_path / "lab"
-    state = lab.up(lab_dir, brokers=3, kafka_version="2.8.2")
+    state = fleet.up(lab_dir, brokers=3, kafka_version="2.8.2")
     try:
         steps = run_scenario(state, "seed-004")
         assert all(s.ok for s in steps)
@@ -39,7 +40,7 @@ def seed004(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         summary = audit.run_local(settings, "run1", ssh_connect(inv))
         yield {"state": state, "settings": settings, "inv": inv, "summary": summary, "tmp": tmp_path}
     finally:
-        lab.down(lab_dir)
+        fleet.down(lab_dir)
 
 
 def _plan(ctx: dict[str, Any]) -> Any:
@@ -50,11 +51,11 @@ def _plan(ctx: dict[str, Any]) -> Any:
 
 def test_partition_metadata_left_alone_without_approval(seed004: dict[str, Any]) -> None:
     """Building a plan changes nothing on the brokers (the files are only touched by an executor)."""
-    state: lab.LabState = seed004["state"]
-    before = lab.partition_topic_ids(state)
+    state: fleet.LabState = seed004["state"]
+    before = fleet.partition_topic_ids(state)
     plan = _plan(seed004)
     assert plan.counts()["files_removed"] > 0
-    assert lab.partition_topic_ids(state) == before
+    assert fleet.partition_topic_ids(state) == before
     for b in state.brokers:
         md = Path(b.log_dirs[0]) / "seed-004-0" / "partition.metadata"
         if md.exists():
@@ -62,7 +63,7 @@ def test_partition_metadata_left_alone_without_approval(seed004: dict[str, Any])
 
 
 def test_precheck_refuses_to_drop_a_partition_below_min_isr(seed004: dict[str, Any]) -> None:
-    state: lab.LabState = seed004["state"]
+    state: fleet.LabState = seed004["state"]
     plan = _plan(seed004)
     zk = state.zk_client()
     try:
@@ -77,14 +78,14 @@ def test_precheck_refuses_to_drop_a_partition_below_min_isr(seed004: dict[str, A
         assert ex.journal.data["status"] == "halted"
         assert ex.journal.state(repaired_first).value == "failed"
         assert all(c["command"].endswith("status") or "stop" not in c["command"] for c in ex.journal.data["commands"])
-        assert lab.running_pid(state.broker(repaired_first).config()) is not None  # never stopped
+        assert fleet.running_pid(state.broker(repaired_first).config()) is not None  # never stopped
     finally:
         zk.set("/config/topics/seed-004", json.dumps({"version": 1, "config": {}}).encode())
         zk.stop()
 
 
 def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
-    state: lab.LabState = seed004["state"]
+    state: fleet.LabState = seed004["state"]
     plan = _plan(seed004)
     zk = state.zk_client()
     try:
@@ -106,9 +107,9 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
         status_cmds = {seed004["inv"].broker(b).service_command("status") for b in (1, 2, 3)}
         assert all(c["exit_status"] == 0 for c in result["commands"] if c["command"] not in status_cmds)
         assert {c["broker_id"] for c in result["commands"]} == {1, 2, 3}  # every command logged per broker
-        lab.wait_healthy(state, timeout=30)
+        fleet.wait_healthy(state, timeout=30)
         # partition.metadata everywhere equal to ZooKeeper's topic ID
-        for (bid, topic, _p), tid in lab.partition_topic_ids(state).items():
+        for (bid, topic, _p), tid in fleet.partition_topic_ids(state).items():
             if topic == "seed-004":
                 assert tid == zk_id, (bid, topic, _p, tid)
         # the controller restarted last, per the lab's own record
@@ -154,7 +155,7 @@ def test_journal_keeps_the_last_completed_step_through_a_failure(tmp_path: Path)
 def test_lock_blocks_other_plans_and_a_live_second_worker_but_not_a_resume(seed004: dict[str, Any]) -> None:
     """The persistent lock keeps other plans out until released; the same plan may resume only once the
     previous worker's ZooKeeper session is gone (its ephemeral liveness node with it)."""
-    state: lab.LabState = seed004["state"]
+    state: fleet.LabState = seed004["state"]
     first, second = state.zk_client(), state.zk_client()
     owner = {"plan_hash": "a" * 64, "step": "brokers"}
     try:

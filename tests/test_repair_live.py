@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from live_stack import AUDIT, FAST, REPAIR, events, fleet_snapshot, live_fleet, plan_dir, zk_json
 
-from fleet_doctor import lab
-from fleet_doctor.lab import run_service
-from fleet_doctor.lab_incidents import controller_failover, inject
 from fleet_doctor.repair_exec import LOCK_ROOT
+from fleet_lab import fleet as lab
+from fleet_lab.fleet import run_service
+from fleet_lab.incidents import controller_failover, inject
+from harness.live_stack import AUDIT, FAST, REPAIR, events, fleet_snapshot, live_fleet, plan_dir, zk_json
 
 pytestmark = pytest.mark.timeout(2400)
 TOPIC = "seed-004"

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_stack import AUDIT, FAST, REPAIR, RESTORE, events, fleet_snapshot, live_fleet, plan_dir, zk_json
 
-from fleet_doctor import lab
-from fleet_doctor.lab_incidents import inject
 from fleet_doctor.repair_exec import LOCK_ROOT
 from fleet_doctor.repair_plan import QUARANTINE_DIR
+from fleet_lab import fleet as lab
+from fleet_lab.incidents import inject
+from harness.live_stack import AUDIT, FAST, REPAIR, RESTORE, events, fleet_snapshot, live_fleet, plan_dir, zk_json
 
 pytestmark = pytest.mark.timeout(2400)
 SEED_BROKER, OTHER = 1, 2

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from conftest import REPO
 from fleet_doctor.rules import RULES, RULES_BY_ID, KafkaVersion, Severity, get, markdown
+from harness.corpus import REPO
 
 CATALOGUE = REPO.parent / "shared" / "docs" / "RULES.md"
 

@@ -182,7 +182,8 @@ def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, 
     assert summaries[1]["report"] == store.url("reports/scheduled__2.html")
     assert "index-orphan" in (store.read_text("reports/scheduled__2.html") or "")
     assert [r["audit_run"] for r in store.read_jsonl("history/runs.jsonl")] == ["scheduled__1", "scheduled__2"]
-    from fleet_doctor import airflow_env, repair
+    from fleet_doctor import repair
+    from fleet_lab import demo
 
-    assert airflow_env.latest_summary(root, env)["audit_run"] == "scheduled__2"
+    assert demo.latest_summary(root, env)["audit_run"] == "scheduled__2"
     assert repair.latest_audit_run(settings) == "scheduled__2"

@@ -1,6 +1,6 @@
 """ZooKeeper snapshot of Kafka's metadata: real corpus snapshots, a real ZooKeeper 3.8, garbage files, the CLI.
 
-No mocks: the live tests run Debian's ZooKeeper 3.8 (fleet_doctor.zkserver) on 127.0.0.1 and write the
+No mocks: the live tests run Debian's ZooKeeper 3.8 (fleet_lab.zk_server) on 127.0.0.1 and write the
 znodes with kazoo the way Kafka's KafkaZkClient does (kafka/zk/ZkData.scala, docs/kafka-reference.md §5).
 """
 
@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
-from conftest import CORPUS, REPO
 from fleet_doctor import zk_snapshot as Z
-from fleet_doctor.zkserver import ZooKeeperServer, four_letter_word, free_port, pid_alive
+from fleet_lab.zk_server import ZooKeeperServer, four_letter_word, free_port, pid_alive
+from harness.corpus import CORPUS, REPO
 
 CLI = REPO / "bin" / "fleet-doctor"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE_SOURCE = Path(__file__).resolve().parent / "probe.py"
 DETECT_APP = REPO / "spark_apps" / "detect.py"
 PROBE_OBJECT = "probe.jsonl.gz"
+DEFAULT_INVENTORY = "/etc/kafka-fleet-doctor/inventory.json"
 FINDING_KEY = ("rule", "broker_id", "log_dir", "topic", "partition", "segment", "path")
 SEVERITIES = ("critical", "warning", "info")
 SECRET_SETTING_WORDS = ("access.key", "secret", "session.token", "password")
@@ -116,7 +117,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> AuditSettings
         raise ValueError(f"FLEET_DOCTOR_SPARK_CONF: no credentials here ({', '.join(secret)}): use the AWS_* variables")
     data = env.get("FLEET_DOCTOR_DATA") or str(REPO / ".fleet-doctor")
     return AuditSettings(
-        inventory=Path(env.get("FLEET_DOCTOR_INVENTORY") or REPO / ".lab" / "inventory.json"),
+        inventory=Path(env.get("FLEET_DOCTOR_INVENTORY") or DEFAULT_INVENTORY),
         data_root=data if "://" in data else Path(data),
         schedule=env.get("FLEET_DOCTOR_AUDIT_SCHEDULE") or d.schedule,
         pool=env.get("FLEET_DOCTOR_AUDIT_POOL") or d.pool,

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import audit, inventory
-from fleet_doctor.kafka_log import write_atomic
 from fleet_doctor.repair_exec import (
     Cluster,
     Executor,
@@ -32,6 +31,7 @@ from fleet_doctor.repair_exec import (
     wait_until,
 )
 from fleet_doctor.repair_plan import FleetFacts, Plan, build_plan
+from fleet_doctor.store import write_atomic
 
 LOG = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor.audit import probe_records
-from fleet_doctor.kafka_log import write_atomic
 from fleet_doctor.probe import PARTITION_METADATA, parse_partition_metadata
 from fleet_doctor.repair_plan import QUARANTINE_DIR, BrokerPlan, Plan, ZkAction
+from fleet_doctor.store import write_atomic
 
 LOG = logging.getLogger(__name__)
 

@@ -38,11 +38,17 @@ class StoreError(RuntimeError):
 
 
 @contextmanager
-def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
-    """A local file written atomically: a uniquely named hidden temporary file in the same directory, fsync'd and
-    renamed over ``path`` only if the block exits without an exception (else removed)."""
+def atomic_file(path: str | os.PathLike[str], temp_name: str | None = None) -> Iterator[BinaryIO]:
+    """A local file written atomically: a temporary file in the same directory, fsync'd and renamed over ``path``
+    only if the block exits without an exception (else removed). The temporary file has a unique hidden name unless
+    ``temp_name`` gives one (the fleet lab writes Kafka's own ``<name>.tmp``, as a broker does)."""
     target = os.path.abspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
+    directory = os.path.dirname(target)
+    if temp_name is None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
+    else:
+        tmp = os.path.join(directory, temp_name)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -53,6 +59,12 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes, temp_name: str | None = None) -> None:
+    """``data`` written to the local file ``path`` through ``atomic_file``."""
+    with atomic_file(path, temp_name) as f:
+        f.write(data)
 
 
 def s3_endpoint(environ: Mapping[str, str]) -> SplitResult | None:

@@ -2,7 +2,7 @@
 
 ``up`` starts, all on 127.0.0.1 with free ports: one ZooKeeper 3.8 server (Debian package, private data
 dir, admin server off), one real ``sshd`` per broker (own port and host key; the lab's client key and the
-pinned host keys are written for the product), and one lab broker (``fleet_doctor.lab_broker``) per host,
+pinned host keys are written for the product), and one lab broker (``fleet_lab.broker``) per host,
 controlled through a ``kafka-service`` command like a systemd unit. Before the brokers start, their log
 dirs are written as a cleanly stopped Kafka of the chosen version leaves them: topics with real record
 batches (the formats of ``fleet_doctor.probe``), replicas on several brokers, and, where it fits, the
@@ -39,7 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory as inv
-from fleet_doctor.kafka_log import (
+from fleet_doctor.probe import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    parse_leader_epoch_checkpoint,
+    parse_partition_dir_name,
+    parse_partition_metadata,
+)
+from fleet_lab import python_path
+from fleet_lab.broker import BrokerConfig, running_pid
+from fleet_lab.kafka_files import (
     KafkaFeatures,
     PartitionLogWriter,
     Record,
@@ -53,15 +62,7 @@ from fleet_doctor.kafka_log import (
     write_meta_properties,
     write_partition_metadata,
 )
-from fleet_doctor.lab_broker import BrokerConfig, running_pid
-from fleet_doctor.probe import (
-    LEADER_EPOCH_CHECKPOINT,
-    PARTITION_METADATA,
-    parse_leader_epoch_checkpoint,
-    parse_partition_dir_name,
-    parse_partition_metadata,
-)
-from fleet_doctor.zkserver import ZooKeeperServer, free_port, pid_alive, process_mentions
+from fleet_lab.zk_server import ZooKeeperServer, free_port, pid_alive, process_mentions
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("FLEET_DOCTOR_CORPUS", REPO.parent / "shared" / "kafka-real-data"))
@@ -435,11 +436,10 @@ def _write_zookeeper(state: LabState, topics: list[tuple[str, dict[int, list[int
 # --------------------------------------------------------------------------------------------
 # commands
 def _service_script(b: LabBrokerState) -> str:
-    plugins = REPO / "plugins"
     return (
         "#!/bin/sh\n"
         "# fleet lab broker service control: start | stop | status | kill (the lab's `systemctl ... kafka`)\n"
-        f"exec env PYTHONPATH='{plugins}' '{sys.executable}' -m fleet_doctor.lab_broker "
+        f"exec env PYTHONPATH='{python_path()}' '{sys.executable}' -m fleet_lab.broker "
         f"--config '{b.config_path}' \"$@\"\n"
     )
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from fleet_doctor import store
 from fleet_doctor.probe import (
     CLEAN_SHUTDOWN_FILE,
     DEFAULT_SEGMENT_INDEX_BYTES,
@@ -233,12 +234,8 @@ def encode_legacy_message(offset: int, magic: int, rec: Record) -> bytes:
 # --------------------------------------------------------------------------------------------
 # Small files, written as CheckpointFile does: temp file, fsync, atomic rename
 def write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write a file as Kafka does: ``<name>.tmp``, fsync'd, renamed over ``<name>`` (CheckpointFile.java)."""
+    store.write_atomic(path, data, temp_name=path.name + ".tmp")
 
 
 def encode_offset_checkpoint(entries: Iterable[tuple[str, int, int]]) -> bytes:

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conftest import copy_writable
 from fleet_doctor import zk_snapshot
 from fleet_doctor.probe import Probe
 from fleet_doctor.staged_records import split_to_dir
+from harness.corpus import copy_writable
 
 THILLAI = "zk-3.9-3broker-thillai"
 THILLAI_ZK = "zookeeper/version-2/version-2/snapshot.124"

@@ -1,6 +1,6 @@
 """The embedded default: Airflow (SQLite) + the fleet lab + Spark local, for the demo and the end-to-end tests.
 
-    python -m fleet_doctor.airflow_env demo|env|audit [--home DIR] [--lab DIR] [--data DIR]
+    python -m fleet_lab.demo demo|env|audit [--home DIR] [--lab DIR] [--data DIR]
 
 ``demo`` brings up a 3-broker lab, injects incidents on different brokers, runs the audit DAG once with
 ``airflow dags test`` and prints the summary and where the report is. ``airflow_environ()`` is the process
@@ -103,23 +103,23 @@ def latest_summary(data: str | Path, environ: dict[str, str] | None = None) -> d
 
 
 def demo(home: Path, lab_dir: Path, data: Path, keep_lab: bool = False) -> int:
-    from fleet_doctor import lab
+    from fleet_lab import fleet
 
     t0 = time.monotonic()
-    if lab.is_up(lab_dir):
-        lab.down(lab_dir)
-    print(f"[demo] bringing up the fleet lab (3 brokers, Kafka {lab.DEFAULT_VERSION}) in {lab_dir}", flush=True)
-    state = lab.up(lab_dir, brokers=3)
+    if fleet.is_up(lab_dir):
+        fleet.down(lab_dir)
+    print(f"[demo] bringing up the fleet lab (3 brokers, Kafka {fleet.DEFAULT_VERSION}) in {lab_dir}", flush=True)
+    state = fleet.up(lab_dir, brokers=3)
     try:
         return _demo_audit(state, home, lab_dir, data, t0)
     finally:
         if not keep_lab:
-            lab.down(lab_dir)
+            fleet.down(lab_dir)
             print(f"[demo] fleet lab stopped (keep it up with --keep-lab; then: bin/fleet-lab status --dir {lab_dir})")
 
 
 def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) -> int:
-    from fleet_doctor.lab_incidents import inject
+    from fleet_lab.incidents import inject
 
     for name, opts in DEMO_INCIDENTS:
         done = inject(state, name, **opts)

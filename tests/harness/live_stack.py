@@ -16,10 +16,11 @@ from typing import Any
 
 import paramiko
 
-from fleet_doctor import airflow_env, inventory, lab
-from fleet_doctor.airflow_live import LiveAirflow
-from fleet_doctor.lab_incidents import run_scenario
+from fleet_doctor import inventory
 from fleet_doctor.repair_plan import QUARANTINE_DIR
+from fleet_lab import demo, fleet
+from fleet_lab.incidents import run_scenario
+from harness.airflow_live import LiveAirflow
 
 AUDIT, REPAIR, RESTORE = "kafka_fleet_audit", "kafka_fleet_repair", "kafka_fleet_restore"
 FAST = {"healthy_polls": 2, "poll_interval_s": 1, "pause_between_brokers_s": 0, "isr_timeout_s": 120}
@@ -27,22 +28,22 @@ REPAIRABLE = ("partition.metadata", "leader-epoch-checkpoint")
 
 
 @contextmanager
-def live_fleet(root: Path, version: str, scenario: str, prepare: Callable[[lab.LabState], None] | None = None
+def live_fleet(root: Path, version: str, scenario: str, prepare: Callable[[fleet.LabState], None] | None = None
                ) -> Iterator[dict[str, Any]]:  # fmt: skip
     lab_dir, home, data = root / "lab", root / "airflow", root / "data"
-    state = lab.up(lab_dir, brokers=3, kafka_version=version)
+    state = fleet.up(lab_dir, brokers=3, kafka_version=version)
     try:
         steps = run_scenario(state, scenario)
         assert all(s.ok for s in steps), steps
         if prepare:
             prepare(state)
-        env = airflow_env.airflow_environ(home, lab_dir, data)
+        env = demo.airflow_environ(home, lab_dir, data)
         # a killed worker's task instances are reset every 20 s rather than every 300 s (a dead scheduler job is
         # one without a heartbeat for scheduler_health_check_threshold, left at 30 s: lower, a busy scheduler
         # resets its own running tasks)
         env["AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL"] = "20"
         env["FLEET_DOCTOR_STAGE_RETRY_DELAY"] = "1"
-        airflow_env.prepare(env)
+        demo.prepare(env)
         af = LiveAirflow(env).start()
         try:
             nightly_audit(af)
@@ -50,7 +51,7 @@ def live_fleet(root: Path, version: str, scenario: str, prepare: Callable[[lab.L
         finally:
             af.stop()
     finally:
-        lab.down(lab_dir)
+        fleet.down(lab_dir)
 
 
 def nightly_audit(af: LiveAirflow, timeout: float = 900) -> str:
@@ -76,7 +77,7 @@ def plan_dir(data: Path, request: dict[str, Any]) -> Path:
     return d
 
 
-def events(state: lab.LabState) -> dict[int, list[dict[str, Any]]]:
+def events(state: fleet.LabState) -> dict[int, list[dict[str, Any]]]:
     out = {}
     for b in state.brokers:
         f = Path(b.run_dir) / "events.jsonl"
@@ -84,7 +85,7 @@ def events(state: lab.LabState) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def fleet_snapshot(state: lab.LabState) -> dict[str, Any]:
+def fleet_snapshot(state: fleet.LabState) -> dict[str, Any]:
     """Everything a repair could change, read straight from the lab: the repairable files (content), the index
     files (size and mtime: active ones are 10 MiB), quarantine folders, process starts and stop requests per
     broker, and each broker's registration (its czxid changes with every re-registration)."""
@@ -115,7 +116,7 @@ def fleet_snapshot(state: lab.LabState) -> dict[str, Any]:
     }
 
 
-def zk_json(state: lab.LabState, path: str) -> Any:
+def zk_json(state: fleet.LabState, path: str) -> Any:
     zk = state.zk_client()
     try:
         return json.loads(zk.get(path)[0]) if zk.exists(path) else None

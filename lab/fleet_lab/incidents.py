@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.kafka_log import log_batches, segment_bases
-from fleet_doctor.lab import LabError, LabState, live_replica_dirs, partition_topic_ids, run_service, wait_healthy
-from fleet_doctor.lab_broker import BrokerConfig, running_pid
 from fleet_doctor.probe import (
     CLEAN_SHUTDOWN_FILE,
     LEADER_EPOCH_CHECKPOINT,
@@ -30,6 +27,9 @@ from fleet_doctor.probe import (
     ZERO_UUID,
     segment_file_name,
 )
+from fleet_lab.broker import BrokerConfig, running_pid
+from fleet_lab.fleet import LabError, LabState, live_replica_dirs, partition_topic_ids, run_service, wait_healthy
+from fleet_lab.kafka_files import log_batches, segment_bases
 
 
 @dataclass

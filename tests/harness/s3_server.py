@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MOTO = REPO / ".venv-s3" / "bin" / "moto_server"
 JARS_DIR = REPO / ".cache" / "s3a-jars"
 JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")

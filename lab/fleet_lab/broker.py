@@ -23,7 +23,7 @@ does, in this order, what a ZooKeeper-mode Kafka broker of the configured versio
    ``.kafka_cleanshutdown``, closes its ZooKeeper session. ``kill -9`` leaves the preallocated indexes
    and no marker, exactly as a crashed Kafka does.
 
-It writes no records while running; the lab writes them before it starts (``fleet_doctor.lab``).
+It writes no records while running; the lab writes them before it starts (``fleet_lab.fleet``).
 """
 
 from __future__ import annotations
@@ -44,17 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.kafka_log import (
-    KafkaFeatures,
-    encode_offset_checkpoint,
-    preallocate_index,
-    recover_segment,
-    trim_index,
-    write_atomic,
-    write_clean_shutdown,
-    write_meta_properties,
-    write_partition_metadata,
-)
 from fleet_doctor.probe import (
     CLEAN_SHUTDOWN_FILE,
     DEFAULT_SEGMENT_INDEX_BYTES,
@@ -73,7 +62,19 @@ from fleet_doctor.probe import (
     segment_file_name,
     walk_log,
 )
-from fleet_doctor.zkserver import pid_alive, process_mentions
+from fleet_lab import python_path
+from fleet_lab.kafka_files import (
+    KafkaFeatures,
+    encode_offset_checkpoint,
+    preallocate_index,
+    recover_segment,
+    trim_index,
+    write_atomic,
+    write_clean_shutdown,
+    write_meta_properties,
+    write_partition_metadata,
+)
+from fleet_lab.zk_server import pid_alive, process_mentions
 
 LOG = logging.getLogger("kafka.server.KafkaServer")
 LOG_MANAGER = logging.getLogger("kafka.log.LogManager")
@@ -645,7 +646,7 @@ class LabBroker:
             if topic not in self.controller_topics:
                 # TopicChange (a new topic, or every topic when this controller took over): processTopicIds
                 if self.f.uses_topic_ids and not znode.get("topic_id"):
-                    from fleet_doctor.kafka_log import random_topic_id
+                    from fleet_lab.kafka_files import random_topic_id
 
                     new = dict(znode, version=3, topic_id=random_topic_id())
                     new.setdefault("adding_replicas", {})
@@ -919,11 +920,10 @@ def start(cfg: BrokerConfig, timeout: float = 60.0) -> int:
         print(f"kafka (broker {cfg.broker_id}) is already running, pid {pid}")
         return 0
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-    plugins = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=plugins)
+    env = dict(os.environ, PYTHONPATH=python_path())
     with open(Path(cfg.run_dir) / "broker.out", "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fleet_doctor.lab_broker", "--config", str(cfg_path_of(cfg)), "run"],
+            [sys.executable, "-m", "fleet_lab.broker", "--config", str(cfg_path_of(cfg)), "run"],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fleet_doctor.zkserver import free_port, pid_alive
+from fleet_lab.zk_server import free_port, pid_alive
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
 FINISHED = frozenset({"success", "failed"})

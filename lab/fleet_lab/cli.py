@@ -19,12 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from fleet_doctor import lab
-from fleet_doctor.lab_incidents import INCIDENTS, SCENARIOS, inject, run_scenario
+from fleet_lab import fleet
+from fleet_lab.incidents import INCIDENTS, SCENARIOS, inject, run_scenario
 
 
 def _dir(args: argparse.Namespace) -> Path:
-    return Path(args.dir or os.environ.get("FLEET_LAB_DIR") or lab.DEFAULT_DIR).resolve()
+    return Path(args.dir or os.environ.get("FLEET_LAB_DIR") or fleet.DEFAULT_DIR).resolve()
 
 
 def _print_status(st: dict, as_json: bool) -> None:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     up = add("up", "start ZooKeeper, one sshd and one lab broker per broker")
     up.add_argument("--brokers", type=int, default=3)
-    up.add_argument("--kafka-version", default=lab.DEFAULT_VERSION, help=f"default {lab.DEFAULT_VERSION}")
+    up.add_argument("--kafka-version", default=fleet.DEFAULT_VERSION, help=f"default {fleet.DEFAULT_VERSION}")
     up.add_argument("--log-dirs-per-broker", type=int, default=1)
     up.add_argument("--cluster", default="lab", help="cluster name in the inventory and connection ids")
     add("down", "stop every process of the lab")
@@ -75,24 +75,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             t0 = time.monotonic()
-            lab.up(
+            fleet.up(
                 d,
                 brokers=args.brokers,
                 kafka_version=args.kafka_version,
                 log_dirs_per_broker=args.log_dirs_per_broker,
                 cluster=args.cluster,
             )
-            st = lab.status(d)
+            st = fleet.status(d)
             if not args.json:
                 print(f"fleet lab up in {time.monotonic() - t0:.1f} s")
             _print_status(st, args.json)
         elif args.command == "down":
-            stopped = lab.down(d)
+            stopped = fleet.down(d)
             print(json.dumps({"stopped": stopped}) if args.json else f"stopped: {', '.join(stopped) or 'nothing'}")
         elif args.command == "status":
-            _print_status(lab.status(d), args.json)
+            _print_status(fleet.status(d), args.json)
         elif args.command == "inject":
-            state = lab.LabState.load(d)
+            state = fleet.LabState.load(d)
             for name in args.incidents:
                 done = inject(
                     state,
@@ -115,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  -> rule {rec['rule']}: {rec['mechanism']}")
         elif args.command == "scenario":
             version, _ = SCENARIOS[args.name]
-            if not lab.is_up(d):
-                lab.up(d, brokers=args.brokers, kafka_version=version)
-            steps = run_scenario(lab.LabState.load(d), args.name, broker=args.broker)
+            if not fleet.is_up(d):
+                fleet.up(d, brokers=args.brokers, kafka_version=version)
+            steps = run_scenario(fleet.LabState.load(d), args.name, broker=args.broker)
             for s in steps:
                 if args.json:
                     print(json.dumps({"step": s.step, "ok": s.ok, "details": s.details}))
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                     for k, v in s.details.items():
                         print(f"       {k}: {v}")
             return 0 if all(s.ok for s in steps) else 1
-    except (lab.LabError, OSError, ValueError) as e:
+    except (fleet.LabError, OSError, ValueError) as e:
         print(f"fleet-lab {args.command}: error: {e}", file=sys.stderr)
         return 2
     return 0
