@@ -45,7 +45,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "plugins"))
 import gen_staged  # noqa: E402
 
-from fleet_doctor.scan import DETECT_APP, LOCAL_SPARK_CONF, spark_env, spark_submit_cmd  # noqa: E402
+from fleet_doctor.spark import DETECT_APP, LOCAL_SPARK_CONF, spark_env  # noqa: E402
+from fleet_doctor.spark import submit_command as spark_submit_cmd  # noqa: E402
 
 BASELINE_APP = os.path.join(HERE, "spark_baseline.py")
 MASTER = "local[2]"

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from fleet_doctor.detection import STAGED_PARQUET, parse_probe_lines, read_staged
+from fleet_doctor.detect.frames import STAGED_PARQUET, parse_probe_lines, read_staged
 
 
 def main(argv: list[str] | None = None) -> int:

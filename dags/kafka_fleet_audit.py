@@ -25,15 +25,16 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-from fleet_doctor import audit, inventory
-from fleet_doctor.alerts import send_alert
-from fleet_doctor.scan import LOCAL_SPARK_CONF, spark_env
+from fleet_doctor import inventory
+from fleet_doctor.audit import alerts, history, steps
+from fleet_doctor.audit.detect_task import DetectOperator
+from fleet_doctor.remote import airflow_ssh_client
+from fleet_doctor.settings import Settings, asset_uri
 
-SETTINGS = audit.settings_from_env()
-FINDINGS = Asset(name="kafka_fleet_findings", uri=audit.asset_uri(SETTINGS.findings_url))
+SETTINGS = Settings.from_env()  # what shapes the DAG; every task resolves its own
+FINDINGS = Asset(name="kafka_fleet_findings", uri=asset_uri(SETTINGS.findings_url))
 
 
 @dag(
@@ -50,14 +51,13 @@ FINDINGS = Asset(name="kafka_fleet_findings", uri=audit.asset_uri(SETTINGS.findi
 )
 def kafka_fleet_audit() -> None:
     @task
-    def discover() -> dict[str, Any]:
-        settings = audit.settings_from_env()
+    def discover() -> list[dict[str, Any]]:
+        """The brokers to stage (what ``stage`` maps over); the whole discovery is pushed as XCom ``fleet``."""
+        settings = Settings.from_env()
         settings.store.check()  # an unreachable store or a missing bucket stops the run here, named
-        only = get_current_context()["params"].get("brokers") or []
-        return audit.discover(inventory.load(settings.inventory), only=only)
-
-    @task
-    def brokers_to_stage(discovered: dict[str, Any]) -> list[dict[str, Any]]:
+        context = get_current_context()
+        discovered = steps.discover(inventory.load(settings.inventory), only=context["params"].get("brokers") or [])
+        context["ti"].xcom_push(key="fleet", value=discovered)
         return discovered["brokers"]
 
     @task(
@@ -68,65 +68,60 @@ def kafka_fleet_audit() -> None:
         map_index_template="broker {{ broker_label }}",
     )
     def stage(broker: dict[str, Any]) -> dict[str, Any]:
-        from airflow.providers.ssh.hooks.ssh import SSHHook
-
-        settings = audit.settings_from_env()
+        settings = Settings.from_env()
         context = get_current_context()
         context["broker_label"] = str(broker["broker_id"])  # type: ignore[typeddict-unknown-key]
-        client = SSHHook(ssh_conn_id=broker["ssh_conn_id"], conn_timeout=10).get_conn()
+        client = airflow_ssh_client(broker["ssh_conn_id"])
         try:
-            return audit.stage_broker(
-                client, broker, settings.store, settings.run_key(context["run_id"]), deep=settings.deep,
-                verify_crc=settings.verify_crc, timeout=settings.ssh_timeout_s,
-            )  # fmt: skip
+            run_key = settings.run_key(context["run_id"])
+            return steps.stage_broker(
+                client,
+                broker,
+                settings.store,
+                run_key,
+                deep=settings.deep,
+                verify_crc=settings.verify_crc,
+                timeout=settings.ssh_timeout_s,
+            )
         finally:
             client.close()
 
     @task
     def snapshot_zookeeper(discovered: dict[str, Any]) -> int:
-        settings = audit.settings_from_env()
+        settings = Settings.from_env()
         run_key = settings.run_key(get_current_context()["run_id"])
-        return audit.snapshot_zookeeper(discovered["zookeeper"], settings.store, f"{run_key}/zk.jsonl")
+        return steps.snapshot_zookeeper(discovered["zookeeper"], settings.store, f"{run_key}/zk.jsonl")
 
-    @task(trigger_rule="all_done")
+    @task(trigger_rule="all_done", multiple_outputs=True)
     def broker_facts(discovered: dict[str, Any]) -> dict[str, Any]:
         """Runs whatever happened to the stage tasks: only completely staged brokers are audited."""
-        settings = audit.settings_from_env()
+        settings = Settings.from_env()
         run_id = get_current_context()["run_id"]
-        facts = audit.write_broker_facts(discovered, settings.store, settings.run_key(run_id))
+        facts = steps.write_broker_facts(discovered, settings.store, settings.run_key(run_id))
         if not facts["audited"]:
             raise RuntimeError("no broker could be staged: nothing to audit")
-        return {**facts, "detect_args": audit.detect_args(settings, run_id, facts)}
-
-    @task
-    def detect_args(facts: dict[str, Any]) -> list[str]:
-        return facts["detect_args"]
+        return {**facts, "detect_args": steps.detect_args(settings, run_id, facts)}
 
     @task(outlets=[FINDINGS])
     def publish(discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
-        settings = audit.settings_from_env()
-        return audit.publish(settings, get_current_context()["run_id"], discovered, facts)
+        return history.publish(Settings.from_env(), get_current_context()["run_id"], discovered, facts)
 
     @task
     def alert(summary: dict[str, Any]) -> str | None:
-        return send_alert(summary)
+        return alerts.send_alert(Settings.from_env(), summary)
 
-    discovered = discover()
-    staged = stage.expand(broker=brokers_to_stage(discovered))
+    brokers = discover()
+    discovered = brokers["fleet"]
+    staged = stage.expand(broker=brokers)
     zk = snapshot_zookeeper(discovered)
     facts = broker_facts(discovered)
     [staged, zk] >> facts
-    detect = SparkSubmitOperator(
+    detect = DetectOperator(
         task_id="detect",
-        application=str(audit.DETECT_APP),
         conn_id="spark_default",
-        name="fleet-doctor-detect",
-        conf=SETTINGS.detect_conf({k: v for k, v in LOCAL_SPARK_CONF.items() if k != "spark.driver.extraJavaOptions"}),
+        conf=SETTINGS.detect_conf({}),
         jars=SETTINGS.spark_jars or None,
-        application_args=detect_args(facts),
-        # spark-submit inherits the worker's environment (an s3a:// store's AWS_* credentials: never put them in the
-        # DAG, whose arguments Airflow stores and shows)
-        env_vars={k: v for k, v in spark_env().items() if k.startswith(("SPARK", "PYSPARK", "PATH"))},
+        application_args=facts["detect_args"],
     )
     summary = publish(discovered, facts)
     detect >> summary

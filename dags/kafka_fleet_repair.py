@@ -33,9 +33,10 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
-from fleet_doctor import audit, repair
+from fleet_doctor.repair import tasks
+from fleet_doctor.settings import Settings
 
-SETTINGS = audit.settings_from_env()
+SETTINGS = Settings.from_env()
 
 
 def approval(task_id: str, subject: str, body: str) -> ApprovalOperator:
@@ -44,14 +45,14 @@ def approval(task_id: str, subject: str, body: str) -> ApprovalOperator:
         task_id=task_id,
         subject=f"{{{{ ti.xcom_pull(task_ids='plan')['{subject}'] }}}}",
         body=f"{{{{ ti.xcom_pull(task_ids='plan')['{body}'] }}}}",
-        assigned_users=repair.approvers(),
+        assigned_users=tasks.approvers(SETTINGS),
         response_timeout=timedelta(hours=24),
     )
 
 
 @dag(
     dag_id="kafka_fleet_repair",
-    **repair.manual_dag_args(),
+    **tasks.manual_dag_args(),
     doc_md=__doc__,
     params={
         "audit_run": Param("latest", type="string", description="audit run id, or 'latest'"),
@@ -70,7 +71,7 @@ def approval(task_id: str, subject: str, body: str) -> ApprovalOperator:
 def kafka_fleet_repair() -> None:
     @task
     def plan() -> dict[str, Any]:
-        return repair.make_plan(audit.settings_from_env(), get_current_context()["params"])
+        return tasks.make_plan(Settings.from_env(), get_current_context()["params"])
 
     @task.short_circuit
     def brokers_to_repair(planned: dict[str, Any]) -> bool:
@@ -81,7 +82,7 @@ def kafka_fleet_repair() -> None:
     @task
     def execute(planned: dict[str, Any]) -> dict[str, Any]:
         ctx = get_current_context()
-        return repair.execute(audit.settings_from_env(), planned, ctx["params"], ctx["run_id"])
+        return tasks.execute(Settings.from_env(), planned, ctx["params"], ctx["run_id"])
 
     @task.short_circuit
     def zookeeper_to_repair(planned: dict[str, Any]) -> bool:
@@ -92,7 +93,7 @@ def kafka_fleet_repair() -> None:
     @task
     def restore_topic_ids(planned: dict[str, Any]) -> list[str]:
         ctx = get_current_context()
-        return repair.restore_zookeeper(audit.settings_from_env(), planned, ctx["params"], ctx["run_id"])
+        return tasks.restore_zookeeper(Settings.from_env(), planned, ctx["params"], ctx["run_id"])
 
     planned = plan()
     brokers_to_repair(planned) >> approve >> execute(planned)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from fleet_doctor import audit, repair
+from fleet_doctor.repair import restore as repair_restore
+from fleet_doctor.repair import tasks
+from fleet_doctor.settings import Settings
 
 
 @dag(
     dag_id="kafka_fleet_restore",
-    **repair.manual_dag_args(),
+    **tasks.manual_dag_args(),
     doc_md=__doc__,
     params={
         "plan": Param(type="string", minLength=12, description="the repair plan's hash (kafka_fleet_repair)"),
@@ -34,10 +36,14 @@ def kafka_fleet_restore() -> None:
     def restore() -> list[str]:
         ctx = get_current_context()
         p = ctx["params"]
-        return repair.restore_backup(
-            audit.settings_from_env(), p["plan"], [int(b) for b in p.get("brokers") or ()], bool(p.get("start", True)),
-            ctx["run_id"], timeout_s=float(p.get("timeout_s", 600)),
-        )  # fmt: skip
+        return repair_restore.restore_backup(
+            Settings.from_env(),
+            p["plan"],
+            [int(b) for b in p.get("brokers") or ()],
+            bool(p.get("start", True)),
+            ctx["run_id"],
+            timeout_s=float(p.get("timeout_s", 600)),
+        )
 
     restore()
 

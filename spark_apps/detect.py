@@ -6,24 +6,23 @@
 
 Findings are written as Parquet under FINDINGS_DIR/audit_run=RUN_ID/ (that partition is replaced,
 so a rerun of the same audit run is idempotent). Paths may be local, hdfs:// or s3a://. The rules
-themselves live in fleet_doctor.detection (no Python UDFs: executors need nothing but the JVM).
+themselves live in fleet_doctor.detect (no Python UDFs: executors need nothing but the JVM). The library
+comes with the submit (``--py-files``, fleet_doctor.spark.library_archive).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import uuid
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from fleet_doctor.detection import SEVERITY_RANK, detect, load_frames
-from fleet_doctor.store import atomic_file
+from fleet_doctor.detect import detect, load_frames
+from fleet_doctor.rules import SEVERITY_ORDER
+from fleet_doctor.store import write_atomic
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,14 +40,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--summary", help="write a JSON summary here (a local path or a store URL)")
     p.add_argument("--findings-json", help="also write the findings as one JSON Lines file (a local path or a URL)")
     p.add_argument(
-        "--partial-scope", action="store_true",
+        "--partial-scope",
+        action="store_true",
         help="only some of the fleet's brokers were staged on purpose: skip the rules that compare brokers",
-    )  # fmt: skip
+    )
     return p.parse_args(argv)
 
 
 def summarize(rows: list[dict], skipped: dict[str, str], audit_run: str) -> dict:
-    by_sev = {s: 0 for s in SEVERITY_RANK}
+    by_sev = {s: 0 for s in reversed(SEVERITY_ORDER)}
     by_rule: dict[str, int] = {}
     by_broker: dict[str, int] = {}
     for r in rows:
@@ -70,8 +70,7 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Write ``text`` to ``path`` atomically: a local file, or through Hadoop's filesystem for a URL (s3a://,
     hdfs://, with the session's settings), written under a hidden temporary name and renamed into place."""
     if "://" not in path or path.startswith("file://"):
-        with atomic_file(path.removeprefix("file://")) as out:
-            out.write(text.encode("utf-8"))
+        write_atomic(path.removeprefix("file://"), text.encode("utf-8"))
         return
     jvm = spark.sparkContext._jvm
     final = jvm.org.apache.hadoop.fs.Path(path)
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = [r.asDict() for r in found.groupBy("severity", "rule", "broker_id").agg(F.count("*").alias("n")).collect()]
     summary = summarize(counts, skipped, args.audit_run)
     if args.findings_json:
-        order = F.expr("CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END")
+        order = F.array_position(F.array(*map(F.lit, SEVERITY_ORDER)), F.col("severity"))
         rows = found.orderBy(order, "broker_id", "log_dir", "topic", "partition", "segment", "rule").collect()
         write_text(spark, args.findings_json, "".join(json.dumps(r.asDict()) + "\n" for r in rows))
     if args.summary:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_doctor import audit
+from fleet_doctor.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,10 +42,10 @@ def test_schedule_runs_and_tags(dag) -> None:
 
 def test_graph_is_the_runbook(dag) -> None:
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
-    assert down["discover"] >= {"brokers_to_stage", "snapshot_zookeeper", "broker_facts", "publish"}
-    assert down["brokers_to_stage"] == {"stage"}
+    # no pass-through tasks: stage maps over discover's brokers, detect takes broker_facts' detect_args key
+    assert down["discover"] == {"stage", "snapshot_zookeeper", "broker_facts", "publish"}
     assert down["stage"] == {"broker_facts"} and down["snapshot_zookeeper"] == {"broker_facts"}
-    assert "detect_args" in down["broker_facts"] and down["detect_args"] == {"detect"}
+    assert down["broker_facts"] == {"detect", "publish"}
     assert down["detect"] == {"publish"} and down["publish"] == {"alert"} and down["alert"] == set()
 
 
@@ -53,7 +53,7 @@ def test_stage_is_mapped_pooled_and_retried(dag) -> None:
     stage = dag.get_task("stage")
     assert stage.pool == "kafka_fleet_audit"
     # the pool (32 slots by default: a 20-broker fleet stages in one wave) bounds staging, not the DAG's own cap
-    assert dag.max_active_tasks == audit.settings_from_env().pool_slots + 2  # 34 unless configured
+    assert dag.max_active_tasks == Settings.from_env().pool_slots + 2  # 34 unless configured
     assert stage.retries == 2 and stage.retry_exponential_backoff
     assert type(stage).__name__.endswith("MappedOperator")  # one task instance per broker
     # a failed broker must not stop the audit of the others
@@ -61,10 +61,14 @@ def test_stage_is_mapped_pooled_and_retried(dag) -> None:
 
 
 def test_detect_is_spark_submit_of_the_detection_app(dag) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     detect = dag.get_task("detect")
-    assert type(detect).__name__ == "SparkSubmitOperator"
+    assert isinstance(detect, SparkSubmitOperator)
     assert detect._conn_id == "spark_default"
     assert detect.application.endswith("spark_apps/detect.py") and Path(detect.application).is_file()
+    # nothing of a local driver is pinned at parse time: the profile comes from the connection's master when it runs
+    assert "spark.driver.host" not in (detect.conf or {})
 
 
 def test_publish_emits_the_findings_asset(dag) -> None:

@@ -12,7 +12,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from fleet_doctor import audit, inventory, repair
+from fleet_doctor import inventory
+from fleet_doctor.audit import steps
+from fleet_doctor.repair import tasks
+from fleet_doctor.settings import REPO, Settings
 from fleet_doctor.store import Store
 from fleet_lab import demo, fleet
 from fleet_lab.incidents import inject
@@ -75,23 +78,23 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         # nothing of the audit's data was written on the local disk (here, or in the default data root)
         local = [p for p in tmp_path.rglob("*") if p.name in ("probe.jsonl.gz", "runs.jsonl", f"{run}.html")]
         assert local == []
-        default_root = audit.REPO / ".fleet-doctor"
+        default_root = REPO / ".fleet-doctor"
         assert not (default_root / "staging" / run).exists() and not (default_root / "reports" / f"{run}.html").exists()
 
         # the repair DAG's planning step reads the bucket's history and staged probe output
-        settings = audit.settings_from_env(env)
-        planned = repair.make_plan(settings, {"audit_run": "latest"})
+        settings = Settings.from_env(env)
+        planned = tasks.make_plan(settings, {"audit_run": "latest"})
         assert planned["audit_run"] == run
         plan = json.loads((tmp_path / "repairs" / planned["hash"] / "plan.json").read_text())
         planned_paths = {a["path"] for b in plan["brokers"] for a in b["actions"]}
         kill9 = next(i for i in injected if i.incident == "kill9-untrimmed-index")
         assert planned_paths and planned_paths & set(kill9.paths), (kill9.paths, planned_paths)
 
-        # the repair's re-verify before it touches anything: an audit outside Airflow (audit.run_local: stage,
+        # the repair's re-verify before it touches anything: an audit outside Airflow (steps.run_local: stage,
         # snapshot, spark-submit with the store's settings and jars, publish) into the same bucket gives the very
         # same plan
-        audit.run_local(settings, "reverify", ssh_connect(inventory.load(settings.inventory)))
+        steps.run_local(settings, "reverify", ssh_connect(inventory.load(settings.inventory)))
         assert store.list("staging/reverify/probe") == ["broker_id=1", "broker_id=2", "broker_id=3"]
-        assert repair.plan_from_run(settings, "reverify", {}).hash == planned["hash"]
+        assert tasks.plan_from_run(settings, "reverify", {}).hash == planned["hash"]
     finally:
         fleet.down(lab_dir)

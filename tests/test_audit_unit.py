@@ -7,7 +7,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor import audit
+from fleet_doctor.audit import alerts, history, steps
+from fleet_doctor.repair import tasks
+from fleet_doctor.settings import Settings, safe_run_id
 
 
 def _finding(rule: str, broker: int | None, path: str, severity: str = "critical") -> dict[str, Any]:
@@ -15,24 +17,24 @@ def _finding(rule: str, broker: int | None, path: str, severity: str = "critical
             "segment": None, "path": path, "message": f"{rule} at {path}"}  # fmt: skip
 
 
-def _run(settings: audit.AuditSettings, run: str, findings: list[dict[str, Any]], not_audited: list[int]) -> dict:
+def _run(settings: Settings, run: str, findings: list[dict[str, Any]], not_audited: list[int]) -> dict:
     key = settings.run_key(run)
     settings.store.write_jsonl(f"{key}/findings.jsonl", findings)
     settings.store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [4], "zookeeper_error": None}
     facts = {"audited": [b for b in (1, 2, 3) if b not in not_audited], "not_audited": not_audited}
-    return audit.publish(settings, run, discovered, facts)
+    return history.publish(settings, run, discovered, facts)
 
 
 def test_history_marks_new_persisting_resolved_and_unverified(tmp_path: Path) -> None:
-    s = audit.AuditSettings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
+    s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
     a, b, c = _finding("index-orphan", 1, "/a"), _finding("stray-dir", 2, "/b", "warning"), _finding("log-crc", 3, "/c")
     s1 = _run(s, "run:1", [a, b, c], [])
     assert s1["by_status"] == {"new": 3, "persisting": 0, "resolved": 0, "unverified": 0}
     assert s1["by_severity"] == {"critical": 2, "warning": 1, "info": 0} and s1["only_in_zookeeper"] == [4]
     s2 = _run(s, "run:2", [a, b], [])  # c cleared
     assert s2["by_status"] == {"new": 0, "persisting": 2, "resolved": 1, "unverified": 0}
-    assert s2["previous_run"] == audit.safe_run_id("run:1")
+    assert s2["previous_run"] == safe_run_id("run:1")
     s3 = _run(s, "run:3", [a], [2])  # broker 2 unreachable: its finding is carried, not resolved
     assert s3["by_status"] == {"new": 0, "persisting": 1, "resolved": 0, "unverified": 1}
     assert s3["not_audited"] == [2]
@@ -52,33 +54,33 @@ def test_alert_only_when_critical_or_unaudited(tmp_path: Path) -> None:
     summary = {"cluster": "c1", "audit_run": "r", "by_severity": {"critical": 0, "warning": 3, "info": 0},
                "by_status": {"new": 1, "resolved": 0}, "by_rule": {"stray-dir": 3}, "not_audited": [],
                "report": "/reports/r.html"}  # fmt: skip
-    assert audit.alert_message(summary) is None
-    msg = audit.alert_message({**summary, "not_audited": [2]}, "https://fd.example/r.html")
+    assert alerts.alert_message(summary) is None
+    msg = alerts.alert_message({**summary, "not_audited": [2]}, "https://fd.example/r.html")
     assert msg and "NOT AUDITED" in msg and "brokers 2" in msg and "https://fd.example/r.html" in msg
-    msg = audit.alert_message({**summary, "by_severity": {"critical": 2, "warning": 0, "info": 0}})
+    msg = alerts.alert_message({**summary, "by_severity": {"critical": 2, "warning": 0, "info": 0}})
     assert msg and "2 critical" in msg and "stray-dir 3" in msg
 
 
 def test_probe_command_quotes_every_path() -> None:
     evil = ["/var/lib/kafka/data 1", "/x/$(touch /tmp/pwned)", "/y/it's"]
-    cmd = audit.probe_command(evil, deep=True, verify_crc=False)
+    cmd = steps.probe_command(evil, deep=True, verify_crc=False)
     assert cmd.startswith("if command -v ionice") and "nice -n 19" in cmd
     probe = cmd.split("exec nice -n 19 $IO ", 1)[1]
     assert shlex.split(probe) == ["python3", "-", "--jobs", "1", "--deep", *evil]
-    assert "--verify-crc" in audit.probe_command(["/d"], deep=True, verify_crc=True)
+    assert "--verify-crc" in steps.probe_command(["/d"], deep=True, verify_crc=True)
 
 
 def test_out_of_scope_brokers_keep_their_findings_unverified(tmp_path: Path) -> None:
     """A manual run of only some brokers (param `brokers`) must not mark the others' findings resolved."""
-    s = audit.AuditSettings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
+    s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
     a, b = _finding("index-orphan", 1, "/a"), _finding("stray-dir", 2, "/b", "warning")
     _run(s, "run:1", [a, b], [])
     s.store.write_jsonl(f"{s.run_key('run:2')}/findings.jsonl", [a])
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
-    s2 = audit.publish(s, "run:2", discovered, {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]})
+    s2 = history.publish(s, "run:2", discovered, {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]})
     assert s2["by_status"] == {"new": 0, "persisting": 1, "resolved": 0, "unverified": 1}
     assert s2["out_of_scope"] == [2, 3] and s2["not_audited"] == []
-    assert audit.alert_message({**s2, "by_severity": {"critical": 0, "warning": 0, "info": 0}}) is None
+    assert alerts.alert_message({**s2, "by_severity": {"critical": 0, "warning": 0, "info": 0}}) is None
     assert "Out of scope" in Path(s2["report"]).read_text()
 
 
@@ -98,14 +100,14 @@ def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
             BrokerEntry(i, "127.0.0.1", 22, "kafka", "/k", "ssh-ed25519 AAAA", ["/d"], "3.7.0", {}) for i in (1, 2, 3)
         ]
         inventory = Inventory("c1", zk.connect + "/kafka", entries)
-        whole = audit.discover(inventory)
+        whole = steps.discover(inventory)
         assert [b["broker_id"] for b in whole["brokers"]] == [1, 2, 3] and whole["out_of_scope"] == []
         assert whole["only_in_inventory"] == [3] and whole["only_in_zookeeper"] == [4]
-        part = audit.discover(inventory, only=[2])
+        part = steps.discover(inventory, only=[2])
         assert [b["broker_id"] for b in part["brokers"]] == [2] and part["out_of_scope"] == [1, 3]
         assert part["brokers"][0]["registered"] and part["only_in_zookeeper"] == [4]
         try:
-            audit.discover(inventory, only=[2, 9])
+            steps.discover(inventory, only=[2, 9])
             raise AssertionError("an unknown broker id must be refused")
         except ValueError as e:
             assert "[9]" in str(e) and "c1" in str(e)
@@ -113,40 +115,39 @@ def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
 
 
 def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_path: Path) -> None:
-    from fleet_doctor import repair
 
-    s = audit.AuditSettings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
+    s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
     cluster_wide = {**_finding("under-replicated", None, "/brokers/topics/t"), "log_dir": None}
     _run(s, "run:1", [_finding("index-orphan", 1, "/a"), cluster_wide], [])
     # broker 1 is clean now; ZooKeeper's finding not seen in this run
     s.store.write_jsonl(f"{s.run_key('run:2')}/findings.jsonl", [])
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
     facts = {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]}
-    s2 = audit.publish(s, "run:2", discovered, facts)
+    s2 = history.publish(s, "run:2", discovered, facts)
     rows = s.store.read_jsonl("history/audit_run=run_2/findings.jsonl")
     assert {r["path"]: r["status"] for r in rows} == {"/a": "resolved", "/brokers/topics/t": "unverified"}
     assert s2["by_status"]["resolved"] == 1
     # the history says which runs were partial; the repair plans only from whole-fleet runs
     runs = s.store.read_jsonl("history/runs.jsonl")
     assert [r["out_of_scope"] for r in runs] == [[], [2, 3]]
-    assert repair.latest_audit_run(s) == "run_1"
+    assert tasks.latest_audit_run(s) == "run_1"
     try:
-        repair.whole_fleet_run(s, "run_2")
+        tasks.whole_fleet_run(s, "run_2")
         raise AssertionError("a partial run must be refused as the base of a plan")
-    except repair.RepairError as e:
+    except tasks.RepairError as e:
         assert "run_2" in str(e) and "[2, 3]" in str(e)
-    repair.whole_fleet_run(s, "run_1")
-    assert "--partial-scope" in audit.detect_args(s, "run:2", {**facts, "probe_dir": "/p", "brokers": "/b"})
-    assert "--partial-scope" not in audit.detect_args(s, "run:1", {**facts, "out_of_scope": [], "probe_dir": "/p",
+    tasks.whole_fleet_run(s, "run_1")
+    assert "--partial-scope" in steps.detect_args(s, "run:2", {**facts, "probe_dir": "/p", "brokers": "/b"})
+    assert "--partial-scope" not in steps.detect_args(s, "run:1", {**facts, "out_of_scope": [], "probe_dir": "/p",
                                                                     "brokers": "/b"})  # fmt: skip
 
 
 def test_settings_read_the_given_environment_and_default_to_the_dataclass() -> None:
     """airflow_env.prepare creates the pool from the environment it is handed (not this process's)."""
-    s = audit.settings_from_env({"FLEET_DOCTOR_AUDIT_POOL": "probes", "FLEET_DOCTOR_AUDIT_POOL_SLOTS": "8",
+    s = Settings.from_env({"FLEET_DOCTOR_AUDIT_POOL": "probes", "FLEET_DOCTOR_AUDIT_POOL_SLOTS": "8",
                                  "FLEET_DOCTOR_DEEP": "false", "FLEET_DOCTOR_STAGE_RETRIES": ""})  # fmt: skip
     assert (s.pool, s.pool_slots, s.deep, s.stage_retries) == ("probes", 8, False, 2)
-    d = audit.settings_from_env({})
+    d = Settings.from_env({})
     assert (d.pool, d.pool_slots, d.schedule, d.deep, d.verify_crc) == (
         "kafka_fleet_audit",
         32,

@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 
 from fleet_doctor import probe
-from fleet_doctor.detection import FINDING_COLUMNS, detect, load_frames, parse_probe_lines
+from fleet_doctor.detect import FINDING_COLUMNS, detect, load_frames
+from fleet_doctor.detect.frames import parse_probe_lines
 from fleet_doctor.rules import RULES, Needs, Scope
 from harness.corpus_manifest import SampleAppendix, appendix
 from harness.fleet_builder import (
@@ -450,7 +451,7 @@ def test_a_partial_audit_skips_the_rules_that_compare_brokers(spark, mutated):
 
 
 def test_staged_records_columnar_or_json_give_the_same_findings(spark, mutated, tmp_path):
-    """The audit stages segment, partition and file records as Parquet (fleet_doctor.staged_records); output
+    """The audit stages segment, partition and file records as Parquet (fleet_doctor.audit.staging); output
     staged before that, all JSON Lines, must give exactly the same findings. The mutated fleet (real corpus data in
     deep and metadata mode, every rule firing) is detected again from the probe's output as it printed it."""
     root = mutated.fleet.root

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleet_doctor.scan import scan
+from fleet_doctor.cli.scan import scan
 from fleet_lab import fleet
 from fleet_lab.incidents import inject, run_scenario
 

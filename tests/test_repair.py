@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor import audit, inventory
+from fleet_doctor import inventory
 from fleet_doctor.probe import parse_partition_metadata
-from fleet_doctor.repair_exec import Cluster, Executor, Gates, RepairError, acquire_lock, release_lock
-from fleet_doctor.repair_plan import FleetFacts, build_plan, restart_preview
+from fleet_doctor.repair.executor import Executor, Gates, RepairError
+from fleet_doctor.repair.plan import FleetFacts, build_plan, restart_preview
+from fleet_doctor.settings import Settings
+from fleet_doctor.zookeeper.cluster import Cluster
+from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, release_lock
 from fleet_lab import fleet
 from fleet_lab.incidents import run_scenario
 from harness.live_stack import ssh_connect
@@ -35,16 +38,16 @@ def seed004(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     try:
         steps = run_scenario(state, "seed-004")
         assert all(s.ok for s in steps)
-        settings = audit.AuditSettings(inventory=lab_dir / "inventory.json", data_root=tmp_path / "data")
+        settings = Settings(inventory=lab_dir / "inventory.json", data_root=tmp_path / "data")
         inv = inventory.load(settings.inventory)
-        summary = audit.run_local(settings, "run1", ssh_connect(inv))
+        summary = steps.run_local(settings, "run1", ssh_connect(inv))
         yield {"state": state, "settings": settings, "inv": inv, "summary": summary, "tmp": tmp_path}
     finally:
         fleet.down(lab_dir)
 
 
 def _plan(ctx: dict[str, Any]) -> Any:
-    s: audit.AuditSettings = ctx["settings"]
+    s: Settings = ctx["settings"]
     findings = s.store.read_jsonl("history/audit_run=run1/findings.jsonl")
     return build_plan(ctx["inv"].cluster, "run1", findings, FleetFacts.load(s.store, s.run_key("run1")))
 
@@ -133,8 +136,8 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
 def test_journal_keeps_the_last_completed_step_through_a_failure(tmp_path: Path) -> None:
     """A failed step is reported, but a rerun resumes after the last step that did finish (no step repeated,
     none skipped)."""
-    from fleet_doctor.repair_exec import Journal, State
-    from fleet_doctor.repair_plan import BrokerPlan, FileAction, Plan
+    from fleet_doctor.repair.executor import Journal, State
+    from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan
 
     action = FileAction("remove", "/d/t-0/partition.metadata", "topic-id-mismatch", "t", 0, "why")
     plan = Plan("c1", "run1", {}, [BrokerPlan(1, False, True, [action])], [], [])
@@ -160,9 +163,9 @@ def test_lock_blocks_other_plans_and_a_live_second_worker_but_not_a_resume(seed0
     owner = {"plan_hash": "a" * 64, "step": "brokers"}
     try:
         acquire_lock(first, "locktest", owner)
-        with pytest.raises(RepairError, match="locked by another repair"):
+        with pytest.raises(LockHeld, match="locked by another repair"):
             acquire_lock(second, "locktest", {"plan_hash": "b" * 64, "step": "brokers"})
-        with pytest.raises(RepairError, match="another worker is executing"):
+        with pytest.raises(LockHeld, match="another worker is executing"):
             acquire_lock(second, "locktest", owner, live_wait_s=1)  # the first worker is alive
         first.stop()  # the first worker dies: its session, and the liveness node, go
         first.close()

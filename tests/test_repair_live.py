@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.repair_exec import LOCK_ROOT
+from fleet_doctor.zookeeper.lock import LOCK_ROOT
 from fleet_lab import fleet as lab
 from fleet_lab.fleet import run_service
 from fleet_lab.incidents import controller_failover, inject

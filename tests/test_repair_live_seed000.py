@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.repair_exec import LOCK_ROOT
-from fleet_doctor.repair_plan import QUARANTINE_DIR
+from fleet_doctor.repair.plan import QUARANTINE_DIR
+from fleet_doctor.zookeeper.lock import LOCK_ROOT
 from fleet_lab import fleet as lab
 from fleet_lab.incidents import inject
 from harness.live_stack import AUDIT, FAST, REPAIR, RESTORE, events, fleet_snapshot, live_fleet, plan_dir, zk_json

@@ -1,4 +1,4 @@
-"""The staged form of the probe's segment, partition and file records (fleet_doctor.staged_records), on real
+"""The staged form of the probe's segment, partition and file records (fleet_doctor.audit.staging), on real
 corpus output."""
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import types as T
 
-from fleet_doctor.detection import _STAGED_AS, PROBE_KINDS, STAGED_PARQUET
-from fleet_doctor.probe import Probe, discover_logdirs
-from fleet_doctor.staged_records import (
+from fleet_doctor import records
+from fleet_doctor.audit.staging import (
     STAGED_KINDS,
     ProbeSplitter,
     load_probe,
@@ -26,11 +25,17 @@ from fleet_doctor.staged_records import (
     staged_keys,
     staged_outputs,
 )
+from fleet_doctor.detect.frames import PROBE_KINDS, STAGED_PARQUET
+from fleet_doctor.probe import Probe, discover_logdirs
 from fleet_doctor.store import Store
 
 KINDS = [k.kind for k in STAGED_KINDS]
-SCALARS = {T.LongType(): pa.int64(), T.IntegerType(): pa.int32(), T.StringType(): pa.string(),
-           T.BooleanType(): pa.bool_()}  # fmt: skip
+SCALARS = {
+    T.LongType(): pa.int64(),
+    T.IntegerType(): pa.int32(),
+    T.StringType(): pa.string(),
+    T.BooleanType(): pa.bool_(),
+}
 
 
 def arrow_type(t: T.DataType) -> pa.DataType:
@@ -69,12 +74,13 @@ def columnar(pqt: dict[str, bytes]) -> list[dict[str, Any]]:
 def test_detection_reads_a_subset_of_each_table_with_the_same_types():
     for kind in STAGED_KINDS:
         assert STAGED_PARQUET[kind.kind] == "*" + kind.suffix
+        stored = records.spark_schema(kind.kind, staged=True)
         for field in PROBE_KINDS[kind.kind].fields:
-            stored = _STAGED_AS.get(kind.kind, {}).get(field.name, field.dataType)
-            if kind.kind == "file" and field.name in ("checkpoint", "temporary"):  # offset checkpoints stay JSON
+            if field.name not in stored.fieldNames():  # offset checkpoints' fields: those records stay JSON
+                assert not records.KINDS[kind.kind].field(field.name).staged
                 assert field.name not in kind.table.names
                 continue
-            assert kind.table.field(field.name).type == arrow_type(stored), (kind.kind, field.name)
+            assert kind.table.field(field.name).type == arrow_type(stored[field.name].dataType), (kind.kind, field.name)
 
 
 def test_every_record_of_the_corpus_goes_to_parquet_and_comes_back_unchanged(corpus_output):

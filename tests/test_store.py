@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from pyarrow import fs
 
-from fleet_doctor import audit
+from fleet_doctor.audit import history
+from fleet_doctor.repair import tasks
+from fleet_doctor.settings import Settings
 from fleet_doctor.store import Store, StoreError
 
 
@@ -115,10 +117,10 @@ def test_spark_settings_point_s3a_at_the_endpoint() -> None:
     # credentials reach Spark through its environment, never a setting on its command line
     assert not any(v in (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) for v in conf.values())
     with pytest.raises(ValueError, match="no credentials here"):
-        audit.settings_from_env({"FLEET_DOCTOR_SPARK_CONF": '{"spark.hadoop.fs.s3a.secret.key": "x"}'})
+        Settings.from_env({"FLEET_DOCTOR_SPARK_CONF": '{"spark.hadoop.fs.s3a.secret.key": "x"}'})
     with pytest.raises(StoreError, match="no credentials in the store URL"):
         Store("s3a://AKIA:secret@bucket/fd", {})
-    assert "secret" not in repr(audit.settings_from_env({"FLEET_DOCTOR_DATA": "s3a://b/p", **env}))
+    assert "secret" not in repr(Settings.from_env({"FLEET_DOCTOR_DATA": "s3a://b/p", **env}))
 
 
 def test_store_urls_need_no_connection() -> None:
@@ -152,13 +154,11 @@ def test_concurrent_writers_of_one_key_never_mix(store_env: tuple[str, dict[str,
 
 
 def test_a_remote_store_needs_a_repair_dir() -> None:
-    from fleet_doctor import repair
-
-    settings = audit.settings_from_env({"FLEET_DOCTOR_DATA": "s3a://bucket/fd"})
-    with pytest.raises(repair.RepairError, match="FLEET_DOCTOR_REPAIR_DIR"):
-        repair.repairs_dir(settings)
-    local = audit.settings_from_env({"FLEET_DOCTOR_DATA": "/srv/fd"})
-    assert repair.repairs_dir(local) == Path("/srv/fd/repairs")
+    settings = Settings.from_env({"FLEET_DOCTOR_DATA": "s3a://bucket/fd"})
+    with pytest.raises(tasks.RepairError, match="FLEET_DOCTOR_REPAIR_DIR"):
+        tasks.repairs_dir(settings)
+    local = Settings.from_env({"FLEET_DOCTOR_DATA": "/srv/fd"})
+    assert tasks.repairs_dir(local) == Path("/srv/fd/repairs")
 
 
 def _finding(rule: str, broker: int | None, path: str) -> dict[str, Any]:
@@ -168,7 +168,7 @@ def _finding(rule: str, broker: int | None, path: str) -> dict[str, Any]:
 
 def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, str]]) -> None:
     root, env = store_env  # only in the mapping the settings are read from, not in this process's environment
-    settings = audit.settings_from_env({"FLEET_DOCTOR_DATA": root, **env})
+    settings = Settings.from_env({"FLEET_DOCTOR_DATA": root, **env})
     store = settings.store
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
     a, b = _finding("index-orphan", 1, "/a"), _finding("log-crc", 2, "/b")
@@ -177,13 +177,12 @@ def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, 
         key = settings.run_key(run)
         store.write_jsonl(f"{key}/findings.jsonl", found)
         store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
-        summaries.append(audit.publish(settings, run, discovered, {"audited": [1, 2], "not_audited": []}))
+        summaries.append(history.publish(settings, run, discovered, {"audited": [1, 2], "not_audited": []}))
     assert summaries[1]["by_status"] == {"new": 0, "persisting": 1, "resolved": 1, "unverified": 0}
     assert summaries[1]["report"] == store.url("reports/scheduled__2.html")
     assert "index-orphan" in (store.read_text("reports/scheduled__2.html") or "")
     assert [r["audit_run"] for r in store.read_jsonl("history/runs.jsonl")] == ["scheduled__1", "scheduled__2"]
-    from fleet_doctor import repair
     from fleet_lab import demo
 
     assert demo.latest_summary(root, env)["audit_run"] == "scheduled__2"
-    assert repair.latest_audit_run(settings) == "scheduled__2"
+    assert tasks.latest_audit_run(settings) == "scheduled__2"

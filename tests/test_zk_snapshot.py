@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
-from fleet_doctor import zk_snapshot as Z
+from fleet_doctor.zookeeper import snapshot as Z
 from fleet_lab.zk_server import ZooKeeperServer, four_letter_word, free_port, pid_alive
 from harness.corpus import CORPUS, REPO
 

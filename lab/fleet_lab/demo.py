@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.audit import settings_from_env
+from fleet_doctor.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 AUDIT_DAG = "kafka_fleet_audit"
@@ -76,7 +76,7 @@ def airflow(
 def prepare(env: dict[str, str]) -> None:
     """Create or upgrade the metadata DB and the audit's pool, named and sized by the audit settings in ``env``
     (FLEET_DOCTOR_AUDIT_POOL, FLEET_DOCTOR_AUDIT_POOL_SLOTS); idempotent."""
-    settings = settings_from_env(env)
+    settings = Settings.from_env(env)
     Path(env["AIRFLOW_HOME"]).mkdir(parents=True, exist_ok=True)
     airflow(env, "db", "migrate")
     airflow(env, "pools", "set", settings.pool, str(settings.pool_slots), "Fleet Doctor: concurrent broker probes")

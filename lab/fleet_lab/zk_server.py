@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from fleet_doctor.zk_snapshot import zxid_from_name
+from fleet_doctor.zookeeper.snapshot import zxid_from_name
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # zookeeper.jar's manifest Class-Path names its other dependencies (jute, netty, ...); logging is ours to add.

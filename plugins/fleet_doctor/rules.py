@@ -17,13 +17,16 @@ from functools import total_ordering
 
 @total_ordering
 class Severity(Enum):
+    """Finding severities, least severe first: the one definition of their order (reports, summaries and the
+    detection app's sort read ``SEVERITY_ORDER``)."""
+
     INFO = "info"
     WARNING = "warning"
     CRITICAL = "critical"
 
     @property
     def rank(self) -> int:
-        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+        return list(Severity).index(self)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Severity):
@@ -31,7 +34,18 @@ class Severity(Enum):
         return self.rank < other.rank
 
 
+SEVERITY_ORDER: tuple[str, ...] = tuple(s.value for s in reversed(Severity))  # worst first: critical, warning, info
+
+
+def severity_rank(value: str) -> int:
+    """0 for the worst severity, then 1, 2; an unknown value sorts after all of them."""
+    return SEVERITY_ORDER.index(value) if value in SEVERITY_ORDER else len(SEVERITY_ORDER)
+
+
 class Remediation(Enum):
+    """What a repair plan does for a finding of the rule (fleet_doctor.repair.plan acts on exactly these;
+    ../shared/docs/RULES.md, "Remediation each rule maps to")."""
+
     QUARANTINE_INDEX = "quarantine-index"  # move index files aside while stopped; Kafka rebuilds them
     REMOVE_TOPIC_ID_FILES = "remove-topic-id-files"  # back up + remove partition.metadata, leader-epoch-checkpoint
     RESTORE_ZK_TOPIC_ID = "restore-zk-topic-id"  # guarded ZooKeeper write of the replicas' agreed topic ID
@@ -84,6 +98,11 @@ class KafkaVersion:
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}.{self.patch}"
+
+    @property
+    def number(self) -> int:
+        """The version as one comparable number (3 digits each for minor and patch): how detection compares them."""
+        return self.major * 1_000_000 + self.minor * 1_000 + self.patch
 
 
 def v(text: str) -> KafkaVersion:
@@ -141,13 +160,11 @@ def _one(severity: Severity, behaviour: str = "") -> tuple[SeverityBand, ...]:
     return (SeverityBand(v("0.8.0"), severity, behaviour),)
 
 
-C, W, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
-Q, T, Z, R = (
-    Remediation.QUARANTINE_INDEX,
-    Remediation.REMOVE_TOPIC_ID_FILES,
-    Remediation.RESTORE_ZK_TOPIC_ID,
-    Remediation.REPORT_ONLY,
-)
+CRITICAL, WARNING, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
+QUARANTINE_INDEX = Remediation.QUARANTINE_INDEX
+REMOVE_TOPIC_ID_FILES = Remediation.REMOVE_TOPIC_ID_FILES
+RESTORE_ZK_TOPIC_ID = Remediation.RESTORE_ZK_TOPIC_ID
+REPORT_ONLY = Remediation.REPORT_ONLY
 
 RULES: tuple[Rule, ...] = (
     # ---- segment and index files
@@ -162,17 +179,19 @@ RULES: tuple[Rule, ...] = (
         "kill -9 the whole length counts as entries and the last entry is zero (seed-000).",
         (
             SeverityBand(
-                v("0.8.0"), C, "startup fails: 'Corrupt index found ... last offset is N and the base offset is N'"
+                v("0.8.0"),
+                CRITICAL,
+                "startup fails: 'Corrupt index found ... last offset is N and the base offset is N'",
             ),
-            SeverityBand(v("0.9.0"), W, "detected at startup, deleted and rebuilt (slow restart)"),
+            SeverityBand(v("0.9.0"), WARNING, "detected at startup, deleted and rebuilt (slow restart)"),
             SeverityBand(
                 v("2.3.0"),
-                C,
+                CRITICAL,
                 "no longer checked below the recovery point: trusted, giving wrong lookups "
                 "and early time-based deletion (KAFKA-10207)",
             ),
         ),
-        Q,
+        QUARANTINE_INDEX,
         "ref §1.2–§1.4",
     ),
     Rule(
@@ -184,11 +203,11 @@ RULES: tuple[Rule, ...] = (
         "This is the offset-index sanity check whose failure is the 'Corrupt index found' of the 0.8 startup "
         "error; 2.0 relaxed it to 'less than' (KAFKA-7076).",
         (
-            SeverityBand(v("0.8.0"), C, "startup fails (IllegalArgumentException: Corrupt index found)"),
-            SeverityBand(v("0.9.0"), W, "index deleted and rebuilt at startup"),
-            SeverityBand(v("2.3.0"), C, "not checked at load: the index is trusted"),
+            SeverityBand(v("0.8.0"), CRITICAL, "startup fails (IllegalArgumentException: Corrupt index found)"),
+            SeverityBand(v("0.9.0"), WARNING, "index deleted and rebuilt at startup"),
+            SeverityBand(v("2.3.0"), CRITICAL, "not checked at load: the index is trusted"),
         ),
-        Q,
+        QUARANTINE_INDEX,
         "ref §1.3",
     ),
     Rule(
@@ -202,14 +221,14 @@ RULES: tuple[Rule, ...] = (
         (
             SeverityBand(
                 v("0.8.0"),
-                C,
+                CRITICAL,
                 "startup fails: 'Index file ... is corrupt, found N bytes which is not "
                 "positive or not a multiple of 8'",
             ),
-            SeverityBand(v("0.9.0"), W, "rebuilt at startup"),
-            SeverityBand(v("2.3.0"), W, "rounded down and trusted"),
+            SeverityBand(v("0.9.0"), WARNING, "rebuilt at startup"),
+            SeverityBand(v("2.3.0"), WARNING, "rounded down and trusted"),
         ),
-        Q,
+        QUARANTINE_INDEX,
         "ref §1.2–§1.3",
     ),
     Rule(
@@ -220,8 +239,8 @@ RULES: tuple[Rule, ...] = (
         "offsets or positions (time index: timestamps or offsets) decrease before the zero tail",
         "Index lookups binary-search the entries; out-of-order entries return wrong positions, so fetches "
         "read the wrong data or fail.",
-        _one(C, "lookups return wrong positions"),
-        Q,
+        _one(CRITICAL, "lookups return wrong positions"),
+        QUARANTINE_INDEX,
         "ref §1.1",
     ),
     Rule(
@@ -231,8 +250,8 @@ RULES: tuple[Rule, ...] = (
         Needs.METADATA,
         "an index entry's position is at or beyond the .log size (deep: beyond the valid bytes)",
         "Typical after a truncated or torn log: a fetch for those offsets reads past the data.",
-        _one(C, "fetches for the affected offsets fail"),
-        Q,
+        _one(CRITICAL, "fetches for the affected offsets fail"),
+        QUARANTINE_INDEX,
         "ref §2.5",
     ),
     Rule(
@@ -244,10 +263,10 @@ RULES: tuple[Rule, ...] = (
         "The time index sanity check; a zero last timestamp also makes time retention treat the segment as "
         "ancient and delete it early.",
         (
-            SeverityBand(v("0.10.1"), W, "rebuilt at startup"),
-            SeverityBand(v("2.3.0"), C, "trusted: time retention may delete the segment early"),
+            SeverityBand(v("0.10.1"), WARNING, "rebuilt at startup"),
+            SeverityBand(v("2.3.0"), CRITICAL, "trusted: time retention may delete the segment early"),
         ),
-        Q,
+        QUARANTINE_INDEX,
         "ref §1.3",
         applies_from=v("0.10.1"),
     ),
@@ -259,8 +278,8 @@ RULES: tuple[Rule, ...] = (
         ".index/.timeindex with no .log of the same base offset",
         "Kafka deletes orphaned index files at startup ('Found an orphaned index file'); their presence means "
         "the log was removed by hand or lost.",
-        _one(W, "deleted at startup"),
-        R,
+        _one(WARNING, "deleted at startup"),
+        REPORT_ONLY,
         "ref §2.1",
     ),
     Rule(
@@ -271,8 +290,8 @@ RULES: tuple[Rule, ...] = (
         ".log with no .index",
         "Kafka rebuilds a missing index by reading the whole segment at startup: restart time grows with the "
         "segment size.",
-        _one(W, "rebuilt at startup (recovery time)"),
-        R,
+        _one(WARNING, "rebuilt at startup (recovery time)"),
+        REPORT_ONLY,
         "ref §1.4",
     ),
     Rule(
@@ -283,8 +302,8 @@ RULES: tuple[Rule, ...] = (
         ".swap, .cleaned or .deleted files (interrupted compaction, split or deletion)",
         "At startup Kafka deletes .cleaned/.deleted files and completes or discards swaps; a leftover shows an "
         "interrupted log-cleaner or deletion and a startup that will rewrite segments.",
-        _one(W, "completed or deleted at startup"),
-        R,
+        _one(WARNING, "completed or deleted at startup"),
+        REPORT_ONLY,
         "ref §2.1",
     ),
     Rule(
@@ -294,8 +313,8 @@ RULES: tuple[Rule, ...] = (
         Needs.DEEP,
         "a segment's next offset is beyond the next segment's base offset, or offsets precede the base",
         "Overlapping segments break offset lookups and can fail log loading.",
-        _one(C, "log loading fails or serves wrong data"),
-        R,
+        _one(CRITICAL, "log loading fails or serves wrong data"),
+        REPORT_ONLY,
         "ref §2.4",
     ),
     Rule(
@@ -305,8 +324,8 @@ RULES: tuple[Rule, ...] = (
         Needs.DEEP,
         "the bytes after the last valid batch do not form a batch (incomplete write, zero fill, bad header)",
         "Recovery truncates the segment at the last valid batch and deletes every later segment of the partition.",
-        _one(W, "truncated by recovery at the next unclean start"),
-        R,
+        _one(WARNING, "truncated by recovery at the next unclean start"),
+        REPORT_ONLY,
         "ref §2.5, §3.3",
     ),
     Rule(
@@ -316,8 +335,8 @@ RULES: tuple[Rule, ...] = (
         Needs.CRC,
         "a batch's stored CRC differs from CRC-32C (v2) / CRC-32 (v0/v1) of its bytes",
         "Corrupt data on disk: recovery truncates there; consumers of a replica serving it get CorruptRecord.",
-        _one(C, "recovery truncates at the corrupt batch; data after it is lost on this replica"),
-        R,
+        _one(CRITICAL, "recovery truncates at the corrupt batch; data after it is lost on this replica"),
+        REPORT_ONLY,
         "ref §3",
     ),
     Rule(
@@ -328,8 +347,8 @@ RULES: tuple[Rule, ...] = (
         "an offset-index entry does not point at the start of a batch containing its offset",
         "Like kafka-dump-log --verify-index-only. On 2.0+ an entry whose offset lies past its batch is benign "
         "when one append wrote several batches.",
-        _one(W, "lookups land on the wrong batch"),
-        Q,
+        _one(WARNING, "lookups land on the wrong batch"),
+        REPORT_ONLY,
         "ref §2.6",
     ),
     Rule(
@@ -339,8 +358,8 @@ RULES: tuple[Rule, ...] = (
         Needs.METADATA,
         "a file could not be read (permissions, I/O error) or parsed",
         "Kafka would fail on the same file; an auditor that cannot read it cannot vouch for it.",
-        _one(W, "depends on the file"),
-        R,
+        _one(WARNING, "depends on the file"),
+        REPORT_ONLY,
         "",
     ),
     # ---- partition directory metadata
@@ -351,8 +370,8 @@ RULES: tuple[Rule, ...] = (
         Needs.METADATA,
         "partition.metadata unparsable, or a zero/invalid topic ID",
         "Any read error of partition.metadata takes the whole log dir offline (KafkaStorageException).",
-        _one(C, "the log dir goes offline"),
-        T,
+        _one(CRITICAL, "the log dir goes offline"),
+        REPORT_ONLY,
         "ref §4.1",
         applies_from=v("2.8.0"),
     ),
@@ -363,8 +382,8 @@ RULES: tuple[Rule, ...] = (
         Needs.METADATA,
         "leader-epoch-checkpoint unparsable",
         "A corrupt checkpoint takes the log dir offline, as for the offset checkpoints.",
-        _one(C, "the log dir goes offline"),
-        T,
+        _one(CRITICAL, "the log dir goes offline"),
+        REPORT_ONLY,
         "ref §4.2",
         applies_from=v("0.11.0"),
     ),
@@ -376,8 +395,8 @@ RULES: tuple[Rule, ...] = (
         "epochs or start offsets decrease between entries",
         "Kafka drops conflicting entries at load ('caused truncation of conflicting entries'); follower "
         "truncation decisions then use a different history.",
-        _one(W, "conflicting entries dropped at load"),
-        R,
+        _one(WARNING, "conflicting entries dropped at load"),
+        REPORT_ONLY,
         "ref §4.2",
         applies_from=v("0.11.0"),
     ),
@@ -389,8 +408,8 @@ RULES: tuple[Rule, ...] = (
         "a start offset beyond the log end offset, or an epoch above ZooKeeper's leader_epoch",
         "The cache is truncated at load; an epoch above the controller's state means the replica saw a "
         "leadership the cluster no longer knows.",
-        _one(W, "truncated at load"),
-        R,
+        _one(WARNING, "truncated at load"),
+        REPORT_ONLY,
         "ref §4.2, §5",
         applies_from=v("0.11.0"),
     ),
@@ -402,8 +421,8 @@ RULES: tuple[Rule, ...] = (
         "a partition directory named <topic>-<p>.<uid>-delete, -future or -stray",
         "Disk held by logs that are being (or failed to be) deleted or moved; KRaft 3.7+ renames replicas it "
         "does not own to -stray instead of deleting them.",
-        _one(W, "disk space held; no automatic cleanup for -stray"),
-        R,
+        _one(WARNING, "disk space held; no automatic cleanup for -stray"),
+        REPORT_ONLY,
         "ref §2.1",
     ),
     # ---- cross-source
@@ -415,8 +434,8 @@ RULES: tuple[Rule, ...] = (
         "a replica's partition.metadata topic ID differs from the /brokers/topics/<t> topic_id",
         "After the next restart the broker answers INCONSISTENT_TOPIC_ID and the replica stays out of ISR "
         "(seed-004, KAFKA-14190).",
-        _one(C, "replica leaves ISR on restart"),
-        T,
+        _one(CRITICAL, "replica leaves ISR on restart"),
+        REMOVE_TOPIC_ID_FILES,
         "ref §4.1, §6",
         applies_from=v("2.8.0"),
     ),
@@ -427,8 +446,8 @@ RULES: tuple[Rule, ...] = (
         Needs.FLEET,
         "replicas of one topic hold different topic IDs in partition.metadata",
         "At most one of them can match the controller's ID; the others fail the topic-ID check.",
-        _one(C, "some replicas leave ISR on restart"),
-        T,
+        _one(CRITICAL, "some replicas leave ISR on restart"),
+        REPORT_ONLY,
         "ref §4.1",
         applies_from=v("2.8.0"),
     ),
@@ -440,8 +459,8 @@ RULES: tuple[Rule, ...] = (
         "the /brokers/topics/<t> znode has no topic_id while brokers run IBP >= 2.8",
         "The next controller failover mints a new random ID and every existing replica then mismatches: drift "
         "ahead (KAFKA-14190).",
-        _one(C, "a new topic ID is minted at the next controller failover"),
-        Z,
+        _one(CRITICAL, "a new topic ID is minted at the next controller failover"),
+        RESTORE_ZK_TOPIC_ID,
         "ref §5, §6",
         applies_from=v("2.8.0"),
     ),
@@ -452,8 +471,8 @@ RULES: tuple[Rule, ...] = (
         Needs.ZOOKEEPER,
         "a partition directory on a broker that the assignment does not place there, or of an unknown topic",
         "Leftovers of a reassignment or deletion: disk held, and a confusing second copy.",
-        _one(W, "ignored or deleted by the broker"),
-        R,
+        _one(WARNING, "ignored or deleted by the broker"),
+        REPORT_ONLY,
         "ref §5",
     ),
     Rule(
@@ -463,8 +482,8 @@ RULES: tuple[Rule, ...] = (
         Needs.ZOOKEEPER,
         "an assigned replica has no partition directory on its broker",
         "The broker will re-create and re-replicate it; a lost disk or wiped dir shows up here.",
-        _one(W, "re-replicated from the leader"),
-        R,
+        _one(WARNING, "re-replicated from the leader"),
+        REPORT_ONLY,
         "ref §5",
     ),
     Rule(
@@ -474,8 +493,8 @@ RULES: tuple[Rule, ...] = (
         Needs.ZOOKEEPER,
         "ISR smaller than the replica set (partition state)",
         "One more failure may take the partition below min.insync.replicas; no rolling restart is safe.",
-        _one(W, "reduced redundancy"),
-        R,
+        _one(WARNING, "reduced redundancy"),
+        REPORT_ONLY,
         "ref §5",
     ),
     Rule(
@@ -485,8 +504,8 @@ RULES: tuple[Rule, ...] = (
         Needs.ZOOKEEPER,
         "the partition state has no leader (-1) or its leader is not registered",
         "Producers and consumers of the partition are down now.",
-        _one(C, "unavailable"),
-        R,
+        _one(CRITICAL, "unavailable"),
+        REPORT_ONLY,
         "ref §5",
     ),
     Rule(
@@ -496,8 +515,8 @@ RULES: tuple[Rule, ...] = (
         Needs.ZOOKEEPER,
         "replication factor 1, or min.insync.replicas >= replication factor",
         "Restarting any of its brokers makes partitions unavailable: flag it before anyone plans a restart.",
-        _one(W, "unavailable during any broker restart"),
-        R,
+        _one(WARNING, "unavailable during any broker restart"),
+        REPORT_ONLY,
         "ref §7.1",
     ),
     # ---- log directory
@@ -508,8 +527,8 @@ RULES: tuple[Rule, ...] = (
         Needs.METADATA,
         "recovery-point-, log-start-, replication- or cleaner-offset-checkpoint unparsable",
         "CheckpointFileWithFailureHandler marks the log dir offline before it throws.",
-        _one(C, "the log dir goes offline"),
-        R,
+        _one(CRITICAL, "the log dir goes offline"),
+        REPORT_ONLY,
         "ref §2.3",
     ),
     Rule(
@@ -520,7 +539,7 @@ RULES: tuple[Rule, ...] = (
         "a checkpoint entry names a partition with no directory in that log dir",
         "Harmless to Kafka, but it shows a directory removed by hand or a lost disk.",
         _one(INFO, "ignored"),
-        R,
+        REPORT_ONLY,
         "ref §2.3",
     ),
     Rule(
@@ -530,8 +549,8 @@ RULES: tuple[Rule, ...] = (
         Needs.METADATA,
         "a stopped broker's log dir without .kafka_cleanshutdown",
         "The next start recovers every segment above the recovery point: the bytes there estimate the work.",
-        _one(W, "log recovery at the next start"),
-        R,
+        _one(WARNING, "log recovery at the next start"),
+        REPORT_ONLY,
         "ref §2.2, §2.4",
     ),
     Rule(
@@ -543,13 +562,18 @@ RULES: tuple[Rule, ...] = (
         "ZooKeeper's cluster id",
         "Kafka refuses to start with inconsistent meta.properties; a foreign cluster.id means a disk from "
         "another cluster.",
-        _one(C, "the broker refuses to start"),
-        R,
+        _one(CRITICAL, "the broker refuses to start"),
+        REPORT_ONLY,
         "ref §2",
     ),
 )
 
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
+
+
+def rule_ids_with(remediation: Remediation) -> frozenset[str]:
+    """The ids of the rules whose findings a repair plan addresses with ``remediation``."""
+    return frozenset(r.id for r in RULES if r.remediation is remediation)
 
 
 def get(rule_id: str) -> Rule:

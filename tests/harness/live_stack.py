@@ -17,7 +17,7 @@ from typing import Any
 import paramiko
 
 from fleet_doctor import inventory
-from fleet_doctor.repair_plan import QUARANTINE_DIR
+from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_lab import demo, fleet
 from fleet_lab.incidents import run_scenario
 from harness.airflow_live import LiveAirflow

@@ -13,10 +13,10 @@ run into
   kind, as rows with the columns of that kind's table (a field the line does not have is null). Readers
   reconstruct the record with its ``kind``.
 
-The tables here are the one description of this format; detection's Spark schemas read a subset of them
-(tests/test_staged_records.py checks the types agree). The conversion runs on the staging side (the Airflow
-worker, or ``fleet-doctor scan``), in blocks, with Arrow's JSON reader: no per-record Python on the way but the
-routing of each line by its first bytes.
+The tables are ``fleet_doctor.records``' (the one definition of each record kind). The conversion runs on the
+staging side (the Airflow worker, or ``fleet-doctor scan``), in blocks, with Arrow's JSON reader: no per-record
+Python on the way but the routing of each line by its first bytes. ``stage_probe`` is the commit protocol that
+makes a broker's staged output all-or-nothing in the audit's store.
 """
 
 from __future__ import annotations
@@ -24,152 +24,20 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-import pyarrow as pa
-import pyarrow.json as pa_json
-import pyarrow.parquet as pq
+from fleet_doctor import records
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from fleet_doctor.store import Store
 
-_I64, _I32, _STR, _BOOL = pa.int64(), pa.int32(), pa.string(), pa.bool_()
-_MISMATCH = pa.struct([("problem", _STR), ("index_offset", _I64), ("index_position", _I64), ("batch", pa.list_(_I64))])
-# every field a segment record has (docs/probe-schema.md, "segment"), in the probe's order
-SEGMENT_TABLE = pa.schema(
-    [
-        ("logdir", _STR),
-        ("path", _STR),
-        ("topic", _STR),
-        ("partition", _I32),
-        ("base_offset", _I64),
-        ("active", _BOOL),
-        ("has_log", _BOOL),
-        ("log_bytes", _I64),
-        ("log_mtime_ms", _I64),
-        ("has_txnindex", _BOOL),
-        ("txnindex_bytes", _I64),
-        ("has_index", _BOOL),
-        ("index_bytes", _I64),
-        ("index_entries", _I64),
-        ("index_zero_tail_entries", _I64),
-        ("index_remainder", _I64),
-        ("index_monotonic", _BOOL),
-        ("index_checked_entries", _I64),
-        ("index_first_violation", _I64),
-        ("index_first_offset", _I64),
-        ("index_last_offset", _I64),
-        ("index_last_position", _I64),
-        ("has_timeindex", _BOOL),
-        ("timeindex_bytes", _I64),
-        ("timeindex_entries", _I64),
-        ("timeindex_zero_tail_entries", _I64),
-        ("timeindex_remainder", _I64),
-        ("timeindex_monotonic", _BOOL),
-        ("timeindex_checked_entries", _I64),
-        ("timeindex_first_violation", _I64),
-        ("timeindex_first_timestamp", _I64),
-        ("timeindex_last_timestamp", _I64),
-        ("timeindex_last_offset", _I64),
-        # deep mode
-        ("deep", pa.null()),  # present (and null) when deep mode had no .log to walk
-        ("batch_count", _I64),
-        ("record_count", _I64),
-        ("uncounted_batches", _I64),
-        ("first_offset", _I64),
-        ("last_offset", _I64),
-        ("next_offset", _I64),
-        ("max_timestamp", _I64),
-        ("valid_bytes", _I64),
-        ("torn_tail", _BOOL),
-        ("tail_error", _STR),
-        ("magic", pa.list_(_I64)),
-        ("codecs", pa.list_(_STR)),
-        ("crc_checked", _I64),
-        ("crc_errors", _I64),
-        ("first_crc_error_position", _I64),
-        ("offset_errors", _I64),
-        ("first_offset_error_position", _I64),
-        ("control_batches", _I64),
-        ("transactional_batches", _I64),
-        ("max_leader_epoch", _I64),
-        ("index_checked", _I64),
-        ("index_not_batch_start", _I64),
-        ("index_offset_before_batch", _I64),
-        ("index_offset_after_batch", _I64),
-        ("index_beyond_log", _I64),
-        ("index_mismatch_examples", pa.list_(_MISMATCH)),
-        ("error", _STR),
-    ]
-)
-# every field a partition record has (docs/probe-schema.md, "partition"), in the probe's order
-PARTITION_TABLE = pa.schema(
-    [
-        ("logdir", _STR),
-        ("path", _STR),
-        ("dir", _STR),
-        ("topic", _STR),
-        ("partition", _I32),
-        ("dir_state", _STR),
-        ("dir_uid", _STR),
-        ("topic_id", _STR),
-        ("partition_metadata_present", _BOOL),
-        ("partition_metadata_version", _I64),
-        ("partition_metadata_error", _STR),
-        ("leader_epochs", pa.list_(pa.list_(_I64))),
-        ("leader_epoch_present", _BOOL),
-        ("leader_epoch_error", _STR),
-        ("latest_leader_epoch", _I64),
-        ("segment_count", _I64),
-        ("log_start_segment_offset", _I64),
-        ("active_base_offset", _I64),
-        ("size_bytes", _I64),
-        ("producer_snapshots", pa.list_(_I64)),
-        ("recovery_point", _I64),
-        ("log_start_offset", _I64),
-        ("high_watermark", _I64),
-        ("cleaner_offset", _I64),
-        ("leftover_files", _I64),
-        ("error", _STR),
-        # deep mode
-        ("log_end_offset", _I64),
-        ("batch_count", _I64),
-        ("record_count", _I64),
-        ("max_timestamp", _I64),
-        ("torn_segments", _I64),
-        ("crc_errors", _I64),
-        ("uncounted_batches", _I64),
-    ]
-)
-# the fields of the file records made of scalars and integer lists (docs/probe-schema.md, "file"): every
-# partition-level file type but quorum_state, and the log dir's lock, bootstrap, unknown and symlink files
-FILE_TABLE = pa.schema(
-    [
-        ("logdir", _STR),
-        ("path", _STR),
-        ("file_type", _STR),
-        ("symlink_target", _STR),
-        ("name", _STR),
-        ("topic_id", _STR),
-        ("version", _I64),
-        ("entries", pa.list_(pa.list_(_I64))),  # leader_epoch_checkpoint: [[epoch, start_offset]]
-        ("base_offset", _I64),
-        ("segment_file", _STR),
-        ("leftover", _STR),
-        ("end_offset", _I64),
-        ("epoch", _I64),
-        ("state", _STR),
-        ("error", _STR),
-        ("partition_dir", _STR),
-        ("topic", _STR),
-        ("partition", _I32),
-        ("bytes", _I64),
-        ("mtime_ms", _I64),
-    ]
-)
+PROBE_OBJECT = "probe.jsonl.gz"  # one broker's staged JSON Lines: the object that says the broker is staged
 
 
 @dataclass(frozen=True)
@@ -177,11 +45,17 @@ class StagedKind:
     """One record kind staged as Parquet: its table, the object's suffix, and the ``probe_end`` count of it."""
 
     kind: str
-    table: pa.Schema
     suffix: str
     counted_as: str
-    # keys its table does not have: a line holding one stays JSON without a try (any such line is unfit)
-    json_only_keys: tuple[bytes, ...] = ()
+
+    @property
+    def table(self) -> pa.Schema:
+        return records.arrow_schema(self.kind)
+
+    @property
+    def json_only_keys(self) -> tuple[bytes, ...]:
+        """Keys its table does not have: a line holding one stays JSON without a try (any such line is unfit)."""
+        return tuple(b'"%s":' % f.name.encode() for f in records.KINDS[self.kind].fields if not f.staged)
 
     def key(self, json_key: str) -> str:
         """Where these records of the staged JSON Lines ``json_key`` are: ``probe.jsonl.gz`` ->
@@ -192,16 +66,16 @@ class StagedKind:
 
 
 STAGED_KINDS = (
-    StagedKind("segment", SEGMENT_TABLE, ".segments.parquet", "segments"),
-    StagedKind("partition", PARTITION_TABLE, ".partitions.parquet", "partitions"),
-    # meta.properties, the clean-shutdown marker and quorum-state hold objects; offset checkpoints [topic, p, off]
-    StagedKind("file", FILE_TABLE, ".files.parquet", "files", (b'"meta":', b'"content":', b'"checkpoint":')),
+    StagedKind("segment", ".segments.parquet", "segments"),
+    StagedKind("partition", ".partitions.parquet", "partitions"),
+    StagedKind("file", ".files.parquet", "files"),
 )
+assert {k.kind for k in STAGED_KINDS} == {k.kind for k in records.STAGED}
 # columns that together only that kind's table has
 _IDENTITY = {"segment": ("base_offset", "index_bytes"), "partition": ("dir", "dir_state"), "file": ("file_type",)}
 _BY_PREFIX = {b'{"kind":"%s"' % k.kind.encode(): k for k in STAGED_KINDS}  # how the probe starts such a line
 _KIND_AT = len(b'{"kind":"')
-_READ = pa_json.ReadOptions(use_threads=False, block_size=1 << 24)
+_READ_BLOCK_BYTES = 1 << 24
 
 
 def staged_keys(json_key: str) -> dict[str, str]:
@@ -213,9 +87,13 @@ class _Unfit(Exception):
     """Lines the table cannot hold as they are."""
 
 
-def _parse(kind: StagedKind, parse: pa_json.ParseOptions, lines: list[bytes]) -> pa.Table:
+def _parse(kind: StagedKind, parse: Any, lines: list[bytes]) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.json as pa_json
+
+    read = pa_json.ReadOptions(use_threads=False, block_size=_READ_BLOCK_BYTES)
     try:
-        table = pa_json.read_json(pa.py_buffer(b"".join(lines)), read_options=_READ, parse_options=parse)
+        table = pa_json.read_json(pa.py_buffer(b"".join(lines)), read_options=read, parse_options=parse)
         table.validate(full=True)  # Arrow's JSON reader takes strings that are not UTF-8; Parquet must not
     except pa.ArrowInvalid as e:
         raise _Unfit(str(e)) from e
@@ -231,8 +109,12 @@ class _Sink:
 
     def __init__(self, kind: StagedKind, out: BinaryIO) -> None:
         self.kind = kind
+        import pyarrow as pa
+        import pyarrow.json as pa_json
+        import pyarrow.parquet as pq
+
         self.parse = pa_json.ParseOptions(
-            explicit_schema=pa.schema([("kind", _STR), *kind.table]), unexpected_field_behavior="error"
+            explicit_schema=pa.schema([("kind", pa.string()), *kind.table]), unexpected_field_behavior="error"
         )
         self.writer = pq.ParquetWriter(out, kind.table, compression="zstd")
         self.block: list[bytes] = []
@@ -383,6 +265,9 @@ def read_records(data: bytes, name: str, kind: str) -> Iterator[dict[str, Any]]:
     """The records of a staged Parquet file of ``kind`` records (its bytes), as the probe printed them (``kind``
     first; fields the line did not have are None). Raises ValueError naming ``name`` when the bytes are not such
     a file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         table = pq.read_table(io.BytesIO(data))
     except (pa.ArrowException, OSError) as e:
@@ -397,9 +282,43 @@ def read_records(data: bytes, name: str, kind: str) -> Iterator[dict[str, Any]]:
 
 def load_probe(store: Store, json_key: str) -> list[dict[str, Any]]:
     """Every record of one staged probe output: the JSON Lines object and the Parquet objects that exist."""
-    records = store.read_jsonl(json_key)
+    out = store.read_jsonl(json_key)
     for kind, key in staged_keys(json_key).items():
         data = store.read_bytes(key)
         if data is not None:
-            records.extend(read_records(data, store.url(key), kind))
-    return records
+            out.extend(read_records(data, store.url(key), kind))
+    return out
+
+
+# ---- the commit protocol of a broker's staged probe output in the audit's store
+class StagingError(RuntimeError):
+    """The probe's output could not be staged completely (the message names the broker and what differs)."""
+
+
+def probe_key(run_key: str, broker_id: int) -> str:
+    """The JSON Lines object of one broker's staged probe output in an audit run's staging area."""
+    return f"{run_key}/probe/broker_id={broker_id}/{PROBE_OBJECT}"
+
+
+def staged_brokers(store: Store, run_key: str) -> list[int]:
+    """Brokers whose probe output is completely staged: their JSON Lines object exists (it is committed last)."""
+    done = re.compile(r"broker_id=(\d+)/" + re.escape(PROBE_OBJECT))
+    return sorted(int(m.group(1)) for f in store.files(f"{run_key}/probe") if (m := done.fullmatch(f)))
+
+
+def stage_probe(
+    store: Store, key: str, produce: Callable[[Callable[[bytes], None]], Mapping[str, Any]], who: str
+) -> ProbeSplitter:
+    """Stage one probe run at ``key`` (``probe_key``): ``produce(write)`` streams the probe's stdout into ``write``
+    and returns its ``probe_end`` record. A previous attempt's JSON Lines object goes first (old JSON Lines never
+    pair with new Parquet); the Parquet objects are committed, then the JSON Lines, only when ``produce`` returned
+    and each kind's records staged (Parquet rows plus JSON lines) are as many as ``probe_end`` counted. Anything
+    else leaves no JSON Lines object, so the broker does not count as staged."""
+    store.delete(key)
+    with staged_outputs(key, store.writer, gzip_level=5) as (out, columnar):
+        with ProbeSplitter(out, columnar) as splitter:
+            end = produce(splitter.write)
+        miscounted = splitter.miscounted(end)
+        if miscounted:
+            raise StagingError(f"{who}: " + "; ".join(miscounted))
+    return splitter

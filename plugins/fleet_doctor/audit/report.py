@@ -1,5 +1,5 @@
 """Render findings for people: terminal text grouped by broker and partition, or one
-self-contained HTML page. JSON output is the findings themselves (see cli.py)."""
+self-contained HTML page. JSON output is the findings themselves (see fleet_doctor.cli)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-SEVERITIES = ("critical", "warning", "info")
+from fleet_doctor.rules import SEVERITY_ORDER, severity_rank
+
 _COLOR = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
-
-
-def _rank(f: dict[str, Any]) -> int:
-    return SEVERITIES.index(f["severity"]) if f["severity"] in SEVERITIES else len(SEVERITIES)
 
 
 def _broker_key(f: dict[str, Any]) -> tuple[int, int]:
@@ -21,7 +18,7 @@ def _broker_key(f: dict[str, Any]) -> tuple[int, int]:
 
 
 def counts(findings: Iterable[dict[str, Any]]) -> dict[str, int]:
-    out = dict.fromkeys(SEVERITIES, 0)
+    out = dict.fromkeys(SEVERITY_ORDER, 0)
     for f in findings:
         out[f["severity"]] = out.get(f["severity"], 0) + 1
     return out
@@ -51,7 +48,11 @@ def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
             out.write(f"  {where}\n")
             for f in sorted(
                 by_part[(log_dir, topic, part)],
-                key=lambda f: (_rank(f), f["rule"], -1 if f.get("segment") is None else f["segment"]),
+                key=lambda f: (
+                    severity_rank(f["severity"]),
+                    f["rule"],
+                    -1 if f.get("segment") is None else f["segment"],
+                ),
             ):
                 out.write(f"    {sev(f['severity'])} {f['rule']:<28} {f['message']}\n")
         out.write("\n")
@@ -81,7 +82,7 @@ def render_html(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
     c = counts(findings)
     out.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>")
     out.write(f"</head><body><h1>{e(title)}</h1><div class='cards'>")
-    for s in SEVERITIES:
+    for s in SEVERITY_ORDER:
         out.write(f"<div class='card'><b class='{s}'>{c[s]}</b>{s}</div>")
     out.write("</div>")
     by_rule: dict[str, int] = defaultdict(int)
@@ -91,7 +92,10 @@ def render_html(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
     for rule, n in sorted(by_rule.items(), key=lambda kv: -kv[1]):
         out.write(f"<tr><td>{e(rule)}</td><td>{n}</td></tr>")
     out.write("</table><h2>Findings</h2>")
-    order = sorted(findings, key=lambda f: (_rank(f), _broker_key(f), f.get("topic") or "", f.get("partition") or 0))
+    order = sorted(
+        findings,
+        key=lambda f: (severity_rank(f["severity"]), _broker_key(f), f.get("topic") or "", f.get("partition") or 0),
+    )
     _findings_table(order, out, status=False)
     _not_evaluated(summary, out)
     out.write("</body></html>\n")
@@ -170,7 +174,7 @@ def render_audit_html(
     title = f"Kafka Fleet Doctor: cluster {summary['cluster']}, audit {summary['audit_run']}"
     out.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>")
     out.write(f"</head><body><h1>{e(title)}</h1><div class='cards'>")
-    for s in SEVERITIES:
+    for s in SEVERITY_ORDER:
         out.write(f"<div class='card'><b class='{s}'>{summary['by_severity'][s]}</b>{s}</div>")
     for s in ("new", "resolved"):
         out.write(f"<div class='card'><b>{summary['by_status'][s]}</b>{s}</div>")
@@ -201,16 +205,18 @@ def render_audit_html(
         per_broker["cluster" if r.get("broker_id") is None else str(r["broker_id"])][r["severity"]] += 1
         per_rule[r["rule"]][r["severity"]] += 1
     for heading, table in (("By broker", per_broker), ("By rule", per_rule)):
-        out.write(f"<h2>{heading}</h2><table><tr><th></th>" + "".join(f"<th>{s}</th>" for s in SEVERITIES) + "</tr>")
+        out.write(
+            f"<h2>{heading}</h2><table><tr><th></th>" + "".join(f"<th>{s}</th>" for s in SEVERITY_ORDER) + "</tr>"
+        )
         for name, c in sorted(table.items()):
-            out.write(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{c.get(s, 0)}</td>" for s in SEVERITIES) + "</tr>")
+            out.write(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{c.get(s, 0)}</td>" for s in SEVERITY_ORDER) + "</tr>")
         out.write("</table>")
     out.write("<h2>Findings</h2>")
     order = sorted(
         rows,
         key=lambda f: (
             _STATUS_ORDER.get(f["status"], 9),
-            _rank(f),
+            severity_rank(f["severity"]),
             _broker_key(f),
             f.get("topic") or "",
             -1 if f.get("partition") is None else f["partition"],

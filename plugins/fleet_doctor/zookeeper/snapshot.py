@@ -16,7 +16,6 @@ import os
 import re
 import struct
 import time
-import warnings
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -826,29 +825,23 @@ def read_live(connect: str, timeout: float = 10.0) -> list[dict[str, Any]]:
     Raises ZooKeeperUnavailable (an OSError) when ZooKeeper cannot be reached within ``timeout`` seconds
     or the session is lost mid-read; ValueError for an invalid connect string.
     """
-    from kazoo.client import KazooClient
     from kazoo.exceptions import KazooException
     from kazoo.handlers.threading import KazooTimeoutError
     from kazoo.protocol.states import KeeperState
 
+    from fleet_doctor.zookeeper import session
+
     hosts, chroot = split_connect(connect)
-    retry = {"max_tries": 3, "delay": 0.1, "max_delay": 1.0}
-    zk = KazooClient(hosts=hosts + chroot, read_only=True, timeout=timeout, connection_retry=retry, command_retry=retry)
     started = int(time.time() * 1000)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # kazoo warns when the chroot does not exist: the records show it
-            zk.start(timeout=timeout)
-        read_only_server = zk.client_state == KeeperState.CONNECTED_RO
-        reader = _LiveReader(zk)
-        reader.read()
+        with session(hosts + chroot, timeout=timeout, read_only=True, retries=3) as zk:
+            read_only_server = zk.client_state == KeeperState.CONNECTED_RO
+            reader = _LiveReader(zk)
+            reader.read()
     except KazooTimeoutError as e:
         raise ZooKeeperUnavailable(f"ZooKeeper {hosts}: no connection within {timeout:g}s ({e})") from None
     except KazooException as e:
         raise ZooKeeperUnavailable(f"ZooKeeper {hosts}: connection lost while reading ({e!r})") from None
-    finally:
-        zk.stop()
-        zk.close()
     zxid = max_zxid(reader.tree) or None
     origin = Origin(
         source="live",

@@ -9,9 +9,10 @@ import logging
 import sys
 from typing import Any
 
-from fleet_doctor import probe, zk_snapshot
-from fleet_doctor.probe_summary import read_records, render_table, summarize
+from fleet_doctor import probe
+from fleet_doctor.cli.probe_table import read_records, render_table, summarize
 from fleet_doctor.store import atomic_file
+from fleet_doctor.zookeeper import snapshot as zk_snapshot
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -92,8 +93,8 @@ def _add_zk_snapshot(sub: Any) -> None:
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:
-    from fleet_doctor import report
-    from fleet_doctor.scan import ScanError, scan
+    from fleet_doctor.audit import report
+    from fleet_doctor.cli.scan import ScanError, scan
 
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     if args.kafka_version:

@@ -22,19 +22,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fleet_doctor.audit import PROBE_OBJECT, staged_brokers
+from fleet_doctor.audit.staging import load_probe, probe_key, staged_brokers
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+from fleet_doctor.rules import Remediation, rule_ids_with
 from fleet_doctor.store import Store
 
-TOPIC_ID_RULES = ("topic-id-mismatch", "topic-id-split")
-INDEX_RULES = (
-    "index-untrimmed",
-    "index-last-offset",
-    "index-size",
-    "index-not-monotonic",
-    "index-beyond-log",
-    "timeindex-last-timestamp",
-)
+# what the plan does for a finding is its rule's remediation in the registry (fleet_doctor.rules)
+TOPIC_ID_RULES = rule_ids_with(Remediation.REMOVE_TOPIC_ID_FILES)
+INDEX_RULES = rule_ids_with(Remediation.QUARANTINE_INDEX)
+ZK_TOPIC_ID_RULES = rule_ids_with(Remediation.RESTORE_ZK_TOPIC_ID)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RECOVERY_BYTES_PER_S = 100 * 1024 * 1024  # rough log recovery rate (batch walk + index rebuild) for the preview
 # Inside the partition dir: same filesystem (a rename, never a copy), and Kafka skips directories there when it
@@ -234,10 +230,7 @@ class FleetFacts:
     @classmethod
     def load(cls, store: Store, run_key: str) -> FleetFacts:
         """The staged probe output of every broker of the audit run at ``run_key``, and its ZooKeeper snapshot."""
-        from fleet_doctor.staged_records import load_probe  # pyarrow: imported when used, not at DAG parse
-
-        probe = {bid: load_probe(store, f"{run_key}/probe/broker_id={bid}/{PROBE_OBJECT}")
-                 for bid in staged_brokers(store, run_key)}  # fmt: skip
+        probe = {bid: load_probe(store, probe_key(run_key, bid)) for bid in staged_brokers(store, run_key)}
         return cls(probe, store.read_jsonl(f"{run_key}/zk.jsonl"))
 
     @property
@@ -381,7 +374,7 @@ def build_plan(
                     ),
                 )  # fmt: skip
             quarantined[bid].add((pdir, f["segment"]))
-        elif f["rule"] == "topic-id-missing-in-zk":
+        elif f["rule"] in ZK_TOPIC_ID_RULES:
             restore[f["topic"]] |= topic_ids_on_disk.get(f["topic"], set())
             continue
         else:
@@ -402,15 +395,23 @@ def build_plan(
                 preview=restart_preview(facts.probe.get(bid, []), quarantined.get(bid, set())),
             )
         )
-    # restarts first; among them brokers already out of ISR (restarting them costs no replica), the controller last
+    # restarts first; among them brokers already out of ISR first (restarting them costs no replica), the controller
+    # last
     lagging = facts.out_of_isr()
-    plans.sort(key=lambda b: (not b.restart, b.is_controller, b.broker_id not in lagging, b.broker_id))
+    plans.sort(key=lambda b: (b.broker_id not in lagging, b.broker_id))
+    plans = sorted(controller_last(plans, controller), key=lambda b: not b.restart)
     zk_actions = [
         ZkAction("restore-topic-id", t, next(iter(ids)), "every replica holds this topic ID; the znode has none")
         for t, ids in sorted(restore.items())
         if len(ids) == 1
     ]
     return Plan(cluster, audit_run, scope, plans, zk_actions, skipped)
+
+
+def controller_last(brokers: list[BrokerPlan], controller: int | None) -> list[BrokerPlan]:
+    """``brokers`` in their order, the controller moved last (Strimzi, Cruise Control: restarting the active
+    controller forces an election and every broker reloads metadata; kafka-reference.md §7)."""
+    return sorted(brokers, key=lambda b: b.broker_id == controller)
 
 
 def _partition_dir(f: dict[str, Any]) -> str:

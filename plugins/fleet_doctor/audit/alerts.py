@@ -11,40 +11,48 @@ String kwargs may contain ``{message}`` (the alert text) and ``{report}`` (the r
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 from typing import Any
 
-from fleet_doctor.audit import alert_message
+from fleet_doctor.settings import Settings
 
 LOG = logging.getLogger(__name__)
 
 
-def report_url(summary: dict[str, Any]) -> str:
-    base = os.environ.get("FLEET_DOCTOR_REPORT_BASE_URL")
+def report_url(summary: dict[str, Any], base: str = "") -> str:
     return f"{base.rstrip('/')}/{os.path.basename(summary['report'])}" if base else summary["report"]
 
 
-def configured_notifiers() -> list[tuple[str, dict[str, Any]]]:
-    raw = os.environ.get("FLEET_DOCTOR_NOTIFIERS")
-    if not raw:
-        return []
-    specs = json.loads(raw)
-    if not isinstance(specs, list) or not all(isinstance(s, dict) and "class" in s for s in specs):
-        raise ValueError('FLEET_DOCTOR_NOTIFIERS must be a JSON list of {"class": ..., "kwargs": {...}}')
-    return [(s["class"], dict(s.get("kwargs") or {})) for s in specs]
+def alert_message(summary: dict[str, Any], report_url: str | None = None) -> str | None:
+    """The on-call message when there are critical findings or brokers that could not be audited, else None."""
+    crit = summary["by_severity"]["critical"]
+    if not crit and not summary["not_audited"] and not summary.get("zookeeper_error"):
+        return None
+    parts = [f"Kafka Fleet Doctor, cluster {summary['cluster']}, audit {summary['audit_run']}:"]
+    parts.append(
+        f"{crit} critical, {summary['by_severity']['warning']} warning finding(s) "
+        f"({summary['by_status']['new']} new, {summary['by_status']['resolved']} resolved)."
+    )
+    if summary["by_rule"]:
+        parts.append("Rules: " + ", ".join(f"{r} {n}" for r, n in summary["by_rule"].items()) + ".")
+    if summary["not_audited"]:
+        parts.append(f"NOT AUDITED (unreachable): brokers {', '.join(map(str, summary['not_audited']))}.")
+    if summary.get("zookeeper_error"):
+        parts.append(summary["zookeeper_error"])
+    parts.append(f"Report: {report_url or summary['report']}")
+    return " ".join(parts)
 
 
-def send_alert(summary: dict[str, Any], context: dict[str, Any] | None = None) -> str | None:
+def send_alert(settings: Settings, summary: dict[str, Any], context: dict[str, Any] | None = None) -> str | None:
     """Log the alert (WARNING) and send it to the configured notifiers; returns the message or None."""
-    url = report_url(summary)
+    url = report_url(summary, settings.report_base_url)
     message = alert_message(summary, url)
     if message is None:
         LOG.info("no critical finding and every broker audited: no alert")
         return None
     LOG.warning("ALERT %s", message)
-    for dotted, kwargs in configured_notifiers():
+    for dotted, kwargs in settings.notifier_specs():
         module, _, name = dotted.rpartition(".")
         try:
             cls = getattr(importlib.import_module(module), name)

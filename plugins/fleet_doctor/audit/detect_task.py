@@ -1,0 +1,44 @@
+"""The audit DAG's ``detect`` task: Airflow's ``SparkSubmitOperator`` submitting spark_apps/detect.py, with what only
+the worker that runs it knows filled in when it runs:
+
+- the Spark profile of the master its connection (``spark_default``) names (``fleet_doctor.spark``: ``local`` for
+  ``local[N]``, ``cluster`` for ``spark://``, YARN or Kubernetes), under the configured settings;
+- the library, shipped as a ``--py-files`` archive built from the worker's own copy;
+- spark-submit's environment: this interpreter's Spark and Python. The store's ``AWS_*`` credentials are not set
+  here: spark-submit inherits them from the worker's environment (never in the DAG, whose arguments Airflow stores
+  and shows).
+
+This module imports Airflow: only the DAG file imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from fleet_doctor import spark
+
+
+class DetectOperator(SparkSubmitOperator):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("application", str(spark.DETECT_APP))
+        kwargs.setdefault("name", "fleet-doctor-detect")
+        super().__init__(**kwargs)
+
+    def master(self) -> str:
+        """The master the connection names, resolved as the Spark provider resolves it."""
+        return SparkSubmitHook(conn_id=self._conn_id)._connection["master"]
+
+    def execute(self, context: Any) -> None:
+        master = self.master()
+        self.conf = spark.conf_for(master, self.conf)
+        self.py_files = self.py_files or str(spark.library_archive())
+        inherited = ("SPARK", "PYSPARK", "PATH")
+        self.env_vars = {
+            **{k: v for k, v in spark.spark_env().items() if k.startswith(inherited)},
+            **(self.env_vars or {}),
+        }
+        self.log.info("Spark master %s: profile %s", master, spark.profile_for(master))
+        super().execute(context)

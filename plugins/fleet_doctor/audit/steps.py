@@ -1,0 +1,294 @@
+"""The nightly audit's steps, as plain functions the DAG (dags/kafka_fleet_audit.py) calls.
+
+discover -> stage (one broker each, over SSH) -> snapshot ZooKeeper -> broker facts -> detect (Spark) ->
+publish (``history``) -> alert (``alerts``). Nothing here imports Airflow: a broker's SSH connection is any
+connected ``paramiko.SSHClient`` (the DAG gets it from the SSH provider's hook), so the steps are tested on their
+own.
+
+Storage layout under the data root (``FLEET_DOCTOR_DATA``: a local directory, or ``s3a://bucket/prefix`` or
+``hdfs://namenode/path``, see fleet_doctor.store)::
+
+    staging/<run>/probe/broker_id=<N>/probe.jsonl.gz    one broker's probe output but its bulk records, and
+    staging/<run>/probe/broker_id=<N>/probe.{segments,partitions,files}.parquet   those (audit.staging)
+    staging/<run>/zk.jsonl, brokers.jsonl               the ZooKeeper snapshot, the broker facts
+    staging/<run>/summary.json, findings.jsonl          what the Spark app wrote
+    findings/audit_run=<run>/*.parquet                  the findings dataset (the DAG's Asset)
+    history/runs.jsonl, history/audit_run=<run>/findings.jsonl   per finding: new / persisting / resolved
+    reports/<run>.html                                  the report
+    verify/<run>/...                                    a repair's re-verification: staged and detected as an
+                                                        audit run, never published (docs/repair.md)
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor import inventory as inv
+from fleet_doctor import spark
+from fleet_doctor.audit.staging import StagingError, probe_key, stage_probe, staged_brokers
+from fleet_doctor.remote import Remote
+from fleet_doctor.settings import Settings, safe_run_id
+from fleet_doctor.store import Store
+from fleet_doctor.zookeeper import session
+from fleet_doctor.zookeeper.cluster import Cluster
+
+PROBE_SOURCE = Path(__file__).resolve().parents[1] / "probe.py"
+
+
+# --------------------------------------------------------------------------------------------
+# discover
+def discover(
+    inventory: inv.Inventory, zookeeper: str | None = None, timeout: float = 10.0, only: Iterable[int] = ()
+) -> dict[str, Any]:
+    """The brokers to audit: every broker of the inventory (or only the ids in ``only``, the rest listed as out of
+    scope), with its ZooKeeper registration. A broker known to only one of the two is reported, never dropped."""
+    known = {b.id for b in inventory.brokers}
+    scope = {int(b) for b in only}
+    if scope - known:
+        raise ValueError(f"broker(s) {sorted(scope - known)} are not in the inventory of cluster {inventory.cluster}")
+    registered: dict[int, dict[str, Any]] = {}
+    zk_error = None
+    connect = zookeeper or inventory.zookeeper
+    try:
+        with session(connect, timeout=timeout, read_only=True) as zk:
+            registered = Cluster(zk).registrations()
+    except Exception as e:  # kazoo's timeouts and connection errors have no common base
+        zk_error = f"ZooKeeper {connect}: {type(e).__name__}: {e}"
+    brokers = [
+        {
+            "broker_id": b.id,
+            "host": b.host,
+            "ssh_conn_id": inventory.ssh_connection_id(b.id),
+            "log_dirs": list(b.log_dirs),
+            "kafka_version": b.kafka_version,
+            "registered": b.id in registered,
+        }
+        for b in inventory.brokers
+        if not scope or b.id in scope
+    ]
+    return {
+        "cluster": inventory.cluster,
+        "zookeeper": zookeeper or inventory.zookeeper,
+        "brokers": brokers,
+        "registered": sorted(registered),
+        "only_in_inventory": sorted(known - set(registered)) if zk_error is None else [],
+        "only_in_zookeeper": sorted(set(registered) - known),
+        "zookeeper_error": zk_error,
+        "out_of_scope": sorted(known - scope) if scope else [],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# stage
+def probe_command(log_dirs: Iterable[str], *, deep: bool, verify_crc: bool) -> str:
+    """The remote command: the probe read from stdin by python3, at the lowest CPU and I/O priority the host
+    offers (nice 19, ionice idle class where present). Every path is shell-quoted."""
+    args = ["--jobs", "1"]
+    if verify_crc:
+        args.append("--verify-crc")
+    elif deep:
+        args.append("--deep")
+    probe = "python3 - " + " ".join(shlex.quote(a) for a in [*args, *log_dirs])
+    return f"if command -v ionice >/dev/null 2>&1; then IO='ionice -c 3'; else IO=''; fi; exec nice -n 19 $IO {probe}"
+
+
+class StageError(StagingError):
+    """The probe could not be run, did not finish, or its output could not be staged completely on the broker."""
+
+
+def run_probe(remote: Remote, command: str, sink: Callable[[bytes], None], timeout: float) -> dict[str, Any]:
+    """Stream the probe (sent on stdin) through the broker's SSH connection: stdout goes to ``sink`` as it arrives.
+    Raises StageError unless the probe exited 0 and its last record is a complete ``probe_end`` (returned)."""
+    tail = b""
+
+    def keep_tail(data: bytes) -> None:
+        nonlocal tail
+        sink(data)
+        tail = (tail + data)[-4096:]
+
+    done = remote.stream(command, PROBE_SOURCE.read_bytes(), keep_tail, timeout)
+    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    end = json.loads(last) if last.startswith(b"{") else {}
+    if done.exit_status != 0:
+        raise StageError(f"{remote.who}: the probe exited {done.exit_status}: {done.stderr.strip()[-500:]}")
+    if end.get("kind") != "probe_end" or not end.get("complete"):
+        raise StageError(f"{remote.who}: the probe output ends without a complete probe_end record")
+    end["stderr"] = done.stderr
+    return end
+
+
+def probe_records(remote: Remote, log_dirs: Iterable[str], timeout: float = 600.0) -> list[dict[str, Any]]:
+    """A metadata-mode probe of a broker's log dirs, its records in memory (for checks on a few partitions,
+    e.g. a repair's post-verify; the audit streams to the staging store instead)."""
+    buf = bytearray()
+    run_probe(remote, probe_command(log_dirs, deep=False, verify_crc=False), buf.extend, timeout)
+    return [json.loads(line) for line in buf.splitlines() if line.strip()]
+
+
+def stage_broker(
+    client: Any,
+    broker: dict[str, Any],
+    store: Store,
+    run_key: str,
+    *,
+    deep: bool,
+    verify_crc: bool,
+    timeout: float = 1800.0,
+) -> dict[str, Any]:
+    """Run the probe on the broker over an open SSH connection and stream its output into the store under
+    ``<run_key>/probe/broker_id=<N>/`` in the staged form (audit.staging: Parquet for the bulk records, gzip'd
+    JSON Lines for the rest, committed all or nothing)."""
+    bid = int(broker["broker_id"])
+    key = probe_key(run_key, bid)
+    remote = Remote(client, f"broker {bid}")
+    command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
+    nbytes = 0
+    end: dict[str, Any] = {}
+
+    def produce(write: Callable[[bytes], None]) -> dict[str, Any]:
+        def sink(data: bytes) -> None:
+            nonlocal nbytes
+            write(data)
+            nbytes += len(data)
+
+        end.update(run_probe(remote, command, sink, timeout))
+        return end
+
+    try:
+        splitter = stage_probe(store, key, produce, remote.who)
+    except StagingError as e:
+        raise e if isinstance(e, StageError) else StageError(str(e)) from e
+    return {
+        "broker_id": bid,
+        "path": store.url(key),
+        "bytes": nbytes,
+        "partitions": end.get("partitions"),
+        "segments": end.get("segments"),
+        "segments_columnar": splitter.rows["segment"],
+        "errors": end.get("errors"),
+        "stderr": end["stderr"],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# ZooKeeper snapshot and broker facts
+def snapshot_zookeeper(connect: str, store: Store, key: str, timeout: float = 10.0) -> int:
+    from fleet_doctor.zookeeper import snapshot
+
+    records = snapshot.read_live(connect, timeout=timeout)
+    store.write_jsonl(key, records)
+    return len(records)
+
+
+def write_broker_facts(discovered: dict[str, Any], store: Store, run_key: str) -> dict[str, Any]:
+    """brokers.jsonl for the Spark app, and the audited / not-audited split."""
+    staged = set(staged_brokers(store, run_key))
+    facts = [
+        {
+            "broker_id": b["broker_id"],
+            "kafka_version": b["kafka_version"],
+            "running": b["registered"],
+            "host": b["host"],
+        }
+        for b in discovered["brokers"]
+        if b["broker_id"] in staged
+    ]
+    store.write_jsonl(f"{run_key}/brokers.jsonl", facts)
+    zk = f"{run_key}/zk.jsonl"
+    return {
+        "audited": sorted(staged),
+        "not_audited": sorted(b["broker_id"] for b in discovered["brokers"] if b["broker_id"] not in staged),
+        "out_of_scope": list(discovered.get("out_of_scope", [])),
+        "brokers": store.url(f"{run_key}/brokers.jsonl"),
+        "probe_dir": store.url(f"{run_key}/probe"),
+        "zk_snapshot": store.url(zk) if store.is_file(zk) else None,
+    }
+
+
+def detect_args(
+    settings: Settings, run_id: str, facts: dict[str, Any], run_key: str | None = None, output: str | None = None
+) -> list[str]:
+    """The detection app's arguments for an audit run (``run_key``: its staging area, default the run's; ``output``:
+    the findings dataset, default the audit's)."""
+    run_key = run_key or settings.run_key(run_id)
+    args = ["--probe-dir", facts["probe_dir"], "--brokers", facts["brokers"]]
+    args += ["--output", output or settings.findings_url, "--audit-run", safe_run_id(run_id)]
+    args += ["--summary", settings.store.url(f"{run_key}/summary.json")]
+    args += ["--findings-json", settings.store.url(f"{run_key}/findings.jsonl")]
+    if facts.get("zk_snapshot"):
+        args += ["--zk-snapshot", facts["zk_snapshot"]]
+    if facts.get("out_of_scope"):
+        args.append("--partial-scope")
+    return args
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """An audit run made in this process: what ``discover`` and the broker facts said, and where it is staged."""
+
+    run_id: str
+    run_key: str
+    discovered: dict[str, Any]
+    facts: dict[str, Any]
+
+
+def stage_and_detect(
+    settings: Settings,
+    run_id: str,
+    connect: Callable[[dict[str, Any]], Any],
+    *,
+    run_key: str | None = None,
+    master: str = "local[2]",
+) -> LocalRun:
+    """The audit's steps up to detection, in this process (no Airflow): discover, stage every broker through
+    ``connect(broker) -> paramiko.SSHClient`` (a broker that fails is left not audited), snapshot ZooKeeper,
+    detect with spark-submit. ``run_key``: where to stage (default the run's staging area); a run staged elsewhere
+    writes its findings dataset there too, never into the audit's."""
+    store = settings.store
+    own_area = run_key is not None
+    run_key = run_key or settings.run_key(run_id)
+    store.check()
+    discovered = discover(inv.load(settings.inventory))
+    errors = []
+    for broker in discovered["brokers"]:
+        try:
+            client = connect(broker)
+            try:
+                stage_broker(client, broker, store, run_key, deep=settings.deep, verify_crc=settings.verify_crc)
+            finally:
+                client.close()
+        except Exception as e:  # an unreachable broker is reported, not fatal
+            errors.append(f"broker {broker['broker_id']}: {type(e).__name__}: {e}\n")
+    if errors:
+        store.write_text(f"{run_key}/stage-errors.txt", "".join(errors))
+    try:
+        snapshot_zookeeper(discovered["zookeeper"], store, f"{run_key}/zk.jsonl")
+    except Exception as e:  # detection runs without the cross-source rules
+        store.write_text(f"{run_key}/zk-error.txt", f"{type(e).__name__}: {e}\n")
+    facts = write_broker_facts(discovered, store, run_key)
+    output = store.url(f"{run_key}/findings") if own_area else None
+    args = detect_args(settings, run_id, facts, run_key, output)
+    conf = spark.conf_for(master, settings.detect_conf({}))
+    cmd = spark.submit_command(spark.DETECT_APP, master, conf, args, jars=settings.spark_jars)
+    # the store's settings (AWS_*) as the settings were read, for Spark as for the tasks
+    r = subprocess.run(cmd, env={**spark.spark_env(), **settings.aws_environ()}, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"detection failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return LocalRun(run_id, run_key, discovered, facts)
+
+
+def run_local(
+    settings: Settings, run_id: str, connect: Callable[[dict[str, Any]], Any], *, master: str = "local[2]"
+) -> dict[str, Any]:
+    """A whole audit run in this process (tests, ad-hoc runs): ``stage_and_detect``, then publish. Returns the
+    published summary."""
+    from fleet_doctor.audit.history import publish
+
+    run = stage_and_detect(settings, run_id, connect, master=master)
+    return publish(settings, run_id, run.discovered, run.facts)

@@ -1,0 +1,59 @@
+"""Detection: probe facts + ZooKeeper snapshot + broker facts -> findings, as Spark DataFrame transformations in the
+DataFrame API (no Python UDFs; cross-source rules are joins). Run by spark_apps/detect.py.
+
+- ``frames``: the staged inputs, loaded once each into ``Frames``;
+- ``findings``: what a finding is and how a rule makes one (checks fused per fact frame, or joins);
+- one module per rule family, each function registered for its rule id (``findings.detector``): ``segments``,
+  ``partitions``, ``logdirs``, ``cluster``. Rule metadata (severity bands, remediation) is the registry's,
+  ``fleet_doctor.rules``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from fleet_doctor.detect import cluster, logdirs, partitions, segments  # noqa: F401  (they register the detectors)
+from fleet_doctor.detect.findings import (
+    DETECTORS,
+    EMITTED_BY,
+    FINDING_COLUMNS,
+    Check,
+    clear_column_cache,
+    run_checks,
+    union_all,
+)
+from fleet_doctor.detect.frames import Frames, load_frames
+from fleet_doctor.rules import RULES, Needs
+
+__all__ = ["FINDING_COLUMNS", "Frames", "detect", "load_frames"]
+
+
+def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str, str]]:
+    """All findings, plus {rule id: reason} for rules that could not be evaluated. ``partial_scope``: the run
+    staged only some of the fleet's brokers on purpose (the audit DAG's ``brokers`` param)."""
+    clear_column_cache()
+    skipped: dict[str, str] = {}
+    parts: list[DataFrame] = []
+    checks: dict[str, list[Check]] = {}
+    for rule in RULES:
+        if rule.id in EMITTED_BY:
+            if EMITTED_BY[rule.id] in skipped:
+                skipped[rule.id] = skipped[EMITTED_BY[rule.id]]
+            continue
+        if rule.needs is Needs.ZOOKEEPER and not f.has_zk:
+            skipped[rule.id] = "no ZooKeeper snapshot given"
+            continue
+        # rules that compare brokers cannot judge from some of them (the odd replica may be out of scope, or a tie
+        # blames the right one)
+        if partial_scope and rule.needs is Needs.FLEET:
+            skipped[rule.id] = "only some brokers audited in this run"
+            continue
+        out = DETECTORS[rule.id](f)
+        for item in out if isinstance(out, list) else [out]:
+            if isinstance(item, Check):
+                checks.setdefault(item.on, []).append(item)
+            else:
+                parts.append(item)
+    bases = {"segments": f.segments, "partitions": f.partitions, "files": f.files, "logdirs": f.logdirs}
+    fused = [run_checks(bases[on], cs) for on, cs in checks.items()]
+    return union_all(fused + parts), skipped

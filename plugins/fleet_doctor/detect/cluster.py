@@ -1,0 +1,234 @@
+"""Cross-source rules: replicas against ZooKeeper's metadata and against each other (ref §4-§7)."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from fleet_doctor.detect.findings import cluster_findings, detector, findings
+from fleet_doctor.detect.frames import Frames, live_partitions
+
+
+def _topic_znode() -> Column:
+    return F.concat(F.lit("zk:/brokers/topics/"), F.col("topic"))
+
+
+@detector("topic-id-mismatch")
+def topic_id_mismatch(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    zk = f.zk_topics.where(F.col("topic_id").isNotNull()).select("topic", F.col("topic_id").alias("zk_topic_id"))
+    hit = (
+        live_partitions(f)
+        .where(F.col("topic_id").isNotNull())
+        .join(zk, "topic")
+        .where(F.col("topic_id") != F.col("zk_topic_id"))
+    )
+    path = F.concat(F.col("path"), F.lit("/partition.metadata"))
+    msg = F.format_string(
+        "%s holds topic ID %s but ZooKeeper /brokers/topics/%s has %s: the replica leaves ISR on restart",
+        path,
+        "topic_id",
+        "topic",
+        "zk_topic_id",
+    )
+    return findings(hit, "topic-id-mismatch", msg, path=path)
+
+
+@detector("topic-id-split")
+def topic_id_split(f: Frames) -> DataFrame:
+    ids = live_partitions(f).where(F.col("topic_id").isNotNull())
+    # replicas per ID; the ones outside the single most common ID are flagged (all of them on a tie:
+    # without a majority there is no telling which side is right)
+    per_id = (
+        ids.groupBy("topic", "topic_id")
+        .agg(F.count("*").alias("n"))
+        .withColumn("top", F.max("n").over(Window.partitionBy("topic")))
+    )
+    per_topic = per_id.groupBy("topic").agg(
+        F.count("*").alias("n_ids"),
+        F.sum(F.when(F.col("n") == F.col("top"), 1).otherwise(0)).alias("n_top"),
+        F.array_sort(F.collect_list("topic_id")).alias("all_ids"),
+    )
+    hit = (
+        ids.join(per_id.select("topic", "topic_id", "n", "top"), ["topic", "topic_id"])
+        .join(per_topic.where(F.col("n_ids") > 1), "topic")
+        .where((F.col("n") < F.col("top")) | (F.col("n_top") > 1))
+    )
+    path = F.concat(F.col("path"), F.lit("/partition.metadata"))
+    msg = F.format_string(
+        "%s holds topic ID %s while other replicas of %s hold %s",
+        path,
+        F.col("topic_id"),
+        F.col("topic"),
+        F.array_join(F.col("all_ids"), ", "),
+    )
+    return findings(hit, "topic-id-split", msg, path=path)
+
+
+@detector("topic-id-missing-in-zk")
+def topic_id_missing_in_zk(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    # IBP >= 2.8 on the fleet: the newest audited broker (or unknown) decides
+    replica_ids = (
+        live_partitions(f)
+        .where(F.col("topic_id").isNotNull())
+        .groupBy("topic")
+        .agg(F.array_sort(F.collect_set("topic_id")).alias("replica_ids"))
+    )
+    hit = f.fleet_tagged(f.zk_topics.where(F.col("topic_id").isNull() & F.col("error").isNull())).join(
+        replica_ids, "topic", "left"
+    )
+    msg = F.format_string(
+        "/brokers/topics/%s has no topic_id: the next controller failover mints a new one (replicas hold %s)",
+        F.col("topic"),
+        F.coalesce(F.array_join("replica_ids", ", "), F.lit("no topic ID")),
+    )
+    return cluster_findings(hit, "topic-id-missing-in-zk", msg, path=_topic_znode())
+
+
+def _assignment(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    return f.zk_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
+        "topic", F.col("p").cast("int").alias("partition"), F.explode("replicas").alias("broker_id")
+    )
+
+
+@detector("replica-not-assigned")
+def replica_not_assigned(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    assigned = _assignment(f)
+    # a topic whose znode could not be read has no known assignment: no judgement on its replicas
+    unreadable = f.zk_topics.where(F.col("partitions").isNull()).select("topic")
+    known = f.zk_topics.where(F.col("partitions").isNotNull()).select("topic", F.lit(True).alias("known"))
+    parts = live_partitions(f).where(F.col("topic") != "__cluster_metadata").join(unreadable, "topic", "left_anti")
+    hit = parts.join(assigned, ["topic", "partition", "broker_id"], "left_anti").join(known, "topic", "left")
+    msg = F.when(
+        F.col("known").isNull(),
+        F.format_string("%s: topic %s is not in ZooKeeper", "path", "topic"),
+    ).otherwise(
+        F.format_string(
+            "%s: the assignment does not place %s-%d on broker %d", "path", "topic", "partition", "broker_id"
+        )
+    )
+    return findings(hit, "replica-not-assigned", msg, path=F.col("path"))
+
+
+@detector("replica-dir-missing")
+def replica_dir_missing(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    # only audited brokers; a topic being deleted loses its directories (renamed -delete) before its znode
+    deleting = f.zk_topics.where(F.coalesce("marked_for_deletion", F.lit(False))).select("topic")
+    expected = (
+        _assignment(f).where(F.col("broker_id").isin(list(f.probed_brokers))).join(deleting, "topic", "left_anti")
+    )
+    present = live_partitions(f).select("topic", "partition", "broker_id")
+    hit = expected.join(present, ["topic", "partition", "broker_id"], "left_anti").join(
+        f.brokers.select("broker_id", "kafka_version", "kafka_version_num"), "broker_id", "left"
+    )
+    msg = F.format_string(
+        "assigned replica %s-%d has no partition directory on broker %d", "topic", "partition", "broker_id"
+    )
+    return findings(
+        hit, "replica-dir-missing", msg, path=F.format_string("%s-%d", "topic", "partition"), log_dir=F.lit(None)
+    )
+
+
+@detector("under-replicated", "offline-partition")
+def _zk_partition_rules(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None and f.zk_states is not None and f.zk_brokers is not None
+    replicas = f.zk_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
+        "topic", F.col("p").cast("int").alias("partition"), "replicas"
+    )
+    st = f.fleet_tagged(f.zk_states.where(F.col("error").isNull()).join(replicas, ["topic", "partition"]))
+    path = F.format_string("zk:/brokers/topics/%s/partitions/%d/state", "topic", "partition")
+    urp = st.where(F.size("isr") < F.size("replicas"))
+    urp_f = cluster_findings(
+        urp,
+        "under-replicated",
+        F.format_string(
+            "%s-%d: ISR %s is smaller than the replicas %s",
+            "topic",
+            "partition",
+            F.to_json("isr"),
+            F.to_json("replicas"),
+        ),
+        path=path,
+        per_partition=True,
+    )
+    # a snapshot taken while no broker was registered (a post-mortem of a stopped cluster) cannot tell
+    # whether a leader is alive: only leader -1 counts as offline then
+    unregistered = ~F.col("leader").isin(list(f.zk_registered)) if f.zk_registered else F.lit(False)
+    off = st.where((F.col("leader") < 0) | unregistered)
+    off_f = cluster_findings(
+        off,
+        "offline-partition",
+        F.format_string("%s-%d has no live leader (leader %d)", "topic", "partition", "leader"),
+        path=path,
+        per_partition=True,
+    )
+    return urp_f.unionByName(off_f)
+
+
+@detector("unsafe-replication")
+def unsafe_replication(f: Frames) -> DataFrame:
+    assert f.zk_topics is not None
+    t = f.fleet_tagged(f.zk_topics.where(F.col("error").isNull() & F.col("replication_factor").isNotNull()))
+    hit = t.where(
+        (F.col("replication_factor") <= 1)
+        | (F.col("min_insync_replicas").isNotNull() & (F.col("min_insync_replicas") >= F.col("replication_factor")))
+    )
+    msg = F.format_string(
+        "topic %s: replication factor %d, min.insync.replicas %s: restarting any of its brokers makes partitions "
+        "unavailable",
+        "topic",
+        "replication_factor",
+        F.coalesce(F.col("min_insync_replicas").cast("string"), F.lit("default")),
+    )
+    return cluster_findings(hit, "unsafe-replication", msg, path=_topic_znode())
+
+
+@detector("meta-mismatch")
+def meta_mismatch(f: Frames) -> DataFrame:
+    ld = f.logdirs.where(F.col("meta").isNotNull())
+    per_broker = ld.groupBy("broker_id").agg(
+        F.count_distinct("meta.broker_id").alias("n_ids"),
+        F.count_distinct("meta.cluster_id").alias("n_clusters"),
+        F.array_sort(F.collect_set("meta.cluster_id")).alias("clusters"),
+    )
+    hit = ld.join(per_broker.where((F.col("n_ids") > 1) | (F.col("n_clusters") > 1)), "broker_id")
+    msg = F.format_string(
+        "%s/meta.properties (broker.id %d, cluster.id %s) disagrees with the broker's other log dirs (cluster ids %s)",
+        "logdir",
+        "meta.broker_id",
+        "meta.cluster_id",
+        F.array_join("clusters", ", "),
+    )
+    out = findings(
+        hit,
+        "meta-mismatch",
+        msg,
+        path=F.concat("logdir", F.lit("/meta.properties")),
+        topic=F.lit(None),
+        partition=F.lit(None),
+    )
+    if f.zk_cluster_id is None:
+        return out
+    foreign = ld.withColumn("zk_cluster_id", F.lit(f.zk_cluster_id)).where(
+        F.col("meta.cluster_id").isNotNull() & (F.col("meta.cluster_id") != F.col("zk_cluster_id"))
+    )
+    msg2 = F.format_string(
+        "%s/meta.properties has cluster.id %s but ZooKeeper /cluster/id is %s",
+        "logdir",
+        "meta.cluster_id",
+        "zk_cluster_id",
+    )
+    return out.unionByName(
+        findings(
+            foreign,
+            "meta-mismatch",
+            msg2,
+            path=F.concat("logdir", F.lit("/meta.properties")),
+            topic=F.lit(None),
+            partition=F.lit(None),
+        )
+    )

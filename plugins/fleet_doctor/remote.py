@@ -1,0 +1,131 @@
+"""Commands on a broker over SSH: the one runner every step uses (the audit's probe, the repair's stop / backup /
+change / start, the restore, the topic-ID checks).
+
+``Remote`` wraps a connected ``paramiko.SSHClient`` (``airflow_ssh_client``: the SSH provider's hook, host key pinned);
+nothing else here imports Airflow or paramiko. Every command is logged with its exit status, to the task log and, when
+a list is given, to that list (the repair's journal keeps it). Paths in commands are the caller's to quote
+(``shlex.quote``): nothing here builds a command from data.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LOG = logging.getLogger(__name__)
+STDERR_KEPT = 2000  # characters of a command's stderr kept in the log entry and in errors
+
+
+class RemoteError(RuntimeError):
+    """A remote command failed, timed out or could not be run (the message names the broker and the command)."""
+
+
+@dataclass(frozen=True)
+class Completed:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+class Remote:
+    """One broker's SSH connection. ``who`` names it in logs and errors (e.g. ``"broker 2"``)."""
+
+    def __init__(self, client: Any, who: str, log: list[dict[str, Any]] | None = None) -> None:
+        self.client = client
+        self.who = who
+        self.log = log
+
+    def _logged(self, command: str, status: int, stderr: str) -> None:
+        LOG.info("%s: %s -> exit %s", self.who, command, status)
+        if self.log is not None:
+            self.log.append(
+                {"ts": time.time(), "who": self.who, "command": command, "exit_status": status, "stderr": stderr[-500:]}
+            )
+
+    def run(self, command: str, timeout: float = 600.0, check: bool = True) -> Completed:
+        """Run ``command``; RemoteError when it exits non-zero and ``check`` is set."""
+        try:
+            _, stdout, stderr = self.client.exec_command(command, timeout=timeout)
+            out = stdout.read().decode("utf-8", errors="surrogateescape")  # .encode(same) gives the bytes back
+            err = stderr.read().decode(errors="replace")
+            status = stdout.channel.recv_exit_status()
+        except OSError as e:  # socket.timeout and paramiko's SSHException are OSErrors
+            self._logged(command, -1, str(e))
+            raise RemoteError(f"{self.who}: `{command}` could not run: {type(e).__name__}: {e}") from e
+        self._logged(command, status, err)
+        if check and status != 0:
+            raise RemoteError(f"{self.who}: `{command}` exited {status}: {err.strip()[-300:]}")
+        return Completed(status, out, err)
+
+    def stream(self, command: str, stdin: bytes, sink: Callable[[bytes], None], timeout: float) -> Completed:
+        """Run ``command`` with ``stdin`` sent to it, handing its stdout to ``sink`` as it arrives (nothing of it is
+        kept: ``Completed.stdout`` is empty). RemoteError when it does not finish within ``timeout`` seconds."""
+        chan = self.client.get_transport().open_session(timeout=30)
+        chan.settimeout(timeout)
+        err = bytearray()
+        deadline = time.monotonic() + timeout
+        try:
+            chan.exec_command(command)
+            chan.sendall(stdin)
+            chan.shutdown_write()
+            while True:
+                if time.monotonic() > deadline:
+                    self._logged(command, -1, "timed out")
+                    raise RemoteError(f"{self.who}: `{command[:200]}` did not finish within {timeout:.0f} s")
+                select.select([chan], [], [], 1.0)
+                progressed = False
+                while chan.recv_ready():
+                    data = chan.recv(1 << 16)
+                    if not data:
+                        break
+                    sink(data)
+                    progressed = True
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                    progressed = True
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if not progressed and chan.closed:
+                    break
+            status = chan.recv_exit_status()
+        finally:
+            chan.close()
+        stderr = err.decode(errors="replace")[-STDERR_KEPT:]
+        self._logged(command, status, stderr)
+        return Completed(status, "", stderr)
+
+    def fetch(self, remote_path: str, local: Path) -> None:
+        """Copy a file from the broker (SFTP) to ``local``, which appears only when complete."""
+        sftp = self.client.open_sftp()
+        try:
+            tmp = local.with_name(f".{local.name}.part")
+            sftp.get(remote_path, str(tmp))
+            tmp.replace(local)
+        finally:
+            sftp.close()
+        self._logged(f"sftp get {remote_path}", 0, "")
+
+    def put(self, local: Path, remote_path: str) -> None:
+        """Copy ``local`` to the broker (SFTP)."""
+        sftp = self.client.open_sftp()
+        try:
+            sftp.put(str(local), remote_path)
+        finally:
+            sftp.close()
+        self._logged(f"sftp put {remote_path}", 0, "")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def airflow_ssh_client(conn_id: str, timeout: float = 10.0) -> Any:
+    """A connected ``paramiko.SSHClient`` for the Airflow SSH connection ``conn_id`` (its extras pin the broker's host
+    key: ``fleet_doctor.inventory.Inventory.airflow_connections``). The SSH provider is imported here only."""
+    from airflow.providers.ssh.hooks.ssh import SSHHook
+
+    return SSHHook(ssh_conn_id=conn_id, conn_timeout=timeout).get_conn()

@@ -1,0 +1,225 @@
+"""What the repair DAGs' tasks call (dags/kafka_fleet_repair.py, dags/kafka_fleet_restore.py): make the plan, execute
+an approved one, restore the ZooKeeper topic IDs, put backups back.
+
+Plans come from ``repair.plan``, execution from ``repair.executor``; this module wires them to the audit's storage,
+the inventory, ZooKeeper and the brokers' SSH connections (the SSH provider's hook, imported only when used).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor import inventory
+from fleet_doctor.audit import steps
+from fleet_doctor.remote import airflow_ssh_client
+from fleet_doctor.repair.executor import Executor, Gates, Journal, RepairError
+from fleet_doctor.repair.plan import FleetFacts, Plan, build_plan
+from fleet_doctor.repair.topic_ids import restore_topic_ids
+from fleet_doctor.settings import Settings, SettingsError, safe_run_id
+from fleet_doctor.store import write_atomic
+from fleet_doctor.zookeeper import session
+from fleet_doctor.zookeeper.cluster import Cluster
+from fleet_doctor.zookeeper.lock import acquire_lock, lock_holder, release_lock
+
+LOG = logging.getLogger(__name__)
+
+
+def manual_dag_args() -> dict[str, Any]:
+    """What the repair and restore DAGs share: triggered by hand only, one run at a time."""
+    import pendulum
+
+    start = pendulum.datetime(2026, 1, 1, tz="UTC")
+    tags = ["kafka", "fleet-doctor", "repair"]
+    return {"schedule": None, "start_date": start, "catchup": False, "max_active_runs": 1, "tags": tags}
+
+
+def approvers(settings: Settings) -> list[str] | None:
+    """``FLEET_DOCTOR_APPROVERS``: the Airflow user names allowed to approve (None: any user)."""
+    return list(settings.approvers) or None
+
+
+def repairs_dir(settings: Settings) -> Path:
+    try:
+        return settings.repairs
+    except SettingsError as e:  # a remote data root without FLEET_DOCTOR_REPAIR_DIR
+        raise RepairError(str(e)) from e
+
+
+def latest_audit_run(settings: Settings) -> str:
+    """The newest audit of the whole fleet (a run of only some brokers is no base for a plan)."""
+    runs = [r for r in settings.store.read_jsonl("history/runs.jsonl") if not r.get("out_of_scope")]
+    if not runs:
+        raise RepairError(f"no whole-fleet audit run in {settings.store.url('history')}: run kafka_fleet_audit first")
+    return runs[-1]["audit_run"]
+
+
+def whole_fleet_run(settings: Settings, run: str) -> None:
+    """Refuse to plan from an audit that staged only some brokers: the others' findings would silently drop out
+    of the plan, and the re-verify before execution (a whole-fleet audit) could never match its hash."""
+    for r in settings.store.read_jsonl("history/runs.jsonl"):
+        if r["audit_run"] == run and r.get("out_of_scope"):
+            raise RepairError(
+                f"audit run {run} audited only some brokers (out of scope: {r['out_of_scope']}): plan from a "
+                "whole-fleet audit run (audit_run 'latest' picks the newest one)"
+            )
+
+
+def plan_from_run(settings: Settings, run: str, params: dict[str, Any]) -> Plan:
+    """The plan for a published audit run's findings (history), in the scope of the DAG's ``params``."""
+    whole_fleet_run(settings, run)
+    findings = settings.store.read_jsonl(f"history/audit_run={run}/findings.jsonl")
+    return plan_from(settings, run, findings, settings.run_key(run), params)
+
+
+def plan_from(
+    settings: Settings, run: str, findings: list[dict[str, Any]], run_key: str, params: dict[str, Any]
+) -> Plan:
+    """The plan for ``findings`` of the audit run staged at ``run_key``, in the scope of the DAG's ``params``."""
+    return build_plan(
+        inventory.load(settings.inventory).cluster,
+        run,
+        findings,
+        FleetFacts.load(settings.store, run_key),
+        rules=params.get("rules") or (),
+        brokers=[int(b) for b in params.get("brokers") or ()],
+        topics=params.get("topics") or (),
+        hold_out=[int(b) for b in params.get("hold_out") or ()],
+        include_internal=bool(params.get("include_internal")),
+    )
+
+
+def reverify(settings: Settings, run_id: str, params: dict[str, Any], connect: Any) -> tuple[str, Plan]:
+    """A fresh audit of the whole fleet (staged and detected under ``verify/<run>``, never published: the audit's
+    history and findings dataset do not see it) and the plan it gives with the approved scope."""
+    run = safe_run_id(f"{run_id}-verify")
+    verified = steps.stage_and_detect(settings, run, lambda b: connect(b["broker_id"]), run_key=f"verify/{run}")
+    findings = settings.store.read_jsonl(f"{verified.run_key}/findings.jsonl")
+    return run, plan_from(settings, run, findings, verified.run_key, params)
+
+
+def save_plan(settings: Settings, plan: Plan) -> Path:
+    """``<repairs>/<hash>/plan.json`` (what execute runs) and ``plan.md`` (what people read); returns the dir."""
+    d = repairs_dir(settings) / plan.hash
+    d.mkdir(parents=True, exist_ok=True)
+    write_atomic(d / "plan.json", plan.to_json().encode())
+    write_atomic(d / "plan.md", plan.to_markdown().encode())
+    return d
+
+
+def make_plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
+    run = params.get("audit_run") or "latest"
+    run = latest_audit_run(settings) if run == "latest" else safe_run_id(run)
+    plan = plan_from_run(settings, run, params)
+    save_plan(settings, plan)
+    return {
+        "hash": plan.hash,
+        "audit_run": run,
+        "subject": plan.subject(),
+        "markdown": plan.to_markdown(),
+        "counts": plan.counts(),
+        "restart_order": plan.restart_order,
+        "zookeeper_subject": plan.zookeeper_subject(),
+        "zookeeper_markdown": plan.zookeeper_markdown(),
+    }
+
+
+def ssh_connect(inv: inventory.Inventory) -> Any:
+    def connect(broker_id: int) -> Any:
+        return airflow_ssh_client(inv.ssh_connection_id(broker_id))
+
+    return connect
+
+
+def _approved(settings: Settings, planned: dict[str, Any]) -> Plan:
+    approved = Plan.from_json((repairs_dir(settings) / planned["hash"] / "plan.json").read_text())
+    if approved.hash != planned["hash"]:
+        raise RepairError(f"the stored plan does not hash to the approved {planned['hash'][:12]}: refusing")
+    return approved
+
+
+def _report(journal: dict[str, Any], order: list[int]) -> dict[str, Any]:
+    """What was done and what was not, per broker, from the journal."""
+    brokers = journal.get("brokers", {})
+    done = [b for b in order if brokers.get(str(b), {}).get("state") == "done"]
+    failed = {b: brokers[str(b)]["failed"] for b in order if brokers.get(str(b), {}).get("failed")}
+    untouched = [b for b in order if brokers.get(str(b), {}).get("state", "pending") == "pending" and b not in failed]
+    partly = {b: brokers[str(b)]["state"] for b in order if b not in done and b not in untouched}
+    return {
+        "status": journal.get("status"),
+        "error": journal.get("error"),
+        "done": done,
+        "failed": failed,
+        "partly_done": partly,
+        "untouched": untouched,
+    }
+
+
+def execute(
+    settings: Settings, planned: dict[str, Any], params: dict[str, Any], run_id: str, connect: Any = None
+) -> dict[str, Any]:
+    """Lock, re-verify, run the approved plan's broker chain. Raises (the task fails) when the chain halts or the
+    plan is stale; ``<repairs>/<hash>/result.json`` says what was done and what was not either way."""
+    approved = _approved(settings, planned)
+    inv = inventory.load(settings.inventory)
+    connect = connect or ssh_connect(inv)
+    workdir = repairs_dir(settings) / approved.hash
+    owner = {"plan_hash": approved.hash, "step": "brokers", "run_id": run_id, "since": time.time()}
+    report: dict[str, Any] = {"plan": approved.hash, "run_id": run_id, "restart_order": approved.restart_order}
+    try:
+        with session(inv.zookeeper, timeout=15) as zk:
+            acquire_lock(zk, inv.cluster, owner)
+            try:
+                journal = Journal(workdir / "journal.json", approved)
+                if not journal.touched():  # a resumed repair has changed the fleet: its journal is the truth
+                    # re-verify against the fleet as it is now: a fresh audit must yield the very same plan
+                    verify_run, fresh = reverify(settings, run_id, params, connect)
+                    report["reverified_with"] = verify_run
+                    if fresh.hash != approved.hash:
+                        fresh_md = save_plan(settings, fresh) / "plan.md"
+                        journal.data.update(status="aborted", error=f"stale plan (fleet now gives {fresh.hash[:12]})")
+                        journal.save()
+                        raise RepairError(
+                            f"stale plan: the fleet changed since approval (approved {approved.hash[:12]}, now "
+                            f"{fresh.hash[:12]}: {fresh_md}); nothing was touched"
+                        )
+                gates = Gates(
+                    healthy_polls=int(params.get("healthy_polls", 3)),
+                    poll_interval_s=float(params.get("poll_interval_s", 10)),
+                    isr_timeout_s=float(params.get("isr_timeout_s", 900)),
+                    pause_between_brokers_s=float(params.get("pause_between_brokers_s", 60)),
+                )
+                dry_run = bool(params.get("dry_run"))
+                Executor(approved, repairs_dir(settings), inv, connect, Cluster(zk), gates, dry_run=dry_run).run()
+            finally:
+                release_lock(zk, inv.cluster, owner)
+                report["lock_released"] = lock_holder(zk, inv.cluster) is None
+    finally:
+        if (workdir / "journal.json").is_file():
+            report.update(_report(json.loads((workdir / "journal.json").read_text()), approved.restart_order))
+        write_atomic(workdir / "result.json", json.dumps(report, indent=2, default=str).encode())
+        LOG.info("repair %s: %s", approved.hash[:12], json.dumps(report, default=str))
+    return {k: report.get(k) for k in ("plan", "status", "done", "untouched", "lock_released")}
+
+
+def restore_zookeeper(
+    settings: Settings, planned: dict[str, Any], params: dict[str, Any], run_id: str, connect: Any = None
+) -> list[str]:
+    """The plan's preventive ZooKeeper actions, after their own approval; under the cluster lock (waiting for the
+    same plan's broker chain, never for another repair)."""
+    approved = _approved(settings, planned)
+    inv = inventory.load(settings.inventory)
+    connect = connect or ssh_connect(inv)
+    owner = {"plan_hash": approved.hash, "step": "zookeeper", "run_id": run_id, "since": time.time()}
+    with session(inv.zookeeper, timeout=15) as zk:
+        acquire_lock(zk, inv.cluster, owner, wait_s=float(params.get("isr_timeout_s", 900)) * 4)
+        try:
+            dry_run = bool(params.get("dry_run"))
+            done = restore_topic_ids(Cluster(zk), approved.zookeeper, connect, inv, dry_run=dry_run)
+        finally:
+            release_lock(zk, inv.cluster, owner)
+    write_atomic(repairs_dir(settings) / approved.hash / "zookeeper.json", json.dumps(done, indent=2).encode())
+    return done

@@ -1,0 +1,151 @@
+"""Fleet Doctor's settings: every ``FLEET_DOCTOR_*`` environment variable, read in one place.
+
+A task resolves its ``Settings`` once (``Settings.from_env()``) and hands it down; the DAG files read it at parse
+time only for what shapes the DAG (schedule, pool, Spark jars). Operator reference: docs/audit.md ("Settings").
+The S3 settings of an ``s3a://`` data root (``AWS_*``, ``FLEET_DOCTOR_S3_ENDPOINT``) are read by ``fleet_doctor.store``
+from the same environment (``Settings.environ``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_INVENTORY = "/etc/kafka-fleet-doctor/inventory.json"
+SECRET_SETTING_WORDS = ("access.key", "secret", "session.token", "password")
+
+
+class SettingsError(ValueError):
+    """A FLEET_DOCTOR_* variable holds something unusable (the message names it)."""
+
+
+def safe_run_id(run_id: str) -> str:
+    """Airflow run ids hold ':' and '+': keep a file-name-safe form."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
+
+
+def asset_uri(url: str) -> str:
+    """An Airflow Asset URI for a store URL: ``file://`` for a local path, ``s3://`` for S3A (Airflow's S3 scheme)."""
+    if "://" not in url:
+        return f"file://{url}"
+    return "s3://" + url.split("://", 1)[1] if url.startswith(("s3a://", "s3://")) else url
+
+
+@dataclass(frozen=True)
+class Settings:
+    inventory: Path
+    data_root: str | Path  # a local directory or a store URL (s3a://, s3://, hdfs://)
+    schedule: str = "0 2 * * *"
+    pool: str = "kafka_fleet_audit"
+    pool_slots: int = 32  # one wave for a fleet of up to 32 brokers (bench/README.md: audit staging)
+    deep: bool = True
+    verify_crc: bool = False
+    stage_retries: int = 2
+    stage_retry_delay_s: float = 30.0
+    ssh_timeout_s: float = 1800.0
+    spark_jars: str = ""  # comma-separated, for spark-submit --jars (e.g. hadoop-aws for an s3a:// store)
+    spark_conf: tuple[tuple[str, str], ...] = ()  # extra Spark settings
+    repair_dir: Path | None = None  # the repair DAGs' plans and journals (a local directory)
+    approvers: tuple[str, ...] = ()  # Airflow user names allowed to approve a repair (empty: any user)
+    notifiers: str = ""  # JSON list of {"class": ..., "kwargs": {...}} (see notifier_specs)
+    report_base_url: str = ""  # where people open the reports (the alert links there)
+    # where the store's settings (S3 endpoint, credentials) are read; None: this process's environment
+    environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings in ``environ`` (default: this process's environment); unset or empty means the default."""
+        env = os.environ if environ is None else environ
+
+        def flag(name: str, default: bool) -> bool:
+            value = env.get(name)
+            return default if value is None else value.strip().lower() in ("1", "true", "yes", "on")
+
+        try:
+            extra = json.loads(env.get("FLEET_DOCTOR_SPARK_CONF") or "{}")
+            if not isinstance(extra, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            raise SettingsError(f"FLEET_DOCTOR_SPARK_CONF: expected a JSON object of Spark settings ({e})") from e
+        secret = [k for k in extra if any(w in k.lower() for w in SECRET_SETTING_WORDS)]
+        if secret:  # the settings end up in the serialized DAG, the task log and spark-submit's command line
+            raise SettingsError(
+                f"FLEET_DOCTOR_SPARK_CONF: no credentials here ({', '.join(secret)}): use the AWS_* variables"
+            )
+        data = env.get("FLEET_DOCTOR_DATA") or str(REPO / ".fleet-doctor")
+        approvers = (env.get("FLEET_DOCTOR_APPROVERS") or "").split(",")
+        return cls(
+            inventory=Path(env.get("FLEET_DOCTOR_INVENTORY") or DEFAULT_INVENTORY),
+            data_root=data if "://" in data else Path(data),
+            schedule=env.get("FLEET_DOCTOR_AUDIT_SCHEDULE") or cls.schedule,
+            pool=env.get("FLEET_DOCTOR_AUDIT_POOL") or cls.pool,
+            pool_slots=int(env.get("FLEET_DOCTOR_AUDIT_POOL_SLOTS") or cls.pool_slots),
+            deep=flag("FLEET_DOCTOR_DEEP", cls.deep),
+            verify_crc=flag("FLEET_DOCTOR_VERIFY_CRC", cls.verify_crc),
+            stage_retries=int(env.get("FLEET_DOCTOR_STAGE_RETRIES") or cls.stage_retries),
+            stage_retry_delay_s=float(env.get("FLEET_DOCTOR_STAGE_RETRY_DELAY") or cls.stage_retry_delay_s),
+            spark_jars=env.get("FLEET_DOCTOR_SPARK_JARS") or cls.spark_jars,
+            spark_conf=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
+            repair_dir=Path(env["FLEET_DOCTOR_REPAIR_DIR"]) if env.get("FLEET_DOCTOR_REPAIR_DIR") else None,
+            approvers=tuple(u.strip() for u in approvers if u.strip()),
+            notifiers=env.get("FLEET_DOCTOR_NOTIFIERS") or "",
+            report_base_url=env.get("FLEET_DOCTOR_REPORT_BASE_URL") or "",
+            environ=environ,
+        )
+
+    @cached_property
+    def store(self) -> Store:
+        return Store(self.data_root, self.environ)
+
+    @staticmethod
+    def run_key(run_id: str) -> str:
+        """The store key of one audit run's staging area."""
+        return f"staging/{safe_run_id(run_id)}"
+
+    @property
+    def findings_url(self) -> str:
+        return self.store.url("findings")
+
+    def detect_conf(self, base: Mapping[str, str]) -> dict[str, str]:
+        """Spark settings of the detection app: ``base``, the store's (S3A endpoint), then the configured extras."""
+        return {**base, **self.store.spark_conf(), **dict(self.spark_conf)}
+
+    def aws_environ(self) -> dict[str, str]:
+        """The ``AWS_*`` variables of the environment these settings were read from (an s3a:// store's credentials,
+        for spark-submit's environment: never on its command line)."""
+        return {k: v for k, v in (self.environ or os.environ).items() if k.startswith("AWS_")}
+
+    @property
+    def repairs(self) -> Path:
+        """The repair DAGs' plans, journals and backups: a local directory the plan, execute and restore tasks
+        all see (FLEET_DOCTOR_REPAIR_DIR; default ``<data root>/repairs`` for a local data root)."""
+        if self.repair_dir is not None:
+            return self.repair_dir
+        if not self.store.is_local:
+            raise SettingsError(
+                f"the data root {self.store.root} is remote: set FLEET_DOCTOR_REPAIR_DIR to a directory that every "
+                "task of the repair DAGs sees (a shared volume, or one worker's disk with the DAGs on one queue)"
+            )
+        return Path(self.data_root) / "repairs"
+
+    def notifier_specs(self) -> list[tuple[str, dict[str, Any]]]:
+        """FLEET_DOCTOR_NOTIFIERS as (dotted class path, kwargs) pairs, parsed when an alert is sent (a broken value
+        fails the alert task, not the DAG's parsing)."""
+        if not self.notifiers:
+            return []
+        try:
+            specs = json.loads(self.notifiers)
+        except ValueError as e:
+            raise SettingsError(f"FLEET_DOCTOR_NOTIFIERS: not JSON ({e})") from e
+        if not isinstance(specs, list) or not all(isinstance(s, dict) and "class" in s for s in specs):
+            raise SettingsError('FLEET_DOCTOR_NOTIFIERS must be a JSON list of {"class": ..., "kwargs": {...}}')
+        return [(s["class"], dict(s.get("kwargs") or {})) for s in specs]

@@ -1,0 +1,113 @@
+"""Submitting the detection app (spark_apps/detect.py) to Spark: the command, its environment, the library it ships.
+
+Two named profiles of Spark settings, picked by the master: ``local`` (``local``, ``local[N]``: the CLI's ``scan``,
+the demo, the tests; the driver on 127.0.0.1, tuned for a second-long run) and ``cluster`` (``spark://``, ``yarn``,
+``k8s://``: nothing pinned to one host). The audit DAG's master comes from its ``spark_default`` connection, so a
+cluster submit needs no override. The library (``fleet_doctor``) goes to the driver and the executors as a
+``--py-files`` archive built from this package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from fleet_doctor.store import atomic_file
+
+PACKAGE = Path(__file__).resolve().parent
+DETECT_APP = PACKAGE.parents[1] / "spark_apps" / "detect.py"
+
+PROFILES: dict[str, dict[str, str]] = {
+    "local": {
+        # one small machine: few shuffle partitions, no UI, loopback only
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.log.level": "WARN",
+        # a short-lived driver JVM: the C1 compiler alone warms up much faster than tiered C2
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        # no per-call Python call-site capture (several JVM round trips per DataFrame/Column call)
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
+    },
+    "cluster": {
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
+        "spark.log.level": "WARN",
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
+    },
+}
+LOCAL_SPARK_CONF = PROFILES["local"]
+
+
+class SparkError(RuntimeError):
+    """Spark cannot be run from this interpreter (the message says what is missing)."""
+
+
+def profile_for(master: str) -> str:
+    """The profile of a Spark master URL: ``local`` for ``local``/``local[N]``/``local[*]``, else ``cluster``."""
+    return "local" if master == "local" or master.startswith("local[") else "cluster"
+
+
+def conf_for(master: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The master's profile, with ``extra`` (the store's and the configured settings) on top."""
+    return {**PROFILES[profile_for(master)], **(extra or {})}
+
+
+def spark_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for spark-submit from this interpreter's pyspark (the pip package ships Spark)."""
+    spec = importlib.util.find_spec("pyspark")  # found, not imported: cheap enough for DAG parsing
+    if spec is None or not spec.submodule_search_locations:
+        raise SparkError("pyspark is not installed in this interpreter's environment")
+    env = dict(os.environ if base is None else base)
+    env["SPARK_HOME"] = next(iter(spec.submodule_search_locations))
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+def library_archive(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``fleet_doctor`` as a zip for ``--py-files``, named by its content (built once per version of the library,
+    atomically; concurrent builders write the same bytes). Default cache: ``$TMPDIR/fleet-doctor-spark``."""
+    sources = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for p in sources:
+        digest.update(str(p.relative_to(PACKAGE)).encode() + b"\0" + p.read_bytes() + b"\0")
+    directory = Path(cache_dir or Path(tempfile.gettempdir()) / "fleet-doctor-spark")
+    archive = directory / f"fleet_doctor-{digest.hexdigest()[:16]}.zip"
+    if archive.is_file():
+        return archive
+    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_file(archive) as out, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sources:
+            info = zipfile.ZipInfo(f"fleet_doctor/{p.relative_to(PACKAGE)}", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, p.read_bytes())
+    return archive
+
+
+def submit_command(
+    app: Path, master: str, conf: Mapping[str, str], app_args: list[str], jars: str = "", py_files: str = ""
+) -> list[str]:
+    """The spark-submit command line of ``app`` (the library archive is built and shipped unless ``py_files``
+    names it)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise SparkError("pyspark is not installed in this interpreter's environment")
+    home = next(iter(spec.submodule_search_locations))
+    cmd = [os.path.join(home, "bin", "spark-submit"), "--master", master]
+    if jars:
+        cmd += ["--jars", jars]
+    cmd += ["--py-files", py_files or str(library_archive())]
+    for k, v in conf.items():
+        cmd += ["--conf", f"{k}={v}"]
+    return [*cmd, str(app), *app_args]

@@ -1,0 +1,100 @@
+"""What the repair reads from and writes to Kafka's ZooKeeper metadata while it acts (znodes: kafka-reference.md §5).
+
+``Cluster`` wraps a started kazoo client (``fleet_doctor.zookeeper.session``) whose hosts string carries Kafka's
+chroot: the health gates between restarts (registered brokers, controller, partition state, min ISR) and the one
+write a repair makes to Kafka's znodes, a topic's lost ``topic_id`` put back with a version-checked ``set``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def topic_path(topic: str) -> str:
+    return f"/brokers/topics/{topic}"
+
+
+class Cluster:
+    """What the health gates read from ZooKeeper (kazoo client, chroot in its hosts string)."""
+
+    def __init__(self, zk: Any) -> None:
+        self.zk = zk
+
+    def registered(self) -> set[int]:
+        return {int(i) for i in self.zk.get_children("/brokers/ids")}
+
+    def controller(self) -> int | None:
+        try:
+            return json.loads(self.zk.get("/controller")[0])["brokerid"]
+        except Exception:  # no controller elected right now
+            return None
+
+    def registrations(self) -> dict[int, dict[str, Any]]:
+        """``/brokers/ids/<id>`` of every registered broker: its JSON (``{}`` when unreadable)."""
+        out: dict[int, dict[str, Any]] = {}
+        for child in self.zk.get_children("/brokers/ids"):
+            try:
+                out[int(child)] = json.loads(self.zk.get(f"/brokers/ids/{child}")[0])
+            except ValueError:
+                out[int(child)] = {}
+        return out
+
+    def topic_id(self, topic: str) -> str | None:
+        return self.topic_znode(topic)[0].get("topic_id")
+
+    def topic_znode(self, topic: str) -> tuple[dict[str, Any], int]:
+        """``/brokers/topics/<topic>`` and its znode version (for a version-checked write)."""
+        raw, stat = self.zk.get(topic_path(topic))
+        return json.loads(raw), stat.version
+
+    def write_topic_znode(self, topic: str, znode: dict[str, Any], version: int) -> None:
+        """Replace ``/brokers/topics/<topic>`` if it is still at ``version`` (kazoo's BadVersionError otherwise):
+        a concurrent change (a controller minting a topic ID, an admin tool) is never overwritten."""
+        self.zk.set(topic_path(topic), json.dumps(znode, separators=(",", ":")).encode(), version=version)
+
+    def partitions(self) -> list[dict[str, Any]]:
+        out = []
+        for topic in self.zk.get_children("/brokers/topics"):
+            znode = json.loads(self.zk.get(f"/brokers/topics/{topic}")[0])
+            min_isr = 1
+            if self.zk.exists(f"/config/topics/{topic}"):
+                cfg = json.loads(self.zk.get(f"/config/topics/{topic}")[0]).get("config", {})
+                min_isr = int(cfg.get("min.insync.replicas", 1))
+            for p, replicas in znode["partitions"].items():
+                st = json.loads(self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+                out.append({"topic": topic, "partition": int(p), "replicas": replicas, "isr": st["isr"],
+                            "leader": st["leader"], "min_isr": min_isr})  # fmt: skip
+        return out
+
+    def problems(
+        self,
+        expected: set[int],
+        tolerate: frozenset[int] = frozenset(),
+        pending: frozenset[tuple[str, int, int]] = frozenset(),
+    ) -> list[str]:
+        """Unregistered brokers, under-replicated and offline partitions. Not counted: a replica missing from ISR
+        when its broker is in ``tolerate`` (the broker about to be repaired: its restart is what brings it back;
+        it may be down already, as in seed-000 where the broker refusing to start is the one to repair), or when
+        it is in ``pending`` as (topic, partition, broker): a replica this plan repairs later (seed-004: every
+        broker whose ``partition.metadata`` is wrong is out of ISR for that partition until its turn)."""
+        live = self.registered()
+        out = [f"broker {b} not registered" for b in sorted(expected - live - tolerate)]
+        for p in self.partitions():
+            missing = {
+                r for r in set(p["replicas"]) - set(p["isr"])
+                if r not in tolerate and (p["topic"], p["partition"], r) not in pending
+            }  # fmt: skip
+            if p["leader"] not in live:
+                out.append(f"{p['topic']}-{p['partition']} offline")
+            elif missing:
+                out.append(f"{p['topic']}-{p['partition']} under-replicated (ISR {p['isr']})")
+        return out
+
+    def below_min_isr_if_stopped(self, broker_id: int) -> list[str]:
+        """Strimzi's rule: stopping the broker must not take any partition below min.insync.replicas."""
+        return [
+            f"{p['topic']}-{p['partition']} (ISR {p['isr']}, min.insync.replicas {p['min_isr']})"
+            for p in self.partitions()
+            if broker_id in p["isr"] and len(p["isr"]) - 1 < p["min_isr"]
+        ]
