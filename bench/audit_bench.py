@@ -45,8 +45,17 @@ from harness.airflow_live import LiveAirflow  # noqa: E402
 AUDIT = "kafka_fleet_audit"
 TARGET = 1.5
 BEGIN, END = "<!-- audit-bench:begin -->", "<!-- audit-bench:end -->"
-PHASES = ("discover", "brokers_to_stage", "stage", "snapshot_zookeeper", "broker_facts", "detect_args", "detect",
-          "publish", "alert")  # fmt: skip
+PHASES = (
+    "discover",
+    "brokers_to_stage",
+    "stage",
+    "snapshot_zookeeper",
+    "broker_facts",
+    "detect_args",
+    "detect",
+    "publish",
+    "alert",
+)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -188,24 +197,28 @@ def main() -> int:
                     b0, b1 = window(btis, "stage")
                     stage_cpu, stage_parts = cpu.between(wall_to_mono(s0), wall_to_mono(s1))
                     base_cpu, base_parts = cpu.between(wall_to_mono(b0), wall_to_mono(b1))
-                    rounds.append({
-                        "stage_phase": s1 - s0,
-                        "stage_cpu": stage_cpu,
-                        "stage_parts": stage_parts,
-                        "baseline": b1 - b0,
-                        "baseline_cpu": base_cpu,
-                        "baseline_parts": base_parts,
-                        "biggest": biggest,
-                        "stage_tasks": sum(1 for t in tis if t["task_id"] == "stage"),
-                        "audit_wall": r1 - r0,
-                        "phases": phases,
-                    })  # fmt: skip
+                    rounds.append(
+                        {
+                            "stage_phase": s1 - s0,
+                            "stage_cpu": stage_cpu,
+                            "stage_parts": stage_parts,
+                            "baseline": b1 - b0,
+                            "baseline_cpu": base_cpu,
+                            "baseline_parts": base_parts,
+                            "biggest": biggest,
+                            "stage_tasks": sum(1 for t in tis if t["task_id"] == "stage"),
+                            "audit_wall": r1 - r0,
+                            "phases": phases,
+                        }
+                    )
                     print(f"round {i + 1}: {rounds[-1]}", flush=True)
         finally:
             fleet.down(lab_dir)
     cpu.stop.set()
-    med = {k: statistics.median(r[k] for r in rounds) for k in ("stage_phase", "stage_cpu", "baseline",
-                                                                 "baseline_cpu", "audit_wall")}  # fmt: skip
+    med = {
+        k: statistics.median(r[k] for r in rounds)
+        for k in ("stage_phase", "stage_cpu", "baseline", "baseline_cpu", "audit_wall")
+    }
     ratio = med["stage_phase"] / med["baseline"]
     ncpu = os.cpu_count() or 1
     verdict = "ok" if ratio <= TARGET else "OVER"

@@ -161,10 +161,19 @@ def bench_size(n: int, args: argparse.Namespace, tmp: str) -> dict:
                 out_dir = os.path.join(staged, f"findings-{rep}")
                 summary = os.path.join(staged, f"summary-{rep}.json")
                 app_args = [
-                    "--probe-dir", probe_dir, "--brokers", os.path.join(staged, "brokers.jsonl"),
-                    "--zk-snapshot", os.path.join(staged, "zk.jsonl"), "--output", out_dir,
-                    "--audit-run", "bench", "--summary", summary,
-                ]  # fmt: skip
+                    "--probe-dir",
+                    probe_dir,
+                    "--brokers",
+                    os.path.join(staged, "brokers.jsonl"),
+                    "--zk-snapshot",
+                    os.path.join(staged, "zk.jsonl"),
+                    "--output",
+                    out_dir,
+                    "--audit-run",
+                    "bench",
+                    "--summary",
+                    summary,
+                ]
                 cmd = spark_submit_cmd(DETECT_APP, MASTER, conf, app_args)
             else:
                 cmd = spark_submit_cmd(BASELINE_APP, MASTER, conf, ["--mode", name, "--probe-dir", probe_dir])
@@ -252,8 +261,12 @@ def render(results: list[dict], args: argparse.Namespace, conf: dict[str, str]) 
         )
         if per_m > LINEAR_SLACK:
             problems.append(f"scaling: time per segment grew {per_m:.2f}x")
-    loads = [f"{r['load_before']} -> {r['load_after']}" for res in results for k in ("text", "parse", "detect")
-             for r in res["runs"][k]]  # fmt: skip
+    loads = [
+        f"{r['load_before']} -> {r['load_after']}"
+        for res in results
+        for k in ("text", "parse", "detect")
+        for r in res["runs"][k]
+    ]
     conf_txt = " ".join(f"{k}={v}" for k, v in conf.items() if k != "spark.local.dir")
     lines += [
         "",

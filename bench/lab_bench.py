@@ -82,10 +82,12 @@ def main() -> int:
     print(block)
     if not args.no_readme:
         write_block(
-            BEGIN, END, block,
+            BEGIN,
+            END,
+            block,
             "# Fleet lab start-up\n\n`bin/fleet-lab up` must be ready in under 15 s for 3 brokers (issue 4). "
             "Reproduce: `.venv/bin/python bench/lab_bench.py` (about a minute).\n\n",
-        )  # fmt: skip
+        )
     return 0 if verdict == "ok" else 1
 
 

@@ -140,8 +140,11 @@ def test_unreachable_broker_is_reported_not_audited(fleet: dict[str, Any]) -> No
     victim = state.broker(2)
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "airflow"), "dags", "test", "kafka_fleet_audit"],
-        env=fleet["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        env=fleet["env"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         time.sleep(2)  # the run has started: now broker 2's sshd goes away
         os.killpg(victim.sshd_pid, signal.SIGTERM)

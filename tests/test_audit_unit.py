@@ -13,8 +13,17 @@ from fleet_doctor.settings import Settings, safe_run_id
 
 
 def _finding(rule: str, broker: int | None, path: str, severity: str = "critical") -> dict[str, Any]:
-    return {"rule": rule, "severity": severity, "broker_id": broker, "log_dir": "/d", "topic": "t", "partition": 0,
-            "segment": None, "path": path, "message": f"{rule} at {path}"}  # fmt: skip
+    return {
+        "rule": rule,
+        "severity": severity,
+        "broker_id": broker,
+        "log_dir": "/d",
+        "topic": "t",
+        "partition": 0,
+        "segment": None,
+        "path": path,
+        "message": f"{rule} at {path}",
+    }
 
 
 def _run(settings: Settings, run: str, findings: list[dict[str, Any]], not_audited: list[int]) -> dict:
@@ -51,9 +60,15 @@ def test_history_marks_new_persisting_resolved_and_unverified(tmp_path: Path) ->
 
 
 def test_alert_only_when_critical_or_unaudited(tmp_path: Path) -> None:
-    summary = {"cluster": "c1", "audit_run": "r", "by_severity": {"critical": 0, "warning": 3, "info": 0},
-               "by_status": {"new": 1, "resolved": 0}, "by_rule": {"stray-dir": 3}, "not_audited": [],
-               "report": "/reports/r.html"}  # fmt: skip
+    summary = {
+        "cluster": "c1",
+        "audit_run": "r",
+        "by_severity": {"critical": 0, "warning": 3, "info": 0},
+        "by_status": {"new": 1, "resolved": 0},
+        "by_rule": {"stray-dir": 3},
+        "not_audited": [],
+        "report": "/reports/r.html",
+    }
     assert alerts.alert_message(summary) is None
     msg = alerts.alert_message({**summary, "not_audited": [2]}, "https://fd.example/r.html")
     assert msg and "NOT AUDITED" in msg and "brokers 2" in msg and "https://fd.example/r.html" in msg
@@ -94,8 +109,12 @@ def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
         client = KazooClient(hosts=zk.connect)
         client.start(timeout=15)
         for bid in (1, 2, 4):  # 3 is down, 4 is not in the inventory
-            client.create(f"/kafka/brokers/ids/{bid}", json.dumps({"host": "h", "port": 9092}).encode(),
-                          makepath=True, ephemeral=True)  # fmt: skip
+            client.create(
+                f"/kafka/brokers/ids/{bid}",
+                json.dumps({"host": "h", "port": 9092}).encode(),
+                makepath=True,
+                ephemeral=True,
+            )
         entries = [
             BrokerEntry(i, "127.0.0.1", 22, "kafka", "/k", "ssh-ed25519 AAAA", ["/d"], "3.7.0", {}) for i in (1, 2, 3)
         ]
@@ -138,14 +157,21 @@ def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_p
         assert "run_2" in str(e) and "[2, 3]" in str(e)
     tasks.whole_fleet_run(s, "run_1")
     assert "--partial-scope" in steps.detect_args(s, "run:2", {**facts, "probe_dir": "/p", "brokers": "/b"})
-    assert "--partial-scope" not in steps.detect_args(s, "run:1", {**facts, "out_of_scope": [], "probe_dir": "/p",
-                                                                    "brokers": "/b"})  # fmt: skip
+    assert "--partial-scope" not in steps.detect_args(
+        s, "run:1", {**facts, "out_of_scope": [], "probe_dir": "/p", "brokers": "/b"}
+    )
 
 
 def test_settings_read_the_given_environment_and_default_to_the_dataclass() -> None:
     """airflow_env.prepare creates the pool from the environment it is handed (not this process's)."""
-    s = Settings.from_env({"FLEET_DOCTOR_AUDIT_POOL": "probes", "FLEET_DOCTOR_AUDIT_POOL_SLOTS": "8",
-                                 "FLEET_DOCTOR_DEEP": "false", "FLEET_DOCTOR_STAGE_RETRIES": ""})  # fmt: skip
+    s = Settings.from_env(
+        {
+            "FLEET_DOCTOR_AUDIT_POOL": "probes",
+            "FLEET_DOCTOR_AUDIT_POOL_SLOTS": "8",
+            "FLEET_DOCTOR_DEEP": "false",
+            "FLEET_DOCTOR_STAGE_RETRIES": "",
+        }
+    )
     assert (s.pool, s.pool_slots, s.deep, s.stage_retries) == ("probes", 8, False, 2)
     d = Settings.from_env({})
     assert (d.pool, d.pool_slots, d.schedule, d.deep, d.verify_crc) == (

@@ -181,8 +181,15 @@ def test_lock_blocks_other_plans_and_a_live_second_worker_but_not_a_resume(seed0
 def test_restart_preview_distrusts_a_marker_next_to_untrimmed_indexes() -> None:
     """seed-000: a clean stop trims every index, so a stopped broker with the marker and a preallocated index was
     killed while loading; its preview says so. A running broker's preallocated active indexes are normal."""
-    seg = {"kind": "segment", "path": "/d/t-0", "base_offset": 0, "log_bytes": 100, "has_log": True,
-           "has_index": True, "index_zero_tail_entries": 1310000}  # fmt: skip
+    seg = {
+        "kind": "segment",
+        "path": "/d/t-0",
+        "base_offset": 0,
+        "log_bytes": 100,
+        "has_log": True,
+        "has_index": True,
+        "index_zero_tail_entries": 1310000,
+    }
     part = {"kind": "partition", "path": "/d/t-0", "recovery_point": 0}
     stopped = [{"kind": "logdir", "clean_shutdown": True, "lock_held_by_pid": None}, part, seg]
     running = [{"kind": "logdir", "clean_shutdown": False, "lock_held_by_pid": 42}, part, seg]

@@ -20,18 +20,31 @@ def test_repair_dag_is_manual_and_approval_gated(tmp_path: Path) -> None:
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     assert down == {
         "plan": {"brokers_to_repair", "execute", "zookeeper_to_repair", "restore_topic_ids"},
-        "brokers_to_repair": {"approve"}, "approve": {"execute"}, "execute": set(),
-        "zookeeper_to_repair": {"approve_zookeeper"}, "approve_zookeeper": {"restore_topic_ids"},
+        "brokers_to_repair": {"approve"},
+        "approve": {"execute"},
+        "execute": set(),
+        "zookeeper_to_repair": {"approve_zookeeper"},
+        "approve_zookeeper": {"restore_topic_ids"},
         "restore_topic_ids": set(),
-    }  # fmt: skip
+    }
     assert type(dag.get_task("approve_zookeeper")).__name__ == "ApprovalOperator"  # its own approval
     approve = dag.get_task("approve")
     assert type(approve).__name__ == "ApprovalOperator"
     assert approve.response_timeout.total_seconds() == 24 * 3600
     assert "plan" in approve.subject and "markdown" in approve.body
     params = dag.params
-    for name in ("audit_run", "rules", "brokers", "topics", "hold_out", "include_internal", "dry_run",
-                 "pause_between_brokers_s", "healthy_polls", "isr_timeout_s"):  # fmt: skip
+    for name in (
+        "audit_run",
+        "rules",
+        "brokers",
+        "topics",
+        "hold_out",
+        "include_internal",
+        "dry_run",
+        "pause_between_brokers_s",
+        "healthy_polls",
+        "isr_timeout_s",
+    ):
         assert name in params
     assert params["include_internal"] is False and params["dry_run"] is False
     assert params["healthy_polls"] >= 3 and params["isr_timeout_s"] >= 60  # minutes, not seconds

@@ -162,8 +162,17 @@ def test_a_remote_store_needs_a_repair_dir() -> None:
 
 
 def _finding(rule: str, broker: int | None, path: str) -> dict[str, Any]:
-    return {"rule": rule, "severity": "critical", "broker_id": broker, "log_dir": "/d", "topic": "t", "partition": 0,
-            "segment": None, "path": path, "message": f"{rule} at {path}"}  # fmt: skip
+    return {
+        "rule": rule,
+        "severity": "critical",
+        "broker_id": broker,
+        "log_dir": "/d",
+        "topic": "t",
+        "partition": 0,
+        "segment": None,
+        "path": path,
+        "message": f"{rule} at {path}",
+    }
 
 
 def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, str]]) -> None:

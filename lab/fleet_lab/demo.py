@@ -39,23 +39,25 @@ DEMO_INCIDENTS: list[tuple[str, dict[str, Any]]] = [
 def airflow_environ(home: Path, lab_dir: Path, data: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(base if base is not None else os.environ)
     venv_bin = str(Path(sys.executable).parent)
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
-            {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}
-        ),
-        "FLEET_DOCTOR_INVENTORY": str(lab_dir / "inventory.json"),
-        "FLEET_DOCTOR_DATA": str(data),
-        "PYTHONPATH": str(REPO / "plugins") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
-        "PATH": venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
-    })  # fmt: skip
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+                {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}
+            ),
+            "FLEET_DOCTOR_INVENTORY": str(lab_dir / "inventory.json"),
+            "FLEET_DOCTOR_DATA": str(data),
+            "PYTHONPATH": str(REPO / "plugins") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),
+            "PATH": venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
+        }
+    )
     conns = lab_dir / "airflow-connections.json"
     if conns.is_file():
         for cid, c in json.loads(conns.read_text()).items():

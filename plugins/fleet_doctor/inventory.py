@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.store import write_atomic
+
 INVENTORY_VERSION = 1
 SERVICE_COMMANDS = ("stop", "start", "status")
 _HOST_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
@@ -59,9 +61,7 @@ class Inventory:
         return json.dumps(asdict(self), indent=2) + "\n"
 
     def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json(), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, self.to_json().encode("utf-8"))
 
     def ssh_connection_id(self, broker_id: int) -> str:
         return f"kafka_ssh_{self.cluster}_{broker_id}"

@@ -521,6 +521,24 @@ def spark_schema(kind: str, *, staged: bool = False) -> Any:
     return T.StructType(fields)
 
 
+def _block(kind: str) -> tuple[str, str]:
+    return f"<!-- records:{kind}:begin -->", f"<!-- records:{kind}:end -->"
+
+
+def render_doc(text: str) -> str:
+    """``text`` (docs/probe-schema.md) with every ``records:<kind>`` block replaced by ``markdown(kind)``."""
+    for kind in KINDS:
+        begin, end = _block(kind)
+        head, found, rest = text.partition(begin + "\n")
+        if not found:
+            raise ValueError(f"no {begin} block")
+        _, found, tail = rest.partition(end)
+        if not found:
+            raise ValueError(f"no {end} after {begin}")
+        text = f"{head}{begin}\n{markdown(kind)}{end}{tail}"
+    return text
+
+
 def markdown(kind: str) -> str:
     """The field table of ``kind`` for docs/probe-schema.md."""
     k = KINDS[kind]
@@ -531,9 +549,19 @@ def markdown(kind: str) -> str:
     ]
     rows = []
     for f in k.fields:
-        meaning = ("deep only: " if f.deep else "") + f.doc
+        meaning = (("deep only: " if f.deep else "") + f.doc).replace("|", "\\|")
         row = f"| `{f.name}` | {TYPES[f.type]} | {meaning} |"
         if file_kind:
             row += " " + (", ".join(f"`{t}`" for t in f.file_types) or "all") + " |"
         rows.append(row)
     return "\n".join([k.doc, "", *head, *rows]) + "\n"
+
+
+if __name__ == "__main__":  # python -m fleet_doctor.records docs/probe-schema.md: rewrite its field tables
+    import sys
+
+    path = sys.argv[1]
+    with open(path, encoding="utf-8") as f:
+        current = f.read()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_doc(current))

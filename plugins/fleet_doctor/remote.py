@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.store import atomic_file
+
 LOG = logging.getLogger(__name__)
 STDERR_KEPT = 2000  # characters of a command's stderr kept in the log entry and in errors
 
@@ -33,19 +35,19 @@ class Completed:
 
 
 class Remote:
-    """One broker's SSH connection. ``who`` names it in logs and errors (e.g. ``"broker 2"``)."""
+    """One broker's SSH connection; logs and errors name the broker."""
 
-    def __init__(self, client: Any, who: str, log: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, client: Any, broker_id: int, log: list[dict[str, Any]] | None = None) -> None:
         self.client = client
-        self.who = who
+        self.broker_id = broker_id
+        self.who = f"broker {broker_id}"
         self.log = log
 
     def _logged(self, command: str, status: int, stderr: str) -> None:
         LOG.info("%s: %s -> exit %s", self.who, command, status)
         if self.log is not None:
-            self.log.append(
-                {"ts": time.time(), "who": self.who, "command": command, "exit_status": status, "stderr": stderr[-500:]}
-            )
+            entry = {"ts": time.time(), "broker_id": self.broker_id, "command": command, "exit_status": status}
+            self.log.append({**entry, "stderr": stderr[-500:]})
 
     def run(self, command: str, timeout: float = 600.0, check: bool = True) -> Completed:
         """Run ``command``; RemoteError when it exits non-zero and ``check`` is set."""
@@ -103,9 +105,8 @@ class Remote:
         """Copy a file from the broker (SFTP) to ``local``, which appears only when complete."""
         sftp = self.client.open_sftp()
         try:
-            tmp = local.with_name(f".{local.name}.part")
-            sftp.get(remote_path, str(tmp))
-            tmp.replace(local)
+            with atomic_file(local) as out:
+                sftp.getfo(remote_path, out)
         finally:
             sftp.close()
         self._logged(f"sftp get {remote_path}", 0, "")

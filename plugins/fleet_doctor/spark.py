@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from fleet_doctor.store import atomic_file
+from fleet_doctor.store import atomic_file, write_atomic
 
 PACKAGE = Path(__file__).resolve().parent
 DETECT_APP = PACKAGE.parents[1] / "spark_apps" / "detect.py"
@@ -111,3 +115,37 @@ def submit_command(
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     return [*cmd, str(app), *app_args]
+
+
+@dataclass(frozen=True)
+class Detection:
+    findings: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+def detect_locally(
+    work: Path,
+    brokers: Iterable[Mapping[str, Any]],
+    zk_records: Iterable[Mapping[str, Any]] | None,
+    *,
+    master: str = "local[*]",
+    audit_run: str = "scan",
+) -> Detection:
+    """The detection app on probe output staged in ``work/probe/broker_id=<N>/`` (fleet_doctor.audit.staging), in
+    this machine's Spark: for ``fleet-doctor scan`` and the repair's post-verify of one broker. ``brokers``: the
+    broker facts (``broker_id``, ``kafka_version``, ``running``); ``zk_records``: a ZooKeeper snapshot's records, or
+    None for none. SparkError when the app fails (the message holds the end of its stderr)."""
+    write_atomic(work / "brokers.jsonl", "".join(json.dumps(dict(b)) + "\n" for b in brokers).encode())
+    args = ["--probe-dir", str(work / "probe"), "--brokers", str(work / "brokers.jsonl")]
+    args += ["--output", str(work / "findings"), "--audit-run", audit_run]
+    args += ["--summary", str(work / "summary.json"), "--findings-json", str(work / "findings.jsonl")]
+    if zk_records is not None:
+        write_atomic(work / "zk.jsonl", "".join(json.dumps(dict(r)) + "\n" for r in zk_records).encode())
+        args += ["--zk-snapshot", str(work / "zk.jsonl")]
+    cmd = submit_command(DETECT_APP, master, conf_for(master), args)
+    proc = subprocess.run(cmd, env=spark_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-25:])
+        raise SparkError(f"detection app failed (exit {proc.returncode}):\n{tail}")
+    findings = [json.loads(line) for line in (work / "findings.jsonl").read_text().splitlines() if line.strip()]
+    return Detection(findings, json.loads((work / "summary.json").read_text()))

@@ -69,17 +69,19 @@ class LiveAirflow:
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.env = dict(env)
-        self.env.update({
-            "AIRFLOW__API__HOST": "127.0.0.1",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__BASE_URL": self.base,  # tasks reach the execution API through it
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": self.env.get(
-                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60"
-            ),
-        })  # fmt: skip
+        self.env.update(
+            {
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": self.base,  # tasks reach the execution API through it
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": self.env.get(
+                    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60"
+                ),
+            }
+        )
         self.home = Path(self.env["AIRFLOW_HOME"])
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._token: str | None = None
@@ -97,9 +99,13 @@ class LiveAirflow:
         log = open(self.home / f"{name}.out", "ab")  # the child has its own copy of the fd
         try:
             self.procs[name] = subprocess.Popen(
-                args, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                args,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         finally:
             log.close()
 
@@ -256,9 +262,10 @@ class LiveAirflow:
         request = None
         while time.monotonic() < deadline and request is None:
             mine = [
-                h for h in self.pending_approvals()
+                h
+                for h in self.pending_approvals()
                 if h["task_instance"]["dag_run_id"] == run_id and h["task_instance"]["task_id"] == task_id
-            ]  # fmt: skip
+            ]
             request = mine[0] if mine else None
             time.sleep(1)
         if request is None:
@@ -283,6 +290,11 @@ class LiveAirflow:
 
     def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
         """Rerun one task of a finished run (the UI's Clear): the run goes back to running."""
-        body = {"dag_run_id": run_id, "task_ids": [task_id], "dry_run": False, "only_failed": False,
-                "reset_dag_runs": True}  # fmt: skip
+        body = {
+            "dag_run_id": run_id,
+            "task_ids": [task_id],
+            "dry_run": False,
+            "only_failed": False,
+            "reset_dag_runs": True,
+        }
         self.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", body)

@@ -28,8 +28,9 @@ REPAIRABLE = ("partition.metadata", "leader-epoch-checkpoint")
 
 
 @contextmanager
-def live_fleet(root: Path, version: str, scenario: str, prepare: Callable[[fleet.LabState], None] | None = None
-               ) -> Iterator[dict[str, Any]]:  # fmt: skip
+def live_fleet(
+    root: Path, version: str, scenario: str, prepare: Callable[[fleet.LabState], None] | None = None
+) -> Iterator[dict[str, Any]]:
     lab_dir, home, data = root / "lab", root / "airflow", root / "data"
     state = fleet.up(lab_dir, brokers=3, kafka_version=version)
     try:
@@ -135,8 +136,15 @@ def ssh_connect(inv: inventory.Inventory) -> Any:
         c = paramiko.SSHClient()
         c.get_host_keys().add(f"[{b.host}]:{b.ssh_port}", kind, paramiko.Ed25519Key(data=base64.b64decode(b64)))
         c.set_missing_host_key_policy(paramiko.RejectPolicy())
-        c.connect(b.host, port=b.ssh_port, username=b.ssh_user, key_filename=b.ssh_key_file,
-                  look_for_keys=False, allow_agent=False, timeout=10)  # fmt: skip
+        c.connect(
+            b.host,
+            port=b.ssh_port,
+            username=b.ssh_user,
+            key_filename=b.ssh_key_file,
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=10,
+        )
         return c
 
     return connect

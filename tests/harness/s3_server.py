@@ -48,9 +48,11 @@ class S3Server:
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = open(self.workdir / "moto.log", "wb")  # the server's log, open for the server's lifetime
         self.proc = subprocess.Popen(
-            [str(MOTO), "-H", "127.0.0.1", "-p", str(self.port)], stdout=log, stderr=subprocess.STDOUT,
+            [str(MOTO), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -65,9 +67,13 @@ class S3Server:
         from pyarrow import fs
 
         s3 = fs.S3FileSystem(
-            access_key="fleet", secret_key="doctor", endpoint_override=f"127.0.0.1:{self.port}", scheme="http",
-            region="us-east-1", allow_bucket_creation=True,
-        )  # fmt: skip
+            access_key="fleet",
+            secret_key="doctor",
+            endpoint_override=f"127.0.0.1:{self.port}",
+            scheme="http",
+            region="us-east-1",
+            allow_bucket_creation=True,
+        )
         s3.create_dir(self.bucket)
         return self
 

@@ -123,14 +123,6 @@ def run_probe(remote: Remote, command: str, sink: Callable[[bytes], None], timeo
     return end
 
 
-def probe_records(remote: Remote, log_dirs: Iterable[str], timeout: float = 600.0) -> list[dict[str, Any]]:
-    """A metadata-mode probe of a broker's log dirs, its records in memory (for checks on a few partitions,
-    e.g. a repair's post-verify; the audit streams to the staging store instead)."""
-    buf = bytearray()
-    run_probe(remote, probe_command(log_dirs, deep=False, verify_crc=False), buf.extend, timeout)
-    return [json.loads(line) for line in buf.splitlines() if line.strip()]
-
-
 def stage_broker(
     client: Any,
     broker: dict[str, Any],
@@ -146,7 +138,7 @@ def stage_broker(
     JSON Lines for the rest, committed all or nothing)."""
     bid = int(broker["broker_id"])
     key = probe_key(run_key, bid)
-    remote = Remote(client, f"broker {bid}")
+    remote = Remote(client, bid)
     command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
     nbytes = 0
     end: dict[str, Any] = {}

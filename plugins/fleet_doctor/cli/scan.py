@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,23 +77,8 @@ def scan(
         work = Path(keep) if keep else Path(tmpdir)
         work.mkdir(parents=True, exist_ok=True)
         brokers = stage_probe(paths, work, deep=deep, verify_crc=verify_crc, broker_id=broker_id)
-        with (work / "brokers.jsonl").open("w", encoding="utf-8") as f:
-            for bid in sorted(brokers):
-                f.write(json.dumps({"broker_id": bid, "kafka_version": kafka_version, "running": False}) + "\n")
-        args = [
-            "--probe-dir",
-            str(work / "probe"),
-            "--brokers",
-            str(work / "brokers.jsonl"),
-            "--output",
-            str(work / "findings"),
-            "--audit-run",
-            "scan",
-            "--summary",
-            str(work / "summary.json"),
-            "--findings-json",
-            str(work / "findings.jsonl"),
-        ]
+        facts = [{"broker_id": bid, "kafka_version": kafka_version, "running": False} for bid in sorted(brokers)]
+        records = None
         if zookeeper or zk_snapshot_file:
             try:
                 if zookeeper:
@@ -103,19 +87,8 @@ def scan(
                     records = zk_snapshot.read_snapshot_file(zk_snapshot_file)
             except (OSError, ValueError) as e:
                 raise ScanError(f"ZooKeeper snapshot: {e}") from e
-            with (work / "zk.jsonl").open("w", encoding="utf-8") as f:
-                for r in records:
-                    f.write(json.dumps(r) + "\n")
-            args += ["--zk-snapshot", str(work / "zk.jsonl")]
         try:
-            cmd = spark.submit_command(spark.DETECT_APP, master, spark.conf_for(master), args)
-            env = spark.spark_env()
+            found = spark.detect_locally(work, facts, records, master=master)
         except spark.SparkError as e:
             raise ScanError(str(e)) from e
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-25:])
-            raise ScanError(f"detection app failed (exit {proc.returncode}):\n{tail}")
-        findings = [json.loads(line) for line in (work / "findings.jsonl").read_text().splitlines()]
-        summary = json.loads((work / "summary.json").read_text())
-        return ScanResult(findings, summary, brokers)
+        return ScanResult(found.findings, found.summary, brokers)

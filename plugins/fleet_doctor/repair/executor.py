@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.audit.steps import probe_records
-from fleet_doctor.probe import PARTITION_METADATA
 from fleet_doctor.remote import Remote, RemoteError
 from fleet_doctor.repair.plan import QUARANTINE_DIR, BrokerPlan, Plan, controller_last
+from fleet_doctor.repair.verify import post_verify
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper.cluster import Cluster
 
@@ -199,7 +198,7 @@ class Executor:
             (State.VERIFIED, self.verify),
             (State.DONE, lambda b, r: "done"),
         ]
-        remote = Remote(self.connect(b.broker_id), f"broker {b.broker_id}", self.journal.data["commands"])
+        remote = Remote(self.connect(b.broker_id), b.broker_id, self.journal.data["commands"])
         try:
             for target, step in steps:
                 if ORDER.index(self.journal.completed(b.broker_id)) >= ORDER.index(target):
@@ -322,29 +321,16 @@ class Executor:
         raise RepairError(f"broker {b.broker_id} did not become healthy: {'; '.join(last[:10])}")
 
     def verify(self, b: BrokerPlan, remote: Remote) -> str:
-        """Post-verify: probe the broker again (metadata mode) and check every file the plan touched."""
+        """Post-verify (repair.verify): a fresh probe of the broker through detection; every touched file right."""
         if self.dry_run:
             return "dry run: nothing changed, nothing to verify"
-        records = probe_records(remote, self.inventory.broker(b.broker_id).log_dirs)
-        parts = {r["path"]: r for r in records if r.get("kind") == "partition"}
-        segs = {(r["path"], r["base_offset"]): r for r in records if r.get("kind") == "segment"}
-        problems = []
-        for a in b.actions:
-            pdir, name = a.path.rsplit("/", 1)
-            if name == PARTITION_METADATA and a.topic:
-                want, got = self.cluster.topic_id(a.topic), parts.get(pdir, {}).get("topic_id")
-                if got != want:
-                    problems.append(f"{a.path} holds topic ID {got}, ZooKeeper has {want}")
-            elif a.action == "quarantine":
-                base, ext = name.split(".", 1)
-                seg = segs.get((pdir, int(base)))
-                if seg is not None and (
-                    not seg.get(f"has_{ext}") or seg.get(f"{ext}_remainder") or seg.get(f"{ext}_monotonic") is False
-                ):
-                    problems.append(f"{a.path} was not rebuilt sane: {ext} present {seg.get(f'has_{ext}')}")
-        if problems:
-            raise RepairError(f"post-verify of broker {b.broker_id}: " + "; ".join(problems[:10]))
-        return f"post-verify: {len(b.actions)} file(s) checked by a fresh probe"
+        entry = self.inventory.broker(b.broker_id)
+        found = post_verify(
+            remote, b.broker_id, b.actions, entry.log_dirs, entry.kafka_version, self.inventory.zookeeper
+        )
+        if found:
+            raise RepairError(f"post-verify of broker {b.broker_id}: " + "; ".join(found[:10]))
+        return f"post-verify: {len(b.actions)} file(s) right by a fresh probe and detection"
 
     def _wait(self, check: Callable[[], bool], timeout: float, message: str) -> None:
         wait_until(check, timeout, message, min(self.gates.poll_interval_s, 1.0))

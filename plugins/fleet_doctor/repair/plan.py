@@ -102,12 +102,16 @@ class Plan:
             "cluster": self.cluster,
             "scope": self.scope,
             "brokers": [
-                {"broker_id": b.broker_id, "is_controller": b.is_controller, "restart": b.restart,
-                 "actions": [asdict(a) for a in b.actions]}
+                {
+                    "broker_id": b.broker_id,
+                    "is_controller": b.is_controller,
+                    "restart": b.restart,
+                    "actions": [asdict(a) for a in b.actions],
+                }
                 for b in self.brokers
             ],
             "zookeeper": [asdict(z) for z in self.zookeeper],
-        }  # fmt: skip
+        }
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -117,13 +121,17 @@ class Plan:
         d = json.loads(text)
         brokers = [
             BrokerPlan(
-                b["broker_id"], b["is_controller"], b["restart"], [FileAction(**a) for a in b["actions"]],
+                b["broker_id"],
+                b["is_controller"],
+                b["restart"],
+                [FileAction(**a) for a in b["actions"]],
                 RestartPreview(**b["preview"]) if b.get("preview") else None,
             )
             for b in d["brokers"]
-        ]  # fmt: skip
-        return cls(d["cluster"], d["audit_run"], d["scope"], brokers, [ZkAction(**z) for z in d["zookeeper"]],
-                   d["skipped"])  # fmt: skip
+        ]
+        return cls(
+            d["cluster"], d["audit_run"], d["scope"], brokers, [ZkAction(**z) for z in d["zookeeper"]], d["skipped"]
+        )
 
     def canonical_json(self) -> str:
         return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
@@ -263,9 +271,10 @@ def restart_preview(records: list[dict[str, Any]], quarantined_segments: set[tup
     untrimmed = 0
     if clean:
         untrimmed = sum(
-            1 for r in records
+            1
+            for r in records
             if r.get("kind") == "segment" and (r.get("index_zero_tail_entries") or r.get("timeindex_zero_tail_entries"))
-        )  # fmt: skip
+        )
     rp = {r["path"]: r.get("recovery_point") for r in records if r.get("kind") == "partition"}
     segs = defaultdict(list)
     for r in records:
@@ -359,9 +368,13 @@ def build_plan(
                 for name in (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT):
                     p = f"{pdir}/{name}"
                     actions[bid][p] = FileAction(
-                        "remove", p, f["rule"], f.get("topic"), f.get("partition"),
+                        "remove",
+                        p,
+                        f["rule"],
+                        f.get("topic"),
+                        f.get("partition"),
                         "the broker re-creates it from ZooKeeper's topic ID at its next start (KAFKA-14190 repair)",
-                    )  # fmt: skip
+                    )
         elif f["rule"] in INDEX_RULES and f.get("segment") is not None:
             pdir = _partition_dir(f)
             for ext in ("index", "timeindex"):
@@ -369,10 +382,14 @@ def build_plan(
                 actions[bid].setdefault(
                     p,
                     FileAction(
-                        "quarantine", p, f["rule"], f.get("topic"), f.get("partition"),
+                        "quarantine",
+                        p,
+                        f["rule"],
+                        f.get("topic"),
+                        f.get("partition"),
                         "moved aside; Kafka rebuilds the segment's indexes at start",
                     ),
-                )  # fmt: skip
+                )
             quarantined[bid].add((pdir, f["segment"]))
         elif f["rule"] in ZK_TOPIC_ID_RULES:
             restore[f["topic"]] |= topic_ids_on_disk.get(f["topic"], set())

@@ -74,7 +74,7 @@ def restore_backup(
         try:
             cluster = Cluster(zk)
             for bid in targets:
-                remote = Remote(connect(bid), f"broker {bid}")
+                remote = Remote(connect(bid), bid)
                 try:
                     remote.run(inv.broker(bid).service_command("stop"), timeout=timeout_s)
                     wait_until(lambda b=bid: b not in cluster.registered(), timeout_s, f"broker {bid} did not stop")

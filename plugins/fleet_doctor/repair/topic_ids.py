@@ -37,7 +37,7 @@ def replica_topic_ids(
             + " ".join(shlex.quote(f) for f in files)
             + '; do [ -f "$f" ] && printf \'\\0%s\\0\' "$f" && cat -- "$f"; done; true'
         )
-        remote = Remote(connect(bid), f"broker {bid}")
+        remote = Remote(connect(bid), bid)
         try:
             raw = remote.run(script, timeout=60).stdout.encode("utf-8", errors="surrogateescape")
         finally:

@@ -63,8 +63,16 @@ class Cluster:
                 min_isr = int(cfg.get("min.insync.replicas", 1))
             for p, replicas in znode["partitions"].items():
                 st = json.loads(self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
-                out.append({"topic": topic, "partition": int(p), "replicas": replicas, "isr": st["isr"],
-                            "leader": st["leader"], "min_isr": min_isr})  # fmt: skip
+                out.append(
+                    {
+                        "topic": topic,
+                        "partition": int(p),
+                        "replicas": replicas,
+                        "isr": st["isr"],
+                        "leader": st["leader"],
+                        "min_isr": min_isr,
+                    }
+                )
         return out
 
     def problems(
@@ -82,9 +90,10 @@ class Cluster:
         out = [f"broker {b} not registered" for b in sorted(expected - live - tolerate)]
         for p in self.partitions():
             missing = {
-                r for r in set(p["replicas"]) - set(p["isr"])
+                r
+                for r in set(p["replicas"]) - set(p["isr"])
                 if r not in tolerate and (p["topic"], p["partition"], r) not in pending
-            }  # fmt: skip
+            }
             if p["leader"] not in live:
                 out.append(f"{p['topic']}-{p['partition']} offline")
             elif missing:

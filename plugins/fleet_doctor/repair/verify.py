@@ -1,0 +1,84 @@
+"""The repair's post-verify of one broker, after its restart: is every file the plan touched right now?
+
+"Right" is what detection says, not a second set of checks: the broker is probed again (metadata mode) and its
+fresh output, with a live ZooKeeper snapshot, goes through the same detection app as an audit
+(``fleet_doctor.spark.detect_locally``). A touched file is wrong when a finding names it (a quarantined index that
+Kafka rebuilt badly, a ``partition.metadata`` that again holds another topic ID than ZooKeeper's), or names its
+segment's log (``index-missing``). Besides findings, the broker must have re-created what it re-creates at start: a
+removed ``partition.metadata`` and a quarantined index must exist again.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor.audit.staging import split_to_dir
+from fleet_doctor.audit.steps import probe_command, run_probe
+from fleet_doctor.probe import PARTITION_METADATA
+from fleet_doctor.remote import Remote
+from fleet_doctor.spark import detect_locally
+from fleet_doctor.zookeeper import snapshot
+
+
+def post_verify(
+    remote: Remote,
+    broker_id: int,
+    actions: Iterable[Any],
+    log_dirs: list[str],
+    kafka_version: str,
+    zookeeper: str,
+    timeout: float = 600.0,
+) -> list[str]:
+    """The problems left on the files of ``actions`` (a BrokerPlan's FileActions); empty when every one is right."""
+    actions = list(actions)
+    with tempfile.TemporaryDirectory(prefix=f"fleet-doctor-verify-{broker_id}-") as tmp:
+        work = Path(tmp)
+        raw = bytearray()
+        run_probe(remote, probe_command(log_dirs, deep=False, verify_crc=False), raw.extend, timeout)
+        dest = work / "probe" / f"broker_id={broker_id}"
+        dest.mkdir(parents=True)
+        split_to_dir(io.BytesIO(bytes(raw)), dest, "probe.jsonl")
+        records = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
+        facts = [{"broker_id": broker_id, "kafka_version": kafka_version, "running": True}]
+        found = detect_locally(work, facts, snapshot.read_live(zookeeper), master="local[2]", audit_run="verify")
+    return problems(actions, found.findings, _present(records))
+
+
+def problems(actions: list[Any], findings: list[dict[str, Any]], present: set[str]) -> list[str]:
+    """For each touched file: the findings that name it (or, for an index, its segment's log), and whether the
+    broker re-created it when it must have (an index only while its segment's log is still there: retention may
+    have deleted the segment since)."""
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for f in findings:
+        by_path.setdefault(f.get("path") or "", []).append(f)
+    out = []
+    for a in actions:
+        pdir, name = a.path.rsplit("/", 1)
+        named = list(by_path.get(a.path, []))
+        log = f"{pdir}/{name.split('.', 1)[0]}.log"
+        if a.action == "quarantine":
+            named += [f for f in by_path.get(log, []) if f["rule"] == "index-missing"]
+        out += [f"{a.path}: {f['rule']}: {f['message']}" for f in named]
+        must_exist = (a.action == "quarantine" and log in present) or name == PARTITION_METADATA
+        if must_exist and a.path not in present:
+            out.append(f"{a.path} was not re-created by the broker's start")
+    return out
+
+
+def _present(lines: list[str]) -> set[str]:
+    """The paths of the files the probe saw: partition.metadata files and segments' logs and indexes."""
+    out: set[str] = set()
+    for line in lines:
+        r = json.loads(line)
+        if r.get("kind") == "partition" and r.get("partition_metadata_present"):
+            out.add(f"{r['path']}/{PARTITION_METADATA}")
+        elif r.get("kind") == "segment":
+            for ext in ("log", "index", "timeindex"):
+                if r.get(f"has_{ext}"):
+                    out.add(f"{r['path']}/{r['base_offset']:020d}.{ext}")
+    return out
