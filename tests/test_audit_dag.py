@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,32 @@ def test_schedule_and_pool_are_configurable(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "30 3 * * 1-5 audit_eu1"
+
+
+@pytest.mark.parametrize(
+    "connection,profile",
+    [
+        ({"conn_type": "spark", "host": "local[2]"}, "local"),
+        ({"conn_type": "spark", "host": "spark://spark-master", "port": 7077}, "cluster"),
+        ({"conn_type": "spark", "host": "yarn"}, "cluster"),
+    ],
+)
+def test_detect_takes_the_spark_profile_of_its_connections_master(
+    monkeypatch: pytest.MonkeyPatch, connection: dict, profile: str
+) -> None:
+    """The profile is chosen when the task runs, from the master the spark_default connection names; the library
+    goes along as a --py-files archive. Stops where spark-submit would start."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from fleet_doctor import spark
+    from fleet_doctor.audit.detect_task import DetectOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(connection))
+    submitted: dict = {}
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda op, ctx: submitted.update(conf=op.conf, py=op.py_files))
+    op = DetectOperator(task_id="detect", conn_id="spark_default", conf={"spark.extra": "1"}, application_args=[])
+    op.execute({})
+    assert submitted["conf"] == {**spark.PROFILES[profile], "spark.extra": "1"}
+    assert submitted["py"].endswith(".zip") and Path(submitted["py"]).is_file()
+    with zipfile.ZipFile(submitted["py"]) as zf:
+        assert {"fleet_doctor/detect/__init__.py", "fleet_doctor/rules.py"} <= set(zf.namelist())

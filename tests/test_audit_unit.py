@@ -163,7 +163,7 @@ def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_p
 
 
 def test_settings_read_the_given_environment_and_default_to_the_dataclass() -> None:
-    """airflow_env.prepare creates the pool from the environment it is handed (not this process's)."""
+    """fleet_lab.demo.prepare creates the pool from the environment it is handed (not this process's)."""
     s = Settings.from_env(
         {
             "FLEET_DOCTOR_AUDIT_POOL": "probes",

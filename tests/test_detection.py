@@ -1,4 +1,4 @@
-"""Detection rules (plugins/fleet_doctor/detection.py) on real data, in-process on one shared Spark session.
+"""Detection rules (plugins/fleet_doctor/detect/) on real data, in-process on one shared Spark session.
 
 Two detect runs, each built once per module (Spark planning dominates, not data):
 

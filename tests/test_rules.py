@@ -67,3 +67,29 @@ def test_topic_id_rules_apply_from_2_8() -> None:
 def test_unknown_rule_id_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="index-untrimmed"):
         get("no-such-rule")
+
+
+def test_remediation_is_what_the_catalogue_maps_each_rule_to() -> None:
+    """../shared/docs/RULES.md, "Remediation each rule maps to": the repair planner acts on exactly these."""
+    from fleet_doctor.rules import Remediation, rule_ids_with
+
+    assert rule_ids_with(Remediation.QUARANTINE_INDEX) == {
+        "index-untrimmed",
+        "index-last-offset",
+        "index-size",
+        "index-not-monotonic",
+        "index-beyond-log",
+        "timeindex-last-timestamp",
+    }
+    assert rule_ids_with(Remediation.REMOVE_TOPIC_ID_FILES) == {"topic-id-mismatch"}
+    assert rule_ids_with(Remediation.RESTORE_ZK_TOPIC_ID) == {"topic-id-missing-in-zk"}
+    acted_on = {r.id for r in RULES if r.remediation is not Remediation.REPORT_ONLY}
+    assert len(acted_on) == 8 and len(rule_ids_with(Remediation.REPORT_ONLY)) == len(RULES) - 8
+
+
+def test_severity_order_is_defined_once() -> None:
+    from fleet_doctor.rules import SEVERITY_ORDER, severity_rank
+
+    assert SEVERITY_ORDER == ("critical", "warning", "info")
+    assert sorted(Severity, reverse=True) == [Severity(s) for s in SEVERITY_ORDER]
+    assert [severity_rank(s) for s in (*SEVERITY_ORDER, "bogus")] == [0, 1, 2, 3]

@@ -2,7 +2,7 @@
 REST client for what the repair's acceptance tests and the operator's scripts do through the API: trigger a
 DAG, watch task states, answer a human-in-the-loop request (approve / reject), clear a task to rerun it.
 
-    with LiveAirflow(env) as af:                       # env: airflow_env.airflow_environ(...)
+    with LiveAirflow(env) as af:                       # env: fleet_lab.demo.airflow_environ(...)
         run = af.trigger("kafka_fleet_repair", {"healthy_polls": 3})
         af.wait_task("kafka_fleet_repair", run, "approve", {"awaiting_input"})
         af.respond("kafka_fleet_repair", run, "approve", "Approve")
