@@ -28,7 +28,7 @@ TYPES = {
     "list<int64>": "[int]",
     "list<string>": "[str]",
     "list<list<int64>>": "[[int]]",
-    "list<list<string>>": "[[str\\|int]]",
+    "entries": "[[str\\|int]]",  # a checkpoint's entries: numbers staged; JSON's offset checkpoints mix in topics
     "list<mismatch>": "[obj]",
     "meta": "obj",
 }
@@ -42,7 +42,6 @@ class Field:
     detect: bool = False  # detection reads it (part of spark_schema)
     staged: bool = True  # a column of the kind's Parquet table (kinds staged as Parquet only)
     deep: bool = False  # printed in deep mode only
-    spark_type: str | None = None  # detection reads it with another type than the table's (JSON's view of it)
     file_types: tuple[str, ...] = ()  # file records: the file types that carry it (empty: every one)
 
 
@@ -64,388 +63,303 @@ class RecordKind:
         raise KeyError(f"{self.kind} records have no field {name!r}")
 
 
-def _f(name: str, type_: str, doc: str, **kw: Any) -> Field:
-    assert type_ in TYPES, type_
-    return Field(name, type_, doc, **kw)
+def _kind(kind: str, fields: str, *, staged: bool, doc: str) -> RecordKind:
+    """A record kind from its field table: one field per line, ``name type flags doc``, the doc going on over the
+    lines below it that start with spaces. Flags (``-`` for none): ``detect`` (detection reads it), ``deep`` (deep
+    mode only), ``json`` (not a column of the staged table: such records stay JSON), ``types:a+b`` (file records:
+    only these file types carry it)."""
+    rows: list[list[str]] = []
+    for line in fields.strip("\n").splitlines():
+        if line.startswith(" "):
+            rows[-1][3] = f"{rows[-1][3]} {line.strip()}".strip()
+        else:
+            name, type_, flags, *words = line.split(None, 3)
+            rows.append([name, type_, flags, words[0] if words else ""])
+    out = []
+    for name, type_, flags, text in rows:
+        assert type_ in TYPES, (kind, name, type_)
+        flag = {} if flags == "-" else dict(f.partition(":")[::2] for f in flags.split(","))
+        assert set(flag) <= {"detect", "deep", "json", "types"}, (kind, name, flags)
+        file_types = tuple(flag["types"].split("+")) if "types" in flag else ()
+        out.append(Field(name, type_, text, "detect" in flag, "json" not in flag, "deep" in flag, file_types))
+    return RecordKind(kind, tuple(out), doc, staged)
 
 
-def _index_fields(p: str, what: str, order: str, entry: int, extra: tuple[Field, ...]) -> tuple[Field, ...]:
-    return (
-        _f(f"has_{p}", "bool", f"the `.{p}` file exists", detect=True),
-        _f(f"{p}_bytes", "int64", "its size (null when absent or unreadable)", detect=True),
-        _f(f"{p}_entries", "int64", "**real** entries, the preallocated zero tail excluded", detect=True),
-        _f(
+_PROBE_FIELDS = """
+schema_version               int64              -             1
+probe_version                string             -             version of probe.py
+mode                         string             -             `metadata` or `deep`
+verify_crc                   bool               -             batch CRCs verified
+hostname                     string             -             where it ran
+python                       string             -             the interpreter's version
+started_at_ms                int64              -             start time
+paths                        list<string>       -             the log dirs probed
+"""
+PROBE = _kind("probe", _PROBE_FIELDS, staged=False, doc="The first record.")
+
+_LOGDIR_FIELDS = """
+logdir                       string             detect        the log dir as given
+path                         string             detect        the log dir as given
+realpath                     string             -             resolved path; symlinks inside the log dir must resolve
+                                                              below it to be followed
+exists                       bool               detect        the path is a readable directory
+error                        string             detect        why the log dir could not be read at all
+meta                         meta               detect        parsed `meta.properties`: `version` (0 = ZooKeeper, 1 =
+                                                              KRaft), `broker_id` (`broker.id` or `node.id`),
+                                                              `cluster_id`, `directory_id`, raw `properties`
+meta_error                   string             detect        `meta.properties` unreadable or malformed
+clean_shutdown               bool               detect        `.kafka_cleanshutdown` exists (Kafka only checks
+                                                              existence)
+clean_shutdown_broker_epoch  int64              -             `brokerEpoch` of the 3.7+ JSON marker
+lock_present                 bool               -             `.lock` exists
+lock_held_by_pid             int64              detect        PID holding a lock on `.lock` per `/proc/locks` (a running
+                                                              broker); the probe never takes the lock
+kraft                        bool               detect        meta.properties version 1 or a `__cluster_metadata-0` dir
+checkpoints                  object             -             per offset checkpoint file present: `{"entries": N|null,
+                                                              "error": str|null}`
+partition_dirs               int64              -             partition directories found (all states)
+other_entries                int64              -             entries that are neither partition dirs nor known log-dir
+                                                              files
+"""
+LOGDIR = _kind("logdir", _LOGDIR_FIELDS, staged=False, doc="One per log dir given, after its own file records.")
+
+_PARTITION_FIELDS = """
+logdir                       string             detect        the log dir as given
+path                         string             detect        the partition dir
+dir                          string             detect        its name
+topic                        string             detect        parsed from the dir name
+partition                    int32              detect        parsed from the dir name
+dir_state                    string             detect        `live`, `delete`, `future` or `stray`
+dir_uid                      string             -             the unique id of a suffixed dir
+topic_id                     string             detect        from `partition.metadata` (22-character Kafka Uuid)
+partition_metadata_present   bool               detect        `partition.metadata` exists
+partition_metadata_version   int64              -             its parsed version
+partition_metadata_error     string             detect        why it could not be parsed, in Kafka's wording ("Malformed
+                                                              line in checkpoint file [...]", "Invalid topic ID in
+                                                              partition metadata file (...)")
+leader_epochs                list<list<int64>>  detect        `leader-epoch-checkpoint` entries `[[epoch,
+                                                              start_offset]]` (an empty 0-byte file gives `[]`)
+leader_epoch_present         bool               -             `leader-epoch-checkpoint` exists
+leader_epoch_error           string             detect        why it could not be parsed
+latest_leader_epoch          int64              detect        its last epoch
+segment_count                int64              detect        live segments (distinct base offsets of
+                                                              `.log`/`.index`/`.timeindex`/`.txnindex`)
+log_start_segment_offset     int64              -             lowest segment base offset
+active_base_offset           int64              -             highest segment base offset
+size_bytes                   int64              -             bytes of all files in the dir
+producer_snapshots           list<int64>        -             offsets of `<offset>.snapshot` producer-state files
+recovery_point               int64              detect        this partition's entry in the log dir's `recovery-point-
+                                                              offset-checkpoint` (live and -future dirs)
+log_start_offset             int64              -             its entry in `log-start-offset-checkpoint`
+high_watermark               int64              -             its entry in `replication-offset-checkpoint`
+cleaner_offset               int64              -             its entry in `cleaner-offset-checkpoint`
+leftover_files               int64              -             `.swap` / `.cleaned` / `.deleted` files in the dir
+error                        string             detect        the dir could not be listed
+log_end_offset               int64              detect,deep   next offset after the last valid batch; the active base
+                                                              offset when every segment is empty
+batch_count                  int64              deep          over all segments
+record_count                 int64              deep          over all segments (`uncounted_batches` excluded)
+max_timestamp                int64              deep          over all segments
+torn_segments                int64              deep          segments with a torn tail
+crc_errors                   int64              deep          over all segments
+uncounted_batches            int64              deep          over all segments
+"""
+PARTITION = _kind(
+    "partition",
+    _PARTITION_FIELDS,
+    staged=True,
+    doc="One per partition directory (`<topic>-<partition>`, or `<topic>-<partition>.<uid>-delete|-future|-stray`).",
+)
+
+
+def _index_fields(p: str, what: str, entry: int, order: str, *ends: tuple[str, str]) -> str:
+    """The field table of one index's summary (``p``: ``index`` or ``timeindex``): both are summarised alike."""
+    rows = [
+        (f"has_{p}", "bool", "detect", f"the `.{p}` file exists"),
+        (f"{p}_bytes", "int64", "detect", "its size (null when absent or unreadable)"),
+        (f"{p}_entries", "int64", "detect", "**real** entries, the preallocated zero tail excluded"),
+        (
             f"{p}_zero_tail_entries",
             "int64",
+            "detect",
             f"all-zero entries after the last real one (an untrimmed {what} holds `segment.index.bytes / {entry}` "
             f"minus `{p}_entries`)",
-            detect=True,
         ),
-        _f(f"{p}_remainder", "int64", f"`{p}_bytes % {entry}` (non-zero: not a whole number of entries)", detect=True),
-        _f(f"{p}_monotonic", "bool", f"{order}, over the entries checked", detect=True),
-        _f(
+        (f"{p}_remainder", "int64", "detect", f"`{p}_bytes % {entry}` (non-zero: not a whole number of entries)"),
+        (f"{p}_monotonic", "bool", "detect", f"{order}, over the entries checked"),
+        (
             f"{p}_checked_entries",
             "int64",
+            "-",
             "entries checked (metadata mode: the first 4 KiB plus the last entry; deep mode: all)",
         ),
-        _f(f"{p}_first_violation", "int64", "entry number of the first order violation", detect=True),
-        *extra,
+        (f"{p}_first_violation", "int64", "detect", "entry number of the first order violation"),
+    ]
+    rows += [(f"{p}_{name}", "int64", "-" if name == "first_offset" else "detect", doc) for name, doc in ends]
+    return "".join(f"{name} {type_} {flags} {doc}\n" for name, type_, flags, doc in rows)
+
+
+_SEGMENT_FIELDS = """
+logdir                       string             detect        the log dir as given
+path                         string             detect        the partition dir
+topic                        string             detect        from the partition dir's name
+partition                    int32              detect        from the partition dir's name
+base_offset                  int64              detect        the segment's base offset (its files' name)
+active                       bool               detect        highest base offset in the partition (the segment a
+                                                              running broker writes to)
+has_log                      bool               detect        the `.log` file exists
+log_bytes                    int64              detect        its size
+log_mtime_ms                 int64              -             its modification time
+has_txnindex                 bool               -             the `.txnindex` file exists
+txnindex_bytes               int64              -             its size
+INDEXES
+deep                         null               deep          `null` when deep mode had no `.log` to walk (the fields
+                                                              below are then absent)
+batch_count                  int64              detect,deep   valid batches (v2) or top-level messages (v0/v1)
+record_count                 int64              deep          records (v2 `recordsCount`; the inner messages of v0/v1
+                                                              gzip/snappy wrappers, decompressed)
+uncounted_batches            int64              deep          v0/v1 lz4 wrappers, whose records are not counted
+first_offset                 int64              detect,deep   first offset of the valid batches
+last_offset                  int64              detect,deep   last offset of the valid batches
+next_offset                  int64              detect,deep   the offset after the last valid batch
+max_timestamp                int64              deep          over the valid batches
+valid_bytes                  int64              detect,deep   bytes from 0 that form complete, valid batches: what
+                                                              `LogSegment.recover` keeps
+torn_tail                    bool               detect,deep   bytes after `valid_bytes` do not form a batch (incomplete
+                                                              last batch, a size below the minimum overhead such as a
+                                                              zero-filled tail, bad magic)
+tail_error                   string             detect,deep   why, in Kafka's wording
+magic                        list<int64>        deep          record format versions seen (sorted)
+codecs                       list<string>       deep          compression codecs seen (`none`, `gzip`, `snappy`, `lz4`,
+                                                              `zstd`)
+crc_checked                  int64              detect,deep   batches whose CRC was verified (`--verify-crc`)
+crc_errors                   int64              detect,deep   batches failing their CRC (CRC-32C over `[21,end)` for v2,
+                                                              CRC-32 over `[16,end)` for v0/v1; the walk stops at the
+                                                              first, as recovery does)
+first_crc_error_position     int64              detect,deep   byte position of that batch
+offset_errors                int64              detect,deep   batches whose offsets go backwards or precede the segment
+                                                              base
+first_offset_error_position  int64              detect,deep   byte position of the first
+control_batches              int64              deep          v2 batches with the control bit (0x20)
+transactional_batches        int64              deep          v2 batches with the transactional bit (0x10)
+max_leader_epoch             int64              deep          over the valid v2 batches
+index_checked                int64              deep          offset-index entries compared with the batches (like
+                                                              `kafka-dump-log --verify-index-only`)
+index_not_batch_start        int64              detect,deep   entries whose position is not the start of a batch
+index_offset_before_batch    int64              detect,deep   entries at a batch start whose offset precedes the batch
+index_offset_after_batch     int64              detect,deep   entries at a batch start whose offset is past the batch's
+                                                              last offset: benign on 2.0+ when one append wrote several
+                                                              batches
+index_beyond_log             int64              detect,deep   entries pointing at or past `valid_bytes`
+index_mismatch_examples      list<mismatch>     deep          up to 5 `{problem, index_offset, index_position, batch:
+                                                              [position, first, last]}`
+error                        string             detect        `; `-joined messages naming each file that could not be
+                                                              read
+""".replace(
+    "INDEXES\n",
+    _index_fields(
+        "index",
+        "offset index",
+        8,
+        "offsets strictly increase and positions never decrease",
+        ("first_offset", "first real entry's offset (absolute)"),
+        ("last_offset", "last real entry's offset (absolute)"),
+        ("last_position", "last real entry's position in the `.log`"),
     )
-
-
-SEGMENT = RecordKind(
+    + _index_fields(
+        "timeindex",
+        "time index",
+        12,
+        "timestamps and offsets never decrease",
+        ("first_timestamp", "first real entry's timestamp"),
+        ("last_timestamp", "last real entry's timestamp"),
+        ("last_offset", "last real entry's offset (absolute)"),
+    ),
+)
+SEGMENT = _kind(
     "segment",
-    doc="One per base offset. `path` is the partition dir; the files are `path/<base_offset as %020d>.<ext>`. The "
-    "`index_*`/`timeindex_*` detail fields other than `has_*`, `*_bytes`, `*_entries` and `*_zero_tail_entries` "
-    "are present only when that index was read.",
+    _SEGMENT_FIELDS,
     staged=True,
-    fields=(
-        _f("logdir", "string", "the log dir as given", detect=True),
-        _f("path", "string", "the partition dir", detect=True),
-        _f("topic", "string", "from the partition dir's name", detect=True),
-        _f("partition", "int32", "from the partition dir's name", detect=True),
-        _f("base_offset", "int64", "the segment's base offset (its files' name)", detect=True),
-        _f(
-            "active",
-            "bool",
-            "highest base offset in the partition (the segment a running broker writes to)",
-            detect=True,
-        ),
-        _f("has_log", "bool", "the `.log` file exists", detect=True),
-        _f("log_bytes", "int64", "its size", detect=True),
-        _f("log_mtime_ms", "int64", "its modification time"),
-        _f("has_txnindex", "bool", "the `.txnindex` file exists"),
-        _f("txnindex_bytes", "int64", "its size"),
-        *_index_fields(
-            "index",
-            "offset index",
-            "offsets strictly increase and positions never decrease",
-            8,
-            (
-                _f("index_first_offset", "int64", "first real entry's offset (absolute)"),
-                _f("index_last_offset", "int64", "last real entry's offset (absolute)", detect=True),
-                _f("index_last_position", "int64", "last real entry's position in the `.log`", detect=True),
-            ),
-        ),
-        *_index_fields(
-            "timeindex",
-            "time index",
-            "timestamps and offsets never decrease",
-            12,
-            (
-                _f("timeindex_first_timestamp", "int64", "first real entry's timestamp", detect=True),
-                _f("timeindex_last_timestamp", "int64", "last real entry's timestamp", detect=True),
-                _f("timeindex_last_offset", "int64", "last real entry's offset (absolute)", detect=True),
-            ),
-        ),
-        _f("deep", "null", "`null` when deep mode had no `.log` to walk (the fields below are then absent)", deep=True),
-        _f(
-            "batch_count",
-            "int64",
-            "valid batches (v2) or top-level messages (v0/v1)",
-            deep=True,
-            detect=True,
-        ),
-        _f(
-            "record_count",
-            "int64",
-            "records (v2 `recordsCount`; the inner messages of v0/v1 gzip/snappy wrappers, decompressed)",
-            deep=True,
-        ),
-        _f("uncounted_batches", "int64", "v0/v1 lz4 wrappers, whose records are not counted", deep=True),
-        _f("first_offset", "int64", "first offset of the valid batches", deep=True, detect=True),
-        _f("last_offset", "int64", "last offset of the valid batches", deep=True, detect=True),
-        _f("next_offset", "int64", "the offset after the last valid batch", deep=True, detect=True),
-        _f("max_timestamp", "int64", "over the valid batches", deep=True),
-        _f(
-            "valid_bytes",
-            "int64",
-            "bytes from 0 that form complete, valid batches: what `LogSegment.recover` keeps",
-            deep=True,
-            detect=True,
-        ),
-        _f(
-            "torn_tail",
-            "bool",
-            "bytes after `valid_bytes` do not form a batch (incomplete last batch, a size below the minimum overhead "
-            "such as a zero-filled tail, bad magic)",
-            deep=True,
-            detect=True,
-        ),
-        _f("tail_error", "string", "why, in Kafka's wording", deep=True, detect=True),
-        _f("magic", "list<int64>", "record format versions seen (sorted)", deep=True),
-        _f("codecs", "list<string>", "compression codecs seen (`none`, `gzip`, `snappy`, `lz4`, `zstd`)", deep=True),
-        _f("crc_checked", "int64", "batches whose CRC was verified (`--verify-crc`)", deep=True, detect=True),
-        _f(
-            "crc_errors",
-            "int64",
-            "batches failing their CRC (CRC-32C over `[21,end)` for v2, CRC-32 over `[16,end)` for v0/v1; the walk "
-            "stops at the first, as recovery does)",
-            deep=True,
-            detect=True,
-        ),
-        _f("first_crc_error_position", "int64", "byte position of that batch", deep=True, detect=True),
-        _f(
-            "offset_errors",
-            "int64",
-            "batches whose offsets go backwards or precede the segment base",
-            deep=True,
-            detect=True,
-        ),
-        _f("first_offset_error_position", "int64", "byte position of the first", deep=True, detect=True),
-        _f("control_batches", "int64", "v2 batches with the control bit (0x20)", deep=True),
-        _f("transactional_batches", "int64", "v2 batches with the transactional bit (0x10)", deep=True),
-        _f("max_leader_epoch", "int64", "over the valid v2 batches", deep=True),
-        _f(
-            "index_checked",
-            "int64",
-            "offset-index entries compared with the batches (like `kafka-dump-log --verify-index-only`)",
-            deep=True,
-        ),
-        _f(
-            "index_not_batch_start",
-            "int64",
-            "entries whose position is not the start of a batch",
-            deep=True,
-            detect=True,
-        ),
-        _f(
-            "index_offset_before_batch",
-            "int64",
-            "entries at a batch start whose offset precedes the batch",
-            deep=True,
-            detect=True,
-        ),
-        _f(
-            "index_offset_after_batch",
-            "int64",
-            "entries at a batch start whose offset is past the batch's last offset: benign on 2.0+ when one append "
-            "wrote several batches",
-            deep=True,
-            detect=True,
-        ),
-        _f("index_beyond_log", "int64", "entries pointing at or past `valid_bytes`", deep=True, detect=True),
-        _f(
-            "index_mismatch_examples",
-            "list<mismatch>",
-            "up to 5 `{problem, index_offset, index_position, batch: [position, first, last]}`",
-            deep=True,
-        ),
-        _f("error", "string", "`; `-joined messages naming each file that could not be read", detect=True),
+    doc=(
+        "One per base offset. `path` is the partition dir; the files are `path/<base_offset as %020d>.<ext>`. The "
+        "`index_*`/`timeindex_*` detail fields other than `has_*`, `*_bytes`, `*_entries` and `*_zero_tail_entries` "
+        "are present only when that index was read."
     ),
 )
 
-PARTITION = RecordKind(
-    "partition",
-    doc="One per partition directory (`<topic>-<partition>`, or `<topic>-<partition>.<uid>-delete|-future|-stray`).",
-    staged=True,
-    fields=(
-        _f("logdir", "string", "the log dir as given", detect=True),
-        _f("path", "string", "the partition dir", detect=True),
-        _f("dir", "string", "its name", detect=True),
-        _f("topic", "string", "parsed from the dir name", detect=True),
-        _f("partition", "int32", "parsed from the dir name", detect=True),
-        _f("dir_state", "string", "`live`, `delete`, `future` or `stray`", detect=True),
-        _f("dir_uid", "string", "the unique id of a suffixed dir"),
-        _f("topic_id", "string", "from `partition.metadata` (22-character Kafka Uuid)", detect=True),
-        _f("partition_metadata_present", "bool", "`partition.metadata` exists", detect=True),
-        _f("partition_metadata_version", "int64", "its parsed version"),
-        _f(
-            "partition_metadata_error",
-            "string",
-            'why it could not be parsed, in Kafka\'s wording ("Malformed line in checkpoint file [...]", "Invalid '
-            'topic ID in partition metadata file (...)")',
-            detect=True,
-        ),
-        _f(
-            "leader_epochs",
-            "list<list<int64>>",
-            "`leader-epoch-checkpoint` entries `[[epoch, start_offset]]` (an empty 0-byte file gives `[]`)",
-            detect=True,
-        ),
-        _f("leader_epoch_present", "bool", "`leader-epoch-checkpoint` exists"),
-        _f("leader_epoch_error", "string", "why it could not be parsed", detect=True),
-        _f("latest_leader_epoch", "int64", "its last epoch", detect=True),
-        _f(
-            "segment_count",
-            "int64",
-            "live segments (distinct base offsets of `.log`/`.index`/`.timeindex`/`.txnindex`)",
-            detect=True,
-        ),
-        _f("log_start_segment_offset", "int64", "lowest segment base offset"),
-        _f("active_base_offset", "int64", "highest segment base offset"),
-        _f("size_bytes", "int64", "bytes of all files in the dir"),
-        _f("producer_snapshots", "list<int64>", "offsets of `<offset>.snapshot` producer-state files"),
-        _f(
-            "recovery_point",
-            "int64",
-            "this partition's entry in the log dir's `recovery-point-offset-checkpoint` (live and -future dirs)",
-            detect=True,
-        ),
-        _f("log_start_offset", "int64", "its entry in `log-start-offset-checkpoint`"),
-        _f("high_watermark", "int64", "its entry in `replication-offset-checkpoint`"),
-        _f("cleaner_offset", "int64", "its entry in `cleaner-offset-checkpoint`"),
-        _f("leftover_files", "int64", "`.swap` / `.cleaned` / `.deleted` files in the dir"),
-        _f("error", "string", "the dir could not be listed", detect=True),
-        _f(
-            "log_end_offset",
-            "int64",
-            "next offset after the last valid batch; the active base offset when every segment is empty",
-            deep=True,
-            detect=True,
-        ),
-        _f("batch_count", "int64", "over all segments", deep=True),
-        _f("record_count", "int64", "over all segments (`uncounted_batches` excluded)", deep=True),
-        _f("max_timestamp", "int64", "over all segments", deep=True),
-        _f("torn_segments", "int64", "segments with a torn tail", deep=True),
-        _f("crc_errors", "int64", "over all segments", deep=True),
-        _f("uncounted_batches", "int64", "over all segments", deep=True),
-    ),
-)
-
-FILE = RecordKind(
+_FILE_FIELDS = """
+logdir                       string             detect        the log dir as given
+path                         string             detect        the file
+file_type                    string             detect        `meta_properties`, `clean_shutdown`, `lock`,
+                                                              `offset_checkpoint`, `bootstrap_checkpoint`,
+                                                              `partition_metadata`, `leader_epoch_checkpoint`,
+                                                              `producer_snapshot`, `segment_leftover`, `quorum_state`,
+                                                              `kraft_snapshot`, `symlink`, `unknown_dir`, `unknown`
+symlink_target               string             types:symlink
+                                                              where it points (always with an `error`: outside the log
+                                                              dir, not followed)
+name                         string             types:unknown_dir+unknown
+                                                              the entry's name
+meta                         meta               json,types:meta_properties
+                                                              as in `logdir.meta`
+content                      object             json,types:clean_shutdown+quorum_state
+                                                              the JSON content (null when empty)
+checkpoint                   string             detect,json,types:offset_checkpoint
+                                                              which of the four offset checkpoints
+temporary                    bool               detect,json,types:offset_checkpoint
+                                                              a `.tmp` left by an interrupted write
+topic_id                     string             types:partition_metadata
+                                                              the topic ID
+version                      int64              types:offset_checkpoint+partition_metadata
+                                                              the file's format version
+entries                      entries            detect,types:offset_checkpoint+leader_epoch_checkpoint
+                                                              `[[topic, partition, offset]]` (offset checkpoints) or
+                                                              `[[epoch, start_offset]]` (leader epochs)
+base_offset                  int64              types:producer_snapshot+segment_leftover
+                                                              the offset in its name
+segment_file                 string             types:segment_leftover
+                                                              `log`, `index`, `timeindex`, `txnindex` or `snapshot`
+leftover                     string             detect,types:segment_leftover
+                                                              `swap`, `cleaned` or `deleted`
+end_offset                   int64              types:kraft_snapshot
+                                                              from its name
+epoch                        int64              types:kraft_snapshot
+                                                              from its name
+state                        string             types:kraft_snapshot
+                                                              null, `part` or `deleted`
+error                        string             detect        could not be read or parsed (names the file)
+partition_dir                string             detect        partition-level files: the partition dir's name
+topic                        string             detect        partition-level files: the topic
+partition                    int32              detect        partition-level files: the partition
+bytes                        int64              detect        from `stat`
+mtime_ms                     int64              -             from `stat`
+"""
+FILE = _kind(
     "file",
-    doc="Every file that is not part of a live segment, plus the log dir's own files. The records with an object or "
-    "a mixed list (`meta`, `content`, offset checkpoint `entries`) stay JSON when staged; the others are a Parquet "
-    "table of the staged fields.",
+    _FILE_FIELDS,
     staged=True,
-    fields=(
-        _f("logdir", "string", "the log dir as given", detect=True),
-        _f("path", "string", "the file", detect=True),
-        _f(
-            "file_type",
-            "string",
-            "`meta_properties`, `clean_shutdown`, `lock`, `offset_checkpoint`, `bootstrap_checkpoint`, "
-            "`partition_metadata`, `leader_epoch_checkpoint`, `producer_snapshot`, `segment_leftover`, "
-            "`quorum_state`, `kraft_snapshot`, `symlink`, `unknown_dir`, `unknown`",
-            detect=True,
-        ),
-        _f(
-            "symlink_target",
-            "string",
-            "where it points (always with an `error`: outside the log dir, not followed)",
-            file_types=("symlink",),
-        ),
-        _f("name", "string", "the entry's name", file_types=("unknown_dir", "unknown")),
-        _f("meta", "meta", "as in `logdir.meta`", staged=False, file_types=("meta_properties",)),
-        _f(
-            "content",
-            "object",
-            "the JSON content (null when empty)",
-            staged=False,
-            file_types=("clean_shutdown", "quorum_state"),
-        ),
-        _f(
-            "checkpoint",
-            "string",
-            "which of the four offset checkpoints",
-            staged=False,
-            detect=True,
-            file_types=("offset_checkpoint",),
-        ),
-        _f(
-            "temporary",
-            "bool",
-            "a `.tmp` left by an interrupted write",
-            staged=False,
-            detect=True,
-            file_types=("offset_checkpoint",),
-        ),
-        _f("topic_id", "string", "the topic ID", file_types=("partition_metadata",)),
-        _f("version", "int64", "the file's format version", file_types=("offset_checkpoint", "partition_metadata")),
-        _f(
-            "entries",
-            "list<list<int64>>",
-            "`[[topic, partition, offset]]` (offset checkpoints) or `[[epoch, start_offset]]` (leader epochs)",
-            detect=True,
-            spark_type="list<list<string>>",
-            file_types=("offset_checkpoint", "leader_epoch_checkpoint"),
-        ),
-        _f("base_offset", "int64", "the offset in its name", file_types=("producer_snapshot", "segment_leftover")),
-        _f(
-            "segment_file",
-            "string",
-            "`log`, `index`, `timeindex`, `txnindex` or `snapshot`",
-            file_types=("segment_leftover",),
-        ),
-        _f("leftover", "string", "`swap`, `cleaned` or `deleted`", detect=True, file_types=("segment_leftover",)),
-        _f("end_offset", "int64", "from its name", file_types=("kraft_snapshot",)),
-        _f("epoch", "int64", "from its name", file_types=("kraft_snapshot",)),
-        _f("state", "string", "null, `part` or `deleted`", file_types=("kraft_snapshot",)),
-        _f("error", "string", "could not be read or parsed (names the file)", detect=True),
-        _f("partition_dir", "string", "partition-level files: the partition dir's name", detect=True),
-        _f("topic", "string", "partition-level files: the topic", detect=True),
-        _f("partition", "int32", "partition-level files: the partition", detect=True),
-        _f("bytes", "int64", "from `stat`", detect=True),
-        _f("mtime_ms", "int64", "from `stat`"),
+    doc=(
+        "Every file that is not part of a live segment, plus the log dir's own files. The records with an object or a "
+        "mixed list (`meta`, `content`, offset checkpoint `entries`) stay JSON when staged; the others are a Parquet "
+        "table of the staged fields."
     ),
 )
 
-LOGDIR = RecordKind(
-    "logdir",
-    doc="One per log dir given, after its own file records.",
-    fields=(
-        _f("logdir", "string", "the log dir as given", detect=True),
-        _f("path", "string", "the log dir as given", detect=True),
-        _f("realpath", "string", "resolved path; symlinks inside the log dir must resolve below it to be followed"),
-        _f("exists", "bool", "the path is a readable directory", detect=True),
-        _f("error", "string", "why the log dir could not be read at all", detect=True),
-        _f(
-            "meta",
-            "meta",
-            "parsed `meta.properties`: `version` (0 = ZooKeeper, 1 = KRaft), `broker_id` (`broker.id` or `node.id`), "
-            "`cluster_id`, `directory_id`, raw `properties`",
-            detect=True,
-        ),
-        _f("meta_error", "string", "`meta.properties` unreadable or malformed", detect=True),
-        _f("clean_shutdown", "bool", "`.kafka_cleanshutdown` exists (Kafka only checks existence)", detect=True),
-        _f("clean_shutdown_broker_epoch", "int64", "`brokerEpoch` of the 3.7+ JSON marker"),
-        _f("lock_present", "bool", "`.lock` exists"),
-        _f(
-            "lock_held_by_pid",
-            "int64",
-            "PID holding a lock on `.lock` per `/proc/locks` (a running broker); the probe never takes the lock",
-            detect=True,
-        ),
-        _f("kraft", "bool", "meta.properties version 1 or a `__cluster_metadata-0` dir", detect=True),
-        _f(
-            "checkpoints",
-            "object",
-            'per offset checkpoint file present: `{"entries": N|null, "error": str|null}`',
-        ),
-        _f("partition_dirs", "int64", "partition directories found (all states)"),
-        _f("other_entries", "int64", "entries that are neither partition dirs nor known log-dir files"),
-    ),
-)
-
-PROBE = RecordKind(
-    "probe",
-    doc="The first record.",
-    fields=(
-        _f("schema_version", "int64", "1"),
-        _f("probe_version", "string", "version of probe.py"),
-        _f("mode", "string", "`metadata` or `deep`"),
-        _f("verify_crc", "bool", "batch CRCs verified"),
-        _f("hostname", "string", "where it ran"),
-        _f("python", "string", "the interpreter's version"),
-        _f("started_at_ms", "int64", "start time"),
-        _f("paths", "list<string>", "the log dirs probed"),
-    ),
-)
-
-PROBE_END = RecordKind(
+_PROBE_END_FIELDS = """
+schema_version               int64              -             1
+complete                     bool               -             true
+logdirs                      int64              -             log dirs probed
+partitions                   int64              -             partition records printed
+segments                     int64              -             segment records printed
+files                        int64              -             file records printed
+errors                       int64              -             records carrying an error
+elapsed_ms                   int64              -             how long the probe ran
+"""
+PROBE_END = _kind(
     "probe_end",
+    _PROBE_END_FIELDS,
+    staged=False,
     doc="The last record: a staged output without it, `complete` true, was cut off.",
-    fields=(
-        _f("schema_version", "int64", "1"),
-        _f("complete", "bool", "true"),
-        _f("logdirs", "int64", "log dirs probed"),
-        _f("partitions", "int64", "partition records printed"),
-        _f("segments", "int64", "segment records printed"),
-        _f("files", "int64", "file records printed"),
-        _f("errors", "int64", "records carrying an error"),
-        _f("elapsed_ms", "int64", "how long the probe ran"),
-    ),
 )
 
 KINDS: dict[str, RecordKind] = {k.kind: k for k in (PROBE, LOGDIR, PARTITION, SEGMENT, FILE, PROBE_END)}
@@ -459,6 +373,8 @@ def _arrow(type_: str) -> Any:
     scalar = {"string": pa.string(), "int32": pa.int32(), "int64": pa.int64(), "bool": pa.bool_(), "null": pa.null()}
     if type_ in scalar:
         return scalar[type_]
+    if type_ == "entries":
+        return pa.list_(pa.list_(pa.int64()))
     if type_ == "list<mismatch>":
         return pa.list_(
             pa.struct(
@@ -484,9 +400,11 @@ def arrow_schema(kind: str) -> Any:
     return pa.schema([(f.name, _arrow(f.type)) for f in k.fields if f.staged])
 
 
-def _spark(type_: str) -> Any:
+def _spark(type_: str, staged: bool = False) -> Any:
     from pyspark.sql import types as T
 
+    if type_ == "entries":  # staged: numbers; as JSON, offset checkpoints' [topic, partition, offset] read as text
+        return T.ArrayType(T.ArrayType(T.LongType() if staged else T.StringType()))
     scalar = {
         "string": T.StringType(),
         "int32": T.IntegerType(),
@@ -504,7 +422,7 @@ def _spark(type_: str) -> Any:
             ]
         )
     if type_.startswith("list<") and type_.endswith(">"):
-        return T.ArrayType(_spark(type_[5:-1]))
+        return T.ArrayType(_spark(type_[5:-1], staged))
     raise ValueError(f"{type_}: no Spark type")
 
 
@@ -516,8 +434,7 @@ def spark_schema(kind: str, *, staged: bool = False) -> Any:
     fields = []
     for f in KINDS[kind].fields:
         if f.detect and (f.staged or not staged):
-            type_ = f.type if staged else (f.spark_type or f.type)
-            fields.append(T.StructField(f.name, _spark(type_), True))
+            fields.append(T.StructField(f.name, _spark(f.type, staged), True))
     return T.StructType(fields)
 
 
