@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from fleet_doctor import inventory
-from fleet_doctor.audit import steps
 from fleet_doctor.repair import tasks
 from fleet_doctor.settings import REPO, Settings
 from fleet_doctor.store import Store
@@ -90,11 +89,15 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         kill9 = next(i for i in injected if i.incident == "kill9-untrimmed-index")
         assert planned_paths and planned_paths & set(kill9.paths), (kill9.paths, planned_paths)
 
-        # the repair's re-verify before it touches anything: an audit outside Airflow (steps.run_local: stage,
-        # snapshot, spark-submit with the store's settings and jars, publish) into the same bucket gives the very
-        # same plan
-        steps.run_local(settings, "reverify", ssh_connect(inventory.load(settings.inventory)))
-        assert store.list("staging/reverify/probe") == ["broker_id=1", "broker_id=2", "broker_id=3"]
-        assert tasks.plan_from_run(settings, "reverify", {}).hash == planned["hash"]
+        # the repair's re-verify before it touches anything: an audit outside Airflow (stage, snapshot, spark-submit
+        # with the store's settings and jars) into the same bucket's verify/ area gives the very same plan, and
+        # leaves the audit's history and findings dataset as they were
+        history_before = store.read_bytes("history/runs.jsonl")
+        connect = ssh_connect(inventory.load(settings.inventory))
+        verify_run, fresh = tasks.reverify(settings, "manual__r1", {}, connect)
+        assert store.list(f"verify/{verify_run}/probe") == ["broker_id=1", "broker_id=2", "broker_id=3"]
+        assert fresh.hash == planned["hash"]
+        assert store.read_bytes("history/runs.jsonl") == history_before
+        assert f"audit_run={verify_run}" not in store.list("findings")
     finally:
         fleet.down(lab_dir)

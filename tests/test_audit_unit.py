@@ -7,6 +7,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fleet_doctor.audit import alerts, history, steps
 from fleet_doctor.repair import tasks
 from fleet_doctor.settings import Settings, safe_run_id
@@ -156,6 +158,8 @@ def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_p
     except tasks.RepairError as e:
         assert "run_2" in str(e) and "[2, 3]" in str(e)
     tasks.whole_fleet_run(s, "run_1")
+    with pytest.raises(tasks.RepairError, match="no audit run 'run_9'"):  # an empty plan would look healthy
+        tasks.whole_fleet_run(s, "run_9")
     assert "--partial-scope" in steps.detect_args(s, "run:2", {**facts, "probe_dir": "/p", "brokers": "/b"})
     assert "--partial-scope" not in steps.detect_args(
         s, "run:1", {**facts, "out_of_scope": [], "probe_dir": "/p", "brokers": "/b"}

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fleet_doctor import inventory
+from fleet_doctor.audit import steps
 from fleet_doctor.probe import parse_partition_metadata
 from fleet_doctor.repair.executor import Executor, Gates, RepairError
 from fleet_doctor.repair.plan import FleetFacts, build_plan, restart_preview
@@ -36,8 +37,8 @@ def seed004(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
     lab_dir = tmp_path / "lab"
     state = fleet.up(lab_dir, brokers=3, kafka_version="2.8.2")
     try:
-        steps = run_scenario(state, "seed-004")
-        assert all(s.ok for s in steps)
+        scenario = run_scenario(state, "seed-004")
+        assert all(s.ok for s in scenario)
         settings = Settings(inventory=lab_dir / "inventory.json", data_root=tmp_path / "data")
         inv = inventory.load(settings.inventory)
         summary = steps.run_local(settings, "run1", ssh_connect(inv))

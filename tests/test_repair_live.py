@@ -18,6 +18,7 @@ import json
 import tarfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,6 +85,18 @@ def test_stale_plan_aborts_untouched(fleet: dict[str, Any]) -> None:
     assert result["done"] == [] and sorted(result["untouched"]) == [1, 2, 3] and result["lock_released"]
     assert fleet_snapshot(state) == before
     assert lock_free(state)
+    # the re-verification was never published: the latest audit is still the one the stale plan came from, and the
+    # plan the fleet gives now is written beside it for the operator to compare
+    fresh = result["error"].split("fleet now gives ")[1].rstrip(")")
+    assert [d for d in plan_dir(fleet["data"], request).parent.iterdir() if d.name.startswith(fresh)]
+    assert not any("verify" in r["audit_run"] for r in _history(fleet["data"]))
+    # so the operator audits again before the next repair
+    audit_run = af.trigger(AUDIT)
+    assert af.wait_run(AUDIT, audit_run, 900) == "success"
+
+
+def _history(data: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (data / "history" / "runs.jsonl").read_text().splitlines() if line.strip()]
 
 
 def test_precheck_refuses_to_take_a_partition_below_min_isr(fleet: dict[str, Any]) -> None:

@@ -52,10 +52,10 @@ class Inventory:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def broker(self, broker_id: int) -> BrokerEntry:
-        for b in self.brokers:
-            if b.id == broker_id:
-                return b
-        raise KeyError(f"broker {broker_id} is not in the inventory of cluster {self.cluster}")
+        found = next((b for b in self.brokers if b.id == broker_id), None)
+        if found is None:
+            raise KeyError(f"broker {broker_id} is not in the inventory of cluster {self.cluster}")
+        return found
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2) + "\n"

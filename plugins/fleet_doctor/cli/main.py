@@ -14,6 +14,20 @@ from fleet_doctor.cli.probe_table import read_records, render_table, summarize
 from fleet_doctor.store import atomic_file
 from fleet_doctor.zookeeper import snapshot as zk_snapshot
 
+# (one-line help, description) of each subcommand
+ZK_SNAPSHOT_HELP = (
+    "Kafka's ZooKeeper metadata as JSON Lines, live or from a snapshot file (docs/zk-snapshot-schema.md)",
+    "Print Kafka's ZooKeeper metadata (topics, assignments, partition states, brokers, controller, cluster id, topic "
+    "configs) as JSON Lines, read from a live ZooKeeper or offline from a ZooKeeper data-dir snapshot file. Never "
+    "writes to ZooKeeper.",
+)
+SCAN_HELP = (
+    "probe log dirs, snapshot ZooKeeper, run the detection app locally and print findings",
+    "Probe Kafka log dirs on this machine, optionally snapshot ZooKeeper, run the Spark detection app "
+    "(spark_apps/detect.py) in local mode and print findings. Exit status: 0 no finding at warning or above, "
+    "1 findings, 2 usage or I/O error.",
+)
+
 
 def _cmd_probe(args: argparse.Namespace) -> int:
     argv = []
@@ -68,13 +82,7 @@ def _cmd_zk_snapshot(args: argparse.Namespace) -> int:
 
 
 def _add_zk_snapshot(sub: Any) -> None:
-    zp = sub.add_parser(
-        "zk-snapshot",
-        help="Kafka's ZooKeeper metadata as JSON Lines, live or from a snapshot file (docs/zk-snapshot-schema.md)",
-        description="Print Kafka's ZooKeeper metadata (topics, assignments, partition states, brokers, "
-        "controller, cluster id, topic configs) as JSON Lines, read from a live ZooKeeper or offline from a "
-        "ZooKeeper data-dir snapshot file. Never writes to ZooKeeper.",
-    )
+    zp = sub.add_parser("zk-snapshot", help=ZK_SNAPSHOT_HELP[0], description=ZK_SNAPSHOT_HELP[1])
     src = zp.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--zookeeper", metavar="HOST:PORT[/chroot]", help="Kafka's zookeeper.connect (comma-separated hosts allowed)"
@@ -137,13 +145,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 
 
 def _add_scan(sub: Any) -> None:
-    sp = sub.add_parser(
-        "scan",
-        help="probe log dirs, snapshot ZooKeeper, run the detection app locally and print findings",
-        description="Probe Kafka log dirs on this machine, optionally snapshot ZooKeeper, run the Spark "
-        "detection app (spark_apps/detect.py) in local mode and print findings. Exit status: 0 no finding at "
-        "warning or above, 1 findings, 2 usage or I/O error.",
-    )
+    sp = sub.add_parser("scan", help=SCAN_HELP[0], description=SCAN_HELP[1])
     sp.add_argument("paths", nargs="+", metavar="PATH", help="Kafka log dir(s); with --discover, trees to search")
     zk = sp.add_mutually_exclusive_group()
     zk.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]", help="snapshot this ZooKeeper live")

@@ -203,14 +203,7 @@ def meta_mismatch(f: Frames) -> DataFrame:
         "meta.cluster_id",
         F.array_join("clusters", ", "),
     )
-    out = findings(
-        hit,
-        "meta-mismatch",
-        msg,
-        path=F.concat("logdir", F.lit("/meta.properties")),
-        topic=F.lit(None),
-        partition=F.lit(None),
-    )
+    out = _meta_findings(hit, msg)
     if f.zk_cluster_id is None:
         return out
     foreign = ld.withColumn("zk_cluster_id", F.lit(f.zk_cluster_id)).where(
@@ -222,13 +215,9 @@ def meta_mismatch(f: Frames) -> DataFrame:
         "meta.cluster_id",
         "zk_cluster_id",
     )
-    return out.unionByName(
-        findings(
-            foreign,
-            "meta-mismatch",
-            msg2,
-            path=F.concat("logdir", F.lit("/meta.properties")),
-            topic=F.lit(None),
-            partition=F.lit(None),
-        )
-    )
+    return out.unionByName(_meta_findings(foreign, msg2))
+
+
+def _meta_findings(df: DataFrame, message: Column) -> DataFrame:
+    path = F.concat("logdir", F.lit("/meta.properties"))
+    return findings(df, "meta-mismatch", message, path=path, topic=F.lit(None), partition=F.lit(None))

@@ -233,27 +233,22 @@ def segment_overlap(f: Frames) -> DataFrame:
     )
 
 
+def _log_check(rule_id: str, cond: Column, template: str, *fields: str) -> Check:
+    """A check on a segment's .log (deep mode facts); the message names the file, then ``fields`` in ``template``."""
+    return _seg(rule_id, cond, F.format_string(f"%s: {template}", seg_file("log"), *map(F.col, fields)), "log")
+
+
 @detector("log-torn-tail")
 def log_torn_tail(f: Frames) -> list[Check]:
-    msg = F.format_string(
-        "%s: %d of %d bytes form valid batches; recovery will truncate the rest (%s)",
-        seg_file("log"),
-        F.col("valid_bytes"),
-        F.col("log_bytes"),
-        F.col("tail_error"),
-    )
-    return [_seg("log-torn-tail", F.col("torn_tail") == F.lit(True), msg, "log")]
+    template = "%d of %d bytes form valid batches; recovery will truncate the rest (%s)"
+    torn = F.col("torn_tail") == F.lit(True)
+    return [_log_check("log-torn-tail", torn, template, "valid_bytes", "log_bytes", "tail_error")]
 
 
 @detector("log-crc")
 def log_crc(f: Frames) -> list[Check]:
-    msg = F.format_string(
-        "%s: batch at byte %d fails its CRC (%s)",
-        seg_file("log"),
-        F.col("first_crc_error_position"),
-        F.col("tail_error"),
-    )
-    return [_seg("log-crc", F.col("crc_errors") > 0, msg, "log")]
+    template = "batch at byte %d fails its CRC (%s)"
+    return [_log_check("log-crc", F.col("crc_errors") > 0, template, "first_crc_error_position", "tail_error")]
 
 
 @detector("index-entry-mismatch")

@@ -58,14 +58,20 @@ def latest_audit_run(settings: Settings) -> str:
 
 
 def whole_fleet_run(settings: Settings, run: str) -> None:
-    """Refuse to plan from an audit that staged only some brokers: the others' findings would silently drop out
-    of the plan, and the re-verify before execution (a whole-fleet audit) could never match its hash."""
-    for r in settings.store.read_jsonl("history/runs.jsonl"):
-        if r["audit_run"] == run and r.get("out_of_scope"):
-            raise RepairError(
-                f"audit run {run} audited only some brokers (out of scope: {r['out_of_scope']}): plan from a "
-                "whole-fleet audit run (audit_run 'latest' picks the newest one)"
-            )
+    """Refuse to plan from an audit run the history does not know (an empty plan would look like a healthy fleet),
+    or from one that staged only some brokers: the others' findings would silently drop out of the plan, and the
+    re-verify before execution (a whole-fleet audit) could never match its hash."""
+    runs = {r["audit_run"]: r for r in settings.store.read_jsonl("history/runs.jsonl")}
+    if run not in runs:
+        raise RepairError(
+            f"no audit run {run!r} in {settings.store.url('history')} (audit_run 'latest' picks the "
+            "newest whole-fleet run)"
+        )
+    if runs[run].get("out_of_scope"):
+        raise RepairError(
+            f"audit run {run} audited only some brokers (out of scope: {runs[run]['out_of_scope']}): plan from a "
+            "whole-fleet audit run (audit_run 'latest' picks the newest one)"
+        )
 
 
 def plan_from_run(settings: Settings, run: str, params: dict[str, Any]) -> Plan:

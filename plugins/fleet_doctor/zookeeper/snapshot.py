@@ -568,13 +568,18 @@ def _cluster_record(tree: ZTree, k: _Kafka, c: _Ctx) -> dict[str, Any]:
     }
 
 
-def _broker_record(name: str, node: ZNode, c: _Ctx) -> dict[str, Any]:
-    zp = c.zpath(f"/brokers/ids/{name}")
+def _numbered_znode(path: str, name: str, what: str, node: ZNode, c: _Ctx) -> tuple[str, list[str], int | None, dict]:
+    """A znode named by a number (a broker id, a partition): its path, the errors so far, the number, its JSON."""
+    zp = c.zpath(path)
     errors: list[str] = []
-    bid = _as_int(name)
-    if bid is None:
-        errors.append(f"znode {zp}: broker id is not an integer")
-    obj = _json_object(node, zp, errors) or {}
+    number = _as_int(name)
+    if number is None:
+        errors.append(f"znode {zp}: {what} is not an integer")
+    return zp, errors, number, _json_object(node, zp, errors) or {}
+
+
+def _broker_record(name: str, node: ZNode, c: _Ctx) -> dict[str, Any]:
+    zp, errors, bid, obj = _numbered_znode(f"/brokers/ids/{name}", name, "broker id", node, c)
     ts: Any = obj.get("timestamp")
     if isinstance(ts, str) and _as_int(ts) is not None:
         ts = _as_int(ts)  # Kafka writes the registration time as a string of epoch ms
@@ -638,12 +643,9 @@ def _topic_record(topic: str, k: _Kafka, c: _Ctx) -> dict[str, Any]:
 
 
 def _partition_state_record(topic: str, partition: str, node: ZNode, c: _Ctx) -> dict[str, Any]:
-    zp = c.zpath(f"/brokers/topics/{topic}/partitions/{partition}/state")
-    errors: list[str] = []
-    pid = _as_int(partition)
-    if pid is None:
-        errors.append(f"znode {zp}: partition is not an integer")
-    obj = _json_object(node, zp, errors) or {}
+    zp, errors, pid, obj = _numbered_znode(
+        f"/brokers/topics/{topic}/partitions/{partition}/state", partition, "partition", node, c
+    )
     return {
         "kind": "partition_state",
         "topic": topic,
