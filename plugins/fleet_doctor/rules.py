@@ -156,417 +156,293 @@ class Rule:
         return self.band_for(version).behaviour
 
 
-def _one(severity: Severity, behaviour: str = "") -> tuple[SeverityBand, ...]:
-    return (SeverityBand(v("0.8.0"), severity, behaviour),)
+def _catalogue(text: str) -> tuple[Rule, ...]:
+    """The rules of a catalogue text: per rule ``<id>: <title>``, then indented lines: the properties (``scope S,
+    needs N, remediation R`` and optionally ``from V``, ``until V``), ``reference``, ``condition``, ``why`` and one
+    ``<version>+  <severity>[: <behaviour>]`` per severity band, oldest first; a value goes on over the lines below it
+    that are indented further."""
+    rules = []
+    for block in text.strip().split("\n\n"):
+        head, *lines = block.splitlines()
+        rule_id, _, title = head.partition(": ")
+        entries: list[list[str]] = []
+        for line in lines:
+            if line.startswith(" " * 8):
+                entries[-1][1] += " " + line.strip()
+            else:
+                key, _, value = line.strip().partition(" ")
+                entries.append([key, value.strip()])
+        props = dict(part.strip().split(" ", 1) for part in " ".join(entries[0]).split(","))
+        fields = {k: val for k, val in entries[1:] if not k.endswith("+")}
+        bands = tuple(
+            SeverityBand(v(k[:-1]), Severity(sev), behaviour)
+            for k, val in entries[1:]
+            if k.endswith("+")
+            for sev, _, behaviour in [val.partition(": ")]
+        )
+        rules.append(
+            Rule(
+                rule_id,
+                title,
+                Scope(props["scope"]),
+                Needs(props["needs"]),
+                fields["condition"],
+                fields["why"],
+                bands,
+                Remediation(props["remediation"]),
+                fields.get("reference", ""),
+                v(props.get("from", "0.8.0")),
+                v(props["until"]) if "until" in props else None,
+            )
+        )
+    return tuple(rules)
 
 
-CRITICAL, WARNING, INFO = Severity.CRITICAL, Severity.WARNING, Severity.INFO
-QUARANTINE_INDEX = Remediation.QUARANTINE_INDEX
-REMOVE_TOPIC_ID_FILES = Remediation.REMOVE_TOPIC_ID_FILES
-RESTORE_ZK_TOPIC_ID = Remediation.RESTORE_ZK_TOPIC_ID
-REPORT_ONLY = Remediation.REPORT_ONLY
+# Version boundaries and wording follow ../shared/docs/kafka-reference.md ("ref §n").
+CATALOGUE = """
+index-untrimmed: Offset or time index still holds its preallocated zero tail
+    scope segment, needs metadata, remediation quarantine-index
+    reference   ref §1.2–§1.4
+    condition   an index has zero entries after its last real one (or exactly segment.index.bytes) on a segment that is
+                not the active segment of a running broker
+    why         Kafka preallocates the active segment's indexes to 10 MiB and trims them only on a clean close; after
+                kill -9 the whole length counts as entries and the last entry is zero (seed-000).
+    0.8.0+      critical: startup fails: 'Corrupt index found ... last offset is N and the base offset is N'
+    0.9.0+      warning: detected at startup, deleted and rebuilt (slow restart)
+    2.3.0+      critical: no longer checked below the recovery point: trusted, giving wrong lookups and early time-based
+                deletion (KAFKA-10207)
 
-RULES: tuple[Rule, ...] = (
-    # ---- segment and index files
-    Rule(
-        "index-untrimmed",
-        "Offset or time index still holds its preallocated zero tail",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        "an index has zero entries after its last real one (or exactly segment.index.bytes) on a segment "
-        "that is not the active segment of a running broker",
-        "Kafka preallocates the active segment's indexes to 10 MiB and trims them only on a clean close; after "
-        "kill -9 the whole length counts as entries and the last entry is zero (seed-000).",
-        (
-            SeverityBand(
-                v("0.8.0"),
-                CRITICAL,
-                "startup fails: 'Corrupt index found ... last offset is N and the base offset is N'",
-            ),
-            SeverityBand(v("0.9.0"), WARNING, "detected at startup, deleted and rebuilt (slow restart)"),
-            SeverityBand(
-                v("2.3.0"),
-                CRITICAL,
-                "no longer checked below the recovery point: trusted, giving wrong lookups "
-                "and early time-based deletion (KAFKA-10207)",
-            ),
-        ),
-        QUARANTINE_INDEX,
-        "ref §1.2–§1.4",
-    ),
-    Rule(
-        "index-last-offset",
-        "Offset index last offset not above its base offset",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        "entries > 0 and last offset <= base offset (Kafka <= 1.1) or < base offset (>= 2.0)",
-        "This is the offset-index sanity check whose failure is the 'Corrupt index found' of the 0.8 startup "
-        "error; 2.0 relaxed it to 'less than' (KAFKA-7076).",
-        (
-            SeverityBand(v("0.8.0"), CRITICAL, "startup fails (IllegalArgumentException: Corrupt index found)"),
-            SeverityBand(v("0.9.0"), WARNING, "index deleted and rebuilt at startup"),
-            SeverityBand(v("2.3.0"), CRITICAL, "not checked at load: the index is trusted"),
-        ),
-        QUARANTINE_INDEX,
-        "ref §1.3",
-    ),
-    Rule(
-        "index-size",
-        "Index size is not a whole number of entries",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        ".index size not a multiple of 8, .timeindex size not a multiple of 12",
-        "Kafka rounds the size down when it opens the file; the partial entry is a sign of a torn write or a "
-        "foreign file.",
-        (
-            SeverityBand(
-                v("0.8.0"),
-                CRITICAL,
-                "startup fails: 'Index file ... is corrupt, found N bytes which is not "
-                "positive or not a multiple of 8'",
-            ),
-            SeverityBand(v("0.9.0"), WARNING, "rebuilt at startup"),
-            SeverityBand(v("2.3.0"), WARNING, "rounded down and trusted"),
-        ),
-        QUARANTINE_INDEX,
-        "ref §1.2–§1.3",
-    ),
-    Rule(
-        "index-not-monotonic",
-        "Index entries go backwards",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        "offsets or positions (time index: timestamps or offsets) decrease before the zero tail",
-        "Index lookups binary-search the entries; out-of-order entries return wrong positions, so fetches "
-        "read the wrong data or fail.",
-        _one(CRITICAL, "lookups return wrong positions"),
-        QUARANTINE_INDEX,
-        "ref §1.1",
-    ),
-    Rule(
-        "index-beyond-log",
-        "Index entry points at or past the end of the log",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        "an index entry's position is at or beyond the .log size (deep: beyond the valid bytes)",
-        "Typical after a truncated or torn log: a fetch for those offsets reads past the data.",
-        _one(CRITICAL, "fetches for the affected offsets fail"),
-        QUARANTINE_INDEX,
-        "ref §2.5",
-    ),
-    Rule(
-        "timeindex-last-timestamp",
-        "Time index last timestamp below its first",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        "last timestamp < first timestamp (<= on 0.10.1–1.0)",
-        "The time index sanity check; a zero last timestamp also makes time retention treat the segment as "
-        "ancient and delete it early.",
-        (
-            SeverityBand(v("0.10.1"), WARNING, "rebuilt at startup"),
-            SeverityBand(v("2.3.0"), CRITICAL, "trusted: time retention may delete the segment early"),
-        ),
-        QUARANTINE_INDEX,
-        "ref §1.3",
-        applies_from=v("0.10.1"),
-    ),
-    Rule(
-        "index-orphan",
-        "Index file without its log segment",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        ".index/.timeindex with no .log of the same base offset",
-        "Kafka deletes orphaned index files at startup ('Found an orphaned index file'); their presence means "
-        "the log was removed by hand or lost.",
-        _one(WARNING, "deleted at startup"),
-        REPORT_ONLY,
-        "ref §2.1",
-    ),
-    Rule(
-        "index-missing",
-        "Log segment without its offset index",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        ".log with no .index",
-        "Kafka rebuilds a missing index by reading the whole segment at startup: restart time grows with the "
-        "segment size.",
-        _one(WARNING, "rebuilt at startup (recovery time)"),
-        REPORT_ONLY,
-        "ref §1.4",
-    ),
-    Rule(
-        "segment-leftover",
-        "Leftover .swap/.cleaned/.deleted file",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        ".swap, .cleaned or .deleted files (interrupted compaction, split or deletion)",
-        "At startup Kafka deletes .cleaned/.deleted files and completes or discards swaps; a leftover shows an "
-        "interrupted log-cleaner or deletion and a startup that will rewrite segments.",
-        _one(WARNING, "completed or deleted at startup"),
-        REPORT_ONLY,
-        "ref §2.1",
-    ),
-    Rule(
-        "segment-overlap",
-        "Segments overlap or are out of order",
-        Scope.SEGMENT,
-        Needs.DEEP,
-        "a segment's next offset is beyond the next segment's base offset, or offsets precede the base",
-        "Overlapping segments break offset lookups and can fail log loading.",
-        _one(CRITICAL, "log loading fails or serves wrong data"),
-        REPORT_ONLY,
-        "ref §2.4",
-    ),
-    Rule(
-        "log-torn-tail",
-        "Last batch of a log is incomplete or invalid",
-        Scope.SEGMENT,
-        Needs.DEEP,
-        "the bytes after the last valid batch do not form a batch (incomplete write, zero fill, bad header)",
-        "Recovery truncates the segment at the last valid batch and deletes every later segment of the partition.",
-        _one(WARNING, "truncated by recovery at the next unclean start"),
-        REPORT_ONLY,
-        "ref §2.5, §3.3",
-    ),
-    Rule(
-        "log-crc",
-        "Batch CRC mismatch",
-        Scope.SEGMENT,
-        Needs.CRC,
-        "a batch's stored CRC differs from CRC-32C (v2) / CRC-32 (v0/v1) of its bytes",
-        "Corrupt data on disk: recovery truncates there; consumers of a replica serving it get CorruptRecord.",
-        _one(CRITICAL, "recovery truncates at the corrupt batch; data after it is lost on this replica"),
-        REPORT_ONLY,
-        "ref §3",
-    ),
-    Rule(
-        "index-entry-mismatch",
-        "Offset-index entry does not point at its batch",
-        Scope.SEGMENT,
-        Needs.DEEP,
-        "an offset-index entry does not point at the start of a batch containing its offset",
-        "Like kafka-dump-log --verify-index-only. On 2.0+ an entry whose offset lies past its batch is benign "
-        "when one append wrote several batches.",
-        _one(WARNING, "lookups land on the wrong batch"),
-        REPORT_ONLY,
-        "ref §2.6",
-    ),
-    Rule(
-        "file-unreadable",
-        "File could not be read or parsed",
-        Scope.SEGMENT,
-        Needs.METADATA,
-        "a file could not be read (permissions, I/O error) or parsed",
-        "Kafka would fail on the same file; an auditor that cannot read it cannot vouch for it.",
-        _one(WARNING, "depends on the file"),
-        REPORT_ONLY,
-        "",
-    ),
-    # ---- partition directory metadata
-    Rule(
-        "partition-metadata-malformed",
-        "partition.metadata unparsable or with an invalid topic ID",
-        Scope.PARTITION,
-        Needs.METADATA,
-        "partition.metadata unparsable, or a zero/invalid topic ID",
-        "Any read error of partition.metadata takes the whole log dir offline (KafkaStorageException).",
-        _one(CRITICAL, "the log dir goes offline"),
-        REPORT_ONLY,
-        "ref §4.1",
-        applies_from=v("2.8.0"),
-    ),
-    Rule(
-        "leader-epoch-malformed",
-        "leader-epoch-checkpoint unparsable",
-        Scope.PARTITION,
-        Needs.METADATA,
-        "leader-epoch-checkpoint unparsable",
-        "A corrupt checkpoint takes the log dir offline, as for the offset checkpoints.",
-        _one(CRITICAL, "the log dir goes offline"),
-        REPORT_ONLY,
-        "ref §4.2",
-        applies_from=v("0.11.0"),
-    ),
-    Rule(
-        "leader-epoch-not-monotonic",
-        "Leader epochs or their start offsets decrease",
-        Scope.PARTITION,
-        Needs.METADATA,
-        "epochs or start offsets decrease between entries",
-        "Kafka drops conflicting entries at load ('caused truncation of conflicting entries'); follower "
-        "truncation decisions then use a different history.",
-        _one(WARNING, "conflicting entries dropped at load"),
-        REPORT_ONLY,
-        "ref §4.2",
-        applies_from=v("0.11.0"),
-    ),
-    Rule(
-        "leader-epoch-ahead",
-        "Leader epoch cache ahead of the log or of ZooKeeper",
-        Scope.CROSS_SOURCE,
-        Needs.DEEP,
-        "a start offset beyond the log end offset, or an epoch above ZooKeeper's leader_epoch",
-        "The cache is truncated at load; an epoch above the controller's state means the replica saw a "
-        "leadership the cluster no longer knows.",
-        _one(WARNING, "truncated at load"),
-        REPORT_ONLY,
-        "ref §4.2, §5",
-        applies_from=v("0.11.0"),
-    ),
-    Rule(
-        "stray-dir",
-        "Lingering -delete, -future or -stray partition directory",
-        Scope.PARTITION,
-        Needs.METADATA,
-        "a partition directory named <topic>-<p>.<uid>-delete, -future or -stray",
-        "Disk held by logs that are being (or failed to be) deleted or moved; KRaft 3.7+ renames replicas it "
-        "does not own to -stray instead of deleting them.",
-        _one(WARNING, "disk space held; no automatic cleanup for -stray"),
-        REPORT_ONLY,
-        "ref §2.1",
-    ),
-    # ---- cross-source
-    Rule(
-        "topic-id-mismatch",
-        "Replica topic ID differs from ZooKeeper's",
-        Scope.CROSS_SOURCE,
-        Needs.ZOOKEEPER,
-        "a replica's partition.metadata topic ID differs from the /brokers/topics/<t> topic_id",
-        "After the next restart the broker answers INCONSISTENT_TOPIC_ID and the replica stays out of ISR "
-        "(seed-004, KAFKA-14190).",
-        _one(CRITICAL, "replica leaves ISR on restart"),
-        REMOVE_TOPIC_ID_FILES,
-        "ref §4.1, §6",
-        applies_from=v("2.8.0"),
-    ),
-    Rule(
-        "topic-id-split",
-        "Replicas disagree on a topic's ID",
-        Scope.CROSS_SOURCE,
-        Needs.FLEET,
-        "replicas of one topic hold different topic IDs in partition.metadata",
-        "At most one of them can match the controller's ID; the others fail the topic-ID check.",
-        _one(CRITICAL, "some replicas leave ISR on restart"),
-        REPORT_ONLY,
-        "ref §4.1",
-        applies_from=v("2.8.0"),
-    ),
-    Rule(
-        "topic-id-missing-in-zk",
-        "Topic znode has lost its topic_id",
-        Scope.CROSS_SOURCE,
-        Needs.ZOOKEEPER,
-        "the /brokers/topics/<t> znode has no topic_id while brokers run IBP >= 2.8",
-        "The next controller failover mints a new random ID and every existing replica then mismatches: drift "
-        "ahead (KAFKA-14190).",
-        _one(CRITICAL, "a new topic ID is minted at the next controller failover"),
-        RESTORE_ZK_TOPIC_ID,
-        "ref §5, §6",
-        applies_from=v("2.8.0"),
-    ),
-    Rule(
-        "replica-not-assigned",
-        "Partition directory not in the assignment",
-        Scope.CROSS_SOURCE,
-        Needs.ZOOKEEPER,
-        "a partition directory on a broker that the assignment does not place there, or of an unknown topic",
-        "Leftovers of a reassignment or deletion: disk held, and a confusing second copy.",
-        _one(WARNING, "ignored or deleted by the broker"),
-        REPORT_ONLY,
-        "ref §5",
-    ),
-    Rule(
-        "replica-dir-missing",
-        "Assigned replica has no directory",
-        Scope.CROSS_SOURCE,
-        Needs.ZOOKEEPER,
-        "an assigned replica has no partition directory on its broker",
-        "The broker will re-create and re-replicate it; a lost disk or wiped dir shows up here.",
-        _one(WARNING, "re-replicated from the leader"),
-        REPORT_ONLY,
-        "ref §5",
-    ),
-    Rule(
-        "under-replicated",
-        "Partition under-replicated",
-        Scope.CROSS_SOURCE,
-        Needs.ZOOKEEPER,
-        "ISR smaller than the replica set (partition state)",
-        "One more failure may take the partition below min.insync.replicas; no rolling restart is safe.",
-        _one(WARNING, "reduced redundancy"),
-        REPORT_ONLY,
-        "ref §5",
-    ),
-    Rule(
-        "offline-partition",
-        "Partition has no live leader",
-        Scope.CROSS_SOURCE,
-        Needs.ZOOKEEPER,
-        "the partition state has no leader (-1) or its leader is not registered",
-        "Producers and consumers of the partition are down now.",
-        _one(CRITICAL, "unavailable"),
-        REPORT_ONLY,
-        "ref §5",
-    ),
-    Rule(
-        "unsafe-replication",
-        "Topic cannot survive any rolling restart",
-        Scope.CROSS_SOURCE,
-        Needs.ZOOKEEPER,
-        "replication factor 1, or min.insync.replicas >= replication factor",
-        "Restarting any of its brokers makes partitions unavailable: flag it before anyone plans a restart.",
-        _one(WARNING, "unavailable during any broker restart"),
-        REPORT_ONLY,
-        "ref §7.1",
-    ),
-    # ---- log directory
-    Rule(
-        "checkpoint-malformed",
-        "Offset checkpoint file unparsable",
-        Scope.LOG_DIR,
-        Needs.METADATA,
-        "recovery-point-, log-start-, replication- or cleaner-offset-checkpoint unparsable",
-        "CheckpointFileWithFailureHandler marks the log dir offline before it throws.",
-        _one(CRITICAL, "the log dir goes offline"),
-        REPORT_ONLY,
-        "ref §2.3",
-    ),
-    Rule(
-        "checkpoint-dangling",
-        "Checkpoint entry for a partition with no directory",
-        Scope.LOG_DIR,
-        Needs.METADATA,
-        "a checkpoint entry names a partition with no directory in that log dir",
-        "Harmless to Kafka, but it shows a directory removed by hand or a lost disk.",
-        _one(INFO, "ignored"),
-        REPORT_ONLY,
-        "ref §2.3",
-    ),
-    Rule(
-        "unclean-shutdown",
-        "Log dir of a stopped broker without a clean-shutdown marker",
-        Scope.LOG_DIR,
-        Needs.METADATA,
-        "a stopped broker's log dir without .kafka_cleanshutdown",
-        "The next start recovers every segment above the recovery point: the bytes there estimate the work.",
-        _one(WARNING, "log recovery at the next start"),
-        REPORT_ONLY,
-        "ref §2.2, §2.4",
-    ),
-    Rule(
-        "meta-mismatch",
-        "meta.properties disagree",
-        Scope.CROSS_SOURCE,
-        Needs.METADATA,  # one broker's log dirs, and ZooKeeper's /cluster/id when given
-        "meta.properties broker.id/node.id or cluster.id differ between a broker's log dirs, or from "
-        "ZooKeeper's cluster id",
-        "Kafka refuses to start with inconsistent meta.properties; a foreign cluster.id means a disk from "
-        "another cluster.",
-        _one(CRITICAL, "the broker refuses to start"),
-        REPORT_ONLY,
-        "ref §2",
-    ),
-)
+index-last-offset: Offset index last offset not above its base offset
+    scope segment, needs metadata, remediation quarantine-index
+    reference   ref §1.3
+    condition   entries > 0 and last offset <= base offset (Kafka <= 1.1) or < base offset (>= 2.0)
+    why         This is the offset-index sanity check whose failure is the 'Corrupt index found' of the 0.8 startup
+                error; 2.0 relaxed it to 'less than' (KAFKA-7076).
+    0.8.0+      critical: startup fails (IllegalArgumentException: Corrupt index found)
+    0.9.0+      warning: index deleted and rebuilt at startup
+    2.3.0+      critical: not checked at load: the index is trusted
+
+index-size: Index size is not a whole number of entries
+    scope segment, needs metadata, remediation quarantine-index
+    reference   ref §1.2–§1.3
+    condition   .index size not a multiple of 8, .timeindex size not a multiple of 12
+    why         Kafka rounds the size down when it opens the file; the partial entry is a sign of a torn write or a
+                foreign file.
+    0.8.0+      critical: startup fails: 'Index file ... is corrupt, found N bytes which is not positive or not a
+                multiple of 8'
+    0.9.0+      warning: rebuilt at startup
+    2.3.0+      warning: rounded down and trusted
+
+index-not-monotonic: Index entries go backwards
+    scope segment, needs metadata, remediation quarantine-index
+    reference   ref §1.1
+    condition   offsets or positions (time index: timestamps or offsets) decrease before the zero tail
+    why         Index lookups binary-search the entries; out-of-order entries return wrong positions, so fetches read
+                the wrong data or fail.
+    0.8.0+      critical: lookups return wrong positions
+
+index-beyond-log: Index entry points at or past the end of the log
+    scope segment, needs metadata, remediation quarantine-index
+    reference   ref §2.5
+    condition   an index entry's position is at or beyond the .log size (deep: beyond the valid bytes)
+    why         Typical after a truncated or torn log: a fetch for those offsets reads past the data.
+    0.8.0+      critical: fetches for the affected offsets fail
+
+timeindex-last-timestamp: Time index last timestamp below its first
+    scope segment, needs metadata, remediation quarantine-index, from 0.10.1
+    reference   ref §1.3
+    condition   last timestamp < first timestamp (<= on 0.10.1–1.0)
+    why         The time index sanity check; a zero last timestamp also makes time retention treat the segment as
+                ancient and delete it early.
+    0.10.1+     warning: rebuilt at startup
+    2.3.0+      critical: trusted: time retention may delete the segment early
+
+index-orphan: Index file without its log segment
+    scope segment, needs metadata, remediation report-only
+    reference   ref §2.1
+    condition   .index/.timeindex with no .log of the same base offset
+    why         Kafka deletes orphaned index files at startup ('Found an orphaned index file'); their presence means the
+                log was removed by hand or lost.
+    0.8.0+      warning: deleted at startup
+
+index-missing: Log segment without its offset index
+    scope segment, needs metadata, remediation report-only
+    reference   ref §1.4
+    condition   .log with no .index
+    why         Kafka rebuilds a missing index by reading the whole segment at startup: restart time grows with the
+                segment size.
+    0.8.0+      warning: rebuilt at startup (recovery time)
+
+segment-leftover: Leftover .swap/.cleaned/.deleted file
+    scope segment, needs metadata, remediation report-only
+    reference   ref §2.1
+    condition   .swap, .cleaned or .deleted files (interrupted compaction, split or deletion)
+    why         At startup Kafka deletes .cleaned/.deleted files and completes or discards swaps; a leftover shows an
+                interrupted log-cleaner or deletion and a startup that will rewrite segments.
+    0.8.0+      warning: completed or deleted at startup
+
+segment-overlap: Segments overlap or are out of order
+    scope segment, needs deep, remediation report-only
+    reference   ref §2.4
+    condition   a segment's next offset is beyond the next segment's base offset, or offsets precede the base
+    why         Overlapping segments break offset lookups and can fail log loading.
+    0.8.0+      critical: log loading fails or serves wrong data
+
+log-torn-tail: Last batch of a log is incomplete or invalid
+    scope segment, needs deep, remediation report-only
+    reference   ref §2.5, §3.3
+    condition   the bytes after the last valid batch do not form a batch (incomplete write, zero fill, bad header)
+    why         Recovery truncates the segment at the last valid batch and deletes every later segment of the partition.
+    0.8.0+      warning: truncated by recovery at the next unclean start
+
+log-crc: Batch CRC mismatch
+    scope segment, needs crc, remediation report-only
+    reference   ref §3
+    condition   a batch's stored CRC differs from CRC-32C (v2) / CRC-32 (v0/v1) of its bytes
+    why         Corrupt data on disk: recovery truncates there; consumers of a replica serving it get CorruptRecord.
+    0.8.0+      critical: recovery truncates at the corrupt batch; data after it is lost on this replica
+
+index-entry-mismatch: Offset-index entry does not point at its batch
+    scope segment, needs deep, remediation report-only
+    reference   ref §2.6
+    condition   an offset-index entry does not point at the start of a batch containing its offset
+    why         Like kafka-dump-log --verify-index-only. On 2.0+ an entry whose offset lies past its batch is benign
+                when one append wrote several batches.
+    0.8.0+      warning: lookups land on the wrong batch
+
+file-unreadable: File could not be read or parsed
+    scope segment, needs metadata, remediation report-only
+    condition   a file could not be read (permissions, I/O error) or parsed
+    why         Kafka would fail on the same file; an auditor that cannot read it cannot vouch for it.
+    0.8.0+      warning: depends on the file
+
+partition-metadata-malformed: partition.metadata unparsable or with an invalid topic ID
+    scope partition, needs metadata, remediation report-only, from 2.8.0
+    reference   ref §4.1
+    condition   partition.metadata unparsable, or a zero/invalid topic ID
+    why         Any read error of partition.metadata takes the whole log dir offline (KafkaStorageException).
+    0.8.0+      critical: the log dir goes offline
+
+leader-epoch-malformed: leader-epoch-checkpoint unparsable
+    scope partition, needs metadata, remediation report-only, from 0.11.0
+    reference   ref §4.2
+    condition   leader-epoch-checkpoint unparsable
+    why         A corrupt checkpoint takes the log dir offline, as for the offset checkpoints.
+    0.8.0+      critical: the log dir goes offline
+
+leader-epoch-not-monotonic: Leader epochs or their start offsets decrease
+    scope partition, needs metadata, remediation report-only, from 0.11.0
+    reference   ref §4.2
+    condition   epochs or start offsets decrease between entries
+    why         Kafka drops conflicting entries at load ('caused truncation of conflicting entries'); follower
+                truncation decisions then use a different history.
+    0.8.0+      warning: conflicting entries dropped at load
+
+leader-epoch-ahead: Leader epoch cache ahead of the log or of ZooKeeper
+    scope cross-source, needs deep, remediation report-only, from 0.11.0
+    reference   ref §4.2, §5
+    condition   a start offset beyond the log end offset, or an epoch above ZooKeeper's leader_epoch
+    why         The cache is truncated at load; an epoch above the controller's state means the replica saw a leadership
+                the cluster no longer knows.
+    0.8.0+      warning: truncated at load
+
+stray-dir: Lingering -delete, -future or -stray partition directory
+    scope partition, needs metadata, remediation report-only
+    reference   ref §2.1
+    condition   a partition directory named <topic>-<p>.<uid>-delete, -future or -stray
+    why         Disk held by logs that are being (or failed to be) deleted or moved; KRaft 3.7+ renames replicas it does
+                not own to -stray instead of deleting them.
+    0.8.0+      warning: disk space held; no automatic cleanup for -stray
+
+topic-id-mismatch: Replica topic ID differs from ZooKeeper's
+    scope cross-source, needs zookeeper, remediation remove-topic-id-files, from 2.8.0
+    reference   ref §4.1, §6
+    condition   a replica's partition.metadata topic ID differs from the /brokers/topics/<t> topic_id
+    why         After the next restart the broker answers INCONSISTENT_TOPIC_ID and the replica stays out of ISR
+                (seed-004, KAFKA-14190).
+    0.8.0+      critical: replica leaves ISR on restart
+
+topic-id-split: Replicas disagree on a topic's ID
+    scope cross-source, needs fleet, remediation report-only, from 2.8.0
+    reference   ref §4.1
+    condition   replicas of one topic hold different topic IDs in partition.metadata
+    why         At most one of them can match the controller's ID; the others fail the topic-ID check.
+    0.8.0+      critical: some replicas leave ISR on restart
+
+topic-id-missing-in-zk: Topic znode has lost its topic_id
+    scope cross-source, needs zookeeper, remediation restore-zk-topic-id, from 2.8.0
+    reference   ref §5, §6
+    condition   the /brokers/topics/<t> znode has no topic_id while brokers run IBP >= 2.8
+    why         The next controller failover mints a new random ID and every existing replica then mismatches: drift
+                ahead (KAFKA-14190).
+    0.8.0+      critical: a new topic ID is minted at the next controller failover
+
+replica-not-assigned: Partition directory not in the assignment
+    scope cross-source, needs zookeeper, remediation report-only
+    reference   ref §5
+    condition   a partition directory on a broker that the assignment does not place there, or of an unknown topic
+    why         Leftovers of a reassignment or deletion: disk held, and a confusing second copy.
+    0.8.0+      warning: ignored or deleted by the broker
+
+replica-dir-missing: Assigned replica has no directory
+    scope cross-source, needs zookeeper, remediation report-only
+    reference   ref §5
+    condition   an assigned replica has no partition directory on its broker
+    why         The broker will re-create and re-replicate it; a lost disk or wiped dir shows up here.
+    0.8.0+      warning: re-replicated from the leader
+
+under-replicated: Partition under-replicated
+    scope cross-source, needs zookeeper, remediation report-only
+    reference   ref §5
+    condition   ISR smaller than the replica set (partition state)
+    why         One more failure may take the partition below min.insync.replicas; no rolling restart is safe.
+    0.8.0+      warning: reduced redundancy
+
+offline-partition: Partition has no live leader
+    scope cross-source, needs zookeeper, remediation report-only
+    reference   ref §5
+    condition   the partition state has no leader (-1) or its leader is not registered
+    why         Producers and consumers of the partition are down now.
+    0.8.0+      critical: unavailable
+
+unsafe-replication: Topic cannot survive any rolling restart
+    scope cross-source, needs zookeeper, remediation report-only
+    reference   ref §7.1
+    condition   replication factor 1, or min.insync.replicas >= replication factor
+    why         Restarting any of its brokers makes partitions unavailable: flag it before anyone plans a restart.
+    0.8.0+      warning: unavailable during any broker restart
+
+checkpoint-malformed: Offset checkpoint file unparsable
+    scope log-dir, needs metadata, remediation report-only
+    reference   ref §2.3
+    condition   recovery-point-, log-start-, replication- or cleaner-offset-checkpoint unparsable
+    why         CheckpointFileWithFailureHandler marks the log dir offline before it throws.
+    0.8.0+      critical: the log dir goes offline
+
+checkpoint-dangling: Checkpoint entry for a partition with no directory
+    scope log-dir, needs metadata, remediation report-only
+    reference   ref §2.3
+    condition   a checkpoint entry names a partition with no directory in that log dir
+    why         Harmless to Kafka, but it shows a directory removed by hand or a lost disk.
+    0.8.0+      info: ignored
+
+unclean-shutdown: Log dir of a stopped broker without a clean-shutdown marker
+    scope log-dir, needs metadata, remediation report-only
+    reference   ref §2.2, §2.4
+    condition   a stopped broker's log dir without .kafka_cleanshutdown
+    why         The next start recovers every segment above the recovery point: the bytes there estimate the work.
+    0.8.0+      warning: log recovery at the next start
+
+meta-mismatch: meta.properties disagree
+    scope cross-source, needs metadata, remediation report-only
+    reference   ref §2
+    condition   meta.properties broker.id/node.id or cluster.id differ between a broker's log dirs, or from ZooKeeper's
+                cluster id
+    why         Kafka refuses to start with inconsistent meta.properties; a foreign cluster.id means a disk from another
+                cluster.
+    0.8.0+      critical: the broker refuses to start
+"""
+RULES: tuple[Rule, ...] = _catalogue(CATALOGUE)
 
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 
