@@ -147,7 +147,9 @@ def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fleet_lab.demo", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m fleet_lab.demo", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     p.add_argument(
         "command",
         choices=["demo", "env", "audit"],
