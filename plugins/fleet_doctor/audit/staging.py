@@ -1,9 +1,5 @@
-"""The staged form of the probe's output: its bulk records (``segment``, ``partition``, ``file``) as Parquet.
-
-On a big broker nearly every line the probe prints is one of these (per partition with 25 segments: 25 segment
-lines, a partition line and about three file lines, against a handful of lines per log dir), and parsing them as
-JSON was most of detection's time. Staging therefore splits the probe's output (docs/probe-schema.md) per probe
-run into
+"""The staged form of the probe's output: its bulk records (``segment``, ``partition``, ``file``) as Parquet, which
+detection reads without parsing (why: bench/README.md, detection benchmark). One probe run is staged as
 
 - ``<name>.jsonl[.gz]``: every other record (``probe``, ``logdir``, ``probe_end``, the few file records with an
   object or a mixed-type list in them such as ``meta.properties`` and the offset checkpoints), and any line that

@@ -193,17 +193,12 @@ def load_frames(
     brokers_path: str | None = None,
     zk_snapshot_path: str | None = None,
 ) -> Frames:
-    """Read the staged inputs once each. Every probe line is parsed once (with its kind's schema) and
-    the parsed facts are materialized with ``localCheckpoint``, each row holding only its kind's
-    fields. Segment, partition and file records staged as Parquet are read from there (only the columns a
-    plan uses), never parsed, and unioned with any JSON ones of their kind. The few facts the rules use
-    as literals (brokers, log dirs whose lock is held, stopped log dirs, log dirs with deep-mode
-    segment facts) come back to the driver in one small aggregation over both. Partition, file and
-    log-dir facts are checkpointed again on their own: many rules read them, and the truncated lineage
-    keeps those ~40 rule plans small (planning them dominates small audits). Segments, nearly all of
-    the data, are read by a few plans only. No window or shuffle runs over all records: the two rules
-    that order segments do it only in the log dirs where their facts exist (deep-mode output, a
-    stopped broker)."""
+    """Read the staged inputs once each: the JSON records parsed once (each with its kind's schema) and
+    checkpointed, the Parquet records read (never parsed) and unioned with the JSON ones of their kind. The few
+    facts the rules use as literals (brokers, log dirs whose lock is held, stopped log dirs, log dirs with
+    deep-mode facts) come back to the driver in one small aggregation. Partition, file and log-dir facts are
+    checkpointed on their own: many rule plans read them. Why each of these choices: bench/README.md, detection
+    benchmark."""
     raw = spark.read.option("pathGlobFilter", "*.jsonl*").text(probe_dir)
     if "broker_id" not in raw.columns:
         raise ValueError(f"{probe_dir}: expected broker_id=<N>/ subdirectories holding probe JSON Lines")

@@ -33,10 +33,8 @@ INDEX_RULES = rule_ids_with(Remediation.QUARANTINE_INDEX)
 ZK_TOPIC_ID_RULES = rule_ids_with(Remediation.RESTORE_ZK_TOPIC_ID)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RECOVERY_BYTES_PER_S = 100 * 1024 * 1024  # rough log recovery rate (batch walk + index rebuild) for the preview
-# Inside the partition dir: same filesystem (a rename, never a copy), and Kafka skips directories there when it
-# loads a log (LogLoader / 0.8 Log.loadSegments only take files). Never directly in the log dir: Kafka refuses to
-# start on a directory there that is not a partition dir ("Found directory ..., '...' is not in the form of
-# topic-partition", the lost+found trap).
+# in the partition dir: a rename on one filesystem, and log loading skips directories there; never in the log dir
+# itself, where Kafka refuses to start on a directory that is not a partition dir (the lost+found trap)
 QUARANTINE_DIR = "fleet-doctor-quarantine"
 
 
