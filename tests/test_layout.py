@@ -5,7 +5,6 @@ the source (every import statement, at any depth), so a lazy import inside a fun
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
