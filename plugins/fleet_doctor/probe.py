@@ -102,11 +102,12 @@ class IndexFormat(object):
         exists when it was not read."""
         if s.__class__ is not tuple:
             return self.unreadable if s else self.missing
-        key = s[:7]
+        # a trimmed, ordered index's summary depends on its size only (the usual one: its text is kept)
+        key = s[0] if s[4] and s[1] == s[5] and not s[2] else s[:7]
         text = self._summary_text.get(key)
         if text is None:
-            text = self._summary_template % (("true",) + key[:4] + (_BOOL_JSON[key[4]], key[5], _num(key[6])))
-            if key[0] <= HEAD_READ_BYTES and len(self._summary_text) < 4096:
+            text = self._summary_template % (("true",) + s[:4] + (_BOOL_JSON[s[4]], s[5], _num(s[6])))
+            if s[0] <= HEAD_READ_BYTES and len(self._summary_text) < 4096:
                 self._summary_text[key] = text
         first, last = s[7], s[8]
         if first is None:
@@ -1252,10 +1253,10 @@ FILE_FIELDS = {
 
 def _record(kind, fields, **values):
     """A record of `kind` with `fields` in order: the values given, None for the others."""
-    rec = {"kind": kind}
-    for f in fields:
-        rec[f] = values.pop(f, None)
-    assert not values, values  # not fields of this kind
+    rec = dict.fromkeys(("kind",) + fields)
+    rec["kind"] = kind
+    rec.update(values)
+    assert len(rec) == 1 + len(fields), values  # every value given is one of the fields
     return rec
 
 
@@ -1289,7 +1290,9 @@ _entry_name = operator.attrgetter("name")
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
 _SEGMENT_BATCH = 64  # segments per write, and per run of system calls in _usual_segments (2 open files each)
-_ST_MODE = operator.attrgetter("st_mode")
+_ST_MODE, _ST_SIZE = operator.attrgetter("st_mode"), operator.attrgetter("st_size")
+_FIRST = operator.itemgetter(0)
+_NONES = itertools.repeat(None)
 _IS_SYMLINK, _IS_FILE = os.DirEntry.is_symlink, os.DirEntry.is_file
 
 
@@ -1311,20 +1314,19 @@ def _usual_segments(ctx, bases, files, has_active, dfd):
             add(os_open(f["timeindex"].name, _O_RDONLY, dir_fd=dfd))
         k = len(fds)
         heads = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
-        lines = []
-        add = lines.append
-        total = 0
-        line = ctx.replace("%", "%%") + _USUAL_HEAD + "%s%s" + _NO_ERROR
-        xtext, ttext = OFFSET_INDEX.record_text, TIME_INDEX.record_text
+        xs = list(map(index_summary, itertools.repeat(OFFSET_INDEX, k), fds[0::2], heads[0::2]))
+        ts = list(map(index_summary, itertools.repeat(TIME_INDEX, k), fds[1::2], heads[1::2]))
+        if None in xs or None in ts:
+            return None
+        sizes = list(map(_ST_SIZE, sts))
+        mtimes = [int(st.st_mtime * 1000) for st in sts]
         acts = itertools.chain(itertools.repeat("false", len(bases) - 1), ("true" if has_active else "false",))
-        for base, st, act, xfd, xh, tfd, th in zip(bases, sts, acts, fds[0::2], heads[0::2], fds[1::2], heads[1::2]):
-            xs = index_summary(OFFSET_INDEX, xfd, xh)
-            ts = index_summary(TIME_INDEX, tfd, th)
-            if xs is None or ts is None:
-                return None
-            size = st.st_size
-            add(line % (base, act, size, int(st.st_mtime * 1000), xtext(xs, base), ttext(ts, base)))
-            total += size + xs[0] + ts[0]
+        starts = map(_USUAL_HEAD.__mod__, zip(bases, acts, sizes, mtimes))
+        n = len(bases)
+        lines = list(
+            map(_segment_line, itertools.repeat(ctx, n), starts, bases, xs, ts, itertools.repeat("", n), _NONES)
+        )
+        total = sum(sizes) + sum(map(_FIRST, xs)) + sum(map(_FIRST, ts))
         return lines, total
     finally:
         any(map(os.close, fds))
