@@ -1337,6 +1337,7 @@ def _usual_segments(ctx, bases, files, has_active, dfd):
 # records add (a record is counted as it is written), so probe_end stays exact whenever a worker dies.
 _FRAME = struct.Struct(">?I5Q")  # partition done, payload bytes, then the COUNT_FIELDS added
 _FRAME_BYTES = 1 << 20  # a big partition's records go in frames of about this size
+_PARTITIONS = COUNT_FIELDS.index("partitions")
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ on Linux (named in the fcntl module only from 3.10)
 
 
@@ -1349,7 +1350,8 @@ def _fork_ok():
 
 
 class _FrameOut(object):
-    """A worker's output stream."""
+    """A worker's output: its records go to the main process in frames of whole records, each with the counts
+    they add; the last frame of a partition says so."""
 
     def __init__(self, fd, counts):
         self.fd = fd
@@ -1547,10 +1549,15 @@ class Probe(object):
             for k in range(1, jobs):
                 try:
                     r, w = os.pipe()
-                    _grow_pipe(w)
-                    pid = os.fork()
                 except OSError:
                     break  # fewer workers: this process probes their partitions
+                _grow_pipe(w)
+                try:
+                    pid = os.fork()
+                except OSError:
+                    os.close(r)
+                    os.close(w)
+                    break
                 if pid == 0:  # worker: never returns
                     status = 1
                     try:
@@ -1607,7 +1614,7 @@ class Probe(object):
                 self.out.write(data.decode("utf-8"))
             for key, count in zip(COUNT_FIELDS, added):
                 self.counts[key] += count
-            got = bool(got) or added[1] > 0  # partitions
+            got = bool(got) or added[_PARTITIONS] > 0  # its partition record came
             if done:
                 return True
 
