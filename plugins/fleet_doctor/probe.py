@@ -40,8 +40,9 @@ SCHEMA_VERSION = 1
 # --------------------------------------------------------------------------------------------
 # Index files. Each kind is written down once, as Kafka's OffsetIndex and TimeIndex classes own theirs: the entry
 # layout, the order every entry keeps with the one before it (what their append methods enforce, ref §1.1), and the
-# prefix of its fields in the segment record. Every index check of the probe is derived from these two objects.
-# an index summary's values, in the order of its segment-record fields (then the three of IndexFormat's `record`)
+# prefix of its fields in the segment record. Every index check here is derived from OFFSET_INDEX and TIME_INDEX.
+
+# A summary's values (index_summary), in the order of the segment record's fields for the index
 INDEX_SUMMARY_FIELDS = (
     "bytes",
     "entries",
@@ -68,7 +69,7 @@ class IndexFormat(object):
         self.size = entry.size
         # per entry field, op(previous entry's value, this entry's value) holds in a valid index
         self.order = order
-        self.relative = relative  # the entry field that holds offset - baseOffset (the record shows it absolute)
+        self.relative = relative  # which entry field (0 or 1) is offset - baseOffset: the record shows it absolute
         # the record's fields: has_<ext>, the summary's, then `record`: first entry's field 0, last entry's 0 and 1
         self.fields = ("has_" + ext,) + tuple("%s_%s" % (ext, f) for f in INDEX_SUMMARY_FIELDS + record)
         # an index that is absent (has_<ext> false) or could not be read (true): its size fields null, no others
@@ -1296,6 +1297,14 @@ _NONES = itertools.repeat(None)
 _IS_SYMLINK, _IS_FILE = os.DirEntry.is_symlink, os.DirEntry.is_file
 
 
+def _all_regular(entries):
+    """Whether every entry of a directory listing is a regular file, not a symlink (by the listing's file types)."""
+    try:
+        return not any(map(_IS_SYMLINK, entries)) and all(map(_IS_FILE, entries))
+    except OSError:  # a file system without file types in its listings: an entry gone since
+        return False
+
+
 def _usual_segments(ctx, bases, files, has_active, dfd):
     """The records Probe._segment gives, in metadata mode, for segments whose .log, .index and .timeindex are
     regular files by their directory entries and that have no .txnindex (the usual case), as (lines, bytes); None
@@ -1748,8 +1757,7 @@ class Probe(object):
     def _partition_entries(self, logdir, root, pdir, info, prec, names, dfd):
         """probe_partition after listing the dir: its files in name order, its segments in base-offset order, its
         record."""
-        # every entry a regular file (by the directory listing): segments may take _usual_segments
-        regular = not self.deep and dfd is not None and not any(map(_IS_SYMLINK, names)) and all(map(_IS_FILE, names))
+        regular = not self.deep and dfd is not None and _all_regular(names)  # segments may take _usual_segments
         names.sort(key=_entry_name)
         segments = {}
         last_prefix = files = None
