@@ -1267,7 +1267,8 @@ def _record(kind, fields, **values):
 _SEGMENT_START = '{"kind":"segment"' + _template(SEGMENT_FIELDS[:4])
 _SEGMENT_HEAD = _template(SEGMENT_FIELDS[4:11])
 _USUAL_HEAD = _SEGMENT_HEAD % ("%s", "%s", "true", "%s", "%s", "false", "null")  # a regular .log, no .txnindex
-_NO_ERROR = _template(("error",)) % "null" + "}\n"
+_ERROR = _template(SEGMENT_FIELDS[-1:]) + "}\n"  # the record's last field
+_NO_ERROR = _ERROR % "null"
 _NO_LOG_TO_WALK = _template(SEGMENT_DEEP_FIELDS[:1]) % "null"
 
 
@@ -1282,11 +1283,13 @@ def _segment_line(ctx, head, base, xs, ts, deep, error):
             OFFSET_INDEX.record_text(xs, base),
             TIME_INDEX.record_text(ts, base),
             deep,
-            _NO_ERROR if error is None else _template(("error",)) % _j(error) + "}\n",
+            _NO_ERROR if error is None else _ERROR % _j(error),
         )
     )
 
 
+# --------------------------------------------------------------------------------------------
+# The walker's helpers: the fast branch of the segment records and the usual partition files
 _entry_name = operator.attrgetter("name")
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
@@ -1341,6 +1344,33 @@ def _usual_segments(ctx, bases, files, has_active, dfd):
         any(map(os.close, fds))
 
 
+_READ_FAST = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT)  # partition files read whole by _regular_file_at
+
+
+def _regular_file_at(dfd, name, read):
+    """({"bytes", "mtime_ms"}, its bytes if `read`) of a regular file of the dir open as dfd, stat'ed, or opened,
+    fstat'ed and read in one go (under 1 MiB); (None, None) for anything else, left to the general path."""
+    try:
+        if read:
+            fd = os.open(name, _O_RDONLY, dir_fd=dfd)
+            try:
+                st = os.fstat(fd)
+                ok = stat.S_ISREG(st.st_mode) and st.st_size < 1 << 20
+                data = os.read(fd, st.st_size + 1) if ok else None
+            finally:
+                os.close(fd)
+            if data is None or len(data) > st.st_size:
+                return None, None
+        else:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            data = None
+            if not stat.S_ISREG(st.st_mode):
+                return None, None
+    except OSError:
+        return None, None
+    return {"bytes": st.st_size, "mtime_ms": int(st.st_mtime * 1000)}, data
+
+
 # --------------------------------------------------------------------------------------------
 # Worker processes (--jobs): a worker sends its records to the main process in frames, each with the counts its
 # records add (a record is counted as it is written), so probe_end stays exact whenever a worker dies.
@@ -1356,6 +1386,28 @@ def _fork_ok():
         return False
     threading = sys.modules.get("threading")
     return threading is None or threading.active_count() == 1
+
+
+def _grow_pipe(fd, size=1 << 20):
+    """Give a worker room to run ahead: 1 MiB pipes where Linux allows (default 64 KiB)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, F_SETPIPE_SZ, size)
+    except Exception:
+        pass
+
+
+def _end_worker(pid, f):
+    f.close()
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
 
 
 class _FrameOut(object):
@@ -1836,6 +1888,7 @@ class Probe(object):
         snapshot = parsed is not None and parsed[1] == "snapshot" and parsed[2] is None
         fields = data = None
         if dfd is not None and (snapshot or name in _READ_FAST) and e.is_file(follow_symlinks=False):
+            # the usual files, regular by the listing: fewer system calls; anything unusual goes the general way
             fields, data = _regular_file_at(dfd, name, not snapshot)
         if fields is None:
             try:
@@ -2034,55 +2087,6 @@ class Probe(object):
             w.update(zip(INDEX_MATCH_FIELDS, matcher.results()))
             fields += INDEX_MATCH_FIELDS
         return "".join(',"%s":%s' % (k, _JSON_ENCODE(w[k])) for k in fields)
-
-
-_READ_FAST = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT)
-
-
-def _regular_file_at(dfd, name, read):
-    """({"bytes", "mtime_ms"}, its bytes if `read`) of a regular file of the dir open as dfd, stat'ed, or opened,
-    fstat'ed and read in one go (under 1 MiB); (None, None) for anything else, left to the general path."""
-    try:
-        if read:
-            fd = os.open(name, _O_RDONLY, dir_fd=dfd)
-            try:
-                st = os.fstat(fd)
-                ok = stat.S_ISREG(st.st_mode) and st.st_size < 1 << 20
-                data = os.read(fd, st.st_size + 1) if ok else None
-            finally:
-                os.close(fd)
-            if data is None or len(data) > st.st_size:
-                return None, None
-        else:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            data = None
-            if not stat.S_ISREG(st.st_mode):
-                return None, None
-    except OSError:
-        return None, None
-    return {"bytes": st.st_size, "mtime_ms": int(st.st_mtime * 1000)}, data
-
-
-def _grow_pipe(fd, size=1 << 20):
-    """Give a worker room to run ahead: 1 MiB pipes where Linux allows (default 64 KiB)."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, F_SETPIPE_SZ, size)
-    except Exception:
-        pass
-
-
-def _end_worker(pid, f):
-    f.close()
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except OSError:
-        pass
-    try:
-        os.waitpid(pid, 0)
-    except OSError:
-        pass
 
 
 # --------------------------------------------------------------------------------------------
