@@ -13,7 +13,9 @@ import base64
 import functools
 import gzip
 import io
+import itertools
 import json
+import operator
 import os
 import re
 import struct
@@ -152,15 +154,15 @@ def test_parse_properties(data):
 
 # --------------------------------------------------------------------------------------------
 # Index summary
-ENTRY_STRUCTS = {"index": P.OFFSET_INDEX_ENTRY, "timeindex": P.TIME_INDEX_ENTRY}
+INDEX_FORMATS = {"index": P.OFFSET_INDEX, "timeindex": P.TIME_INDEX}
 
 
 @FUZZ
-@given(data=st.binary(max_size=9000), which=st.sampled_from(list(ENTRY_STRUCTS)), full=st.booleans())
+@given(data=st.binary(max_size=9000), which=st.sampled_from(list(INDEX_FORMATS)), full=st.booleans())
 @example(data=b"", which="index", full=False)
 @example(data=b"\0" * 5000, which="timeindex", full=False)
 def test_read_index_summary_random(scratch, data, which, full):
-    s = ENTRY_STRUCTS[which]
+    s = INDEX_FORMATS[which]
     out = P.read_index_summary(write(scratch, "random.idx", data), s, full=full)
     n = len(data) // s.size
     assert out["bytes"] == len(data)
@@ -182,10 +184,10 @@ def _nonzero_entries(which):
 
 @st.composite
 def index_with_zero_tail(draw):
-    which = draw(st.sampled_from(list(ENTRY_STRUCTS)))
+    which = draw(st.sampled_from(list(INDEX_FORMATS)))
     ents = draw(st.lists(_nonzero_entries(which), max_size=700))
     tail = draw(st.integers(0, 2000))
-    extra = draw(st.binary(max_size=draw(st.integers(0, ENTRY_STRUCTS[which].size - 1))))
+    extra = draw(st.binary(max_size=draw(st.integers(0, INDEX_FORMATS[which].size - 1))))
     return which, ents, tail, extra
 
 
@@ -194,14 +196,108 @@ def index_with_zero_tail(draw):
 def test_read_index_summary_zero_tail(scratch, case, full):
     """Non-zero entries then a preallocated zero tail: both modes find exactly the real entries."""
     which, ents, tail, extra = case
-    s = ENTRY_STRUCTS[which]
-    data = b"".join(s.pack(*e) for e in ents) + b"\0" * (tail * s.size) + extra
+    s = INDEX_FORMATS[which]
+    data = b"".join(s.entry.pack(*e) for e in ents) + b"\0" * (tail * s.size) + extra
     out = P.read_index_summary(write(scratch, "tail.idx", data), s, full=full)
     assert out["entries"] == len(ents)
     assert out["zero_tail_entries"] == tail
     assert out["remainder"] == len(extra)
     assert out["last"] == (tuple(ents[-1]) if ents else None)
     assert out["first"] == (tuple(ents[0]) if ents else None)
+
+
+def _ref_in_order(which: str, prev: tuple, entry: tuple) -> bool:
+    """docs/kafka-reference.md §1.1, written out here on its own: offset index, relative offsets strictly increase
+    and positions never decrease; time index, timestamps and offsets never decrease."""
+    if which == "index":
+        return entry[0] > prev[0] and entry[1] >= prev[1]
+    return entry[0] >= prev[0] and entry[1] >= prev[1]
+
+
+def _ref_first_violation(which: str, ents: list) -> int | None:
+    return next((i for i in range(1, len(ents)) if not _ref_in_order(which, ents[i - 1], ents[i])), None)
+
+
+@st.composite
+def index_case(draw):
+    """An index's entries as they go wrong: small values so that equal and decreasing neighbours are common, up to
+    1300 entries (several times a 4 KiB head), with zeros anywhere, then a zero tail and a partial entry."""
+    which = draw(st.sampled_from(list(INDEX_FORMATS)))
+    value = st.one_of(st.integers(-3, 60), st.integers(-(2**31), 2**31 - 1))
+    step = st.tuples(st.integers(-2, 9), st.integers(-2, 9))
+    start = draw(st.tuples(value, value))
+    steps = draw(st.lists(step, max_size=1300))
+    ents = [start]
+    for d in steps:
+        ents.append((ents[-1][0] + d[0], ents[-1][1] + d[1]))
+    lo = (-(2**31), -(2**31)) if which == "index" else (-(2**63), -(2**31))
+    hi = (2**31 - 1, 2**31 - 1) if which == "index" else (2**63 - 1, 2**31 - 1)
+    ents = [tuple(max(lo[k], min(hi[k], e[k])) for k in (0, 1)) for e in ents]
+    for i in draw(st.lists(st.integers(0, len(ents) - 1), max_size=3)):
+        ents[i] = (0, 0)
+    tail = draw(st.integers(0, 600))
+    extra = draw(st.binary(max_size=INDEX_FORMATS[which].size - 1))
+    return which, ents, tail, extra
+
+
+@FUZZ
+@given(case=index_case())
+@example(case=("index", [(i + 1, i) for i in range(512)], 0, b""))  # a head exactly full, clean
+@example(case=("index", [(i + 1, i) for i in range(513)], 0, b""))  # one entry past the head
+@example(case=("timeindex", [(i, i) for i in range(341)] + [(5, 400)], 3, b"\1"))  # the last entry out of order
+def test_index_summaries_agree_with_a_reference_model(scratch, case):
+    """Both summaries against the rules of docs/kafka-reference.md §1.1 written out on their own. Deep mode checks
+    every entry; metadata mode reads the 4 KiB head and the last real entry, and finds the zero tail by binary
+    search (so its inputs here have zeros only in the tail)."""
+    which, ents, tail, extra = case
+    fmt = INDEX_FORMATS[which]
+    data = b"".join(fmt.entry.pack(*e) for e in ents) + bytes(tail * fmt.size) + extra
+    path = write(scratch, "model.idx", data)
+    n = len(data) // fmt.size
+    real = max((i + 1 for i, e in enumerate(ents) if e != (0, 0)), default=0)
+    viol = _ref_first_violation(which, ents[:real])
+    full = P.read_index_summary(path, fmt, full=True)
+    assert full == {
+        "bytes": len(data),
+        "entries": real,
+        "zero_tail_entries": n - real,
+        "remainder": len(extra),
+        "monotonic": (viol is None) if real else None,
+        "checked_entries": real,
+        "first_violation": viol,
+        "first": next((e for e in ents if e != (0, 0)), None),
+        "last": ents[real - 1] if real else None,
+        "zero_entries_inside": sum(e == (0, 0) for e in ents[:real]),
+    }
+    ents = [e for e in ents if e != (0, 0)]  # metadata mode: real entries, then the tail
+    data = b"".join(fmt.entry.pack(*e) for e in ents) + bytes(tail * fmt.size) + extra
+    head = P.HEAD_READ_BYTES // fmt.size
+    checked = min(len(ents), head)
+    viol = _ref_first_violation(which, ents[:checked])
+    if viol is None and len(ents) > checked and not _ref_in_order(which, ents[checked - 1], ents[-1]):
+        viol = len(ents) - 1
+    assert P.read_index_summary(write(scratch, "model.idx", data), fmt) == {
+        "bytes": len(data),
+        "entries": len(ents),
+        "zero_tail_entries": len(data) // fmt.size - len(ents),
+        "remainder": len(extra),
+        "monotonic": (viol is None) if ents else None,
+        "checked_entries": checked,
+        "first_violation": viol,
+        "first": ents[0] if ents else None,
+        "last": ents[-1] if ents else None,
+    }
+
+
+@pytest.mark.parametrize("which", list(INDEX_FORMATS))
+def test_index_order_rule_is_data(which):
+    """Each index kind's order rule is one operator per entry field (ref §1.1), and the checks follow it."""
+    fmt = INDEX_FORMATS[which]
+    assert fmt.order == ((operator.lt, operator.le) if which == "index" else (operator.le, operator.le))
+    for a, b in itertools.product([(1, 5), (2, 5), (1, 6), (0, 4), (2, 4)], repeat=2):
+        flat = a + b
+        assert fmt.ordered(flat) == _ref_in_order(which, a, b)
+        assert fmt.first_violation(flat) == (None if _ref_in_order(which, a, b) else 1)
 
 
 # --------------------------------------------------------------------------------------------

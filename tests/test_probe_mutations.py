@@ -939,23 +939,23 @@ def test_corpus_left_unmodified(corpus):
 def test_deep_full_scan_of_a_preallocated_index_skips_the_zero_tail_but_counts_it(tmp_path: Path) -> None:
     """Deep mode reads every real entry; the 10 MiB preallocated tail is found from the end in bulk
     (a running broker's active indexes must not cost a Python loop over 1.3 M zero entries each)."""
-    from fleet_doctor.probe import OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY, read_index_summary
+    from fleet_doctor.probe import OFFSET_INDEX, TIME_INDEX, read_index_summary
 
     idx = tmp_path / "00000000000000000100.index"
     entries = [(5, 0), (9, 4200), (0, 0), (20, 9000)]  # a zero entry inside: not part of the tail
-    idx.write_bytes(b"".join(OFFSET_INDEX_ENTRY.pack(*e) for e in entries))
+    idx.write_bytes(b"".join(OFFSET_INDEX.entry.pack(*e) for e in entries))
     with open(idx, "r+b") as f:
         f.truncate(10485760)
-    s = read_index_summary(str(idx), OFFSET_INDEX_ENTRY, full=True)
+    s = read_index_summary(str(idx), OFFSET_INDEX, full=True)
     assert s["entries"] == 4 and s["zero_tail_entries"] == 10485760 // 8 - 4
     assert s["zero_entries_inside"] == 1 and s["last"] == (20, 9000) and s["monotonic"] is False
     tidx = tmp_path / "00000000000000000100.timeindex"
-    tidx.write_bytes(TIME_INDEX_ENTRY.pack(1000, 3) + TIME_INDEX_ENTRY.pack(2000, 7) + b"\0" * (10485756 - 24))
-    t = read_index_summary(str(tidx), TIME_INDEX_ENTRY, full=True)
+    tidx.write_bytes(TIME_INDEX.entry.pack(1000, 3) + TIME_INDEX.entry.pack(2000, 7) + b"\0" * (10485756 - 24))
+    t = read_index_summary(str(tidx), TIME_INDEX, full=True)
     assert t["entries"] == 2 and t["zero_tail_entries"] == 10485756 // 12 - 2 and t["monotonic"] is True
     empty = tmp_path / "00000000000000000200.index"
     empty.write_bytes(b"\0" * 4096)
-    e = read_index_summary(str(empty), OFFSET_INDEX_ENTRY, full=True)
+    e = read_index_summary(str(empty), OFFSET_INDEX, full=True)
     assert e["entries"] == 0 and e["zero_tail_entries"] == 512
 
 
@@ -974,7 +974,7 @@ def _probe_records(path: Path) -> list[dict]:
 
 
 def test_metadata_fast_path_batches_and_their_fallback_give_the_same_records(tmp_path: Path, monkeypatch) -> None:
-    """The batched fast path (segments in groups of system calls) and the per-segment path it falls back to
+    """The fast branch (usual segments in batches of system calls) and the per-segment path it falls back to
     on any error must print the same records, for any batch size."""
     import importlib.util
 
@@ -990,7 +990,7 @@ def test_metadata_fast_path_batches_and_their_fallback_give_the_same_records(tmp
     reference = _probe_records(tree)
     assert sum(r["kind"] == "segment" for r in reference) == 700
     for chunk in (1, 3, 64):
-        monkeypatch.setattr(probe, "_FAST_CHUNK", chunk)
+        monkeypatch.setattr(probe, "_SEGMENT_BATCH", chunk)
         assert _probe_records(tree) == reference, chunk
 
     calls = []
@@ -999,42 +999,6 @@ def test_metadata_fast_path_batches_and_their_fallback_give_the_same_records(tmp
         calls.append(1)
         raise OSError("simulated: a file vanished during the batch")
 
-    monkeypatch.setattr(probe, "_usual_batch", broken)
+    monkeypatch.setattr(probe, "_usual_segments", broken)
     assert _probe_records(tree) == reference
     assert len(calls) >= 700 // 64  # the fast path was really taken, and every batch fell back
-
-
-def test_metadata_fast_path_index_checks_agree_with_the_per_segment_path(tmp_path: Path, monkeypatch) -> None:
-    """The batched fast path judges each index head with a check compiled per head size (chained
-    comparisons up to 64 entries, a loop beyond): for clean and unclean heads of every kind it must
-    give the records the per-segment path (probe_segment) gives."""
-    from fleet_doctor import probe
-
-    oi, ti = probe.OFFSET_INDEX_ENTRY, probe.TIME_INDEX_ENTRY
-    t0 = 1_700_000_000_000
-    cases = [
-        ([(i * 3 + 1, i * 4096) for i in range(100)], [(t0 + i * 10, i * 3 + 1) for i in range(100)]),
-        ([(i + 1, i * 100) for i in range(512)], [(t0 + i, i + 1) for i in range(341)]),  # 4096 and 4092 bytes
-        ([(i + 1, i * 100) for i in range(65)], [(i, i) for i in range(64)]),
-        ([(1, 5), (2, 5)], [(5, 1), (5, 1)]),  # equal positions, timestamps, offsets: all allowed
-        ([(1, 5), (1, 6)], [(-5, 1), (-3, 2)]),  # equal relative offsets: not monotonic
-        ([(1, 5), (0, 0)], [(5, 1), (0, 0)]),  # a zero last entry: the zero tail
-        ([(-3, -5), (-1, 6)], [(5, -1), (6, -1)]),
-        ([(7, 9)] * 3, [(7, 9)] * 65),
-        ([(5, 0), (9, 4200), (8, 9000)], [(t0, 1), (t0 - 1, 2)]),
-        ([], []),
-    ]
-    long_bad = [(i * 3 + 1, i * 4096) for i in range(100)]
-    long_bad[50] = (long_bad[49][0], long_bad[50][1])
-    cases.append((long_bad, [(t0 + i * 10, i) for i in range(70)] + [(t0, 70)]))
-    pdir = tmp_path / "logdir" / "t-0"
-    pdir.mkdir(parents=True)
-    for k, (xs, ts) in enumerate(cases):
-        base = 1000 * k
-        (pdir / f"{base:020d}.log").write_bytes(b"")
-        (pdir / f"{base:020d}.index").write_bytes(b"".join(oi.pack(*e) for e in xs))
-        (pdir / f"{base:020d}.timeindex").write_bytes(b"".join(ti.pack(*e) for e in ts) + b"\0" * (k == 5))
-    reference = _probe_records(tmp_path / "logdir")
-    assert sum(r["kind"] == "segment" for r in reference) == len(cases)
-    monkeypatch.setattr(probe, "_usual_batch", lambda *a: None)  # every batch redone segment by segment
-    assert _probe_records(tmp_path / "logdir") == reference

@@ -38,23 +38,138 @@ PROBE_VERSION = "1.0.0"
 SCHEMA_VERSION = 1
 
 # --------------------------------------------------------------------------------------------
-# Offset index: <20-digit base offset>.index, big-endian, 8 bytes per entry.
+# Index files. Each kind is written down once, as Kafka's OffsetIndex and TimeIndex classes own theirs: the entry
+# layout, the order every entry keeps with the one before it (what their append methods enforce, ref §1.1), and the
+# prefix of its fields in the segment record. Every index check here is derived from OFFSET_INDEX and TIME_INDEX.
+
+# A summary's values (index_summary), in the order of the segment record's fields for the index
+INDEX_SUMMARY_FIELDS = (
+    "bytes",
+    "entries",
+    "zero_tail_entries",
+    "remainder",
+    "monotonic",
+    "checked_entries",
+    "first_violation",
+)
+
+
+def _template(fields):
+    """',"f1":%s,"f2":%s...' for a record's fields: the values go in as JSON text or ints."""
+    assert all(re.match(r"^[a-z0-9_]+$", f) for f in fields), fields  # keys that need no JSON escaping
+    return "".join(',"%s":%%s' % f for f in fields)
+
+
+class IndexFormat(object):
+    """One index kind: its layout, its order rule (as data) and the checks derived from them."""
+
+    def __init__(self, ext, entry, order, relative, record):
+        self.ext = ext  # the file extension, and the prefix of the segment record's fields for this index
+        self.entry = entry  # one entry, big-endian; two fields
+        self.size = entry.size
+        # per entry field, op(previous entry's value, this entry's value) holds in a valid index
+        self.order = order
+        self.relative = relative  # which entry field (0 or 1) is offset - baseOffset: the record shows it absolute
+        # the record's fields: has_<ext>, the summary's, then `record`: first entry's field 0, last entry's 0 and 1
+        self.fields = ("has_" + ext,) + tuple("%s_%s" % (ext, f) for f in INDEX_SUMMARY_FIELDS + record)
+        # an index that is absent (has_<ext> false) or could not be read (true): its size fields null, no others
+        self.missing, self.unreadable = (
+            _template(self.fields[:4]) % (b, "null", "null", "null") for b in ("false", "true")
+        )
+        self._summary_template = _template(self.fields[:8])
+        self._ends_template = _template(self.fields[8:])
+        self._null_ends = self._ends_template % ("null", "null", "null")
+        self._summary_text = {}  # summary values -> their text, for the few sizes of a trimmed index
+        self.flat = _FlatUnpack(entry)
+
+    def ordered(self, flat):
+        """Whether every entry keeps the order with the one before it. flat: the entries' fields, one after the
+        other (self.flat)."""
+        first, second = self.order
+        if first is second:  # one pass over both fields
+            return all(map(first, flat[:-2], flat[2:]))
+        return all(map(first, flat[0:-2:2], flat[2::2])) and all(map(second, flat[1:-2:2], flat[3::2]))
+
+    def first_violation(self, flat):
+        """The number of the first entry that breaks the order with the one before it, or None."""
+        first, second = self.order
+        for i in range(2, len(flat) - 1, 2):
+            if not (first(flat[i - 2], flat[i]) and second(flat[i - 1], flat[i + 1])):
+                return i // 2
+        return None
+
+    def record_text(self, s, base):
+        """This index's fields in the segment record, from its summary s (index_summary), or from whether it
+        exists when it was not read."""
+        if s.__class__ is not tuple:
+            return self.unreadable if s else self.missing
+        # a trimmed, ordered index's summary depends on its size only (the usual one: its text is kept)
+        key = s[0] if s[4] and s[1] == s[5] and not s[2] else s[:7]
+        text = self._summary_text.get(key)
+        if text is None:
+            text = self._summary_template % (("true",) + s[:4] + (_BOOL_JSON[s[4]], s[5], _num(s[6])))
+            if s[0] <= HEAD_READ_BYTES and len(self._summary_text) < 4096:
+                self._summary_text[key] = text
+        first, last = s[7], s[8]
+        if first is None:
+            return text + self._null_ends
+        if self.relative:
+            return text + self._ends_template % (first[0], last[0], base + last[1])
+        return text + self._ends_template % (base + first[0], base + last[0], last[1])
+
+
+class _FlatUnpack(dict):
+    """entry count -> unpack_from of that many entries of a format, giving their fields one after the other."""
+
+    def __init__(self, entry):
+        dict.__init__(self)
+        self.format = _struct_format(entry)
+        self.size = entry.size
+
+    def __missing__(self, count):
+        unpack = struct.Struct(self.format[0] + self.format[1:] * count).unpack_from
+        if count * self.size <= HEAD_READ_BYTES:  # a head's entry counts are kept, not deep mode's chunks
+            self[count] = unpack
+        return unpack
+
+
+def _struct_format(entry_struct):
+    fmt = entry_struct.format
+    return fmt.decode("ascii") if isinstance(fmt, bytes) else fmt  # bytes before Python 3.7
+
+
+# Offset index: <20-digit base offset>.index, 8 bytes per entry.
 # S/log/OffsetIndex.java (ENTRY_SIZE = 8; getInt(n*8), getInt(n*8+4)); C/log/OffsetIndex.scala @0.8.2.2
-OFFSET_INDEX_ENTRY = struct.Struct(
-    ">"
-    "i"  # relativeOffset  int32  offset - baseOffset
-    "i"  # position        int32  byte position of the batch in the .log
+OFFSET_INDEX = IndexFormat(
+    "index",
+    struct.Struct(
+        ">"
+        "i"  # relativeOffset  int32  offset - baseOffset
+        "i"  # position        int32  byte position of the batch in the .log
+    ),
+    # OffsetIndex.append refuses an offset not larger than the last one; positions follow the log, which only grows
+    order=(operator.lt, operator.le),
+    relative=0,
+    record=("first_offset", "last_offset", "last_position"),
 )
-# Time index: <base>.timeindex (0.10.1.0+), big-endian, 12 bytes per entry.
-# S/log/TimeIndex.java (getLong(n*12), getInt(n*12+8))
-TIME_INDEX_ENTRY = struct.Struct(
-    ">"
-    "q"  # timestamp       int64  max timestamp seen so far (ms)
-    "i"  # relativeOffset  int32  offset of that timestamp - baseOffset
+# Time index: <base>.timeindex (0.10.1.0+), 12 bytes per entry. S/log/TimeIndex.java (getLong(n*12), getInt(n*12+8))
+TIME_INDEX = IndexFormat(
+    "timeindex",
+    struct.Struct(
+        ">"
+        "q"  # timestamp       int64  max timestamp seen so far (ms)
+        "i"  # relativeOffset  int32  offset of that timestamp - baseOffset
+    ),
+    # TimeIndex.maybeAppend refuses a timestamp or an offset smaller than the last entry's
+    order=(operator.le, operator.le),
+    relative=1,
+    record=("first_timestamp", "last_timestamp", "last_offset"),
 )
+OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY = OFFSET_INDEX.entry, TIME_INDEX.entry
 # segment.index.bytes default (ServerLogConfigs.java); a fresh index is setLength(roundDown(10 MiB,
 # entrySize)): 10,485,760 B for .index, 10,485,756 B for .timeindex (S/log/AbstractIndex.java).
 DEFAULT_SEGMENT_INDEX_BYTES = 10485760
+
 
 # Record batch, magic v2: R/DefaultRecordBatch.java. CRC-32C over [21, end) (attributes onward).
 V2_BATCH_HEADER = struct.Struct(
@@ -435,159 +550,124 @@ def parse_meta_properties(data, path):
 
 
 # --------------------------------------------------------------------------------------------
-# Index files
+# Index summaries: (bytes, entries, zero_tail_entries, remainder, monotonic, checked_entries, first_violation,
+# first entry, last entry), the values of INDEX_SUMMARY_FIELDS then the raw first and last real entries.
 def _is_zero(b):
     return not b.strip(b"\0")
 
 
-def read_index_summary(path, entry_struct, full=False, fd=None, size=None):
-    """Summarise an offset or time index without loading it.
+def index_summary(fmt, fd, head, size=None):
+    """Metadata mode's summary of an index of format fmt, open as fd, without loading it; None when fstat says it
+    is not a regular file. head: its first HEAD_READ_BYTES + 1 bytes (all of it when shorter). size: its length
+    if known; otherwise the head tells it when short, fstat when not.
 
-    Reads the head (HEAD_READ_BYTES) and, when the last entry is zero, binary-searches the first
-    zero entry: real entries are monotonic and non-zero, the preallocated tail is all zeros (a
-    fresh index is setLength(10 MiB) and only trimToValidSize() on close or roll shortens it).
-    With full=True every entry is read (streamed) and checked.
-
-    Returns a dict: bytes, entries (real), zero_tail_entries, remainder (size % entry size),
-    first, last (raw tuples), monotonic (over the entries examined, or None), checked_entries,
-    first_violation (entry number) and, with full=True, zero_entries_inside.
-    """
-    esize = entry_struct.size
-    own = fd is None
-    if own:
-        fd = _open_regular(path)
-    try:
-        if size is None:
-            size = os.fstat(fd).st_size
-        n = size // esize
-        out = {
-            "bytes": size,
-            "entries": 0,
-            "zero_tail_entries": 0,
-            "remainder": size % esize,
-            "first": None,
-            "last": None,
-            "monotonic": None,
-            "checked_entries": 0,
-            "first_violation": None,
-        }
-        if n == 0:
-            return out
-        if full:
-            return _index_full_scan(fd, n, entry_struct, out)
-        head = os.pread(fd, min(n * esize, HEAD_READ_BYTES), 0)
-        (
-            out["entries"],
-            out["zero_tail_entries"],
-            out["first"],
-            out["last"],
-            out["monotonic"],
-            out["checked_entries"],
-            out["first_violation"],
-        ) = _summarize_index_head(fd, n, head, entry_struct)
-        return out
-    finally:
-        if own:
-            os.close(fd)
-
-
-_UNPACK_N = {}  # (entry size, count) -> Struct of `count` entries back to back
-
-
-def _unpack_n(entry_struct, count):
-    fmt = _struct_format(entry_struct)
-    multi = struct.Struct(fmt[0] + fmt[1:] * count)
-    if count <= _SPLIT_CACHED_ENTRIES or count * entry_struct.size > HEAD_READ_BYTES - entry_struct.size:
-        _UNPACK_N[(entry_struct.size, count)] = multi  # few entries, or a full head: kept
-    return multi
-
-
-def _summarize_index_head(fd, n, head, entry_struct):
-    """The metadata-mode summary of an index of n (> 0) entries, given its first min(n entries,
-    HEAD_READ_BYTES) bytes as `head`. Returns (entries, zero_tail_entries, first, last, monotonic,
-    checked_entries, first_violation); only the binary search past the head and the last entry
-    beyond it read the file (fd)."""
-    esize = entry_struct.size
-    hn = len(head) // esize
-    if hn == n:
-        tail_entry = head[(n - 1) * esize : n * esize]
-    else:
-        tail_entry = os.pread(fd, esize, (n - 1) * esize)
-    if tail_entry.strip(b"\0"):
-        real = n
-    elif hn == n:
-        real = _first_zero_in_buffer(head, n, esize)
-    else:
+    Real entries are non-zero and in order, the preallocated tail all zeros (a fresh index is setLength(10 MiB)
+    and only trimToValidSize() on close or roll shortens it): when the last entry is zero, a binary search finds
+    the first zero entry. Checked for order: the head's real entries and the last one."""
+    if size is None:
+        size = len(head)
+        if size > HEAD_READ_BYTES:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            size = st.st_size
+    esize = fmt.size
+    n = size // esize
+    end = n * esize
+    if n and end <= HEAD_READ_BYTES and head[end - esize : end].strip(b"\0"):
+        # the usual index: all of it in the head and its last entry real, so no zero tail
+        flat = fmt.flat[n](head)
+        viol = None if fmt.ordered(flat) else fmt.first_violation(flat)
+        return (size, n, 0, size - end, viol is None, n, viol, flat[:2], flat[-2:])
+    if not n:
+        return (size, 0, 0, size, None, 0, None, None, None)
+    hn = n if end <= HEAD_READ_BYTES else HEAD_READ_BYTES // esize  # entries in the head
+    real = n
+    if not (head[end - esize : end] if n <= hn else os.pread(fd, esize, end - esize)).strip(b"\0"):
         lo, hi = 0, n - 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if mid < hn:
-                chunk = head[mid * esize : (mid + 1) * esize]
-            else:
-                chunk = os.pread(fd, esize, mid * esize)
-            if _is_zero(chunk):
+            if _is_zero(head[mid * esize : (mid + 1) * esize] if mid < hn else os.pread(fd, esize, mid * esize)):
                 hi = mid
             else:
                 lo = mid + 1
         real = lo
-    if not real:
-        return 0, n, None, None, None, 0, None
+        if not real:
+            return (size, 0, n, size - end, None, 0, None, None, None)
     checked = real if real < hn else hn
-    # every examined entry in one unpack: a flat tuple (e0[0], e0[1], e1[0], e1[1], ...)
-    multi = _UNPACK_N.get((esize, checked))
-    if multi is None:
-        multi = _unpack_n(entry_struct, checked)
-    flat = multi.unpack_from(head, 0)
-    first = flat[0:2]
-    if real <= hn:
-        last = flat[2 * real - 2 : 2 * real]
+    flat = fmt.flat[checked](head)
+    viol = None if fmt.ordered(flat) else fmt.first_violation(flat)
+    if real == checked:
+        last = flat[-2:]
     else:
-        last = entry_struct.unpack(os.pread(fd, esize, (real - 1) * esize))
-    viol = None
-    if checked > 1:
-        # C-speed check of the order rules (see _first_order_violation); locate only on failure
-        a, b = flat[0::2], flat[1::2]
-        if esize == OFFSET_INDEX_ENTRY.size:
-            ok = all(map(operator.lt, a, a[1:])) and all(map(operator.le, b, b[1:]))
-        else:
-            ok = all(map(operator.le, a, a[1:])) and all(map(operator.le, b, b[1:]))
-        if not ok:
-            viol = _first_order_violation(entry_struct.iter_unpack(head[: checked * esize]), esize)
-    if viol is None and real > hn:
-        # last must not precede the head's final entry
-        if _first_order_violation([flat[2 * checked - 2 : 2 * checked], last], esize) is not None:
+        last = fmt.entry.unpack(os.pread(fd, esize, (real - 1) * esize))
+        if viol is None and not fmt.ordered(flat[-2:] + last):
             viol = real - 1
-    return real, n - real, first, last, viol is None, checked, viol
+    return (size, real, n - real, size - end, viol is None, checked, viol, flat[:2], last)
 
 
-def _first_zero_in_buffer(buf, n, esize):
-    lo, hi = 0, n - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _is_zero(buf[mid * esize : (mid + 1) * esize]):
-            hi = mid
+def index_full_summary(fmt, fd, size):
+    """Deep mode's summary of an index open as fd: every entry up to the zero tail read (streamed) and checked,
+    all of them counted as checked; index_summary's values plus zero_entries_inside (all-zero entries before the
+    last real one)."""
+    esize = fmt.size
+    n = size // esize
+    if not n:
+        return (size, 0, 0, size % esize, None, 0, None, None, None, 0)
+    whole = n * esize
+    step = (READ_CHUNK // esize) * esize
+    # entries are read up to the one holding the last non-zero byte; the rest is the zero tail
+    tail = _zero_tail_start(fd, whole, step)
+    total = min(whole, -(-tail // esize) * esize)
+    zeros = (whole - total) // esize
+    real = done = 0
+    first = last = viol = None
+    prev = ()  # the last entry read before
+    pos = 0
+    while pos < total:
+        buf = os.pread(fd, min(step, total - pos), pos)
+        if not buf:
+            break
+        pos += len(buf)
+        count = len(buf) // esize
+        flat = fmt.flat[count](buf)
+        nonzero = list(map(operator.truth, map(operator.or_, flat[0::2], flat[1::2])))
+        zeros += nonzero.count(False)
+        if True in nonzero:
+            if first is None:
+                k = 2 * nonzero.index(True)
+                first = flat[k : k + 2]
+            k = count - 1 - nonzero[::-1].index(True)
+            last = flat[2 * k : 2 * k + 2]
+            real = done + k + 1
+        if viol is None:
+            flat = prev + flat
+            if not fmt.ordered(flat):
+                viol = done - len(prev) // 2 + fmt.first_violation(flat)
+            prev = flat[-2:]
+        done += count
+    if not real:
+        return (size, 0, n, size % esize, None, 0, None, None, None, zeros - n)
+    if viol is not None and viol >= real:
+        viol = None  # zeros at the very end are the preallocated tail, not an order violation
+    return (size, real, n - real, size % esize, viol is None, real, viol, first, last, zeros - (n - real))
+
+
+_SUMMARY_KEYS = INDEX_SUMMARY_FIELDS + ("first", "last", "zero_entries_inside")
+
+
+def read_index_summary(path, fmt, full=False):
+    """index_summary (full: index_full_summary) of the index file at path, as a dict."""
+    fd = _open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if full:
+            s = index_full_summary(fmt, fd, size)
         else:
-            lo = mid + 1
-    return lo
-
-
-def _first_order_violation(entries, esize):
-    """Entry number of the first entry that breaks the index order, or None.
-
-    Offset index (8 B): relative offsets strictly increase (OffsetIndex.append requires
-    offset > lastOffset), positions never decrease. Time index (12 B): timestamps and offsets never
-    decrease (TimeIndex.maybeAppend).
-    """
-    prev = None
-    for i, e in enumerate(entries):
-        if prev is not None:
-            if esize == OFFSET_INDEX_ENTRY.size:
-                if e[0] <= prev[0] or e[1] < prev[1]:
-                    return i
-            elif e[0] < prev[0] or e[1] < prev[1]:
-                return i
-        prev = e
-    return None
+            s = index_summary(fmt, fd, os.pread(fd, HEAD_READ_BYTES + 1, 0), size)
+    finally:
+        os.close(fd)
+    return dict(zip(_SUMMARY_KEYS, s))
 
 
 def _nonzero_end(buf, block=1 << 16):
@@ -617,56 +697,6 @@ def _zero_tail_start(fd, total, step):
             return start + _nonzero_end(buf)
         end = start
     return 0
-
-
-def _index_full_scan(fd, n, entry_struct, out):
-    esize = entry_struct.size
-    last_nonzero = -1
-    zeros_seen = 0
-    first = last = None
-    viol = None
-    prev = None
-    pos = 0
-    i = 0
-    step = (READ_CHUNK // esize) * esize
-    whole = n * esize
-    # entries are scanned up to the entry holding the last non-zero byte; the rest is the zero tail
-    tail = _zero_tail_start(fd, whole, step)
-    total = min(whole, -(-tail // esize) * esize)
-    zeros_seen += (whole - total) // esize
-    while pos < total:
-        buf = os.pread(fd, min(step, total - pos), pos)
-        if not buf:
-            break
-        pos += len(buf)
-        for e in entry_struct.iter_unpack(buf[: (len(buf) // esize) * esize]):
-            if e[0] == 0 and e[1] == 0:
-                zeros_seen += 1
-            else:
-                last_nonzero = i
-                last = e
-                if first is None:
-                    first = e
-            if prev is not None and viol is None:
-                if esize == OFFSET_INDEX_ENTRY.size:
-                    if e[0] <= prev[0] or e[1] < prev[1]:
-                        viol = i
-                elif e[0] < prev[0] or e[1] < prev[1]:
-                    viol = i
-            prev = e
-            i += 1
-    real = last_nonzero + 1
-    out["entries"] = real
-    out["zero_tail_entries"] = n - real
-    out["zero_entries_inside"] = zeros_seen - (n - real)
-    out["first"] = first
-    out["last"] = last
-    if real:
-        # zeros at the very end are the preallocated tail, not an order violation
-        out["monotonic"] = viol is None or viol >= real
-        out["first_violation"] = viol if (viol is not None and viol < real) else None
-        out["checked_entries"] = real
-    return out
 
 
 def iter_index_entries(path, entry_struct, limit_entries=None):
@@ -819,6 +849,32 @@ def _crc_stream(f, start, length, v2):
     return crc & 0xFFFFFFFF
 
 
+# the result of walk_log before the walk, in the order of the segment record's deep-mode fields
+_LOG_WALK_START = (
+    ("batch_count", 0),
+    ("record_count", 0),
+    ("uncounted_batches", 0),
+    ("first_offset", None),
+    ("last_offset", None),
+    ("next_offset", None),
+    ("max_timestamp", None),
+    ("valid_bytes", 0),
+    ("torn_tail", False),
+    ("tail_error", None),
+    ("magic", ()),
+    ("codecs", ()),
+    ("crc_checked", 0),
+    ("crc_errors", 0),
+    ("first_crc_error_position", None),
+    ("offset_errors", 0),
+    ("first_offset_error_position", None),
+    ("control_batches", 0),
+    ("transactional_batches", 0),
+    ("max_leader_epoch", None),
+)
+LOG_WALK_FIELDS = tuple(k for k, _ in _LOG_WALK_START)
+
+
 def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
     """Walk a .log from header to header without loading it. Mirrors FileLogInputStream.nextBatch
     and LogSegment.recover (S/log/LogSegment.java): stops cleanly on a batch that extends past EOF
@@ -827,28 +883,7 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
 
     on_batch(position, first_offset, last_offset, size) is called for each valid batch.
     """
-    res = {
-        "batch_count": 0,
-        "record_count": 0,
-        "uncounted_batches": 0,
-        "first_offset": None,
-        "last_offset": None,
-        "next_offset": None,
-        "max_timestamp": None,
-        "valid_bytes": 0,
-        "torn_tail": False,
-        "tail_error": None,
-        "magic": [],
-        "codecs": [],
-        "crc_checked": 0,
-        "crc_errors": 0,
-        "first_crc_error_position": None,
-        "offset_errors": 0,
-        "first_offset_error_position": None,
-        "control_batches": 0,
-        "transactional_batches": 0,
-        "max_leader_epoch": None,
-    }
+    res = dict(_LOG_WALK_START)
     magics = set()
     codecs = set()
     with os.fdopen(_open_regular(path), "rb", 65536) as f:
@@ -971,6 +1006,17 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
     return res
 
 
+# _IndexMatcher.results(), as the segment record's deep-mode fields
+INDEX_MATCH_FIELDS = (
+    "index_checked",
+    "index_not_batch_start",
+    "index_offset_before_batch",
+    "index_offset_after_batch",
+    "index_beyond_log",
+    "index_mismatch_examples",
+)
+
+
 class _IndexMatcher(object):
     """Merge-walks offset-index entries against the batches of the log (both sorted by position),
     like DumpLogSegments --verify-index-only, without holding either in memory."""
@@ -1027,6 +1073,16 @@ class _IndexMatcher(object):
             self._example("beyond_valid_log", self._cur, None)
             self._advance()
 
+    def results(self):
+        return (
+            self.checked,
+            self.not_batch_start,
+            self.offset_outside_batch,
+            self.offset_after_batch,
+            self.beyond_log,
+            self.examples,
+        )
+
 
 # --------------------------------------------------------------------------------------------
 # Locks: which log dirs are held by a running broker. Read /proc/locks (never take the lock:
@@ -1052,7 +1108,7 @@ def held_lock_inodes():
 
 
 # --------------------------------------------------------------------------------------------
-# The walker
+# Records: each kind's fields, in output order, after "kind" (every record starts with it); docs/probe-schema.md.
 def _err(e):
     if isinstance(e, OSError) and e.strerror:
         return "%s: %s" % (type(e).__name__, e.strerror)
@@ -1068,9 +1124,6 @@ def _num(v):
     return "null" if v is None else str(v)
 
 
-_entry_name = operator.attrgetter("name")
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
 _BOOL_JSON = {None: "null", True: "true", False: "false"}
 
 
@@ -1098,371 +1151,232 @@ def _json_encoder():
 
 _JSON_ENCODE = _json_encoder()
 
-# A segment record after its constant head (see probe_partition), formatted with % in one step.
-_SEGMENT_FIELDS = '%d,"active":%s,"has_log":%s,"log_bytes":%s,"log_mtime_ms":%s,"has_txnindex":%s,"txnindex_bytes":%s'
+PROBE_FIELDS = ("schema_version", "probe_version", "mode", "verify_crc", "hostname", "python", "started_at_ms", "paths")
+LOGDIR_FIELDS = (
+    "logdir",
+    "path",
+    "realpath",
+    "exists",
+    "error",
+    "meta",
+    "meta_error",
+    "clean_shutdown",
+    "clean_shutdown_broker_epoch",
+    "lock_present",
+    "lock_held_by_pid",
+    "kraft",
+    "checkpoints",
+    "partition_dirs",
+    "other_entries",
+)
+# A partition dir that could not be probed at all gets only logdir, path, dir and error.
+PARTITION_FIELDS = (
+    "logdir",
+    "path",
+    "dir",
+    "topic",
+    "partition",
+    "dir_state",
+    "dir_uid",
+    "topic_id",
+    "partition_metadata_present",
+    "partition_metadata_version",
+    "partition_metadata_error",
+    "leader_epochs",
+    "leader_epoch_present",
+    "leader_epoch_error",
+    "latest_leader_epoch",
+    "segment_count",
+    "log_start_segment_offset",
+    "active_base_offset",
+    "size_bytes",
+    "producer_snapshots",
+    "recovery_point",
+    "log_start_offset",
+    "high_watermark",
+    "cleaner_offset",
+    "leftover_files",
+    "error",
+)
+# deep mode: after the others, summed or maxed over the segments
+PARTITION_DEEP_FIELDS = (
+    "log_end_offset",
+    "batch_count",
+    "record_count",
+    "max_timestamp",
+    "torn_segments",
+    "crc_errors",
+    "uncounted_batches",
+)
+# An index that is absent or could not be read has only its first four fields (IndexFormat.missing, .unreadable).
+SEGMENT_FIELDS = (
+    ("logdir", "path", "topic", "partition", "base_offset", "active")
+    + ("has_log", "log_bytes", "log_mtime_ms", "has_txnindex", "txnindex_bytes")
+    + OFFSET_INDEX.fields
+    + TIME_INDEX.fields
+    + ("error",)
+)
+# deep mode, before "error": "deep": null when there is no .log to walk, else walk_log's fields, then the
+# _IndexMatcher's when the offset index could be read
+SEGMENT_DEEP_FIELDS = ("deep",) + LOG_WALK_FIELDS + INDEX_MATCH_FIELDS
+COUNT_FIELDS = ("logdirs", "partitions", "segments", "files", "errors")  # probe_end's counts
+PROBE_END_FIELDS = ("schema_version", "complete") + COUNT_FIELDS + ("elapsed_ms",)
+# Every field a record of each kind can have, in output order (a record has those that apply, see above; a file
+# record's depend on its file_type: FILE_FIELDS).
+RECORD_FIELDS = {
+    "probe": PROBE_FIELDS,
+    "logdir": LOGDIR_FIELDS,
+    "partition": PARTITION_FIELDS + PARTITION_DEEP_FIELDS,
+    "segment": SEGMENT_FIELDS[:-1] + SEGMENT_DEEP_FIELDS + SEGMENT_FIELDS[-1:],
+    "probe_end": PROBE_END_FIELDS,
+}
+# file records: logdir, path, file_type, then the fields of its type, of which a record has those that apply (a
+# log-dir file has no partition_dir, topic, partition; a file that could not be read has an error and no values).
+_IN_PARTITION = ("partition_dir", "topic", "partition")
+_STAT = ("bytes", "mtime_ms")
+FILE_FIELDS = {
+    "meta_properties": ("meta", "error") + _STAT,
+    "clean_shutdown": ("content", "error") + _STAT,
+    "lock": _STAT,
+    "offset_checkpoint": ("checkpoint", "temporary", "version", "entries", "error") + _STAT,
+    "bootstrap_checkpoint": _STAT,
+    "partition_metadata": ("topic_id", "version", "error") + _IN_PARTITION + _STAT,
+    "leader_epoch_checkpoint": ("entries", "error") + _IN_PARTITION + _STAT,
+    "producer_snapshot": ("base_offset",) + _IN_PARTITION + _STAT,
+    "segment_leftover": ("base_offset", "segment_file", "leftover") + _IN_PARTITION + _STAT,
+    "quorum_state": ("content", "error") + _IN_PARTITION + _STAT,
+    "kraft_snapshot": ("end_offset", "epoch", "state") + _IN_PARTITION + _STAT,
+    "symlink": ("partition_dir", "symlink_target", "error"),  # pointing outside the log dir: not followed
+    "unknown_dir": ("partition_dir", "name"),
+    "unknown": ("name", "partition_dir", "error", "topic", "partition") + _STAT,  # error: it could not be stat'ed
+}
 
 
-def _index_fields(prefix, extra):
-    return (
-        ',"has_{p}":true,"{p}_bytes":%d,"{p}_entries":%d,"{p}_zero_tail_entries":%d,"{p}_remainder":%d,'
-        '"{p}_monotonic":%s,"{p}_checked_entries":%d,"{p}_first_violation":%s'.format(p=prefix)
-        + extra
+def _record(kind, fields, **values):
+    """A record of `kind` with `fields` in order: the values given, None for the others."""
+    rec = dict.fromkeys(("kind",) + fields)
+    rec["kind"] = kind
+    rec.update(values)
+    assert len(rec) == 1 + len(fields), values  # every value given is one of the fields
+    return rec
+
+
+# A segment record is formatted directly: its start, the same for a partition's segments (% logdir, path, topic,
+# partition as JSON), the fields from base_offset to txnindex_bytes (_SEGMENT_HEAD), each index's fields
+# (IndexFormat.record_text), deep mode's, the error.
+_SEGMENT_START = '{"kind":"segment"' + _template(SEGMENT_FIELDS[:4])
+_SEGMENT_HEAD = _template(SEGMENT_FIELDS[4:11])
+_USUAL_HEAD = _SEGMENT_HEAD % ("%s", "%s", "true", "%s", "%s", "false", "null")  # a regular .log, no .txnindex
+_ERROR = _template(SEGMENT_FIELDS[-1:]) + "}\n"  # the record's last field
+_NO_ERROR = _ERROR % "null"
+_NO_LOG_TO_WALK = _template(SEGMENT_DEEP_FIELDS[:1]) % "null"
+
+
+def _segment_line(ctx, head, base, xs, ts, deep, error):
+    """A segment record. ctx: its start; head: the text of _SEGMENT_HEAD's fields; xs, ts: the summaries of the
+    offset and time index, or for one that was not read whether it exists; deep: deep mode's fields as JSON text
+    ("" in metadata mode); error: None or the message."""
+    return "".join(
+        (
+            ctx,
+            head,
+            OFFSET_INDEX.record_text(xs, base),
+            TIME_INDEX.record_text(ts, base),
+            deep,
+            _NO_ERROR if error is None else _ERROR % _j(error),
+        )
     )
 
 
-def _index_absent(prefix, present):
-    return ',"has_{p}":{t},"{p}_bytes":null,"{p}_entries":null,"{p}_zero_tail_entries":null'.format(
-        p=prefix, t="true" if present else "false"
-    )
-
-
-_INDEX_FIELDS = _index_fields("index", ',"index_first_offset":%s,"index_last_offset":%s,"index_last_position":%s')
-_TIMEINDEX_FIELDS = _index_fields(
-    "timeindex", ',"timeindex_first_timestamp":%s,"timeindex_last_timestamp":%s,"timeindex_last_offset":%s'
-)
-_INDEX_MISSING, _INDEX_UNREADABLE = _index_absent("index", False), _index_absent("index", True)
-_TIMEINDEX_MISSING, _TIMEINDEX_UNREADABLE = _index_absent("timeindex", False), _index_absent("timeindex", True)
-
-
-_FAST_SEGMENT = (
-    '%d,"active":%s,"has_log":true,"log_bytes":%d,"log_mtime_ms":%d,"has_txnindex":false,"txnindex_bytes":null'
-    + _INDEX_FIELDS
-    + _TIMEINDEX_FIELDS
-    + ',"error":null}\n'
-)
-
-
-# file records of _partition_file_fast: logdir, path, the type's fields, then partition_dir, topic,
-# partition (fctx[1]), bytes, mtime_ms; key order as file_record(..., **dict(common, **fields))
-_FILE_RECORD_HEAD = '{"kind":"file","logdir":%s,"path":%s,"file_type":'
-_FILE_RECORD_TAIL = '%s,"bytes":%d,"mtime_ms":%d}\n'
-_SNAPSHOT_RECORD = _FILE_RECORD_HEAD + '"producer_snapshot","base_offset":%d' + _FILE_RECORD_TAIL
-_PARTITION_METADATA_RECORD = _FILE_RECORD_HEAD + '"partition_metadata","topic_id":%s,"version":%d' + _FILE_RECORD_TAIL
-_LEADER_EPOCH_RECORD = _FILE_RECORD_HEAD + '"leader_epoch_checkpoint","entries":%s' + _FILE_RECORD_TAIL
-
-# A clean segment (both indexes trimmed, monotonic, no zero tail, no remainder): fewer fields to fill.
-_CLEAN_SEGMENT = (
-    '%d,"active":%s,"has_log":true,"log_bytes":%d,"log_mtime_ms":%d,"has_txnindex":false,"txnindex_bytes":null'
-    ',"has_index":true,"index_bytes":%d,"index_entries":%d,"index_zero_tail_entries":0,"index_remainder":0,'
-    '"index_monotonic":true,"index_checked_entries":%d,"index_first_violation":null,"index_first_offset":%d,'
-    '"index_last_offset":%d,"index_last_position":%d'
-    ',"has_timeindex":true,"timeindex_bytes":%d,"timeindex_entries":%d,"timeindex_zero_tail_entries":0,'
-    '"timeindex_remainder":0,"timeindex_monotonic":true,"timeindex_checked_entries":%d,'
-    '"timeindex_first_violation":null,"timeindex_first_timestamp":%d,"timeindex_last_timestamp":%d,'
-    '"timeindex_last_offset":%d,"error":null}\n'
-)
-
-
-def _index_head_summary(path, entry_struct):
-    """Metadata-mode summary of the index at path, which the directory listing says is a regular
-    file, as (bytes, entries, zero_tail_entries, remainder, monotonic, first, last,
-    checked_entries, first_violation); None if fstat says it is not a regular file. Raises
-    OSError. The same values as read_index_summary(full=False), with fewer system calls: one
-    read from offset 0 of up to HEAD_READ_BYTES + 1 bytes, whose length is the file's size when
-    it comes back short (no fstat)."""
-    fd = os.open(path, _O_RDONLY)
-    try:
-        buf = os.pread(fd, HEAD_READ_BYTES + 1, 0)
-        size = len(buf)
-        if size > HEAD_READ_BYTES:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return None
-            size = st.st_size
-        return _summary_from_head(fd, size, buf, entry_struct)
-    finally:
-        os.close(fd)
-
-
-def _summary_from_head(fd, size, buf, entry_struct):
-    """_index_head_summary's tuple for an index of `size` bytes whose first bytes are buf."""
-    esize = entry_struct.size
-    n = size // esize
-    if n == 0:
-        return (size, 0, 0, size % esize, None, None, None, 0, None)
-    hbytes = n * esize
-    if hbytes > HEAD_READ_BYTES:
-        hbytes = HEAD_READ_BYTES
-    real, zero_tail, first, last, monotonic, checked, viol = _summarize_index_head(
-        fd, n, buf if hbytes == len(buf) else buf[:hbytes], entry_struct
-    )
-    return (size, real, zero_tail, size % esize, monotonic, first, last, checked, viol)
-
-
-def _index_values_from(fd, buf, base, entry_struct, is_offset):
-    """The values of an index's segment-record fields, ready for %, given the index open as fd
-    and buf, its first HEAD_READ_BYTES + 1 bytes (all of it when shorter); None if fstat says it
-    is not a regular file. Raises OSError.
-
-    A trimmed index of at most HEAD_READ_BYTES whose entries are all real and in order (the usual
-    case) gives 6 values for _CLEAN_SEGMENT: bytes, entries, checked entries, then first offset,
-    last offset, last position (offset index) or first timestamp, last timestamp, last offset (time
-    index). Any other index gives the 10 values of _INDEX_FIELDS / _TIMEINDEX_FIELDS. fd is only
-    used for an index longer than HEAD_READ_BYTES or with a zero last entry."""
-    size = len(buf)
-    esize = entry_struct.size
-    if size <= HEAD_READ_BYTES and size and not size % esize and buf[-esize:].strip(b"\0"):
-        # every entry is in buf and the last is not zero: all real (read_index_summary's result
-        # with entries = checked_entries = n, no zero tail, no remainder)
-        a, b = _split_fields(entry_struct, buf)
-        n = len(a)
-        if n == 1 or (
-            all(map(operator.lt if is_offset else operator.le, a, a[1:])) and all(map(operator.le, b, b[1:]))
-        ):
-            if is_offset:
-                return (size, n, n, base + a[0], base + a[-1], b[-1])
-            return (size, n, n, a[0], a[-1], base + b[-1])
-        viol = _first_order_violation(entry_struct.iter_unpack(buf), esize)
-        if is_offset:
-            return (size, n, 0, 0, "false", n, viol, base + a[0], base + a[-1], b[-1])
-        return (size, n, 0, 0, "false", n, viol, a[0], a[-1], base + b[-1])
-    if size > HEAD_READ_BYTES:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        size = st.st_size
-    s = _summary_from_head(fd, size, buf, entry_struct)
-    first, last = s[5], s[6]
-    if is_offset:
-        a = "null" if first is None else base + first[0]
-        b = "null" if last is None else base + last[0]
-        c = "null" if last is None else last[1]
-    else:
-        a = "null" if first is None else first[0]
-        b = "null" if last is None else last[0]
-        c = "null" if last is None else base + last[1]
-    return (s[0], s[1], s[2], s[3], _BOOL_JSON[s[4]], s[7], "null" if s[8] is None else s[8], a, b, c)
-
-
-def _clean_to_full(v):
-    """_index_values_from's 6 clean values as the 10 of _INDEX_FIELDS / _TIMEINDEX_FIELDS."""
-    return (v[0], v[1], 0, 0, "true", v[2], "null", v[3], v[4], v[5])
-
-
-def _struct_format(entry_struct):
-    fmt = entry_struct.format
-    return fmt.decode("ascii") if isinstance(fmt, bytes) else fmt  # bytes before Python 3.7
-
-
-# entry size -> {buffer size: (unpack of every entry's first field, unpack of every second field)}
-_SPLIT = {OFFSET_INDEX_ENTRY.size: {}, TIME_INDEX_ENTRY.size: {}}
-_SPLIT_CACHED_ENTRIES = 64  # compiled once up to this many entries; longer ones use struct's cache
-
-
-def _split_fields(entry_struct, buf):
-    """(first fields, second fields) of the whole entries that fill buf."""
-    cache = _SPLIT.setdefault(entry_struct.size, {})
-    split = cache.get(len(buf))
-    if split is None:
-        fmt = _struct_format(entry_struct)
-        order, f1, f2 = fmt[0], fmt[1], fmt[2]
-        s1, s2 = struct.calcsize(order + f1), struct.calcsize(order + f2)
-        n = len(buf) // entry_struct.size
-        fa = order + (f1 + "%dx" % s2) * n
-        fb = order + ("%dx" % s1 + f2) * n
-        if n > _SPLIT_CACHED_ENTRIES:
-            return struct.unpack(fa, buf), struct.unpack(fb, buf)
-        split = cache[len(buf)] = (struct.Struct(fa).unpack, struct.Struct(fb).unpack)
-    return split[0](buf), split[1](buf)
-
-
-# _usual_partition: a partition dir's names, sorted and joined by "\n", one match per name or per segment.
-# The usual layout: every segment file belongs to a complete <base>.index, <base>.log, <base>.timeindex
-# triple (a producer snapshot of the same base may sort between the .log and the .timeindex), and there
-# is no .txnindex. Groups: the triple's base, its snapshot, a segment file outside a triple (not the
-# usual layout), any other name.
-_LAYOUT_RE = re.compile(
-    r"([0-9]{20})\.index\n\1\.log\n(?:(\1\.snapshot)\n)?\1\.timeindex\n"
-    r"|([0-9]{20}\.(?:log|index|timeindex|txnindex)\n)"
-    r"|([^\n]+)\n"
-)
-_GROUPS = tuple(operator.itemgetter(i) for i in range(4))
-_FAST_CHUNK = 64  # segments per batch of system calls: at most 2 * _FAST_CHUNK index files open at once
+# --------------------------------------------------------------------------------------------
+# The walker's helpers: the fast branch of the segment records and the usual partition files
+_entry_name = operator.attrgetter("name")
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
+_SEGMENT_BATCH = 64  # segments per write, and per run of system calls in _usual_segments (2 open files each)
 _ST_MODE, _ST_SIZE = operator.attrgetter("st_mode"), operator.attrgetter("st_size")
+_FIRST = operator.itemgetter(0)
+_NONES = itertools.repeat(None)
 _IS_SYMLINK, _IS_FILE = os.DirEntry.is_symlink, os.DirEntry.is_file
-_CLEAN_FRAGMENT_MAX_ENTRIES = 64  # clean-index checks are compiled up to this many entries, see _clean_fragment
 
 
-def _not_clean(buf, base):
-    return None
+def _all_regular(entries):
+    """Whether every entry of a directory listing is a regular file, not a symlink (by the listing's file types)."""
+    try:
+        return not any(map(_IS_SYMLINK, entries)) and all(map(_IS_FILE, entries))
+    except OSError:  # a file system without file types in its listings: an entry gone since
+        return False
 
 
-def _clean_fragment(esize, size):
-    """The clean-index check of _usual_batch for an index head of `size` bytes (esize: the entry
-    size, 8 for the offset index, 12 for the time index): a function of (head bytes, base offset)
-    that returns the segment record's fields of that index, from "<p>_bytes" to its last value, if
-    the index is clean, else None. Clean: trimmed (a whole number of entries, at most
-    HEAD_READ_BYTES, so buf is all of it), its last entry not zero, its relative offsets increasing
-    (offset index) and every other field never decreasing; read_index_summary gives such an index
-    entries = checked_entries = n, no zero tail, no remainder, monotonic. No index of any other size
-    is clean (_not_clean).
-
-    The order checks are chained comparisons over the unpacked entries, compiled once per entry
-    count up to _CLEAN_FRAGMENT_MAX_ENTRIES (a generic loop over n entries costs several times
-    more); longer heads use map over the entries and struct's own format cache."""
-    if not 0 < size <= HEAD_READ_BYTES or size % esize:
-        return _not_clean
-    n = size // esize
-    offset_index = esize == OFFSET_INDEX_ENTRY.size
-    entry_struct = OFFSET_INDEX_ENTRY if offset_index else TIME_INDEX_ENTRY
-    p = "index" if offset_index else "timeindex"
-    head = (
-        '"{p}_bytes":%d,"{p}_entries":%d,"{p}_zero_tail_entries":0,"{p}_remainder":0,"{p}_monotonic":true,'
-        '"{p}_checked_entries":%d,"{p}_first_violation":null,"{p}_{f}":'.format(
-            p=p, f="first_offset" if offset_index else "first_timestamp"
-        )
-        % (size, n, n)
-    )
-    fmt = _struct_format(entry_struct)
-    fmt = fmt[0] + fmt[1:] * n  # every entry's fields, flat: first, second, first, second, ...
-    first_op = "<" if offset_index else "<="  # relative offsets (offset index) must increase
-    if offset_index:  # base + first relative offset, base + last relative offset, last position
-        value = """f'{head}{base + t[0]},"index_last_offset":{base + t[-2]},"index_last_position":{t[-1]}'"""
-    else:  # first timestamp, last timestamp, base + last relative offset
-        value = """f'{head}{t[0]},"timeindex_last_timestamp":{t[-2]},"timeindex_last_offset":{base + t[-1]}'"""
-    if n <= _CLEAN_FRAGMENT_MAX_ENTRIES:
-        cond = "(t[-2] or t[-1])"
-        if n > 1:
-            cond += " and %s and %s" % (
-                (" %s " % first_op).join("t[%d]" % i for i in range(0, 2 * n, 2)),
-                " <= ".join("t[%d]" % i for i in range(1, 2 * n, 2)),
-            )
-        src = "def fragment(buf, base):\n    t = unpack(buf)\n    if %s:\n        return %s\n" % (cond, value)
-        scope = {"unpack": struct.Struct(fmt).unpack, "head": head}
-    else:
-        src = (
-            "def fragment(buf, base):\n    t = unpack(fmt, buf)\n"
-            "    if (t[-2] or t[-1]) and all(map(first_op, t[0::2], t[2::2])) and all(map(le, t[1::2], t[3::2])):\n"
-            "        return %s\n" % value
-        )
-        scope = {
-            "unpack": struct.unpack,
-            "fmt": fmt,
-            "head": head,
-            "first_op": operator.lt if offset_index else operator.le,
-            "le": operator.le,
-        }
-    exec(src, scope)  # source made here from numbers only
-    return scope["fragment"]
-
-
-class _CleanFragments(dict):
-    """index head size -> _clean_fragment(esize, size), made on first use (a head is at most
-    HEAD_READ_BYTES + 1 bytes, so there are few)."""
-
-    def __init__(self, esize):
-        dict.__init__(self)
-        self.esize = esize
-
-    def __missing__(self, size):
-        f = self[size] = _clean_fragment(self.esize, size)
-        return f
-
-
-_X_FRAGMENTS, _T_FRAGMENTS = _CleanFragments(OFFSET_INDEX_ENTRY.size), _CleanFragments(TIME_INDEX_ENTRY.size)
-
-
-def _summary_tuple(s):
-    """read_index_summary's dict as the tuple the segment formatter takes."""
-    return (
-        s["bytes"],
-        s["entries"],
-        s["zero_tail_entries"],
-        s["remainder"],
-        s["monotonic"],
-        s["first"],
-        s["last"],
-        s["checked_entries"],
-        s["first_violation"],
-    )
-
-
-def _usual_batch(ctx, prefixes, bases, has_active, dfd):
-    """The segment records (lines, bytes) of a batch of usual segments (see _usual_partition), or
-    None when one is not a usual segment after all (a .log that is not a regular file, an index
-    that is not). Raises OSError. System calls: a stat of each .log, then open, one pread of
-    HEAD_READ_BYTES + 1 and close of each index, each kind in one run over the batch; an index
-    that is not clean (see _clean_fragment: longer than the head, a zero last entry, out of order)
-    is summarised by _index_values_from, which may read more of it."""
+def _usual_segments(ctx, bases, files, has_active, dfd):
+    """The records Probe._segment gives, in metadata mode, for segments whose .log, .index and .timeindex are
+    regular files by their directory entries and that have no .txnindex (the usual case), as (lines, bytes); None
+    if a file is not a regular file after all. Raises OSError. The same inputs, read with fewer system calls:
+    relative to the partition dir (dfd), each kind in one run over the batch, and an index's size from its head
+    when that comes back short (no fstat); the same summaries and record from them."""
     os_stat, os_open = os.stat, os.open
-    rdonly = _O_RDONLY
-    sts = [os_stat(p + ".log", dir_fd=dfd, follow_symlinks=False) for p in prefixes]
+    sts = [os_stat(f["log"].name, dir_fd=dfd, follow_symlinks=False) for f in files]
     if not all(map(stat.S_ISREG, map(_ST_MODE, sts))):
         return None
     fds = []
     add = fds.append
     try:
-        for p in prefixes:
-            add(os_open(p + ".index", rdonly, dir_fd=dfd))
-            add(os_open(p + ".timeindex", rdonly, dir_fd=dfd))
+        for f in files:
+            add(os_open(f["index"].name, _O_RDONLY, dir_fd=dfd))
+            add(os_open(f["timeindex"].name, _O_RDONLY, dir_fd=dfd))
         k = len(fds)
-        bufs = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
-        # every segment's bytes as if all its indexes were clean (their heads' lengths); corrected below
-        total = sum(map(_ST_SIZE, sts)) + sum(map(len, bufs))
-        lines = []
-        add = lines.append
-        xfrag, tfrag = _X_FRAGMENTS, _T_FRAGMENTS
+        heads = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
+        xs = list(map(index_summary, itertools.repeat(OFFSET_INDEX, k), fds[0::2], heads[0::2]))
+        ts = list(map(index_summary, itertools.repeat(TIME_INDEX, k), fds[1::2], heads[1::2]))
+        if None in xs or None in ts:
+            return None
+        sizes = list(map(_ST_SIZE, sts))
+        mtimes = [int(st.st_mtime * 1000) for st in sts]
         acts = itertools.chain(itertools.repeat("false", len(bases) - 1), ("true" if has_active else "false",))
-        for base, st, xb, tb, act in zip(bases, sts, bufs[0::2], bufs[1::2], acts):
-            xf = xfrag[len(xb)](xb, base)
-            tf = tfrag[len(tb)](tb, base)
-            if xf is not None and tf is not None:
-                # _CLEAN_SEGMENT
-                add(
-                    f'{ctx}{base},"active":{act},"has_log":true,"log_bytes":{st.st_size},'
-                    f'"log_mtime_ms":{int(st.st_mtime * 1000)},"has_txnindex":false,"txnindex_bytes":null,'
-                    f'"has_index":true,{xf},"has_timeindex":true,{tf},"error":null}}\n'
-                )
-                continue
-            j = 2 * len(lines)
-            oi = _index_values_from(fds[j], xb, base, OFFSET_INDEX_ENTRY, True)
-            ti = _index_values_from(fds[j + 1], tb, base, TIME_INDEX_ENTRY, False)
-            if oi is None or ti is None:  # not a regular file
-                return None
-            if len(oi) == 6:
-                oi = _clean_to_full(oi)
-            if len(ti) == 6:
-                ti = _clean_to_full(ti)
-            add(ctx + _FAST_SEGMENT % ((base, act, st.st_size, int(st.st_mtime * 1000)) + oi + ti))
-            total += oi[0] - len(xb) + ti[0] - len(tb)
+        starts = map(_USUAL_HEAD.__mod__, zip(bases, acts, sizes, mtimes))
+        n = len(bases)
+        lines = list(
+            map(_segment_line, itertools.repeat(ctx, n), starts, bases, xs, ts, itertools.repeat("", n), _NONES)
+        )
+        total = sum(sizes) + sum(map(_FIRST, xs)) + sum(map(_FIRST, ts))
         return lines, total
     finally:
         any(map(os.close, fds))
 
 
-# A metadata-mode partition record (probe_partition's keys, in its order), formatted directly.
-def _partition_line(r):
-    """_JSON_ENCODE(r) + "\n" for a metadata-mode partition record r: probe_partition's keys in its
-    order, strings str or None, numbers int or None, lists of ints or of lists of ints."""
-    eps = r["leader_epochs"]
-    return (
-        f'{{"kind":"partition","logdir":{_j(r["logdir"])},"path":{_j(r["path"])},"dir":{_j(r["dir"])},'
-        f'"topic":{_j(r["topic"])},"partition":{r["partition"]},"dir_state":{_j(r["dir_state"])},'
-        f'"dir_uid":{_str_json(r["dir_uid"])},"topic_id":{_str_json(r["topic_id"])},'
-        f'"partition_metadata_present":{_BOOL_JSON[r["partition_metadata_present"]]},'
-        f'"partition_metadata_version":{_num(r["partition_metadata_version"])},'
-        f'"partition_metadata_error":{_str_json(r["partition_metadata_error"])},'
-        f'"leader_epochs":{"null" if eps is None else _JSON_ENCODE(eps)},'
-        f'"leader_epoch_present":{_BOOL_JSON[r["leader_epoch_present"]]},'
-        f'"leader_epoch_error":{_str_json(r["leader_epoch_error"])},'
-        f'"latest_leader_epoch":{_num(r["latest_leader_epoch"])},"segment_count":{r["segment_count"]},'
-        f'"log_start_segment_offset":{_num(r["log_start_segment_offset"])},'
-        f'"active_base_offset":{_num(r["active_base_offset"])},"size_bytes":{r["size_bytes"]},'
-        f'"producer_snapshots":{_JSON_ENCODE(r["producer_snapshots"])},"recovery_point":{_num(r["recovery_point"])},'
-        f'"log_start_offset":{_num(r["log_start_offset"])},"high_watermark":{_num(r["high_watermark"])},'
-        f'"cleaner_offset":{_num(r["cleaner_offset"])},"leftover_files":{r["leftover_files"]},'
-        f'"error":{_str_json(r["error"])}}}\n'
-    )
+_READ_FAST = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT)  # partition files read whole by _regular_file_at
 
 
-def _str_json(v):
-    return "null" if v is None else _j(v)
+def _regular_file_at(dfd, name, read):
+    """({"bytes", "mtime_ms"}, its bytes if `read`) of a regular file of the dir open as dfd, stat'ed, or opened,
+    fstat'ed and read in one go (under 1 MiB); (None, None) for anything else, left to the general path."""
+    try:
+        if read:
+            fd = os.open(name, _O_RDONLY, dir_fd=dfd)
+            try:
+                st = os.fstat(fd)
+                ok = stat.S_ISREG(st.st_mode) and st.st_size < 1 << 20
+                data = os.read(fd, st.st_size + 1) if ok else None
+            finally:
+                os.close(fd)
+            if data is None or len(data) > st.st_size:
+                return None, None
+        else:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            data = None
+            if not stat.S_ISREG(st.st_mode):
+                return None, None
+    except OSError:
+        return None, None
+    return {"bytes": st.st_size, "mtime_ms": int(st.st_mtime * 1000)}, data
 
 
-# Worker -> writer frames: kind (b"D" records, b"P" end of a partition) and payload length.
-_FRAME = struct.Struct(">cI")
-_COUNT_KEYS = ("partitions", "segments", "files", "errors")
-_COUNTS = struct.Struct(">4Q")  # end of partition: the _COUNT_KEYS added
+# --------------------------------------------------------------------------------------------
+# Worker processes (--jobs): a worker sends its records to the main process in frames, each with the counts its
+# records add (a record is counted as it is written), so probe_end stays exact whenever a worker dies.
+_FRAME = struct.Struct(">?I5Q")  # partition done, payload bytes, then the COUNT_FIELDS added
+_FRAME_BYTES = 1 << 20  # a big partition's records go in frames of about this size
+_PARTITIONS = COUNT_FIELDS.index("partitions")
 F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ on Linux (named in the fcntl module only from 3.10)
 
 
@@ -1496,66 +1410,33 @@ def _end_worker(pid, f):
         pass
 
 
-# a relayed frame's records by count key: how such a line starts (compact JSON, "kind" first; a line holds no
-# raw newline, so only a record's start follows one)
-_RELAY_STARTS = {
-    "partitions": b'\n{"kind":"partition",',
-    "segments": b'\n{"kind":"segment",',
-    "files": b'\n{"kind":"file",',
-}
-_ERROR_KEY = b'"error":"'
-_RELAY_KEEP_BYTES = 4 << 20  # a partition's frames kept uncounted, at most
+class _FrameOut(object):
+    """A worker's output: its records go to the main process in frames of whole records, each with the counts
+    they add; the last frame of a partition says so."""
 
-
-def _count_relayed(payload, counts):
-    """Add the records of a frame (whole lines) to ``counts`` as the probe counts them: by kind, and the records
-    with an error (only lines that may have one are parsed: an error is rare)."""
-    data = b"\n" + payload
-    for key, start in _RELAY_STARTS.items():
-        counts[key] += data.count(start)
-    if _ERROR_KEY in payload:
-        for line in payload.split(b"\n"):
-            if _ERROR_KEY in line:
-                try:
-                    rec = json.loads(line.decode("utf-8"))
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and rec.get("error"):
-                    counts["errors"] += 1
-
-
-class _FrameWriter(object):
-    """A worker's output: record strings are batched into frames on the pipe to the writer."""
-
-    def __init__(self, fd):
+    def __init__(self, fd, counts):
         self.fd = fd
+        self.counts = counts
+        self.sent = [counts[k] for k in COUNT_FIELDS]
         self.parts = []
         self.size = 0
 
     def write(self, text):
         self.parts.append(text)
         self.size += len(text)
-        if self.size >= 1 << 16:
-            self._send_records()
+        if self.size >= _FRAME_BYTES:
+            self.send(False)
 
     def flush(self):
         pass
 
-    def end_partition(self, counts):
-        if self.parts:
-            self._send_records()
-        self._send(b"P", _COUNTS.pack(*counts))
-
-    def _send_records(self):
+    def send(self, done):
+        now = [self.counts[k] for k in COUNT_FIELDS]
         data = "".join(self.parts).encode("utf-8")
-        self.parts = []
-        self.size = 0
-        self._send(b"D", data)
-
-    def _send(self, kind, payload):
-        view = memoryview(_FRAME.pack(kind, len(payload)) + payload)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        frame = memoryview(_FRAME.pack(done, len(data), *map(operator.sub, now, self.sent)) + data)
+        self.sent, self.parts, self.size = now, [], 0
+        while frame:
+            frame = frame[os.write(self.fd, frame) :]
 
 
 class _PartitionDir(object):
@@ -1574,19 +1455,26 @@ class Probe(object):
         self.deep = deep or verify_crc
         self.verify_crc = verify_crc
         self.jobs = max(1, int(jobs))
-        self.counts = {"logdirs": 0, "partitions": 0, "segments": 0, "files": 0, "errors": 0}
+        self.counts = dict.fromkeys(COUNT_FIELDS, 0)
         self.locks = held_lock_inodes()
 
-    # -- output
+    # -- output: a record is counted where it is written (the worker frames rely on it)
     def emit(self, record):
         if record.get("error"):
             self.counts["errors"] += 1
         self.out.write(_JSON_ENCODE(record) + "\n")
 
     def file_record(self, logdir, path, file_type, **fields):
-        self.counts["files"] += 1
         rec = {"kind": "file", "logdir": logdir, "path": path, "file_type": file_type}
-        rec.update(fields)
+        for key in FILE_FIELDS[file_type]:
+            if key in fields:
+                rec[key] = fields[key]
+        assert len(rec) == 4 + len(fields), (file_type, fields)  # every field given is one of its type's
+        self.counts["files"] += 1
+        self.emit(rec)
+
+    def _emit_partition(self, rec):
+        self.counts["partitions"] += 1
         self.emit(rec)
 
     def _stat_fields(self, path):
@@ -1597,47 +1485,38 @@ class Probe(object):
     def run(self, paths):
         started = time.time()
         self.emit(
-            {
-                "kind": "probe",
-                "schema_version": SCHEMA_VERSION,
-                "probe_version": PROBE_VERSION,
-                "mode": "deep" if self.deep else "metadata",
-                "verify_crc": self.verify_crc,
-                "hostname": socket.gethostname(),
-                "python": "%d.%d.%d" % sys.version_info[:3],
-                "started_at_ms": int(started * 1000),
-                "paths": list(paths),
-            }
+            _record(
+                "probe",
+                PROBE_FIELDS,
+                schema_version=SCHEMA_VERSION,
+                probe_version=PROBE_VERSION,
+                mode="deep" if self.deep else "metadata",
+                verify_crc=self.verify_crc,
+                hostname=socket.gethostname(),
+                python="%d.%d.%d" % sys.version_info[:3],
+                started_at_ms=int(started * 1000),
+                paths=list(paths),
+            )
         )
         for p in paths:
             self.probe_logdir(p)
         self.counts["elapsed_ms"] = int((time.time() - started) * 1000)
-        rec = {"kind": "probe_end", "schema_version": SCHEMA_VERSION, "complete": True}
-        rec.update(self.counts)
-        self.emit(rec)
+        self.emit(_record("probe_end", PROBE_END_FIELDS, schema_version=SCHEMA_VERSION, complete=True, **self.counts))
         self.out.flush()
 
     # -- one log dir
     def probe_logdir(self, logdir):
         self.counts["logdirs"] += 1
-        rec = {
-            "kind": "logdir",
-            "logdir": logdir,
-            "path": logdir,
-            "realpath": None,
-            "exists": False,
-            "error": None,
-            "meta": None,
-            "meta_error": None,
-            "clean_shutdown": None,
-            "clean_shutdown_broker_epoch": None,
-            "lock_present": None,
-            "lock_held_by_pid": None,
-            "kraft": None,
-            "checkpoints": {},
-            "partition_dirs": 0,
-            "other_entries": 0,
-        }
+        rec = _record(
+            "logdir",
+            LOGDIR_FIELDS,
+            logdir=logdir,
+            path=logdir,
+            exists=False,
+            checkpoints={},
+            partition_dirs=0,
+            other_entries=0,
+        )
         try:
             st = os.stat(logdir)
         except OSError as e:
@@ -1708,26 +1587,22 @@ class Probe(object):
         try:
             self.probe_partition(logdir, root, e, cp_values)
         except Exception as ex:  # the safety net: never crash, never skip silently
-            self.emit(
-                {
-                    "kind": "partition",
-                    "logdir": logdir,
-                    "path": e.path,
-                    "dir": e.name,
-                    "error": "probe failed on %s: %s" % (e.path, _err(ex)),
-                }
-            )
+            self._failed_partition(logdir, e, "probe failed on %s: %s" % (e.path, _err(ex)))
+
+    def _failed_partition(self, logdir, e, error):
+        self._emit_partition({"kind": "partition", "logdir": logdir, "path": e.path, "dir": e.name, "error": error})
 
     # -- the partitions of a log dir, in name order, over `jobs` processes
-    def _probe_partitions(self, logdir, root, entries, cp_values):
-        """Probe the partition dirs in order. With jobs > 1, partition i is probed by process
-        i % jobs: this one (0) or a forked worker that sends its records through a pipe; this
-        process writes every record, in the same order and bytes as a single process would.
-        Worker k runs ahead of the writer by at most its pipe's capacity."""
-        jobs = min(self.jobs, len(entries))
+    def _probe_partitions(self, logdir, root, names, cp_values):
+        """Probe the partition dirs in order. With jobs > 1, partition i is probed by process i % jobs: this one
+        (0) or a forked worker that sends its records here through a pipe; this process writes every record, in
+        the order and bytes one process would. A worker runs ahead by at most its pipe's capacity. When a worker
+        dies, this process probes the partitions it did not finish, or reports the one it died in as failed if
+        some of its records are out already."""
+        jobs = min(self.jobs, len(names))
         if jobs < 2 or not _fork_ok():
-            for e in entries:
-                self._probe_partition_safe(logdir, root, e, cp_values)
+            for name in names:
+                self._probe_partition_safe(logdir, root, name, cp_values)
             return
         self.out.flush()
         workers = {}  # k -> (pid, read end as a buffered file)
@@ -1736,7 +1611,7 @@ class Probe(object):
                 try:
                     r, w = os.pipe()
                 except OSError:
-                    break
+                    break  # fewer workers: this process probes their partitions
                 _grow_pipe(w)
                 try:
                     pid = os.fork()
@@ -1750,96 +1625,59 @@ class Probe(object):
                         os.close(r)
                         for _pid, f in workers.values():
                             f.close()
-                        self._partition_worker(w, logdir, root, entries, cp_values, k, jobs)
+                        out = self.out = _FrameOut(w, self.counts)
+                        for name in names[k::jobs]:
+                            self._probe_partition_safe(logdir, root, name, cp_values)
+                            out.send(True)
                         status = 0
                     finally:
                         os._exit(status)
                 os.close(w)
                 workers[k] = (pid, os.fdopen(r, "rb", 1 << 16))
-            for i, e in enumerate(entries):
+            for i, name in enumerate(names):
                 worker = workers.get(i % jobs)
-                if worker is None:
-                    self._probe_partition_safe(logdir, root, e, cp_values)
-                    continue
-                done, relayed = self._relay_partition(worker[1])
-                if done:
-                    continue
-                # the worker died: take its remaining partitions over
-                _end_worker(*workers.pop(i % jobs))
-                if relayed is None:
-                    self._probe_partition_safe(logdir, root, e, cp_values)
-                    continue
-                # what it printed of this partition counts (its counts come only with a partition's end)
-                for key, n in relayed.items():
-                    self.counts[key] += n
-                if not relayed["partitions"]:  # the partition record was not printed: one reports the failure
-                    if isinstance(e, str):
-                        e = _PartitionDir(logdir, e)
-                    self.counts["partitions"] += 1
-                    self.emit(
-                        {
-                            "kind": "partition",
-                            "logdir": logdir,
-                            "path": e.path,
-                            "dir": e.name,
-                            "error": "probe failed on %s: worker process %d ended mid-partition" % (e.path, worker[0]),
-                        }
-                    )
+                if worker is not None:
+                    got = self._relay_partition(worker[1])
+                    if got:
+                        continue
+                    _end_worker(*workers.pop(i % jobs))  # it died: this process takes its partitions over
+                    if got is not None:  # some of its records are out: not its partition record
+                        self._failed_partition(
+                            logdir,
+                            _PartitionDir(logdir, name),
+                            "probe failed on %s: worker process %d ended mid-partition"
+                            % (os.path.join(logdir, name), worker[0]),
+                        )
+                        continue
+                self._probe_partition_safe(logdir, root, name, cp_values)
         finally:
             for pid, f in workers.values():
                 _end_worker(pid, f)
 
-    def _partition_worker(self, fd, logdir, root, entries, cp_values, k, jobs):
-        out = self.out = _FrameWriter(fd)
-        keys = _COUNT_KEYS
-        counts = self.counts
-        before = [counts[x] for x in keys]
-        for i in range(k, len(entries), jobs):
-            self._probe_partition_safe(logdir, root, entries[i], cp_values)
-            now = [counts[x] for x in keys]
-            out.end_partition([a - b for a, b in zip(now, before)])
-            before = now
-
     def _relay_partition(self, f):
-        """Copy one partition's records from a worker; returns (complete, None when nothing was copied, else
-        the records copied by count key). Frames hold whole records (a worker writes a record in one call).
-        The worker's counts come with the partition's end, so the records copied are counted only when it
-        never comes: the frames are kept until then (a big partition's are counted every few MiB instead)."""
-        copied = None  # counts of the frames no longer kept
-        kept, kept_bytes = [], 0
+        """Copy one partition's frames from a worker to the output, adding their counts. Returns whether its
+        partition record came, or None if nothing of the partition did (the worker ended before it)."""
+        got = None
         raw = getattr(self.out, "buffer", None)
         if raw is not None:
             self.out.flush()
         while True:
             head = f.read(_FRAME.size)
             if len(head) < _FRAME.size:
-                break
-            kind, n = _FRAME.unpack(head)
-            payload = f.read(n)
-            if len(payload) < n:
-                break
-            if kind == b"D":
-                if raw is not None:
-                    raw.write(payload)
-                else:
-                    self.out.write(payload.decode("utf-8"))
-                if copied is None:
-                    copied = dict.fromkeys(_COUNT_KEYS, 0)
-                kept.append(payload)
-                kept_bytes += len(payload)
-                if kept_bytes > _RELAY_KEEP_BYTES:
-                    for data in kept:
-                        _count_relayed(data, copied)
-                    kept, kept_bytes = [], 0
-            elif kind == b"P":
-                for key, delta in zip(_COUNT_KEYS, _COUNTS.unpack(payload)):
-                    self.counts[key] += delta
-                return True, copied
+                return got
+            done, n, *added = _FRAME.unpack(head)
+            data = f.read(n)
+            if len(data) < n:
+                return got
+            if raw is not None:
+                raw.write(data)
             else:
-                break
-        for data in kept:
-            _count_relayed(data, copied)
-        return False, copied
+                self.out.write(data.decode("utf-8"))
+            for key, count in zip(COUNT_FIELDS, added):
+                self.counts[key] += count
+            got = bool(got) or added[_PARTITIONS] > 0  # its partition record came
+            if done:
+                return True
 
     def _link_inside(self, path, root):
         try:
@@ -1928,38 +1766,22 @@ class Probe(object):
 
     # -- one partition dir
     def probe_partition(self, logdir, root, pentry, cp_values):
-        self.counts["partitions"] += 1
         pdir = pentry.path
         info = parse_partition_dir_name(pentry.name)
-        prec = {
-            "kind": "partition",
-            "logdir": logdir,
-            "path": pdir,
-            "dir": pentry.name,
-            "topic": info["topic"],
-            "partition": info["partition"],
-            "dir_state": info["dir_state"],
-            "dir_uid": info["dir_uid"],
-            "topic_id": None,
-            "partition_metadata_present": False,
-            "partition_metadata_version": None,
-            "partition_metadata_error": None,
-            "leader_epochs": None,
-            "leader_epoch_present": False,
-            "leader_epoch_error": None,
-            "latest_leader_epoch": None,
-            "segment_count": 0,
-            "log_start_segment_offset": None,
-            "active_base_offset": None,
-            "size_bytes": 0,
-            "producer_snapshots": [],
-            "recovery_point": None,
-            "log_start_offset": None,
-            "high_watermark": None,
-            "cleaner_offset": None,
-            "leftover_files": 0,
-            "error": None,
-        }
+        prec = _record(
+            "partition",
+            PARTITION_FIELDS,
+            logdir=logdir,
+            path=pdir,
+            dir=pentry.name,
+            partition_metadata_present=False,
+            leader_epoch_present=False,
+            segment_count=0,
+            size_bytes=0,
+            producer_snapshots=[],
+            leftover_files=0,
+            **info,
+        )
         # cp_values: (topic, partition) -> values in OFFSET_CHECKPOINT_FILES order
         # a -future log is checkpointed in its own log dir under the same topic-partition key
         cps = cp_values.get((info["topic"], info["partition"])) if info["dir_state"] in ("live", "future") else None
@@ -1969,7 +1791,7 @@ class Probe(object):
             names = list(os.scandir(pdir))
         except OSError as ex:
             prec["error"] = "cannot list partition dir %s: %s" % (pdir, _err(ex))
-            self.emit(prec)
+            self._emit_partition(prec)
             return
         try:
             dfd = os.open(pdir, _O_RDONLY | _O_DIRECTORY)  # its files are opened relative to it
@@ -1985,12 +1807,12 @@ class Probe(object):
                     pass
 
     def _partition_entries(self, logdir, root, pdir, info, prec, names, dfd):
-        """probe_partition after listing the dir: its files, its segments, its record."""
-        if not self.deep and dfd is not None and self._usual_partition(logdir, root, pdir, info, prec, names, dfd):
-            return
+        """probe_partition after listing the dir: its files in name order, its segments in base-offset order, its
+        record."""
+        regular = not self.deep and dfd is not None and _all_regular(names)  # segments may take _usual_segments
         names.sort(key=_entry_name)
         segments = {}
-        last_prefix = files = fctx = None
+        last_prefix = files = None
         for e in names:
             name = e.name
             ext = name[21:]
@@ -2010,261 +1832,116 @@ class Probe(object):
             if parsed is not None and parsed[2] is None and parsed[1] != "snapshot":
                 segments.setdefault(parsed[0], {})[parsed[1]] = e
                 continue
-            if fctx is None:
-                fctx = (
-                    _j(logdir),
-                    ',"partition_dir":%s,"topic":%s,"partition":%d'
-                    % (_j(prec["dir"]), _j(prec["topic"]), prec["partition"]),
-                )
-            self._partition_file_fast(logdir, root, prec, e, parsed, fctx, dfd)
+            self._partition_file(logdir, root, prec, e, parsed, dfd)
         bases = sorted(segments)
         prec["segment_count"] = len(bases)
         if bases:
             prec["log_start_segment_offset"] = bases[0]
             prec["active_base_offset"] = bases[-1]
-        deep_totals = {
-            "batch_count": 0,
-            "record_count": 0,
-            "log_end_offset": None,
-            "max_timestamp": None,
-            "torn_segments": 0,
-            "crc_errors": 0,
-            "uncounted_batches": 0,
-        }
-        seg_ctx = '{"kind":"segment","logdir":%s,"path":%s,"topic":%s,"partition":%d,"base_offset":' % (
-            _j(logdir),
-            _j(pdir),
-            _j(info["topic"]),
-            info["partition"],
-        )
-        if self.deep:
-            last = len(bases) - 1
-            for i, base in enumerate(bases):
-                line, seg_bytes = self.probe_segment(seg_ctx, pdir, root, base, segments[base], i == last, deep_totals)
-                prec["size_bytes"] += seg_bytes
-                self.out.write(line)
-        else:
-            prec["size_bytes"] += self._metadata_segments(seg_ctx, pdir, root, bases, segments, dfd)
-        if self.deep:
-            leo = deep_totals["log_end_offset"]
-            if leo is None and bases:
-                leo = bases[-1]  # every segment empty: LEO is the active segment's base offset
-            prec["log_end_offset"] = leo
-            prec["batch_count"] = deep_totals["batch_count"]
-            prec["record_count"] = deep_totals["record_count"]
-            prec["max_timestamp"] = deep_totals["max_timestamp"]
-            prec["torn_segments"] = deep_totals["torn_segments"]
-            prec["crc_errors"] = deep_totals["crc_errors"]
-            prec["uncounted_batches"] = deep_totals["uncounted_batches"]
-        self.emit(prec)
+        totals = dict.fromkeys(PARTITION_DEEP_FIELDS, 0) if self.deep else None
+        if totals is not None:
+            totals["log_end_offset"] = totals["max_timestamp"] = None
+        ctx = _SEGMENT_START % (_j(logdir), _j(pdir), _j(info["topic"]), info["partition"])
+        prec["size_bytes"] += self._segments(ctx, root, bases, segments, regular, dfd, totals)
+        if totals is not None:
+            if totals["log_end_offset"] is None and bases:
+                totals["log_end_offset"] = bases[-1]  # every segment empty: LEO is the active segment's base offset
+            prec.update(totals)
+        self._emit_partition(prec)
 
-    def _usual_partition(self, logdir, root, pdir, info, prec, entries, dfd):
-        """Metadata mode's _partition_entries for a partition dir of regular files only, whose
-        segment files are complete <base>.index, <base>.log, <base>.timeindex triples (the usual
-        case); returns False, having done nothing, for any other. entries: its listing, unsorted.
-        The same records in the same order: the other files in name order, the segments in
-        base-offset order (in batches of system calls, see _usual_segments), the partition.
-        The layout is judged by _LAYOUT_RE over the sorted names, without a loop over them."""
-        try:
-            if any(map(_IS_SYMLINK, entries)) or not all(map(_IS_FILE, entries)):
-                return False
-        except OSError:
-            return False
-        raw = [e.name for e in entries]
-        listed = sorted(raw)
-        listing = "\n".join(listed)
-        if listing.count("\n") != len(listed) - 1:  # a name holds a newline
-            return False
-        layout = _LAYOUT_RE.findall(listing + "\n")
-        if any(map(_GROUPS[2], layout)):
-            return False
-        prefixes = list(filter(None, map(_GROUPS[0], layout)))
-        others = list(filter(None, map(operator.add, map(_GROUPS[1], layout), map(_GROUPS[3], layout))))
-        if others:
-            fctx = (
-                _j(logdir),
-                ',"partition_dir":%s,"topic":%s,"partition":%d'
-                % (_j(prec["dir"]), _j(prec["topic"]), prec["partition"]),
-            )
-            for name in others:
-                e = entries[raw.index(name)]
-                self._partition_file_fast(logdir, root, prec, e, parse_segment_file_name(name), fctx, dfd)
-        bases = list(map(int, prefixes))
-        prec["segment_count"] = len(bases)
-        if bases:
-            prec["log_start_segment_offset"] = bases[0]
-            prec["active_base_offset"] = bases[-1]
-            ctx = '{"kind":"segment","logdir":%s,"path":%s,"topic":%s,"partition":%d,"base_offset":' % (
-                _j(logdir),
-                _j(pdir),
-                _j(info["topic"]),
-                info["partition"],
-            )
-            prec["size_bytes"] += self._usual_segments(ctx, pdir, root, prefixes, bases, entries, raw, dfd)
-        if prec["error"]:
-            self.counts["errors"] += 1
-        self.out.write(_partition_line(prec))
-        return True
-
-    def _usual_segments(self, ctx, pdir, root, prefixes, bases, entries, raw, dfd):
-        """The segment records of _usual_partition, written in batches; returns their bytes. A batch
-        that fails anywhere (a file gone or changed since the listing) is redone segment by segment
-        by probe_segment, which reports what went wrong."""
+    def _segments(self, ctx, root, bases, segments, regular, dfd, totals):
+        """Write the segment records of a partition in base-offset order, _SEGMENT_BATCH at a time; returns their
+        bytes. A batch of usual segments whose files are all regular (`regular`) goes through _usual_segments,
+        and is redone segment by segment by _segment if that fails anywhere (a file gone or changed since the
+        listing): _segment reports what went wrong."""
         total = 0
         n = len(bases)
-        for lo in range(0, n, _FAST_CHUNK):
-            hi = min(n, lo + _FAST_CHUNK)
-            try:
-                done = _usual_batch(ctx, prefixes[lo:hi], bases[lo:hi], hi == n, dfd)
-            except Exception:
-                done = None
+        for lo in range(0, n, _SEGMENT_BATCH):
+            batch = bases[lo : lo + _SEGMENT_BATCH]
+            files = [segments[base] for base in batch]
+            hi = lo + len(batch)
+            done = None
+            if regular and all(len(f) == 3 and "txnindex" not in f for f in files):
+                try:
+                    done = _usual_segments(ctx, batch, files, hi == n, dfd)
+                except Exception:
+                    done = None
+            errors = 0
             if done is None:
                 lines = []
                 size = 0
-                for i in range(lo, hi):
-                    files = {ext: entries[raw.index(prefixes[i] + "." + ext)] for ext in ("index", "log", "timeindex")}
-                    line, seg_bytes = self.probe_segment(ctx, pdir, root, bases[i], files, i == n - 1, None)
+                for i, base in enumerate(batch):
+                    line, seg_bytes, error = self._segment(ctx, root, base, files[i], lo + i == n - 1, totals)
                     lines.append(line)
                     size += seg_bytes
+                    errors += error
             else:
                 lines, size = done
-                self.counts["segments"] += hi - lo
             total += size
+            self.counts["segments"] += len(lines)
+            self.counts["errors"] += errors
             self.out.write("".join(lines))
         return total
 
-    def _partition_file_fast(self, logdir, root, prec, e, parsed, fctx, dfd):
-        """_partition_file's records for a partition's usual files (a regular partition.metadata,
-        leader-epoch-checkpoint or producer snapshot that reads without error), formatted
-        directly; everything else, and any error, goes through _partition_file. dfd is the
-        partition dir, open (or None)."""
-        name = e.name
-        if parsed is not None:
-            kind = 1 if parsed[1] == "snapshot" and parsed[2] is None else 0
-        else:
-            kind = 2 if name == PARTITION_METADATA else 3 if name == LEADER_EPOCH_CHECKPOINT else 0
-        line = None
-        if kind and dfd is not None and e.is_file(follow_symlinks=False):
-            path = e.path
-            try:
-                if kind == 1:
-                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)  # = e.stat(): not a link
-                    if stat.S_ISREG(st.st_mode):
-                        size, mtime = st.st_size, int(st.st_mtime * 1000)
-                        line = _SNAPSHOT_RECORD % (fctx[0], _j(path), parsed[0], fctx[1], size, mtime)
-                else:
-                    # = e.stat() and _read_small(path): fstat gives the size, one read the bytes
-                    fd = os.open(name, _O_RDONLY, dir_fd=dfd)
-                    try:
-                        st = os.fstat(fd)
-                        size = st.st_size
-                        data = os.read(fd, size + 1) if stat.S_ISREG(st.st_mode) and size < 1 << 20 else None
-                    finally:
-                        os.close(fd)
-                    if data is not None and len(data) <= size:
-                        mtime = int(st.st_mtime * 1000)
-                        if kind == 2:
-                            pm = parse_partition_metadata(data, path)
-                            line = _PARTITION_METADATA_RECORD % (
-                                fctx[0],
-                                _j(path),
-                                _j(pm["topic_id"]),
-                                pm["version"],
-                                fctx[1],
-                                size,
-                                mtime,
-                            )
-                        else:
-                            eps = parse_leader_epoch_checkpoint(data, path)
-                            line = _LEADER_EPOCH_RECORD % (
-                                fctx[0],
-                                _j(path),
-                                _JSON_ENCODE(eps),
-                                fctx[1],
-                                size,
-                                mtime,
-                            )
-            except Exception:
-                line = None
-        if line is None:
-            self._partition_file(logdir, root, prec, e, parsed)
-            return
-        prec["size_bytes"] += size
-        if kind == 1:
-            prec["producer_snapshots"].append(parsed[0])
-        elif kind == 2:
-            prec["partition_metadata_present"] = True
-            prec["topic_id"] = pm["topic_id"]
-            prec["partition_metadata_version"] = pm["version"]
-        else:
-            prec["leader_epoch_present"] = True
-            prec["leader_epochs"] = eps
-            prec["latest_leader_epoch"] = eps[-1][0] if eps else None
-        self.counts["files"] += 1
-        self.out.write(line)
-
-    def _partition_file(self, logdir, root, prec, e, parsed):
+    def _partition_file(self, logdir, root, prec, e, parsed, dfd):
         name, path = e.name, e.path
-        try:
-            if e.is_symlink():
-                inside, target = self._link_inside(path, root)
-                if not inside:
-                    self.file_record(
-                        logdir,
-                        path,
-                        "symlink",
-                        partition_dir=prec["dir"],
-                        symlink_target=target,
-                        error="symlink %s points outside the log dir (%s); not followed" % (path, target),
-                    )
+        snapshot = parsed is not None and parsed[1] == "snapshot" and parsed[2] is None
+        fields = data = None
+        if dfd is not None and (snapshot or name in _READ_FAST) and e.is_file(follow_symlinks=False):
+            # the usual files, regular by the listing: fewer system calls; anything unusual goes the general way
+            fields, data = _regular_file_at(dfd, name, not snapshot)
+        if fields is None:
+            try:
+                if e.is_symlink():
+                    inside, target = self._link_inside(path, root)
+                    if not inside:
+                        self.file_record(
+                            logdir,
+                            path,
+                            "symlink",
+                            partition_dir=prec["dir"],
+                            symlink_target=target,
+                            error="symlink %s points outside the log dir (%s); not followed" % (path, target),
+                        )
+                        return
+                if e.is_dir() and name not in _PARTITION_FILES:
+                    self.file_record(logdir, path, "unknown_dir", partition_dir=prec["dir"], name=name)
                     return
-            if e.is_dir() and name not in _PARTITION_FILES:
-                self.file_record(logdir, path, "unknown_dir", partition_dir=prec["dir"], name=name)
+                fields = self._stat_fields(path)
+            except OSError as ex:
+                self.file_record(
+                    logdir, path, "unknown", partition_dir=prec["dir"], error="cannot stat %s: %s" % (path, _err(ex))
+                )
                 return
-            fields = self._stat_fields(path)
-        except OSError as ex:
-            self.file_record(
-                logdir, path, "unknown", partition_dir=prec["dir"], error="cannot stat %s: %s" % (path, _err(ex))
-            )
-            return
         prec["size_bytes"] += fields["bytes"]
-        common = {"partition_dir": prec["dir"], "topic": prec["topic"], "partition": prec["partition"]}
+        fields.update(partition_dir=prec["dir"], topic=prec["topic"], partition=prec["partition"])
         if name == PARTITION_METADATA:
             prec["partition_metadata_present"] = True
             try:
-                pm = parse_partition_metadata(_read_small(path), path)
+                pm = parse_partition_metadata(_read_small(path) if data is None else data, path)
                 prec["topic_id"] = pm["topic_id"]
                 prec["partition_metadata_version"] = pm["version"]
                 self.file_record(
-                    logdir,
-                    path,
-                    "partition_metadata",
-                    topic_id=pm["topic_id"],
-                    version=pm["version"],
-                    **dict(common, **fields),
+                    logdir, path, "partition_metadata", topic_id=pm["topic_id"], version=pm["version"], **fields
                 )
             except Exception as ex:
                 prec["partition_metadata_error"] = (
                     str(ex) if isinstance(ex, ValueError) else "%s: %s" % (path, _err(ex))
                 )
-                self.file_record(
-                    logdir, path, "partition_metadata", error=prec["partition_metadata_error"], **dict(common, **fields)
-                )
+                self.file_record(logdir, path, "partition_metadata", error=prec["partition_metadata_error"], **fields)
         elif name == LEADER_EPOCH_CHECKPOINT:
             prec["leader_epoch_present"] = True
             try:
-                eps = parse_leader_epoch_checkpoint(_read_small(path, 16 << 20), path)
+                eps = parse_leader_epoch_checkpoint(_read_small(path, 16 << 20) if data is None else data, path)
                 prec["leader_epochs"] = eps
                 prec["latest_leader_epoch"] = eps[-1][0] if eps else None
-                self.file_record(logdir, path, "leader_epoch_checkpoint", entries=eps, **dict(common, **fields))
+                self.file_record(logdir, path, "leader_epoch_checkpoint", entries=eps, **fields)
             except Exception as ex:
                 prec["leader_epoch_error"] = str(ex) if isinstance(ex, ValueError) else "%s: %s" % (path, _err(ex))
-                self.file_record(
-                    logdir, path, "leader_epoch_checkpoint", error=prec["leader_epoch_error"], **dict(common, **fields)
-                )
-        elif parsed is not None and parsed[1] == "snapshot" and parsed[2] is None:
+                self.file_record(logdir, path, "leader_epoch_checkpoint", error=prec["leader_epoch_error"], **fields)
+        elif snapshot:
             prec["producer_snapshots"].append(parsed[0])
-            self.file_record(logdir, path, "producer_snapshot", base_offset=parsed[0], **dict(common, **fields))
+            self.file_record(logdir, path, "producer_snapshot", base_offset=parsed[0], **fields)
         elif parsed is not None and parsed[2] is not None:
             prec["leftover_files"] += 1
             self.file_record(
@@ -2274,7 +1951,7 @@ class Probe(object):
                 base_offset=parsed[0],
                 segment_file=parsed[1],
                 leftover=parsed[2],
-                **dict(common, **fields),
+                **fields,
             )
         elif name == QUORUM_STATE:
             content, err = None, None
@@ -2282,7 +1959,7 @@ class Probe(object):
                 content = json.loads(_read_small(path).decode("utf-8"))
             except Exception as ex:
                 err = "%s: %s" % (path, _err(ex))
-            self.file_record(logdir, path, "quorum_state", content=content, error=err, **dict(common, **fields))
+            self.file_record(logdir, path, "quorum_state", content=content, error=err, **fields)
         else:
             m = KRAFT_SNAPSHOT_RE.match(name)
             if m:
@@ -2293,16 +1970,14 @@ class Probe(object):
                     end_offset=int(m.group(1)),
                     epoch=int(m.group(2)),
                     state=m.group(3),
-                    **dict(common, **fields),
+                    **fields,
                 )
             else:
-                self.file_record(logdir, path, "unknown", name=name, **dict(common, **fields))
+                self.file_record(logdir, path, "unknown", name=name, **fields)
 
-    # -- one segment (hot path: one record per segment, formatted directly)
-    def probe_segment(self, ctx, pdir, root, base, files, is_active, totals):
-        """Return (the segment's JSON line, its bytes on disk). ctx is the record's constant head
-        (kind to partition, up to "base_offset":)."""
-        self.counts["segments"] += 1
+    # -- one segment: the general path
+    def _segment(self, ctx, root, base, files, is_active, totals):
+        """(the segment's record, its bytes on disk, whether the record has an error)."""
         errors = []
         log_bytes = log_mtime = None
         e = files.get("log")
@@ -2322,18 +1997,9 @@ class Probe(object):
             except OSError as ex:
                 errors.append("cannot stat %s: %s" % (e.path, _err(ex)))
                 e = None
-        ie = files.get("index")
-        te = files.get("timeindex")
-        if self.deep:
-            oi = self._index(ie, OFFSET_INDEX_ENTRY, root, errors)
-            ti = self._index(te, TIME_INDEX_ENTRY, root, errors)
-            if oi is not None:
-                oi = _summary_tuple(oi)
-            if ti is not None:
-                ti = _summary_tuple(ti)
-        else:
-            oi = None if ie is None else self._index_head(ie, OFFSET_INDEX_ENTRY, root, errors)
-            ti = None if te is None else self._index_head(te, TIME_INDEX_ENTRY, root, errors)
+        ie, te = files.get("index"), files.get("timeindex")
+        xs = self._index(ie, OFFSET_INDEX, root, errors)
+        ts = self._index(te, TIME_INDEX, root, errors)
         txn = files.get("txnindex")
         txn_bytes = None
         if txn is not None:
@@ -2341,195 +2007,26 @@ class Probe(object):
                 txn_bytes = txn.stat().st_size
             except OSError as ex:
                 errors.append("cannot stat %s: %s" % (txn.path, _err(ex)))
-        parts = [
-            ctx,
-            _SEGMENT_FIELDS
-            % (
-                base,
-                "true" if is_active else "false",
-                "false" if log_bytes is None else "true",
-                "null" if log_bytes is None else log_bytes,
-                "null" if log_mtime is None else log_mtime,
-                "false" if txn is None else "true",
-                "null" if txn_bytes is None else txn_bytes,
-            ),
-        ]
-        size = (log_bytes or 0) + (txn_bytes or 0)
-        if oi is None:
-            parts.append(_INDEX_MISSING if ie is None else _INDEX_UNREADABLE)
-        else:
-            size += oi[0]
-            first, last = oi[5], oi[6]
-            parts.append(
-                _INDEX_FIELDS
-                % (
-                    oi[0],
-                    oi[1],
-                    oi[2],
-                    oi[3],
-                    _BOOL_JSON[oi[4]],
-                    oi[7],
-                    "null" if oi[8] is None else oi[8],
-                    "null" if first is None else base + first[0],
-                    "null" if last is None else base + last[0],
-                    "null" if last is None else last[1],
-                )
-            )
-        if ti is None:
-            parts.append(_TIMEINDEX_MISSING if te is None else _TIMEINDEX_UNREADABLE)
-        else:
-            size += ti[0]
-            first, last = ti[5], ti[6]
-            parts.append(
-                _TIMEINDEX_FIELDS
-                % (
-                    ti[0],
-                    ti[1],
-                    ti[2],
-                    ti[3],
-                    _BOOL_JSON[ti[4]],
-                    ti[7],
-                    "null" if ti[8] is None else ti[8],
-                    "null" if first is None else first[0],
-                    "null" if last is None else last[0],
-                    "null" if last is None else base + last[1],
-                )
-            )
-        if self.deep:
-            parts.append(self._deep_segment(e, base, ie, root, errors, totals))
-        if errors:
-            self.counts["errors"] += 1
-            parts.append(',"error":%s}\n' % _j("; ".join(errors)))
-        else:
-            parts.append(',"error":null}\n')
-        return "".join(parts), size
+        deep = self._deep_segment(e, base, ie, root, errors, totals) if self.deep else ""
+        head = _SEGMENT_HEAD % (
+            base,
+            _BOOL_JSON[is_active],
+            _BOOL_JSON[log_bytes is not None],
+            _num(log_bytes),
+            _num(log_mtime),
+            _BOOL_JSON[txn is not None],
+            _num(txn_bytes),
+        )
+        size = (log_bytes or 0) + (txn_bytes or 0) + (xs[0] if xs else 0) + (ts[0] if ts else 0)
+        error = "; ".join(errors) if errors else None
+        line = _segment_line(
+            ctx, head, base, ie is not None if xs is None else xs, te is not None if ts is None else ts, deep, error
+        )
+        return line, size, bool(errors)
 
-    def _metadata_segments(self, ctx, pdir, root, bases, segments, dfd):
-        """Metadata mode over a partition's segments, in base-offset order; returns their bytes.
-
-        The usual segment (.log, .index and .timeindex, all regular files by their directory
-        entries, no .txnindex) is done here, inline; anything else, or any error, goes through
-        probe_segment, which gives the same record for the usual case (this is only its fast
-        path). The usual index is trimmed, at most HEAD_READ_BYTES long, its last entry not zero
-        and its entries in order; other indexes go through _index_values_from."""
-        out_write = self.out.write
-        counts = self.counts
-        os_open, pread, close, os_stat, s_isreg = os.open, os.pread, os.close, os.stat, stat.S_ISREG
-        rdonly, head_bytes, read_bytes = _O_RDONLY, HEAD_READ_BYTES, HEAD_READ_BYTES + 1
-        lt, le = operator.lt, operator.le
-        split = _split_fields
-        OI, TI = OFFSET_INDEX_ENTRY, TIME_INDEX_ENTRY
-        osplit, tsplit = _SPLIT[OI.size], _SPLIT[TI.size]
-        clean_fmt, full_fmt = _CLEAN_SEGMENT, _FAST_SEGMENT
-        total = 0
-        lines = []
-        last = len(bases) - 1
-        # segment files are opened and stat'ed relative to the partition dir (dfd): shorter path walks
-        for i, base in enumerate(bases):
-            files = segments[base]
-            line = None
-            if len(files) == 3 and dfd is not None:
-                lf = files.get("log")
-                xf = files.get("index")
-                tf = files.get("timeindex")
-                if (
-                    lf is not None
-                    and xf is not None
-                    and tf is not None
-                    and not lf.is_symlink()
-                    and xf.is_file(follow_symlinks=False)
-                    and tf.is_file(follow_symlinks=False)
-                ):
-                    try:
-                        st = os_stat(lf.name, dir_fd=dfd, follow_symlinks=False)  # = lf.stat(): not a link
-                        if s_isreg(st.st_mode):
-                            oi = ti = None
-                            fd = os_open(xf.name, rdonly, dir_fd=dfd)
-                            try:
-                                xb = pread(fd, read_bytes, 0)
-                                xn = len(xb)
-                                if not (0 < xn <= head_bytes and not xn & 7 and xb[-8:].strip(b"\0")):
-                                    oi = _index_values_from(fd, xb, base, OI, True)
-                            finally:
-                                close(fd)
-                            fd = os_open(tf.name, rdonly, dir_fd=dfd)
-                            try:
-                                tb = pread(fd, read_bytes, 0)
-                                tn = len(tb)
-                                if not (0 < tn <= head_bytes and not tn % 12 and tb[-12:].strip(b"\0")):
-                                    ti = _index_values_from(fd, tb, base, TI, False)
-                            finally:
-                                close(fd)
-                            head = (base, "true" if i == last else "false", st.st_size, int(st.st_mtime * 1000))
-                            if oi is None and ti is None:
-                                sp = osplit.get(xn)
-                                if sp is None:
-                                    a, b = split(OI, xb)
-                                else:
-                                    a, b = sp[0](xb), sp[1](xb)
-                                sp = tsplit.get(tn)
-                                if sp is None:
-                                    c, d = split(TI, tb)
-                                else:
-                                    c, d = sp[0](tb), sp[1](tb)
-                                if (
-                                    all(map(lt, a, a[1:]))
-                                    and all(map(le, b, b[1:]))
-                                    and all(map(le, c, c[1:]))
-                                    and all(map(le, d, d[1:]))
-                                ):
-                                    n, m = len(a), len(c)
-                                    line = ctx + clean_fmt % (
-                                        head
-                                        + (xn, n, n, base + a[0], base + a[-1], b[-1])
-                                        + (tn, m, m, c[0], c[-1], base + d[-1])
-                                    )
-                                    seg_bytes = st.st_size + xn + tn
-                            if line is None:
-                                if oi is None:
-                                    oi = _index_values_from(None, xb, base, OI, True)
-                                if ti is None:
-                                    ti = _index_values_from(None, tb, base, TI, False)
-                                if oi is not None and ti is not None:  # None: not a regular file
-                                    if len(oi) == 6:
-                                        oi = _clean_to_full(oi)
-                                    if len(ti) == 6:
-                                        ti = _clean_to_full(ti)
-                                    line = ctx + full_fmt % (head + oi + ti)
-                                    seg_bytes = st.st_size + oi[0] + ti[0]
-                    except Exception:
-                        line = None  # redone by probe_segment, which reports the error
-            if line is None:
-                line, seg_bytes = self.probe_segment(ctx, pdir, root, base, files, i == last, None)
-            else:
-                counts["segments"] += 1
-            total += seg_bytes
-            lines.append(line)
-            if len(lines) >= 256:  # one write per batch of records; bounded per-partition state
-                out_write("".join(lines))
-                del lines[:]
-        if lines:
-            out_write("".join(lines))
-        return total
-
-    def _index_head(self, e, entry_struct, root, errors):
-        """Metadata-mode summary of one index as a tuple (see _summary_tuple), or None after
-        recording an error. Same result as _index + read_index_summary, with fewer system calls:
-        a regular file (known from the directory entry) is opened and read once from offset 0,
-        and a read shorter than asked for gives its size without an fstat."""
-        if not e.is_file(follow_symlinks=False):  # symlink or not a regular file: the general path
-            s = self._index(e, entry_struct, root, errors)
-            return None if s is None else _summary_tuple(s)
-        try:
-            s = _index_head_summary(e.path, entry_struct)
-        except Exception as ex:
-            errors.append("cannot read %s: %s" % (e.path, _err(ex)))
-            return None
-        if s is None:
-            errors.append("%s is not a regular file" % e.path)
-        return s
-
-    def _index(self, e, entry_struct, root, errors):
+    def _index(self, e, fmt, root, errors):
+        """The summary of an index (index_summary; index_full_summary in deep mode), or None when it is absent or
+        could not be read (then after adding why to errors)."""
         if e is None:
             return None
         try:
@@ -2538,20 +2035,28 @@ class Probe(object):
                 return None
             fd = os.open(e.path, _O_RDONLY)
             try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    errors.append("%s is not a regular file" % e.path)
-                    return None
-                return read_index_summary(e.path, entry_struct, full=self.deep, fd=fd, size=st.st_size)
+                size = None
+                if self.deep or not e.is_file(follow_symlinks=False):  # else its directory entry says regular
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        errors.append("%s is not a regular file" % e.path)
+                        return None
+                    size = st.st_size
+                if self.deep:
+                    return index_full_summary(fmt, fd, size)
+                s = index_summary(fmt, fd, os.pread(fd, HEAD_READ_BYTES + 1, 0), size)
             finally:
                 os.close(fd)
         except Exception as ex:
             errors.append("cannot read %s: %s" % (e.path, _err(ex)))
             return None
+        if s is None:
+            errors.append("%s is not a regular file" % e.path)
+        return s
 
     def _deep_segment(self, log_entry, base, index_entry, root, errors, totals):
         if log_entry is None:
-            return ',"deep":null'
+            return _NO_LOG_TO_WALK
         matcher = None
         if index_entry is not None and not (
             index_entry.is_symlink() and not self._link_inside(index_entry.path, root)[0]
@@ -2566,7 +2071,7 @@ class Probe(object):
                 matcher.finish()
         except Exception as ex:
             errors.append("cannot read %s: %s" % (log_entry.path, _err(ex)))
-            return ',"deep":null'
+            return _NO_LOG_TO_WALK
         totals["batch_count"] += w["batch_count"]
         totals["record_count"] += w["record_count"]
         totals["uncounted_batches"] += w["uncounted_batches"]
@@ -2577,17 +2082,11 @@ class Probe(object):
         if w["torn_tail"]:
             totals["torn_segments"] += 1
         totals["crc_errors"] += w["crc_errors"]
+        fields = LOG_WALK_FIELDS
         if matcher is not None:
-            w["index_checked"] = matcher.checked
-            w["index_not_batch_start"] = matcher.not_batch_start
-            w["index_offset_before_batch"] = matcher.offset_outside_batch
-            w["index_offset_after_batch"] = matcher.offset_after_batch
-            w["index_beyond_log"] = matcher.beyond_log
-            w["index_mismatch_examples"] = matcher.examples
-        out = []
-        for k, v in w.items():
-            out.append(",%s:%s" % (_j(k), json.dumps(v, separators=(",", ":"))))
-        return "".join(out)
+            w.update(zip(INDEX_MATCH_FIELDS, matcher.results()))
+            fields += INDEX_MATCH_FIELDS
+        return "".join(',"%s":%s' % (k, _JSON_ENCODE(w[k])) for k in fields)
 
 
 # --------------------------------------------------------------------------------------------
