@@ -70,3 +70,20 @@ def test_docs_field_tables_are_generated() -> None:
     assert records.render_doc(doc) == doc, (
         "docs/probe-schema.md is stale: run PYTHONPATH=plugins python -m fleet_doctor.records docs/probe-schema.md"
     )
+
+
+def test_the_probe_holds_the_same_field_lists() -> None:
+    """The probe (one stdlib file, which cannot import records.py) keeps its own field lists: they must be these."""
+    from fleet_doctor import probe
+
+    assert set(probe.RECORD_FIELDS) == set(records.KINDS) - {"file"}
+    for kind, names in probe.RECORD_FIELDS.items():
+        assert tuple(names) == records.KINDS[kind].names, kind
+    file_kind = records.KINDS["file"]
+    for file_type, names in probe.FILE_FIELDS.items():
+        for name in names:
+            types = file_kind.field(name).file_types
+            assert not types or file_type in types, (file_type, name)
+    for f in file_kind.fields:
+        for file_type in f.file_types:
+            assert f.name in probe.FILE_FIELDS[file_type], (file_type, f.name)
