@@ -999,6 +999,6 @@ def test_metadata_fast_path_batches_and_their_fallback_give_the_same_records(tmp
         calls.append(1)
         raise OSError("simulated: a file vanished during the batch")
 
-    monkeypatch.setattr(probe, "_usual_segments", broken)
+    monkeypatch.setattr(probe, "_regular_segments", broken)
     assert _probe_records(tree) == reference
     assert len(calls) >= 700 // 64  # the fast path was really taken, and every batch fell back

@@ -1,7 +1,7 @@
 """One way to make each record: the probe's fast branch, its general path and its --jobs workers print the same bytes.
 
 The segment records of a batch of usual segments (a regular .log, .index and .timeindex, no .txnindex) are read by
-``probe._usual_segments`` with fewer system calls and formatted by the same summary (``probe.index_summary``) and
+``probe._regular_segments`` with fewer system calls and formatted by the same summary (``probe.index_summary``) and
 record functions as every other segment (``Probe._segment``). Here every segment is also forced through the general
 path and the outputs are compared byte for byte: on the real corpus and on indexes mutated every way the rules of
 docs/kafka-reference.md §1 care about. The record fields are checked against the probe's field lists, and the
@@ -36,18 +36,18 @@ def fast_and_general(paths: list[Path], monkeypatch: pytest.MonkeyPatch) -> tupl
     """The output as printed, the output with every segment made by the general path, and how many segment
     records the fast branch made."""
     made = []
-    fast_branch = probe._usual_segments
+    fast_branch = probe._regular_segments
 
     def counting(*args):
         done = fast_branch(*args)
         made.append(0 if done is None else len(done[0]))
         return done
 
-    monkeypatch.setattr(probe, "_usual_segments", counting)
+    monkeypatch.setattr(probe, "_regular_segments", counting)
     fast = probe_bytes(paths)
-    monkeypatch.setattr(probe, "_usual_segments", lambda *args: None)
+    monkeypatch.setattr(probe, "_regular_segments", lambda *args: None)
     general = probe_bytes(paths)
-    monkeypatch.setattr(probe, "_usual_segments", fast_branch)
+    monkeypatch.setattr(probe, "_regular_segments", fast_branch)
     return fast, general, sum(made)
 
 
@@ -240,9 +240,9 @@ def test_records_have_the_fields_of_their_kind_in_order(corpus: Path, deep: bool
 def test_staged_tables_have_the_probes_fields():
     """The staged Parquet tables name each kind's fields as the probe prints them, in its order."""
     pytest.importorskip("pyarrow")
-    from fleet_doctor.staged_records import FILE_TABLE, PARTITION_TABLE, SEGMENT_TABLE
+    from fleet_doctor.records import arrow_schema
 
-    assert tuple(SEGMENT_TABLE.names) == RECORD_FIELDS["segment"]
-    assert tuple(PARTITION_TABLE.names) == RECORD_FIELDS["partition"]
+    assert tuple(arrow_schema("segment").names) == RECORD_FIELDS["segment"]
+    assert tuple(arrow_schema("partition").names) == RECORD_FIELDS["partition"]
     file_fields = {f for fields in FILE_FIELDS.values() for f in fields} | {"logdir", "path", "file_type"}
-    assert set(FILE_TABLE.names) <= file_fields
+    assert set(arrow_schema("file").names) <= file_fields

@@ -376,12 +376,11 @@ def _decode_text(data, path):
         return None, "not UTF-8 text in %s: %s" % (path, e)
 
 
-def parse_offset_checkpoint(data, path):
-    """Parse an offset checkpoint file's bytes into ([[topic, partition, offset], ...], version).
-
-    Raises ValueError with Kafka's own wording (CheckpointFile.java) when malformed. A file with no
-    content reads as an empty map, as in Kafka.
-    """
+def _parse_checkpoint(data, path, columns, entry):
+    """The framing every Kafka checkpoint file shares (CheckpointFile.java): a version line (0), an entry count,
+    then that many lines of ``columns`` whitespace-separated fields, each line turned into an entry by ``entry``.
+    Returns (entries, version); a file with no content reads as ([], None), as in Kafka. Raises ValueError with
+    Kafka's wording when malformed."""
     text, err = _decode_text(data, path)
     if err:
         raise ValueError(err)
@@ -405,10 +404,10 @@ def parse_offset_checkpoint(data, path):
     entries = []
     for line in lines[2:]:
         parts = line.split()
-        if len(parts) != 3:
+        if len(parts) != columns:
             raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
         try:
-            entries.append([parts[0], int(parts[1]), int(parts[2])])
+            entries.append(entry(parts))
         except ValueError:
             raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
     if len(entries) != expected:
@@ -418,43 +417,15 @@ def parse_offset_checkpoint(data, path):
     return entries, version
 
 
-def parse_leader_epoch_checkpoint(data, path):
-    """Parse leader-epoch-checkpoint bytes into [[epoch, start_offset], ...].
+def parse_offset_checkpoint(data, path):
+    """An offset checkpoint file's bytes as ([[topic, partition, offset], ...], version)."""
+    return _parse_checkpoint(data, path, 3, lambda p: [p[0], int(p[1]), int(p[2])])
 
-    Same framing as the offset checkpoints (version 0, count, entries); a 0-byte file is the normal
-    state of a replica that has never been assigned an epoch. Raises ValueError when malformed.
-    """
-    text, err = _decode_text(data, path)
-    if err:
-        raise ValueError(err)
-    if text.strip() == "":
-        return []
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    try:
-        version = int(lines[0].strip())
-        expected = int(lines[1].strip()) if len(lines) > 1 else None
-    except ValueError:
-        raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, "\\n".join(lines[:2])))
-    if version != 0:
-        raise ValueError("Unrecognised version:%d, expected version: 0 in checkpoint file at: %s" % (version, path))
-    if expected is None:
-        raise ValueError("Malformed line in checkpoint file [%s]: (missing entry count)" % path)
-    entries = []
-    for line in lines[2:]:
-        parts = line.split()
-        if len(parts) != 2:
-            raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
-        try:
-            entries.append([int(parts[0]), int(parts[1])])
-        except ValueError:
-            raise ValueError("Malformed line in checkpoint file [%s]: %s" % (path, line))
-    if len(entries) != expected:
-        raise ValueError(
-            "Expected [%d] entries in checkpoint file [%s], but found only [%d]" % (expected, path, len(entries))
-        )
-    return entries
+
+def parse_leader_epoch_checkpoint(data, path):
+    """leader-epoch-checkpoint bytes as [[epoch, start_offset], ...]; a 0-byte file is the normal state of a replica
+    that has never been assigned an epoch."""
+    return _parse_checkpoint(data, path, 2, lambda p: [int(p[0]), int(p[1])])[0]
 
 
 _B64URL = re.compile(r"^[A-Za-z0-9_-]{22}$")
@@ -1293,7 +1264,7 @@ def _segment_line(ctx, head, base, xs, ts, deep, error):
 _entry_name = operator.attrgetter("name")
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
-_SEGMENT_BATCH = 64  # segments per write, and per run of system calls in _usual_segments (2 open files each)
+_SEGMENT_BATCH = 64  # segments per write, and per run of system calls in _regular_segments (2 open files each)
 _ST_MODE, _ST_SIZE = operator.attrgetter("st_mode"), operator.attrgetter("st_size")
 _FIRST = operator.itemgetter(0)
 _NONES = itertools.repeat(None)
@@ -1308,7 +1279,7 @@ def _all_regular(entries):
         return False
 
 
-def _usual_segments(ctx, bases, files, has_active, dfd):
+def _regular_segments(ctx, bases, files, has_active, dfd):
     """The records Probe._segment gives, in metadata mode, for segments whose .log, .index and .timeindex are
     regular files by their directory entries and that have no .txnindex (the usual case), as (lines, bytes); None
     if a file is not a regular file after all. Raises OSError. The same inputs, read with fewer system calls:
@@ -1686,27 +1657,33 @@ class Probe(object):
             return False, None
         return (target == root or target.startswith(root + os.sep)), target
 
-    def _logdir_file(self, logdir, root, e, rec, cp_values):
-        name, path = e.name, e.path
+    def _entry_fields(self, logdir, root, e, known, **where):
+        """The stat fields of a file in a log dir or partition dir, or, after printing its record, the file type it
+        was reported as: a symlink leading out of the log dir (not followed), a directory where Kafka expects
+        files (``known``: the names Kafka reads there), or an entry that cannot be stat'ed. ``where``: the
+        record's place (a partition file's ``partition_dir``)."""
+        path = e.path
         try:
             if e.is_symlink():
                 inside, target = self._link_inside(path, root)
                 if not inside:
-                    self.file_record(
-                        logdir,
-                        path,
-                        "symlink",
-                        symlink_target=target,
-                        error="symlink %s points outside the log dir (%s); not followed" % (path, target),
-                    )
-                    return
-            if e.is_dir() and name not in _LOGDIR_FILES:
-                self.file_record(logdir, path, "unknown_dir", name=name)
-                rec["other_entries"] += 1
-                return
-            fields = self._stat_fields(path)
+                    error = "symlink %s points outside the log dir (%s); not followed" % (path, target)
+                    self.file_record(logdir, path, "symlink", symlink_target=target, error=error, **where)
+                    return "symlink"
+            if e.is_dir() and e.name not in known:
+                self.file_record(logdir, path, "unknown_dir", name=e.name, **where)
+                return "unknown_dir"
+            return self._stat_fields(path)
         except OSError as ex:
-            self.file_record(logdir, path, "unknown", error="cannot stat %s: %s" % (path, _err(ex)))
+            self.file_record(logdir, path, "unknown", error="cannot stat %s: %s" % (path, _err(ex)), **where)
+            return "unknown"
+
+    def _logdir_file(self, logdir, root, e, rec, cp_values):
+        name, path = e.name, e.path
+        fields = self._entry_fields(logdir, root, e, _LOGDIR_FILES)
+        if not isinstance(fields, dict):
+            if fields == "unknown_dir":
+                rec["other_entries"] += 1
             return
         if name == META_PROPERTIES:
             try:
@@ -1809,7 +1786,7 @@ class Probe(object):
     def _partition_entries(self, logdir, root, pdir, info, prec, names, dfd):
         """probe_partition after listing the dir: its files in name order, its segments in base-offset order, its
         record."""
-        regular = not self.deep and dfd is not None and _all_regular(names)  # segments may take _usual_segments
+        regular = not self.deep and dfd is not None and _all_regular(names)  # segments may take _regular_segments
         names.sort(key=_entry_name)
         segments = {}
         last_prefix = files = None
@@ -1851,7 +1828,7 @@ class Probe(object):
 
     def _segments(self, ctx, root, bases, segments, regular, dfd, totals):
         """Write the segment records of a partition in base-offset order, _SEGMENT_BATCH at a time; returns their
-        bytes. A batch of usual segments whose files are all regular (`regular`) goes through _usual_segments,
+        bytes. A batch of usual segments whose files are all regular (`regular`) goes through _regular_segments,
         and is redone segment by segment by _segment if that fails anywhere (a file gone or changed since the
         listing): _segment reports what went wrong."""
         total = 0
@@ -1863,7 +1840,7 @@ class Probe(object):
             done = None
             if regular and all(len(f) == 3 and "txnindex" not in f for f in files):
                 try:
-                    done = _usual_segments(ctx, batch, files, hi == n, dfd)
+                    done = _regular_segments(ctx, batch, files, hi == n, dfd)
                 except Exception:
                     done = None
             errors = 0
@@ -1891,27 +1868,8 @@ class Probe(object):
             # the usual files, regular by the listing: fewer system calls; anything unusual goes the general way
             fields, data = _regular_file_at(dfd, name, not snapshot)
         if fields is None:
-            try:
-                if e.is_symlink():
-                    inside, target = self._link_inside(path, root)
-                    if not inside:
-                        self.file_record(
-                            logdir,
-                            path,
-                            "symlink",
-                            partition_dir=prec["dir"],
-                            symlink_target=target,
-                            error="symlink %s points outside the log dir (%s); not followed" % (path, target),
-                        )
-                        return
-                if e.is_dir() and name not in _PARTITION_FILES:
-                    self.file_record(logdir, path, "unknown_dir", partition_dir=prec["dir"], name=name)
-                    return
-                fields = self._stat_fields(path)
-            except OSError as ex:
-                self.file_record(
-                    logdir, path, "unknown", partition_dir=prec["dir"], error="cannot stat %s: %s" % (path, _err(ex))
-                )
+            fields = self._entry_fields(logdir, root, e, _PARTITION_FILES, partition_dir=prec["dir"])
+            if not isinstance(fields, dict):
                 return
         prec["size_bytes"] += fields["bytes"]
         fields.update(partition_dir=prec["dir"], topic=prec["topic"], partition=prec["partition"])

@@ -11,13 +11,13 @@ from typing import Any, TextIO
 @dataclass
 class LogDirSummary:
     logdir: str
-    broker_id: int | None = None
-    cluster_id: str | None = None
-    kraft: bool | None = None
-    clean_shutdown: bool | None = None
     partitions: int = 0
     segments: int = 0
     bytes: int = 0
+    broker_id: int | None = None  # meta.properties, when readable
+    cluster_id: str | None = None
+    kraft: bool | None = None
+    clean_shutdown: bool | None = None
     batches: int | None = None
     records: int | None = None
     topics: set[str] = field(default_factory=set)
