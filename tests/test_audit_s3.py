@@ -18,7 +18,7 @@ from fleet_doctor.settings import REPO, Settings
 from fleet_doctor.store import Store
 from fleet_lab import demo, fleet
 from fleet_lab.incidents import inject
-from harness.live_stack import ssh_connect
+from harness.ssh import ssh_connect
 
 pytestmark = pytest.mark.timeout(1800)
 

@@ -12,20 +12,7 @@ import pytest
 from fleet_doctor.audit import alerts, history, steps
 from fleet_doctor.repair import tasks
 from fleet_doctor.settings import Settings, safe_run_id
-
-
-def _finding(rule: str, broker: int | None, path: str, severity: str = "critical") -> dict[str, Any]:
-    return {
-        "rule": rule,
-        "severity": severity,
-        "broker_id": broker,
-        "log_dir": "/d",
-        "topic": "t",
-        "partition": 0,
-        "segment": None,
-        "path": path,
-        "message": f"{rule} at {path}",
-    }
+from harness.findings import finding
 
 
 def _run(settings: Settings, run: str, findings: list[dict[str, Any]], not_audited: list[int]) -> dict:
@@ -39,7 +26,7 @@ def _run(settings: Settings, run: str, findings: list[dict[str, Any]], not_audit
 
 def test_history_marks_new_persisting_resolved_and_unverified(tmp_path: Path) -> None:
     s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
-    a, b, c = _finding("index-orphan", 1, "/a"), _finding("stray-dir", 2, "/b", "warning"), _finding("log-crc", 3, "/c")
+    a, b, c = finding("index-orphan", 1, "/a"), finding("stray-dir", 2, "/b", "warning"), finding("log-crc", 3, "/c")
     s1 = _run(s, "run:1", [a, b, c], [])
     assert s1["by_status"] == {"new": 3, "persisting": 0, "resolved": 0, "unverified": 0}
     assert s1["by_severity"] == {"critical": 2, "warning": 1, "info": 0} and s1["only_in_zookeeper"] == [4]
@@ -90,7 +77,7 @@ def test_probe_command_quotes_every_path() -> None:
 def test_out_of_scope_brokers_keep_their_findings_unverified(tmp_path: Path) -> None:
     """A manual run of only some brokers (param `brokers`) must not mark the others' findings resolved."""
     s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
-    a, b = _finding("index-orphan", 1, "/a"), _finding("stray-dir", 2, "/b", "warning")
+    a, b = finding("index-orphan", 1, "/a"), finding("stray-dir", 2, "/b", "warning")
     _run(s, "run:1", [a, b], [])
     s.store.write_jsonl(f"{s.run_key('run:2')}/findings.jsonl", [a])
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
@@ -138,8 +125,8 @@ def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
 def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_path: Path) -> None:
 
     s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
-    cluster_wide = {**_finding("under-replicated", None, "/brokers/topics/t"), "log_dir": None}
-    _run(s, "run:1", [_finding("index-orphan", 1, "/a"), cluster_wide], [])
+    cluster_wide = {**finding("under-replicated", None, "/brokers/topics/t"), "log_dir": None}
+    _run(s, "run:1", [finding("index-orphan", 1, "/a"), cluster_wide], [])
     # broker 1 is clean now; ZooKeeper's finding not seen in this run
     s.store.write_jsonl(f"{s.run_key('run:2')}/findings.jsonl", [])
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}

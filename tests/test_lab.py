@@ -5,7 +5,6 @@ Every check reads files, znodes, /proc and sockets itself; nothing trusts what t
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import socket
@@ -29,6 +28,7 @@ from fleet_doctor.probe import (
 )
 from fleet_lab import fleet
 from harness.kafka_ref import ref_valid_bytes
+from harness.ssh import ssh_client
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET_LAB = REPO / "bin" / "fleet-lab"
@@ -93,21 +93,7 @@ def zk_client(status: dict[str, Any]) -> Any:
 
 def ssh(entry: inv.BrokerEntry, command: str, host_key: str | None = None) -> tuple[int, str]:
     """Run a command on a broker over its sshd with the inventory's pinned host key."""
-    kind, b64 = (host_key or entry.host_key).split()
-    client = paramiko.SSHClient()
-    client.get_host_keys().add(
-        f"[{entry.host}]:{entry.ssh_port}", kind, paramiko.Ed25519Key(data=base64.b64decode(b64))
-    )
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect(
-        entry.host,
-        port=entry.ssh_port,
-        username=entry.ssh_user,
-        key_filename=entry.ssh_key_file,
-        look_for_keys=False,
-        allow_agent=False,
-        timeout=10,
-    )
+    client = ssh_client(entry, host_key)
     try:
         _, stdout, stderr = client.exec_command(command, timeout=120)
         out = stdout.read().decode() + stderr.read().decode()

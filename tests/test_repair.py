@@ -23,7 +23,7 @@ from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, release_lock
 from fleet_lab import fleet
 from fleet_lab.incidents import run_scenario
-from harness.live_stack import ssh_connect
+from harness.ssh import ssh_connect
 
 pytestmark = pytest.mark.timeout(900)
 FAST = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=3, poll_interval_s=0.5, isr_timeout_s=60)

@@ -15,6 +15,7 @@ from fleet_doctor.audit import history
 from fleet_doctor.repair import tasks
 from fleet_doctor.settings import Settings
 from fleet_doctor.store import Store, StoreError
+from harness.findings import finding
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -161,26 +162,12 @@ def test_a_remote_store_needs_a_repair_dir() -> None:
     assert tasks.repairs_dir(local) == Path("/srv/fd/repairs")
 
 
-def _finding(rule: str, broker: int | None, path: str) -> dict[str, Any]:
-    return {
-        "rule": rule,
-        "severity": "critical",
-        "broker_id": broker,
-        "log_dir": "/d",
-        "topic": "t",
-        "partition": 0,
-        "segment": None,
-        "path": path,
-        "message": f"{rule} at {path}",
-    }
-
-
 def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, str]]) -> None:
     root, env = store_env  # only in the mapping the settings are read from, not in this process's environment
     settings = Settings.from_env({"FLEET_DOCTOR_DATA": root, **env})
     store = settings.store
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
-    a, b = _finding("index-orphan", 1, "/a"), _finding("log-crc", 2, "/b")
+    a, b = finding("index-orphan", 1, "/a"), finding("log-crc", 2, "/b")
     summaries = []
     for run, found in (("scheduled__1", [a, b]), ("scheduled__2", [a])):
         key = settings.run_key(run)

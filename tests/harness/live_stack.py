@@ -4,7 +4,6 @@ lab on their own (files, the lab's event record, ZooKeeper), never from the prod
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -14,9 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import paramiko
-
-from fleet_doctor import inventory
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_lab import demo, fleet
 from fleet_lab.incidents import run_scenario
@@ -124,27 +120,3 @@ def zk_json(state: fleet.LabState, path: str) -> Any:
     finally:
         zk.stop()
         zk.close()
-
-
-def ssh_connect(inv: inventory.Inventory) -> Any:
-    """SSH to a lab broker the way the product does (paramiko, pinned host key), without Airflow's connections."""
-
-    def connect(broker: Any) -> paramiko.SSHClient:
-        bid = broker if isinstance(broker, int) else broker["broker_id"]
-        b = inv.broker(bid)
-        kind, b64 = b.host_key.split()
-        c = paramiko.SSHClient()
-        c.get_host_keys().add(f"[{b.host}]:{b.ssh_port}", kind, paramiko.Ed25519Key(data=base64.b64decode(b64)))
-        c.set_missing_host_key_policy(paramiko.RejectPolicy())
-        c.connect(
-            b.host,
-            port=b.ssh_port,
-            username=b.ssh_user,
-            key_filename=b.ssh_key_file,
-            look_for_keys=False,
-            allow_agent=False,
-            timeout=10,
-        )
-        return c
-
-    return connect
