@@ -37,7 +37,7 @@ sys.path[:0] = [str(REPO / d) for d in ("plugins", "lab", "tests")]
 
 from readme_block import write_block  # noqa: E402
 
-from fleet_doctor import audit  # noqa: E402
+from fleet_doctor.settings import Settings, safe_run_id  # noqa: E402
 from fleet_lab import demo, fleet  # noqa: E402
 from fleet_lab.broker import running_pid  # noqa: E402
 from harness.airflow_live import LiveAirflow  # noqa: E402
@@ -149,7 +149,7 @@ def main() -> int:
     p.add_argument("--no-readme", action="store_true")
     p.add_argument("--tmpdir", default=None)
     args = p.parse_args()
-    slots = args.pool_slots or audit.settings_from_env().pool_slots
+    slots = args.pool_slots or Settings.from_env().pool_slots
     cpu = CpuSampler()
     cpu.start()
     load_before = os.getloadavg()
@@ -183,7 +183,7 @@ def main() -> int:
                     run, tis = run_audit(af)
                     sizes = {
                         int(d.name.split("=")[1]): sum(f.stat().st_size for f in d.iterdir())  # JSON + Parquet
-                        for d in (Path(data) / "staging" / audit.safe_run_id(run) / "probe").iterdir()
+                        for d in (Path(data) / "staging" / safe_run_id(run) / "probe").iterdir()
                     }
                     biggest = max(sizes, key=lambda b: (sizes[b], -b))
                     s0, s1 = window(tis, "stage")

@@ -1,6 +1,7 @@
 """Fleet Doctor detection app: staged probe output + ZooKeeper snapshot + broker facts -> findings.
 
-    spark-submit spark_apps/detect.py --probe-dir STAGING/broker_id=* parent --brokers brokers.jsonl \
+    spark-submit --py-files fleet_doctor-<hash>.zip spark_apps/detect.py --probe-dir STAGING \
+        --brokers brokers.jsonl \
         [--zk-snapshot zk.jsonl] --output FINDINGS_DIR --audit-run RUN_ID [--summary summary.json] \
         [--findings-json findings.jsonl]
 

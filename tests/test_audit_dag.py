@@ -101,25 +101,37 @@ def test_schedule_and_pool_are_configurable(tmp_path: Path) -> None:
     [
         ({"conn_type": "spark", "host": "local[2]"}, "local"),
         ({"conn_type": "spark", "host": "spark://spark-master", "port": 7077}, "cluster"),
+        (
+            {"conn_type": "spark", "host": "spark://spark-master", "port": 7077, "extra": {"deploy-mode": "cluster"}},
+            "cluster",
+        ),
         ({"conn_type": "spark", "host": "yarn"}, "cluster"),
     ],
 )
-def test_detect_takes_the_spark_profile_of_its_connections_master(
+def test_detect_submits_with_the_spark_profile_of_its_connections_master(
     monkeypatch: pytest.MonkeyPatch, connection: dict, profile: str
 ) -> None:
     """The profile is chosen when the task runs, from the master the spark_default connection names; the library
-    goes along as a --py-files archive. Stops where spark-submit would start."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
+    goes along as a --py-files archive; a local master gets this interpreter's Spark and a loopback driver, a cluster
+    master none of that. Checked on the spark-submit command the Spark provider builds from the task."""
     from fleet_doctor import spark
     from fleet_doctor.audit.detect_task import DetectOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(connection))
-    submitted: dict = {}
-    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda op, ctx: submitted.update(conf=op.conf, py=op.py_files))
-    op = DetectOperator(task_id="detect", conn_id="spark_default", conf={"spark.extra": "1"}, application_args=[])
-    op.execute({})
-    assert submitted["conf"] == {**spark.PROFILES[profile], "spark.extra": "1"}
-    assert submitted["py"].endswith(".zip") and Path(submitted["py"]).is_file()
-    with zipfile.ZipFile(submitted["py"]) as zf:
+    op = DetectOperator(task_id="detect", conn_id="spark_default", conf={"spark.extra": "1"}, application_args=["-x"])
+    op.prepare()
+    cmd = op._get_hook()._build_spark_submit_command(op.application)
+    confs = {cmd[i + 1].split("=", 1)[0]: cmd[i + 1].split("=", 1)[1] for i, c in enumerate(cmd) if c == "--conf"}
+    assert {k: v for k, v in confs.items() if k.startswith("spark.") and "appMasterEnv" not in k} == {
+        **spark.PROFILES[profile],
+        "spark.extra": "1",
+    }
+    assert "spark.driver.extraJavaOptions" not in confs  # the nightly run is no short run: the full JIT
+    py_files = cmd[cmd.index("--py-files") + 1]
+    with zipfile.ZipFile(py_files) as zf:
         assert {"fleet_doctor/detect/__init__.py", "fleet_doctor/rules.py"} <= set(zf.namelist())
+    assert cmd[-2:] == [op.application, "-x"]
+    if profile == "local":
+        assert op.env_vars["SPARK_LOCAL_IP"] == "127.0.0.1" and op.env_vars["PYSPARK_PYTHON"] == sys.executable
+    else:
+        assert not op.env_vars and not any("appMasterEnv" in c or "127.0.0.1" in c for c in cmd)

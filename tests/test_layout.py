@@ -5,6 +5,8 @@ the source (every import statement, at any depth), so a lazy import inside a fun
 from __future__ import annotations
 
 import ast
+import os
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +67,37 @@ def test_every_module_in_the_architecture_picture_exists() -> None:
     roots = (REPO / "plugins" / "fleet_doctor", REPO, REPO / "plugins", REPO / "lab", REPO / "tests")
     missing = sorted(n for n in names if not any((root / n).exists() for root in roots))
     assert len(names) > 30 and missing == [], missing
+
+
+def test_parsing_the_dags_imports_nothing_heavy(tmp_path: Path) -> None:
+    """Airflow's dag-processor parses the DAG files again and again: they and the library modules they import load
+    no Spark, Arrow, ZooKeeper or SSH client, and nothing of the lab or the harness."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib.util, sys\n"
+        "for f in ('kafka_fleet_audit', 'kafka_fleet_repair', 'kafka_fleet_restore'):\n"
+        "    spec = importlib.util.spec_from_file_location(f, f'dags/{f}.py')\n"
+        "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(' '.join(sorted(m for m in sys.modules if '.' not in m)))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "AIRFLOW_HOME": str(tmp_path), "PYTHONPATH": str(REPO / "plugins")}
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    loaded = set(r.stdout.split())
+    assert "fleet_doctor" in loaded and "airflow" in loaded
+    assert not loaded & {"pyspark", "pyarrow", "kazoo", "paramiko", "fleet_lab", "harness"}
+
+
+@pytest.mark.parametrize("script", sorted(p.stem for p in (REPO / "bench").glob("*.py")))
+def test_bench_scripts_import(script: str) -> None:
+    """The benchmarks run rarely: a module they use that moved or was renamed must fail here, not in the next bench."""
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("plugins", "lab", "tests"))}
+    r = subprocess.run(
+        [sys.executable, "-c", f"import {script}"], cwd=REPO / "bench", env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -87,3 +87,15 @@ def test_the_probe_holds_the_same_field_lists() -> None:
     for f in file_kind.fields:
         for file_type in f.file_types:
             assert f.name in probe.FILE_FIELDS[file_type], (file_type, f.name)
+
+
+def test_a_field_table_with_an_unknown_type_or_flag_is_refused() -> None:
+    assert records._kind("k", "a  int64  detect  the a\n", staged=False, doc="").names == ("a",)
+    for table in (
+        "a  int65  -  the a\n",
+        "a  int64  colour:red  the a\n",
+        "a  int64  -\n",
+        "a int64 - x\na int64 - y\n",
+    ):
+        with pytest.raises(ValueError):
+            records._kind("k", table, staged=False, doc="")

@@ -88,6 +88,35 @@ def test_precheck_refuses_to_drop_a_partition_below_min_isr(seed004: dict[str, A
         zk.stop()
 
 
+def test_a_dropped_ssh_session_halts_the_chain_and_is_journaled(seed004: dict[str, Any]) -> None:
+    """paramiko's errors are not OSErrors (a closed client even raises AttributeError): a session that is gone when
+    the stop runs must still mark the broker failed, halt the chain, log the command with exit status -1, and leave
+    the broker running."""
+    state: fleet.LabState = seed004["state"]
+    plan = _plan(seed004)
+    zk = state.zk_client()
+    connect = ssh_connect(seed004["inv"])
+
+    def dropped(broker_id: int) -> Any:
+        client = connect(broker_id)
+        client.close()  # the session is gone before the first command
+        return client
+
+    try:
+        ex = Executor(plan, seed004["tmp"] / "repairs-dropped", seed004["inv"], dropped, Cluster(zk), FAST)
+        with pytest.raises(RepairError, match="could not run"):
+            ex.run()
+        first = plan.restart_order[0]
+        assert ex.journal.data["status"] == "halted" and "could not run" in ex.journal.data["error"]
+        assert ex.journal.state(first).value == "failed" and ex.journal.completed(first).value == "prechecked"
+        (logged,) = ex.journal.data["commands"]
+        assert logged["broker_id"] == first and logged["exit_status"] == -1
+        assert logged["stderr"].split(":")[0].endswith(("Error", "Exception"))  # what paramiko raised, named
+        assert fleet.running_pid(state.broker(first).config()) is not None  # never stopped
+    finally:
+        zk.stop()
+
+
 def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
     state: fleet.LabState = seed004["state"]
     plan = _plan(seed004)

@@ -93,3 +93,15 @@ def test_severity_order_is_defined_once() -> None:
     assert SEVERITY_ORDER == ("critical", "warning", "info")
     assert sorted(Severity, reverse=True) == [Severity(s) for s in SEVERITY_ORDER]
     assert [severity_rank(s) for s in (*SEVERITY_ORDER, "bogus")] == [0, 1, 2, 3]
+
+
+def test_a_catalogue_with_an_unknown_key_or_a_second_definition_is_refused() -> None:
+    from fleet_doctor.rules import _catalogue
+
+    rule = "x-rule: X\n    scope segment, needs metadata, remediation report-only{extra}\n    condition c\n    why w\n"
+    rule += "    0.8.0+      info\n"
+    assert _catalogue(rule.format(extra=""))[0].id == "x-rule"
+    with pytest.raises(ValueError, match="unknown key"):
+        _catalogue(rule.format(extra=", colour red"))
+    with pytest.raises(ValueError, match="second definition"):
+        _catalogue(rule.format(extra="") + "\n" + rule.format(extra=""))

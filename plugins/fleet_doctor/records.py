@@ -77,11 +77,13 @@ def _kind(kind: str, fields: str, *, staged: bool, doc: str) -> RecordKind:
             rows.append([name, type_, flags, words[0] if words else ""])
     out = []
     for name, type_, flags, text in rows:
-        assert type_ in TYPES, (kind, name, type_)
         flag = {} if flags == "-" else dict(f.partition(":")[::2] for f in flags.split(","))
-        assert set(flag) <= {"detect", "deep", "json", "types"}, (kind, name, flags)
+        if type_ not in TYPES or not set(flag) <= {"detect", "deep", "json", "types"} or not text:
+            raise ValueError(f"{kind} record field {name}: unknown type {type_!r}, flags {flags!r} or no meaning")
         file_types = tuple(flag["types"].split("+")) if "types" in flag else ()
         out.append(Field(name, type_, text, "detect" in flag, "json" not in flag, "deep" in flag, file_types))
+    if len({f.name for f in out}) != len(out):
+        raise ValueError(f"{kind} records: a field is defined twice")
     return RecordKind(kind, tuple(out), doc, staged)
 
 

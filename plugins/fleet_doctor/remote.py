@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,16 +50,25 @@ class Remote:
             entry = {"ts": time.time(), "broker_id": self.broker_id, "command": command, "exit_status": status}
             self.log.append({**entry, "stderr": stderr[-500:]})
 
+    @contextmanager
+    def _attempt(self, command: str) -> Iterator[None]:
+        """Whatever goes wrong running ``command`` (a dropped session, a timeout, an SFTP error: paramiko's errors
+        are not all OSErrors) is logged with exit status -1 and raised as RemoteError naming the broker."""
+        try:
+            yield
+        except RemoteError:
+            raise
+        except Exception as e:
+            self._logged(command, -1, f"{type(e).__name__}: {e}")
+            raise RemoteError(f"{self.who}: `{command[:300]}` could not run: {type(e).__name__}: {e}") from e
+
     def run(self, command: str, timeout: float = 600.0, check: bool = True) -> Completed:
         """Run ``command``; RemoteError when it exits non-zero and ``check`` is set."""
-        try:
+        with self._attempt(command):
             _, stdout, stderr = self.client.exec_command(command, timeout=timeout)
             out = stdout.read().decode("utf-8", errors="surrogateescape")  # .encode(same) gives the bytes back
             err = stderr.read().decode(errors="replace")
             status = stdout.channel.recv_exit_status()
-        except OSError as e:  # socket.timeout and paramiko's SSHException are OSErrors
-            self._logged(command, -1, str(e))
-            raise RemoteError(f"{self.who}: `{command}` could not run: {type(e).__name__}: {e}") from e
         self._logged(command, status, err)
         if check and status != 0:
             raise RemoteError(f"{self.who}: `{command}` exited {status}: {err.strip()[-300:]}")
@@ -67,58 +77,64 @@ class Remote:
     def stream(self, command: str, stdin: bytes, sink: Callable[[bytes], None], timeout: float) -> Completed:
         """Run ``command`` with ``stdin`` sent to it, handing its stdout to ``sink`` as it arrives (nothing of it is
         kept: ``Completed.stdout`` is empty). RemoteError when it does not finish within ``timeout`` seconds."""
-        chan = self.client.get_transport().open_session(timeout=30)
-        chan.settimeout(timeout)
         err = bytearray()
         deadline = time.monotonic() + timeout
-        try:
-            chan.exec_command(command)
-            chan.sendall(stdin)
-            chan.shutdown_write()
-            while True:
-                if time.monotonic() > deadline:
-                    self._logged(command, -1, "timed out")
-                    raise RemoteError(f"{self.who}: `{command[:200]}` did not finish within {timeout:.0f} s")
-                select.select([chan], [], [], 1.0)
-                progressed = False
-                while chan.recv_ready():
-                    data = chan.recv(1 << 16)
-                    if not data:
+        with self._attempt(command):
+            chan = self.client.get_transport().open_session(timeout=30)
+            chan.settimeout(timeout)
+            try:
+                chan.exec_command(command)
+                chan.sendall(stdin)
+                chan.shutdown_write()
+                while True:
+                    if time.monotonic() > deadline:
+                        self._logged(command, -1, "timed out")
+                        raise RemoteError(f"{self.who}: `{command[:200]}` did not finish within {timeout:.0f} s")
+                    select.select([chan], [], [], 1.0)
+                    progressed = False
+                    while chan.recv_ready():
+                        data = chan.recv(1 << 16)
+                        if not data:
+                            break
+                        sink(data)
+                        progressed = True
+                    while chan.recv_stderr_ready():
+                        err += chan.recv_stderr(1 << 16)
+                        progressed = True
+                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                         break
-                    sink(data)
-                    progressed = True
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(1 << 16)
-                    progressed = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
-                if not progressed and chan.closed:
-                    break
-            status = chan.recv_exit_status()
-        finally:
-            chan.close()
+                    if not progressed and chan.closed:
+                        break
+                status = chan.recv_exit_status()
+            finally:
+                chan.close()
         stderr = err.decode(errors="replace")[-STDERR_KEPT:]
         self._logged(command, status, stderr)
         return Completed(status, "", stderr)
 
     def fetch(self, remote_path: str, local: Path) -> None:
-        """Copy a file from the broker (SFTP) to ``local``, which appears only when complete."""
-        sftp = self.client.open_sftp()
-        try:
-            with atomic_file(local) as out:
-                sftp.getfo(remote_path, out)
-        finally:
-            sftp.close()
-        self._logged(f"sftp get {remote_path}", 0, "")
+        """Copy a file from the broker (SFTP) to ``local`` (mode 0600: backups hold broker data), which appears only
+        when complete."""
+        command = f"sftp get {remote_path}"
+        with self._attempt(command):
+            sftp = self.client.open_sftp()
+            try:
+                with atomic_file(local, mode=0o600) as out:
+                    sftp.getfo(remote_path, out)
+            finally:
+                sftp.close()
+        self._logged(command, 0, "")
 
     def put(self, local: Path, remote_path: str) -> None:
         """Copy ``local`` to the broker (SFTP)."""
-        sftp = self.client.open_sftp()
-        try:
-            sftp.put(str(local), remote_path)
-        finally:
-            sftp.close()
-        self._logged(f"sftp put {remote_path}", 0, "")
+        command = f"sftp put {remote_path}"
+        with self._attempt(command):
+            sftp = self.client.open_sftp()
+            try:
+                sftp.put(str(local), remote_path)
+            finally:
+                sftp.close()
+        self._logged(command, 0, "")
 
     def close(self) -> None:
         self.client.close()

@@ -174,6 +174,11 @@ def _catalogue(text: str) -> tuple[Rule, ...]:
                 entries.append([key, value.strip()])
         props = dict(part.strip().split(" ", 1) for part in " ".join(entries[0]).split(","))
         fields = {k: val for k, val in entries[1:] if not k.endswith("+")}
+        unknown = (set(props) - {"scope", "needs", "remediation", "from", "until"}) | (
+            set(fields) - {"reference", "condition", "why"}
+        )
+        if unknown or rule_id in {r.id for r in rules}:
+            raise ValueError(f"rule catalogue, {rule_id}: unknown key(s) {sorted(unknown)} or a second definition")
         bands = tuple(
             SeverityBand(v(k[:-1]), Severity(sev), behaviour)
             for k, val in entries[1:]

@@ -17,6 +17,7 @@ which also switches to path-style requests.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
@@ -37,20 +38,37 @@ class StoreError(RuntimeError):
     """The store could not be reached or an object in it could not be read or written (the message names it)."""
 
 
+@functools.cache
+def _file_mode() -> int:
+    """What open() gives a new file in this process: 0666 less the umask (read from /proc, which changes nothing;
+    elsewhere set and put back)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            mask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextmanager
-def atomic_file(path: str | os.PathLike[str], temp_name: str | None = None) -> Iterator[BinaryIO]:
+def atomic_file(
+    path: str | os.PathLike[str], temp_name: str | None = None, mode: int | None = None
+) -> Iterator[BinaryIO]:
     """A local file written atomically: a temporary file in the same directory, fsync'd and renamed over ``path``
     only if the block exits without an exception (else removed). The temporary file has a unique hidden name unless
-    ``temp_name`` gives one (the fleet lab writes Kafka's own ``<name>.tmp``, as a broker does)."""
+    ``temp_name`` gives one (the fleet lab writes Kafka's own ``<name>.tmp``, as a broker does). The file's mode is
+    ``mode``, else what ``open`` would give it (0666 less the umask)."""
     target = os.path.abspath(path)
     directory = os.path.dirname(target)
     if temp_name is None:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
     else:
         tmp = os.path.join(directory, temp_name)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _file_mode() if mode is None else mode)
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -61,9 +79,11 @@ def atomic_file(path: str | os.PathLike[str], temp_name: str | None = None) -> I
         raise
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes, temp_name: str | None = None) -> None:
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes, temp_name: str | None = None, mode: int | None = None
+) -> None:
     """``data`` written to the local file ``path`` through ``atomic_file``."""
-    with atomic_file(path, temp_name) as f:
+    with atomic_file(path, temp_name, mode) as f:
         f.write(data)
 
 

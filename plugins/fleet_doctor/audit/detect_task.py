@@ -4,9 +4,11 @@ the worker that runs it knows filled in when it runs:
 - the Spark profile of the master its connection (``spark_default``) names (``fleet_doctor.spark``: ``local`` for
   ``local[N]``, ``cluster`` for ``spark://``, YARN or Kubernetes), under the configured settings;
 - the library, shipped as a ``--py-files`` archive built from the worker's own copy;
-- spark-submit's environment: this interpreter's Spark and Python. The store's ``AWS_*`` credentials are not set
-  here: spark-submit inherits them from the worker's environment (never in the DAG, whose arguments Airflow stores
-  and shows).
+- for a ``local`` master, spark-submit's environment: this interpreter's Spark and Python, a loopback driver. A
+  cluster master gets none of it (the provider would hand it on to YARN's application master or refuse it in
+  standalone cluster mode, and a loopback driver address is unreachable from executors elsewhere). The store's
+  ``AWS_*`` credentials are never set here: spark-submit inherits them from the worker's environment (never in the
+  DAG, whose arguments Airflow stores and shows).
 
 This module imports Airflow: only the DAG file imports it.
 """
@@ -31,14 +33,17 @@ class DetectOperator(SparkSubmitOperator):
         """The master the connection names, resolved as the Spark provider resolves it."""
         return SparkSubmitHook(conn_id=self._conn_id)._connection["master"]
 
-    def execute(self, context: Any) -> None:
+    def prepare(self) -> str:
+        """Fill in the profile, the library archive and (local master only) the environment; returns the master."""
         master = self.master()
         self.conf = spark.conf_for(master, self.conf)
         self.py_files = self.py_files or str(spark.library_archive())
-        inherited = ("SPARK", "PYSPARK", "PATH")
-        self.env_vars = {
-            **{k: v for k, v in spark.spark_env().items() if k.startswith(inherited)},
-            **(self.env_vars or {}),
-        }
+        if spark.profile_for(master) == "local":
+            local = {k: v for k, v in spark.spark_env().items() if k.startswith(("SPARK", "PYSPARK", "PATH"))}
+            self.env_vars = {**local, **(self.env_vars or {})}
+        return master
+
+    def execute(self, context: Any) -> None:
+        master = self.prepare()
         self.log.info("Spark master %s: profile %s", master, spark.profile_for(master))
         super().execute(context)

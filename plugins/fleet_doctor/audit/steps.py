@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,8 +153,10 @@ def stage_broker(
 
     try:
         splitter = stage_probe(store, key, produce, remote.who)
+    except StageError:
+        raise
     except StagingError as e:
-        raise e if isinstance(e, StageError) else StageError(str(e)) from e
+        raise StageError(str(e)) from e
     return {
         "broker_id": bid,
         "path": store.url(key),
@@ -209,15 +210,16 @@ def detect_args(
     """The detection app's arguments for an audit run (``run_key``: its staging area, default the run's; ``output``:
     the findings dataset, default the audit's)."""
     run_key = run_key or settings.run_key(run_id)
-    args = ["--probe-dir", facts["probe_dir"], "--brokers", facts["brokers"]]
-    args += ["--output", output or settings.findings_url, "--audit-run", safe_run_id(run_id)]
-    args += ["--summary", settings.store.url(f"{run_key}/summary.json")]
-    args += ["--findings-json", settings.store.url(f"{run_key}/findings.jsonl")]
-    if facts.get("zk_snapshot"):
-        args += ["--zk-snapshot", facts["zk_snapshot"]]
-    if facts.get("out_of_scope"):
-        args.append("--partial-scope")
-    return args
+    return spark.detect_args(
+        facts["probe_dir"],
+        facts["brokers"],
+        output or settings.findings_url,
+        safe_run_id(run_id),
+        settings.store.url(f"{run_key}/summary.json"),
+        settings.store.url(f"{run_key}/findings.jsonl"),
+        facts.get("zk_snapshot"),
+        partial_scope=bool(facts.get("out_of_scope")),
+    )
 
 
 @dataclass(frozen=True)
@@ -265,13 +267,10 @@ def stage_and_detect(
         store.write_text(f"{run_key}/zk-error.txt", f"{type(e).__name__}: {e}\n")
     facts = write_broker_facts(discovered, store, run_key)
     output = store.url(f"{run_key}/findings") if own_area else None
-    args = detect_args(settings, run_id, facts, run_key, output)
-    conf = spark.conf_for(master, settings.detect_conf({}))
-    cmd = spark.submit_command(spark.DETECT_APP, master, conf, args, jars=settings.spark_jars)
+    conf = settings.detect_conf({**spark.conf_for(master), **spark.SHORT_RUN_CONF})
     # the store's settings (AWS_*) as the settings were read, for Spark as for the tasks
-    r = subprocess.run(cmd, env={**spark.spark_env(), **settings.aws_environ()}, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"detection failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    args = detect_args(settings, run_id, facts, run_key, output)
+    spark.run_detect(master, conf, args, jars=settings.spark_jars, env=settings.aws_environ())
     return LocalRun(run_id, run_key, discovered, facts)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from fleet_doctor import probe
 from fleet_doctor.cli.probe_table import read_records, render_table, summarize
+from fleet_doctor.rules import severity_rank
 from fleet_doctor.store import atomic_file
 from fleet_doctor.zookeeper import snapshot as zk_snapshot
 
@@ -140,8 +141,8 @@ def _cmd_scan(args: argparse.Namespace) -> int:
         report.render_html(result.findings, result.summary, sys.stdout, f"Kafka Fleet Doctor scan: {', '.join(paths)}")
     else:
         report.render_text(result.findings, result.summary, sys.stdout, color=sys.stdout.isatty())
-    worst = {f["severity"] for f in result.findings}
-    return 1 if worst & {"critical", "warning"} else 0
+    at_or_above_warning = severity_rank("warning")
+    return 1 if any(severity_rank(f["severity"]) <= at_or_above_warning for f in result.findings) else 0
 
 
 def _add_scan(sub: Any) -> None:

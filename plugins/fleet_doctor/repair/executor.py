@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from fleet_doctor.remote import Remote, RemoteError
 from fleet_doctor.repair.plan import QUARANTINE_DIR, BrokerPlan, Plan, controller_last
@@ -175,7 +175,7 @@ class Executor:
                 if pending and self.gates.pause_between_brokers_s:
                     time.sleep(self.gates.pause_between_brokers_s)
             self.journal.data["status"] = "done"
-        except RepairError as e:
+        except Exception as e:
             self.journal.data["status"] = "halted"
             self.journal.data["error"] = str(e)
             raise
@@ -198,21 +198,30 @@ class Executor:
             (State.VERIFIED, self.verify),
             (State.DONE, lambda b, r: "done"),
         ]
-        remote = Remote(self.connect(b.broker_id), b.broker_id, self.journal.data["commands"])
+        try:
+            remote = Remote(self.connect(b.broker_id), b.broker_id, self.journal.data["commands"])
+        except Exception as e:
+            self._failed(b, e, "connecting over SSH")
         try:
             for target, step in steps:
                 if ORDER.index(self.journal.completed(b.broker_id)) >= ORDER.index(target):
                     continue  # finished before a crash: never repeated
                 try:
                     detail = step(b, remote)
-                except (RepairError, RemoteError) as e:
-                    self.journal.advance(b.broker_id, State.FAILED, str(e))
-                    if isinstance(e, RemoteError):
-                        raise RepairError(str(e)) from e
-                    raise
+                except Exception as e:  # any failure halts the chain, and the journal says where and why
+                    self._failed(b, e, f"step {target}")
                 self.journal.advance(b.broker_id, target, detail)
         finally:
             remote.close()
+
+    def _failed(self, b: BrokerPlan, e: Exception, where: str) -> NoReturn:
+        """Record the broker as failed (its last completed step stays) and halt the chain with a RepairError."""
+        known = isinstance(e, (RepairError, RemoteError))
+        detail = str(e) if known else f"{where}: {type(e).__name__}: {e}"
+        self.journal.advance(b.broker_id, State.FAILED, detail)
+        if isinstance(e, RepairError):
+            raise e
+        raise RepairError(detail if known else f"broker {b.broker_id}, {detail}") from e
 
     # ---- steps
     def precheck(self, b: BrokerPlan, remote: Remote) -> str:
@@ -263,14 +272,14 @@ class Executor:
         remote_tar = f"/tmp/fleet-doctor-{self.plan.hash[:16]}-broker-{b.broker_id}.tar.gz"
         quoted = " ".join(shlex.quote(p) for p in paths)
         sums = remote.run(f"sha256sum -- {quoted}").stdout  # fails (and halts) if a planned file is missing
-        manifest.write_text(sums)
+        write_atomic(manifest, sums.encode(), mode=0o600)
         remote.run(f"tar -czf {shlex.quote(remote_tar)} --absolute-names -- {quoted}")
         tar_sum = remote.run(f"sha256sum -- {shlex.quote(remote_tar)}").stdout
         remote.fetch(remote_tar, tarball)
         if _sha256(tarball) != tar_sum.split()[0]:
             raise RepairError(f"broker {b.broker_id}: the fetched backup does not match its checksum on the broker")
-        (local_dir / "backup.sha256").write_text(tar_sum)
-        (local_dir / "remote_path").write_text(remote_tar + "\n")
+        write_atomic(local_dir / "backup.sha256", tar_sum.encode())
+        write_atomic(local_dir / "remote_path", (remote_tar + "\n").encode())
         return (
             f"{len(paths)} file(s) in {tarball} (sha256 {tar_sum.split()[0][:16]}), kept on the broker at {remote_tar}"
         )

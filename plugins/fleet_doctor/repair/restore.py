@@ -69,7 +69,7 @@ def restore_backup(
     connect = connect or ssh_connect(inv)
     owner = {"plan_hash": plan_hash, "step": "restore", "run_id": run_id, "since": time.time()}
     out = []
-    with session(inv.zookeeper, timeout=15) as zk:
+    with session(inv.zookeeper, timeout=10, start_timeout=15) as zk:
         acquire_lock(zk, inv.cluster, owner)
         try:
             cluster = Cluster(zk)

@@ -176,7 +176,7 @@ def execute(
     owner = {"plan_hash": approved.hash, "step": "brokers", "run_id": run_id, "since": time.time()}
     report: dict[str, Any] = {"plan": approved.hash, "run_id": run_id, "restart_order": approved.restart_order}
     try:
-        with session(inv.zookeeper, timeout=15) as zk:
+        with session(inv.zookeeper, timeout=10, start_timeout=15) as zk:
             acquire_lock(zk, inv.cluster, owner)
             try:
                 journal = Journal(workdir / "journal.json", approved)
@@ -220,7 +220,7 @@ def restore_zookeeper(
     inv = inventory.load(settings.inventory)
     connect = connect or ssh_connect(inv)
     owner = {"plan_hash": approved.hash, "step": "zookeeper", "run_id": run_id, "since": time.time()}
-    with session(inv.zookeeper, timeout=15) as zk:
+    with session(inv.zookeeper, timeout=10, start_timeout=15) as zk:
         acquire_lock(zk, inv.cluster, owner, wait_s=float(params.get("isr_timeout_s", 900)) * 4)
         try:
             dry_run = bool(params.get("dry_run"))

@@ -17,9 +17,17 @@ from typing import Any
 
 
 @contextmanager
-def session(connect: str, timeout: float = 10.0, read_only: bool = False, retries: int | None = None) -> Iterator[Any]:
+def session(
+    connect: str,
+    timeout: float = 10.0,
+    read_only: bool = False,
+    retries: int | None = None,
+    start_timeout: float | None = None,
+) -> Iterator[Any]:
     """A started kazoo client for ``connect`` (Kafka's ``zookeeper.connect``: HOST:PORT[,...][/chroot]), stopped and
-    closed on leaving the block. ``retries``: connection and command retries (kazoo's default: retry forever)."""
+    closed on leaving the block. ``timeout``: the session timeout (an ephemeral znode outlives a crashed holder by
+    about this long); ``start_timeout``: how long to wait for the connection (default ``timeout``); ``retries``:
+    connection and command retries (kazoo's default: retry forever)."""
     from kazoo.client import KazooClient
 
     opts: dict[str, Any] = {}
@@ -30,7 +38,7 @@ def session(connect: str, timeout: float = 10.0, read_only: bool = False, retrie
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # kazoo warns when the chroot does not exist: callers report it
-            zk.start(timeout=timeout)
+            zk.start(timeout=timeout if start_timeout is None else start_timeout)
         yield zk
     finally:
         zk.stop()
