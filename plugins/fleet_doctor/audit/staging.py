@@ -104,15 +104,17 @@ class _Sink:
     """The Parquet file of one staged kind, and the lines waiting to be converted into it."""
 
     def __init__(self, kind: StagedKind, out: BinaryIO) -> None:
-        self.kind = kind
         import pyarrow as pa
         import pyarrow.json as pa_json
         import pyarrow.parquet as pq
 
+        self.kind = kind
+        self.json_only = kind.json_only_keys  # read for every line: derived once here
+        table = kind.table
         self.parse = pa_json.ParseOptions(
-            explicit_schema=pa.schema([("kind", pa.string()), *kind.table]), unexpected_field_behavior="error"
+            explicit_schema=pa.schema([("kind", pa.string()), *table]), unexpected_field_behavior="error"
         )
-        self.writer = pq.ParquetWriter(out, kind.table, compression="zstd")
+        self.writer = pq.ParquetWriter(out, table, compression="zstd")
         self.block: list[bytes] = []
 
 
@@ -179,7 +181,7 @@ class ProbeSplitter:
         for line in lines:
             # the probe prints compact JSON with "kind" first: '{"kind":"<kind>",'
             sink = sinks.get(line[: line.find(b'"', _KIND_AT) + 1]) if line.startswith(b'{"kind":"') else None
-            only_json = sink.kind.json_only_keys if sink is not None else ()
+            only_json = sink.json_only if sink is not None else ()
             if sink is not None and not (only_json and any(k in line for k in only_json)):  # no generator per line
                 sink.block.append(line + b"\n")
                 if len(sink.block) >= self.block_lines:

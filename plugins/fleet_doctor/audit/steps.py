@@ -30,6 +30,7 @@ from typing import Any
 
 from fleet_doctor import inventory as inv
 from fleet_doctor import spark
+from fleet_doctor.audit import history
 from fleet_doctor.audit.staging import StagingError, probe_key, stage_probe, staged_brokers
 from fleet_doctor.remote import Remote
 from fleet_doctor.settings import Settings, safe_run_id
@@ -73,7 +74,7 @@ def discover(
     ]
     return {
         "cluster": inventory.cluster,
-        "zookeeper": zookeeper or inventory.zookeeper,
+        "zookeeper": connect,
         "brokers": brokers,
         "registered": sorted(registered),
         "only_in_inventory": sorted(known - set(registered)) if zk_error is None else [],
@@ -98,7 +99,7 @@ def probe_command(log_dirs: Iterable[str], *, deep: bool, verify_crc: bool) -> s
 
 
 class StageError(StagingError):
-    """The probe could not be run, did not finish, or its output could not be staged completely on the broker."""
+    """The probe could not be run on the broker or did not finish."""
 
 
 def run_probe(remote: Remote, command: str, sink: Callable[[bytes], None], timeout: float) -> dict[str, Any]:
@@ -151,12 +152,7 @@ def stage_broker(
         end.update(run_probe(remote, command, sink, timeout))
         return end
 
-    try:
-        splitter = stage_probe(store, key, produce, remote.who)
-    except StageError:
-        raise
-    except StagingError as e:
-        raise StageError(str(e)) from e
+    splitter = stage_probe(store, key, produce, remote.who)
     return {
         "broker_id": bid,
         "path": store.url(key),
@@ -226,7 +222,6 @@ def detect_args(
 class LocalRun:
     """An audit run made in this process: what ``discover`` and the broker facts said, and where it is staged."""
 
-    run_id: str
     run_key: str
     discovered: dict[str, Any]
     facts: dict[str, Any]
@@ -268,10 +263,10 @@ def stage_and_detect(
     facts = write_broker_facts(discovered, store, run_key)
     output = store.url(f"{run_key}/findings") if own_area else None
     conf = settings.detect_conf({**spark.conf_for(master), **spark.SHORT_RUN_CONF})
-    # the store's settings (AWS_*) as the settings were read, for Spark as for the tasks
     args = detect_args(settings, run_id, facts, run_key, output)
+    # the store's settings (AWS_*) as the settings were read, for Spark as for the tasks
     spark.run_detect(master, conf, args, jars=settings.spark_jars, env=settings.aws_environ())
-    return LocalRun(run_id, run_key, discovered, facts)
+    return LocalRun(run_key, discovered, facts)
 
 
 def run_local(
@@ -279,7 +274,5 @@ def run_local(
 ) -> dict[str, Any]:
     """A whole audit run in this process (tests, ad-hoc runs): ``stage_and_detect``, then publish. Returns the
     published summary."""
-    from fleet_doctor.audit.history import publish
-
     run = stage_and_detect(settings, run_id, connect, master=master)
-    return publish(settings, run_id, run.discovered, run.facts)
+    return history.publish(settings, run_id, run.discovered, run.facts)

@@ -3,7 +3,7 @@
 A plan is built from one audit run's findings (``history/audit_run=<run>/findings.jsonl``), its staged probe
 output (for the restart preview) and its ZooKeeper snapshot (the controller, the topic IDs). It says, per
 broker, exactly which files are backed up and then removed (``partition.metadata`` and
-``leader-epoch-checkpoint`` of replicas with a topic-ID mismatch or split: kafka-reference.md §6, the repair
+``leader-epoch-checkpoint`` of replicas whose topic ID differs from ZooKeeper's: kafka-reference.md §6, the repair
 of KAFKA-14190) or quarantined (the index files of the index rules: moved aside, never deleted; Kafka rebuilds
 them at start, §1.4), whether the broker restarts, and the restart order: the active controller last. Each
 restart carries a preview of the log recovery it will cost. Preventive ZooKeeper actions (restoring a dropped

@@ -42,13 +42,12 @@ def post_verify(
         run_probe(remote, probe_command(log_dirs, deep=False, verify_crc=False), raw.extend, timeout)
         dest = work / "probe" / f"broker_id={broker_id}"
         dest.mkdir(parents=True)
-        split_to_dir(io.BytesIO(bytes(raw)), dest, "probe.jsonl")
-        records = [line for line in raw.decode("utf-8").splitlines() if line.strip()]
+        split_to_dir(io.BytesIO(raw), dest, "probe.jsonl")
         facts = [{"broker_id": broker_id, "kafka_version": kafka_version, "running": True}]
         zk = snapshot.read_live(zookeeper)
         # one broker of the fleet: the rules that compare brokers cannot judge from it
         found = detect_locally(work, facts, zk, master="local[2]", audit_run="verify", partial_scope=True)
-    return problems(actions, found.findings, _present(records))
+    return problems(actions, found.findings, _present(raw, {a.path.rsplit("/", 1)[0] for a in actions}))
 
 
 def problems(actions: list[Any], findings: list[dict[str, Any]], present: set[str]) -> list[str]:
@@ -72,10 +71,14 @@ def problems(actions: list[Any], findings: list[dict[str, Any]], present: set[st
     return out
 
 
-def _present(lines: list[str]) -> set[str]:
-    """The paths of the files the probe saw: partition.metadata files and segments' logs and indexes."""
+def _present(output: bytes | bytearray, partition_dirs: set[str]) -> set[str]:
+    """The files of ``partition_dirs`` the probe saw (its ``output``): partition.metadata and segments' logs and
+    indexes. Only those partition dirs' records are parsed (the probe prints ``"path":`` as JSON does)."""
+    wanted = [f'"path":{json.dumps(d)}'.encode() for d in partition_dirs]
     out: set[str] = set()
-    for line in lines:
+    for line in output.splitlines():
+        if not any(w in line for w in wanted):
+            continue
         r = json.loads(line)
         if r.get("kind") == "partition" and r.get("partition_metadata_present"):
             out.add(f"{r['path']}/{PARTITION_METADATA}")
