@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import uuid
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from fleet_doctor.detect import detect, load_frames
 from fleet_doctor.rules import SEVERITY_ORDER
-from fleet_doctor.store import write_atomic
+from fleet_doctor.store import temporary_name, write_atomic
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,7 +74,7 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
         return
     jvm = spark.sparkContext._jvm
     final = jvm.org.apache.hadoop.fs.Path(path)
-    tmp = jvm.org.apache.hadoop.fs.Path(final.getParent(), f".{final.getName()}.{uuid.uuid4().hex}.tmp")
+    tmp = jvm.org.apache.hadoop.fs.Path(final.getParent(), temporary_name(final.getName()))
     fs = final.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     moved = False
     try:

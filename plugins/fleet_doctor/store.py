@@ -17,12 +17,10 @@ which also switches to path-style requests.
 
 from __future__ import annotations
 
-import functools
 import gzip
 import io
 import json
 import os
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -38,17 +36,10 @@ class StoreError(RuntimeError):
     """The store could not be reached or an object in it could not be read or written (the message names it)."""
 
 
-@functools.cache
-def _file_mode() -> int:
-    """What open() gives a new file in this process: 0666 less the umask (read from /proc, which changes nothing;
-    elsewhere set and put back)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            mask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
-    except (OSError, StopIteration, ValueError):
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return 0o666 & ~mask
+def temporary_name(name: str) -> str:
+    """The name an object or file is written under before it is moved into place: hidden (readers skip names that
+    start with ``.``) and unique (two writers of one key never share it)."""
+    return f".{name}.{uuid.uuid4().hex}.tmp"
 
 
 @contextmanager
@@ -57,18 +48,14 @@ def atomic_file(
 ) -> Iterator[BinaryIO]:
     """A local file written atomically: a temporary file in the same directory, fsync'd and renamed over ``path``
     only if the block exits without an exception (else removed). The temporary file has a unique hidden name unless
-    ``temp_name`` gives one (the fleet lab writes Kafka's own ``<name>.tmp``, as a broker does). The file's mode is
-    ``mode``, else what ``open`` would give it (0666 less the umask)."""
+    ``temp_name`` gives one (the fleet lab writes Kafka's own ``<name>.tmp``, as a broker does). The file gets
+    ``mode`` (default 0666) less the umask, as ``open`` gives it."""
     target = os.path.abspath(path)
-    directory = os.path.dirname(target)
-    if temp_name is None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=directory)
-    else:
-        tmp = os.path.join(directory, temp_name)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp = os.path.join(os.path.dirname(target), temp_name or temporary_name(os.path.basename(target)))
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if temp_name else os.O_EXCL)
+    fd = os.open(tmp, flags, 0o666 if mode is None else mode)
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _file_mode() if mode is None else mode)
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -284,7 +271,7 @@ class Store:
                 raise StoreError(f"{self.url(key)}: write failed: {e}") from e
             return
         parent, _, name = final.rpartition("/")
-        tmp = f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+        tmp = f"{parent}/{temporary_name(name)}"
         stream = self._call("open for writing", key, self.fs.open_output_stream, tmp, None)
         committed = False
         try:
