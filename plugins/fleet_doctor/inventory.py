@@ -50,6 +50,8 @@ class Inventory:
     brokers: list[BrokerEntry]
     inventory_version: int = INVENTORY_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    # the brokers' static min.insync.replicas (server.properties), which ZooKeeper does not hold; None: Kafka's 1
+    min_insync_replicas: int | None = None
 
     def broker(self, broker_id: int) -> BrokerEntry:
         found = next((b for b in self.brokers if b.id == broker_id), None)
@@ -151,11 +153,15 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
                 service=dict(service),
             )
         )
+    min_isr = data.get("min_insync_replicas")
+    if min_isr is not None and (not isinstance(min_isr, int) or isinstance(min_isr, bool) or min_isr < 1):
+        raise InventoryError(f"{source}: min_insync_replicas must be a positive integer (the brokers' static default)")
     return Inventory(
         cluster=cluster,
         zookeeper=_req(data, "zookeeper", str, source),
         brokers=sorted(brokers, key=lambda b: b.id),
         extra=dict(data.get("extra") or {}),
+        min_insync_replicas=min_isr,
     )
 
 

@@ -3,6 +3,12 @@
 ``Cluster`` wraps a started kazoo client (``fleet_doctor.zookeeper.session``) whose hosts string carries Kafka's
 chroot: the health gates between restarts (registered brokers, controller, partition state, min ISR) and the one
 write a repair makes to Kafka's znodes, a topic's lost ``topic_id`` put back with a version-checked ``set``.
+
+A partition's ``min.insync.replicas`` is resolved as Kafka resolves a topic's log config (``LogConfig`` over the
+broker defaults): the topic's override in ``/config/topics/<topic>``, else the dynamic cluster-wide default in
+``/config/brokers/<default>`` (``ConfigEntityName.Default``), else the static default of the brokers'
+``server.properties`` (which ZooKeeper does not hold: the caller passes it, from the inventory or a DAG param), else
+Kafka's built-in 1. Per-broker dynamic overrides (``/config/brokers/<id>``) are not read.
 """
 
 from __future__ import annotations
@@ -10,16 +16,67 @@ from __future__ import annotations
 import json
 from typing import Any
 
+DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default: the cluster-wide dynamic broker config
+MIN_ISR = "min.insync.replicas"
+KAFKA_DEFAULT_MIN_ISR = 1  # ServerLogConfigs.MIN_IN_SYNC_REPLICAS_DEFAULT
+
 
 def topic_path(topic: str) -> str:
     return f"/brokers/topics/{topic}"
 
 
+def _min_isr_value(raw: Any, where: str) -> int:
+    """A ``min.insync.replicas`` value as Kafka stores it (a string): an int of at least 1, else ValueError."""
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{where}: min.insync.replicas {raw!r} is not a positive integer: fix the config")
+    return value
+
+
 class Cluster:
     """What the health gates read from ZooKeeper (kazoo client, chroot in its hosts string)."""
 
-    def __init__(self, zk: Any) -> None:
+    def __init__(self, zk: Any, default_min_isr: int | None = None) -> None:
+        """``default_min_isr``: the brokers' static ``min.insync.replicas`` (server.properties), used for a topic
+        that has no override when ZooKeeper holds no cluster-wide default either; None: Kafka's default, 1."""
+        if default_min_isr is not None:
+            _min_isr_value(default_min_isr, "default_min_isr")
         self.zk = zk
+        self.default_min_isr = default_min_isr
+
+    def _config(self, path: str) -> dict[str, Any]:
+        """The ``config`` map of a config znode (``{"version":1,"config":{...}}``); {} when there is none."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            raw = self.zk.get(path)[0]
+        except NoNodeError:
+            return {}
+        try:
+            return dict(json.loads(raw or b"{}").get("config") or {})
+        except (ValueError, AttributeError, TypeError) as e:
+            raise ValueError(f"{path}: not a Kafka config znode ({e}): fix it before a repair") from None
+
+    def cluster_min_isr(self) -> tuple[int, str]:
+        """The ``min.insync.replicas`` of a topic without an override, and where it comes from."""
+        path = f"/config/brokers/{DEFAULT_ENTITY}"
+        cfg = self._config(path)
+        if MIN_ISR in cfg:
+            return _min_isr_value(cfg[MIN_ISR], path), path
+        if self.default_min_isr is not None:
+            return self.default_min_isr, "the brokers' static default (inventory or parameter)"
+        return KAFKA_DEFAULT_MIN_ISR, "Kafka's default"
+
+    def topic_min_isr(self, topic: str, cluster_default: tuple[int, str] | None = None) -> tuple[int, str]:
+        """A topic's effective ``min.insync.replicas`` and where it comes from."""
+        path = f"/config/topics/{topic}"
+        cfg = self._config(path)
+        if MIN_ISR in cfg:
+            return _min_isr_value(cfg[MIN_ISR], path), path
+        return cluster_default or self.cluster_min_isr()
 
     def registered(self) -> set[int]:
         return {int(i) for i in self.zk.get_children("/brokers/ids")}
@@ -55,12 +112,10 @@ class Cluster:
 
     def partitions(self) -> list[dict[str, Any]]:
         out = []
+        cluster_default = self.cluster_min_isr()
         for topic in self.zk.get_children("/brokers/topics"):
             znode = json.loads(self.zk.get(f"/brokers/topics/{topic}")[0])
-            min_isr = 1
-            if self.zk.exists(f"/config/topics/{topic}"):
-                cfg = json.loads(self.zk.get(f"/config/topics/{topic}")[0]).get("config", {})
-                min_isr = int(cfg.get("min.insync.replicas", 1))
+            min_isr, source = self.topic_min_isr(topic, cluster_default)
             for p, replicas in znode["partitions"].items():
                 st = json.loads(self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
                 out.append(
@@ -71,6 +126,7 @@ class Cluster:
                         "isr": st["isr"],
                         "leader": st["leader"],
                         "min_isr": min_isr,
+                        "min_isr_source": source,
                     }
                 )
         return out
@@ -103,7 +159,8 @@ class Cluster:
     def below_min_isr_if_stopped(self, broker_id: int) -> list[str]:
         """Strimzi's rule: stopping the broker must not take any partition below min.insync.replicas."""
         return [
-            f"{p['topic']}-{p['partition']} (ISR {p['isr']}, min.insync.replicas {p['min_isr']})"
+            f"{p['topic']}-{p['partition']} (ISR {p['isr']}, min.insync.replicas {p['min_isr']} from "
+            f"{p['min_isr_source']})"
             for p in self.partitions()
             if broker_id in p["isr"] and len(p["isr"]) - 1 < p["min_isr"]
         ]
