@@ -10,8 +10,11 @@ Nothing on a broker changes until a human has approved a plan that says exactly 
    estimated recovery time). Content-addressed: the plan's hash is in the approval's subject.
 2. **approve**: a human-in-the-loop approval in the Airflow UI (Browse → Required Actions). Reject, or no answer
    within the timeout (default 24 h): nothing is touched.
-3. **execute**: takes the cluster's repair lock, re-verifies (a fresh audit of the fleet must give the same plan
-   hash, else abort untouched), then one broker at a time: pre-check (all registered, nothing under-replicated,
+3. **execute**: first reads the answer back from Airflow's record (not the approve task's state, which can be set
+   by hand): "Approve", by a user in `FLEET_DOCTOR_APPROVERS` when set, not the one who triggered the run (unless
+   `FLEET_DOCTOR_ALLOW_SELF_APPROVAL`), for this plan's hash; journaled. Then it takes the cluster's repair lock,
+   re-verifies (a fresh audit of the fleet must give the same plan hash, else abort untouched), then one broker at
+   a time: pre-check (all registered, nothing under-replicated,
    min ISR kept), stop, back up (tar.gz + sha256 manifest fetched over SFTP and verified), remove/quarantine,
    start, wait for ISR and several consecutive healthy polls. Journaled: a rerun resumes where it stopped.
    After each start: post-verify (the broker is probed again; every touched file must now be right).
@@ -33,19 +36,20 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
-from fleet_doctor.repair import tasks
+from fleet_doctor.repair import approval, tasks
 from fleet_doctor.settings import Settings
 
 SETTINGS = Settings.from_env()
 
 
-def approval(task_id: str, subject: str, body: str) -> ApprovalOperator:
-    """A human approval of (part of) the plan: subject and Markdown body from the plan task's XCom."""
+def approval_of(task_id: str, subject: str, body: str) -> ApprovalOperator:
+    """A human approval of (part of) the plan: subject and Markdown body from the plan task's XCom. Only asks: the
+    task that acts reads the answer back from Airflow's record (``approval.confirm``)."""
     return ApprovalOperator(
         task_id=task_id,
         subject=f"{{{{ ti.xcom_pull(task_ids='plan')['{subject}'] }}}}",
         body=f"{{{{ ti.xcom_pull(task_ids='plan')['{body}'] }}}}",
-        assigned_users=tasks.approvers(SETTINGS),
+        assigned_users=approval.hitl_users(SETTINGS),
         response_timeout=timedelta(hours=24),
     )
 
@@ -77,23 +81,25 @@ def kafka_fleet_repair() -> None:
     def brokers_to_repair(planned: dict[str, Any]) -> bool:
         return bool(planned["restart_order"])
 
-    approve = approval("approve", "subject", "markdown")
+    approve = approval_of("approve", "subject", "markdown")
 
     @task
     def execute(planned: dict[str, Any]) -> dict[str, Any]:
-        ctx = get_current_context()
-        return tasks.execute(Settings.from_env(), planned, ctx["params"], ctx["run_id"])
+        ctx, settings = get_current_context(), Settings.from_env()
+        approved = approval.confirm(ctx, "approve", planned["hash"], settings)  # not the upstream's state
+        return tasks.execute(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
 
     @task.short_circuit
     def zookeeper_to_repair(planned: dict[str, Any]) -> bool:
         return bool(planned["counts"]["zookeeper_actions"])
 
-    approve_zookeeper = approval("approve_zookeeper", "zookeeper_subject", "zookeeper_markdown")
+    approve_zookeeper = approval_of("approve_zookeeper", "zookeeper_subject", "zookeeper_markdown")
 
     @task
     def restore_topic_ids(planned: dict[str, Any]) -> list[str]:
-        ctx = get_current_context()
-        return tasks.restore_zookeeper(Settings.from_env(), planned, ctx["params"], ctx["run_id"])
+        ctx, settings = get_current_context(), Settings.from_env()
+        approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], settings)
+        return tasks.restore_zookeeper(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
 
     planned = plan()
     brokers_to_repair(planned) >> approve >> execute(planned)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -58,3 +60,34 @@ def test_restore_dag_is_manual_and_takes_a_plan(tmp_path: Path) -> None:
     assert dag.schedule is None and dag.max_active_runs == 1
     assert [t.task_id for t in dag.tasks] == ["restore"]
     assert {"plan", "brokers", "start"} <= set(dag.params)
+
+
+def test_approvers_reach_the_approve_tasks_as_hitl_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FLEET_DOCTOR_APPROVERS as Airflow's HITL users ({"id", "name"}), not plain names: those made the approve task
+    fail when it created its request (TypeError: string indices must be integers)."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setenv("FLEET_DOCTOR_APPROVERS", "alice, bob")
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags" / "kafka_fleet_repair.py"))
+    assert bag.import_errors == {}
+    dag = bag.dags["kafka_fleet_repair"]
+    for task_id in ("approve", "approve_zookeeper"):
+        assert dag.get_task(task_id).assigned_users == [{"id": "alice", "name": "alice"}, {"id": "bob", "name": "bob"}]
+
+
+def test_an_s3_endpoint_with_credentials_never_reaches_a_dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint goes into the detect task's Spark conf, which is serialized with the DAG and shown in the UI:
+    one with credentials in it makes the DAG files fail to load, with a message that names the variable, not the
+    secret."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setenv("FLEET_DOCTOR_DATA", "s3a://bucket/fleet-doctor")
+    monkeypatch.setenv("FLEET_DOCTOR_REPAIR_DIR", str(tmp_path / "repairs"))
+    monkeypatch.setenv("FLEET_DOCTOR_S3_ENDPOINT", "http://AKIAKEY:s3cr3t@127.0.0.1:9000")
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert "kafka_fleet_audit" not in bag.dags
+    errors = "\n".join(bag.import_errors.values())
+    assert "FLEET_DOCTOR_S3_ENDPOINT" in errors and "no credentials" in errors
+    assert "s3cr3t" not in errors and "AKIAKEY" not in errors

@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.store import Store
+from fleet_doctor.store import Store, s3_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_INVENTORY = "/etc/kafka-fleet-doctor/inventory.json"
@@ -55,7 +55,9 @@ class Settings:
     spark_jars: str = ""  # comma-separated, for spark-submit --jars (e.g. hadoop-aws for an s3a:// store)
     spark_conf: tuple[tuple[str, str], ...] = ()  # extra Spark settings
     repair_dir: Path | None = None  # the repair DAGs' plans and journals (a local directory)
-    approvers: tuple[str, ...] = ()  # Airflow user names allowed to approve a repair (empty: any user)
+    approvers: tuple[str, ...] = ()  # Airflow user ids allowed to approve a repair (empty: any user)
+    allow_self_approval: bool = False  # with approvers set, may the user who triggered a run approve it?
+    airflow_api_conn: str = "fleet_doctor_airflow_api"  # the connection the acting tasks read approvals through
     notifiers: str = ""  # JSON list of {"class": ..., "kwargs": {...}} (see notifier_specs)
     report_base_url: str = ""  # where people open the reports (the alert links there)
     # where the store's settings (S3 endpoint, credentials) are read; None: this process's environment
@@ -81,6 +83,12 @@ class Settings:
             raise SettingsError(
                 f"FLEET_DOCTOR_SPARK_CONF: no credentials here ({', '.join(secret)}): use the AWS_* variables"
             )
+        endpoint = s3_endpoint(env)
+        if endpoint and (endpoint.username or endpoint.password):  # it ends up in the detect task's Spark conf
+            raise SettingsError(
+                f"FLEET_DOCTOR_S3_ENDPOINT / AWS_ENDPOINT_URL: no credentials in the endpoint URL "
+                f"({endpoint.scheme}://{endpoint.hostname}...): use the AWS_* variables"
+            )
         data = env.get("FLEET_DOCTOR_DATA") or str(REPO / ".fleet-doctor")
         approvers = (env.get("FLEET_DOCTOR_APPROVERS") or "").split(",")
         return cls(
@@ -97,6 +105,8 @@ class Settings:
             spark_conf=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
             repair_dir=Path(env["FLEET_DOCTOR_REPAIR_DIR"]) if env.get("FLEET_DOCTOR_REPAIR_DIR") else None,
             approvers=tuple(u.strip() for u in approvers if u.strip()),
+            allow_self_approval=flag("FLEET_DOCTOR_ALLOW_SELF_APPROVAL", cls.allow_self_approval),
+            airflow_api_conn=env.get("FLEET_DOCTOR_AIRFLOW_API_CONN") or cls.airflow_api_conn,
             notifiers=env.get("FLEET_DOCTOR_NOTIFIERS") or "",
             report_base_url=env.get("FLEET_DOCTOR_REPORT_BASE_URL") or "",
             environ=environ,

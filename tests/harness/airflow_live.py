@@ -1,6 +1,7 @@
 """A live Airflow on 127.0.0.1: api-server, scheduler and dag-processor as separate processes, and a small
 REST client for what the repair's acceptance tests and the operator's scripts do through the API: trigger a
-DAG, watch task states, answer a human-in-the-loop request (approve / reject), clear a task to rerun it.
+DAG, watch task states, answer a human-in-the-loop request (approve / reject), clear a task to rerun it, each as
+a given user of the simple auth manager (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS``, default ``admin:admin``).
 
     with LiveAirflow(env) as af:                       # env: fleet_lab.demo.airflow_environ(...)
         run = af.trigger("kafka_fleet_repair", {"healthy_polls": 3})
@@ -10,12 +11,17 @@ DAG, watch task states, answer a human-in-the-loop request (approve / reject), c
 
 Never ``airflow standalone`` (platform-notes: it binds 0.0.0.0 and survives SIGTERM). Every process gets its
 own session; ``stop()`` ends each by PID (SIGTERM, then SIGKILL for the process group and anything it forked).
+
+The users' passwords are written before the api-server starts (the simple auth manager keeps those it finds in its
+passwords file), together with a viewer, ``fleet_doctor_reader``, whose credentials go into the connection the
+repair's acting tasks read approvals through (``fleet_doctor_airflow_api``, fleet_doctor.repair.approval).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -32,10 +38,18 @@ from fleet_lab.zk_server import free_port, pid_alive
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
 FINISHED = frozenset({"success", "failed"})
+USERS = "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"
+READER = "fleet_doctor_reader"  # a viewer: reads HITL details for the repair's acting tasks
+PASSWORDS = "simple_auth_manager_passwords.json.generated"
 
 
 class AirflowLiveError(RuntimeError):
-    """The live stack did not come up, or an API call failed (the message says which and why)."""
+    """The live stack did not come up, or an API call failed (the message says which and why; ``code``: the HTTP
+    status of a refused call)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def descendants(pid: int) -> list[int]:
@@ -84,7 +98,24 @@ class LiveAirflow:
         )
         self.home = Path(self.env["AIRFLOW_HOME"])
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._token: str | None = None
+        self._tokens: dict[str, str] = {}
+        self.users = self._users()
+
+    def _users(self) -> list[str]:
+        """The configured users plus the reader, each with a password in the simple auth manager's file (kept
+        across restarts), and the approvals connection for the reader; returns the user names, reader last."""
+        users = [u.split(":")[0] for u in (self.env.get(USERS) or "admin:admin").split(",") if u.strip()]
+        if READER not in users:
+            self.env[USERS] = ",".join([self.env.get(USERS) or "admin:admin", f"{READER}:viewer"])
+            users.append(READER)
+        self.home.mkdir(parents=True, exist_ok=True)
+        file = self.home / PASSWORDS
+        passwords = json.loads(file.read_text()) if file.is_file() else {}
+        passwords.update({u: secrets.token_urlsafe(12) for u in users if u not in passwords})
+        file.write_text(json.dumps(passwords) + "\n")
+        conn = {"conn_type": "http", "host": self.base, "login": READER, "password": passwords[READER]}
+        self.env.setdefault("AIRFLOW_CONN_FLEET_DOCTOR_AIRFLOW_API", json.dumps(conn))
+        return [u for u in users if u != READER] + [READER]
 
     # ---- processes
     def start(self, timeout: float = 180.0) -> LiveAirflow:
@@ -165,26 +196,27 @@ class LiveAirflow:
         self.stop()
 
     # ---- REST
-    def token(self) -> str:
-        if self._token is None:
-            users = json.loads((self.home / "simple_auth_manager_passwords.json.generated").read_text())
-            user, password = next(iter(users.items()))
-            self._token = self.api("POST", "/auth/token", {"username": user, "password": password}, auth=False)[
-                "access_token"
-            ]
-        return self._token
+    def token(self, user: str | None = None) -> str:
+        """A JWT of ``user`` (default: the first configured user)."""
+        user = user or self.users[0]
+        if user not in self._tokens:
+            password = json.loads((self.home / PASSWORDS).read_text())[user]
+            body = {"username": user, "password": password}
+            self._tokens[user] = self.api("POST", "/auth/token", body, auth=False)["access_token"]
+        return self._tokens[user]
 
-    def api(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+    def api(self, method: str, path: str, body: Any = None, auth: bool = True, user: str | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
         if auth:
-            req.add_header("Authorization", f"Bearer {self.token()}")
+            req.add_header("Authorization", f"Bearer {self.token(user)}")
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 raw = r.read()
         except urllib.error.HTTPError as e:
-            raise AirflowLiveError(f"{method} {path} -> {e.code}: {e.read().decode(errors='replace')[:500]}") from e
+            text = e.read().decode(errors="replace")[:500]
+            raise AirflowLiveError(f"{method} {path} as {user or self.users[0]} -> {e.code}: {text}", e.code) from e
         return json.loads(raw) if raw else None
 
     def wait_dag(self, dag_id: str, timeout: float = 120.0) -> None:
@@ -202,9 +234,11 @@ class LiveAirflow:
                 time.sleep(2)
         raise AirflowLiveError(f"{dag_id} not parsed within {timeout:.0f} s:\n{self.log_tail('dag-processor')}")
 
-    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, user: str | None = None) -> str:
+        """A manual run (its ``triggering_user_name``: ``user``, default the first configured user)."""
         self.wait_dag(dag_id)
-        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        body = {"logical_date": None, "conf": conf or {}}
+        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body, user=user)
         return str(run["dag_run_id"])
 
     def run_state(self, dag_id: str, run_id: str) -> str:
@@ -282,11 +316,38 @@ class LiveAirflow:
     def pending_approvals(self) -> list[dict[str, Any]]:
         return list(self.api("GET", "/api/v2/dags/~/dagRuns/~/hitlDetails?response_received=false")["hitl_details"])
 
-    def respond(self, dag_id: str, run_id: str, task_id: str, option: str, map_index: int = -1) -> Any:
-        """Answer a human-in-the-loop request as the logged-in user (the UI's Approve / Reject buttons)."""
+    def respond(
+        self, dag_id: str, run_id: str, task_id: str, option: str, map_index: int = -1, user: str | None = None
+    ) -> Any:
+        """Answer a human-in-the-loop request as ``user`` (default: the first configured user), as the UI's
+        Approve / Reject buttons do."""
+        return self.api(
+            "PATCH", self._hitl_path(dag_id, run_id, task_id, map_index), {"chosen_options": [option]}, user=user
+        )
+
+    def hitl_detail(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any]:
+        """Airflow's record of a human-in-the-loop request and its answer (who, which option, when)."""
+        return dict(self.api("GET", self._hitl_path(dag_id, run_id, task_id, map_index)))
+
+    @staticmethod
+    def _hitl_path(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
         q = urllib.parse.quote(run_id, safe="")
-        path = f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances/{task_id}/{map_index}/hitlDetails"
-        return self.api("PATCH", path, {"chosen_options": [option]})
+        return f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances/{task_id}/{map_index}/hitlDetails"
+
+    def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str, user: str | None = None) -> Any:
+        """Mark a task instance by hand (the UI's "Mark as success / failed")."""
+        q = urllib.parse.quote(run_id, safe="")
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances/{task_id}"
+        return self.api("PATCH", path, {"new_state": state}, user=user)
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """A task attempt's log, as text (the REST API's log endpoint)."""
+        q = urllib.parse.quote(run_id, safe="")
+        got = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances/{task_id}/logs/{try_number}")
+        content = got.get("content") if isinstance(got, dict) else got
+        if isinstance(content, list):
+            return "\n".join(json.dumps(c) if not isinstance(c, str) else c for c in content)
+        return str(content)
 
     def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
         """Rerun one task of a finished run (the UI's Clear): the run goes back to running."""

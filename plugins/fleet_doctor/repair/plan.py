@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -36,6 +38,39 @@ RECOVERY_BYTES_PER_S = 100 * 1024 * 1024  # rough log recovery rate (batch walk 
 # in the partition dir: a rename on one filesystem, and log loading skips directories there; never in the log dir
 # itself, where Kafka refuses to start on a directory that is not a partition dir (the lost+found trap)
 QUARANTINE_DIR = "fleet-doctor-quarantine"
+_BACKTICKS = re.compile(r"`+")
+HASH_LINE = "Plan hash: `{}`"  # the last line of both approval texts: the acting task checks it (repair.approval)
+_HASH_LINES = re.compile(r"^Plan hash: `([0-9a-f]{64})`$", re.MULTILINE)
+_SHOWN_AS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _visible(ch: str) -> str:
+    """A character that could start a new line or hide what follows (control, format such as a right-to-left
+    override, line and paragraph separators) as its escape: ``\\n``, ``\\x1b``, ``\\u202e``."""
+    if unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp"):
+        return ch
+    return _SHOWN_AS.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def plain(text: object) -> str:
+    """A value for one line of plain text (the approval's subject): control characters shown as escapes."""
+    return "".join(map(_visible, str(text)))
+
+
+def md_cell(text: object, table: bool = True) -> str:
+    """A value that comes from a broker (a path, a topic, a topic ID; any name on a broker's disk) as a Markdown
+    code span that stays one inline value whatever it holds: inside a code span Markdown and HTML are literal
+    (``<script>``, ``[x](javascript:...)``, ``**``), control characters and line breaks are shown as escapes, the
+    fence is one backtick longer than any run of backticks inside, and in a table row ``|`` is escaped (GFM splits
+    cells on a bare pipe even inside a code span)."""
+    s = plain(text)
+    if not s:
+        return "(empty)"
+    if table:
+        s = s.replace("|", "\\|")
+    fence = "`" * (max((len(m) for m in _BACKTICKS.findall(s)), default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or (s.startswith(" ") and s.endswith(" ")) else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
 
 
 @dataclass(frozen=True)
@@ -153,13 +188,13 @@ class Plan:
     def subject(self) -> str:
         c = self.counts()
         return (
-            f"Kafka repair {self.cluster} plan {self.hash[:12]}: restart {c['brokers_restarted']} broker(s), "
+            f"Kafka repair {plain(self.cluster)} plan {self.hash[:12]}: restart {c['brokers_restarted']} broker(s), "
             f"remove {c['files_removed']} and quarantine {c['files_quarantined']} file(s)"
         )
 
     def zookeeper_subject(self) -> str:
         return (
-            f"Kafka repair {self.cluster} plan {self.hash[:12]}: write back the topic ID of "
+            f"Kafka repair {plain(self.cluster)} plan {self.hash[:12]}: write back the topic ID of "
             f"{len(self.zookeeper)} topic(s) in ZooKeeper (preventive)"
         )
 
@@ -167,7 +202,7 @@ class Plan:
         if not self.zookeeper:
             return "No ZooKeeper action in this plan.\n"
         out = [
-            f"### Preventive ZooKeeper repair, plan `{self.hash[:12]}`, cluster **{self.cluster}**",
+            f"### Preventive ZooKeeper repair, plan `{self.hash[:12]}`, cluster {md_cell(self.cluster, table=False)}",
             "",
             "Each topic znode below has lost its `topic_id` (a pre-2.8 admin tool rewrote it) while every replica's "
             "`partition.metadata` agrees on one ID. The next controller failover would mint a **new** ID and every "
@@ -177,14 +212,19 @@ class Plan:
             "| topic | topic ID written | why |",
             "|---|---|---|",
         ]
-        out += [f"| `{z.topic}` | `{z.topic_id}` | {z.reason} |" for z in self.zookeeper]
+        out += [f"| {md_cell(z.topic)} | {md_cell(z.topic_id)} | {z.reason} |" for z in self.zookeeper]
         out += ["", "Undo: remove the `topic_id` field from the znode again (e.g. with zookeeper-shell `set`)."]
-        return "\n".join(out) + "\n"
+        return "\n".join([*out, "", self.hash_line()]) + "\n"
+
+    def hash_line(self) -> str:
+        """The full plan hash, in both approval texts: the task that acts checks the answer was given to it."""
+        return HASH_LINE.format(self.hash)
 
     def to_markdown(self) -> str:
         c = self.counts()
         out = [
-            f"### Repair plan `{self.hash[:12]}` for cluster **{self.cluster}** (audit run `{self.audit_run}`)",
+            f"### Repair plan `{self.hash[:12]}` for cluster {md_cell(self.cluster, table=False)} "
+            f"(audit run {md_cell(self.audit_run, table=False)})",
             "",
             f"Restart order (one broker at a time, the active controller last): "
             f"**{' → '.join(map(str, self.restart_order)) or 'none'}**. "
@@ -212,13 +252,25 @@ class Plan:
                 continue
             out += ["", f"**Broker {b.broker_id}**", "", "| action | file | rule | why |", "|---|---|---|---|"]
             for a in b.actions:
-                out.append(f"| {a.action} | `{a.path}` | `{a.rule}` | {a.reason} |")
+                out.append(f"| {a.action} | {md_cell(a.path)} | {md_cell(a.rule)} | {a.reason} |")
         if self.zookeeper:
-            out += ["", "**ZooKeeper (preventive, separate approval)**", ""]
-            out += [f"- {z.action} `{z.topic}` → `{z.topic_id}`: {z.reason}" for z in self.zookeeper]
+            out += [
+                "",
+                "**ZooKeeper (preventive, separate approval)**",
+                "",
+                "| action | topic | topic ID |",
+                "|---|---|---|",
+            ]
+            out += [f"| {z.action} | {md_cell(z.topic)} | {md_cell(z.topic_id)} |" for z in self.zookeeper]
         if self.skipped:
             out += ["", f"Not addressed by this plan: {len(self.skipped)} finding(s) (report only or out of scope)."]
-        return "\n".join(out) + "\n"
+        return "\n".join([*out, "", self.hash_line()]) + "\n"
+
+
+def hashes_in(markdown: str) -> list[str]:
+    """The plan hashes an approval text names on a line of its own (``Plan hash: `...```): a value from a broker
+    never starts a line there (``md_cell`` shows line breaks as escapes)."""
+    return _HASH_LINES.findall(markdown)
 
 
 def _mib(n: int) -> str:
