@@ -56,7 +56,7 @@ INDEX_SUMMARY_FIELDS = (
 
 def _template(fields):
     """',"f1":%s,"f2":%s...' for a record's fields: the values go in as JSON text or ints."""
-    assert all(re.match(r"^[a-z0-9_]+$", f) for f in fields), fields  # keys that need no JSON escaping
+    assert all(re.fullmatch(r"[a-z0-9_]+", f) for f in fields), fields  # keys that need no JSON escaping
     return "".join(',"%s":%%s' % f for f in fields)
 
 
@@ -237,16 +237,18 @@ QUORUM_STATE = "quorum-state"  # KRaft __cluster_metadata-0: JSON
 
 # Partition dir names (C/log/LocalLog.scala, UnifiedLog.scala): "<topic>-<partition>", and while a
 # replica is being deleted / moved / found stray: "<topic>-<partition>.<uniqueId>-delete|-future|-stray".
-PARTITION_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+# Names come from brokers: every pattern ends in \Z (a "$" also matches before a trailing newline) and is
+# applied with fullmatch.
+PARTITION_DIR_RE = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\Z")
 SUFFIXED_DIR_RE = re.compile(
-    r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9A-Za-z_-]+)-(?P<state>delete|future|stray)$"
+    r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9A-Za-z_-]+)-(?P<state>delete|future|stray)\Z"
 )
 # Segment file names: 20-digit zero-padded base offset (LogFileUtils.filenamePrefixFromOffset) plus
 # an extension; ".swap", ".cleaned", ".deleted" are appended while a file is being swapped in,
 # written by the cleaner, or awaiting async deletion (S/log/LogFileUtils.java).
 SEGMENT_EXTENSIONS = ("log", "index", "timeindex", "txnindex")
 LEFTOVER_SUFFIXES = ("swap", "cleaned", "deleted")
-KRAFT_SNAPSHOT_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint(?:\.(part|deleted))?$")
+KRAFT_SNAPSHOT_RE = re.compile(r"^(\d{20})-(\d{10})\.checkpoint(?:\.(part|deleted))?\Z")
 
 DEFAULT_JOBS = 2  # processes per log dir for the CLI (--jobs); forked workers, see _probe_partitions
 # O_NONBLOCK: opening a FIFO planted in a log dir must not block the probe (no effect on regular files)
@@ -291,7 +293,7 @@ def parse_partition_dir_name(name):
 
     dir_state is "live", "delete", "future" or "stray" (KRaft 3.7+ LogManager.isStrayKraftReplica).
     """
-    m = SUFFIXED_DIR_RE.match(name)
+    m = SUFFIXED_DIR_RE.fullmatch(name)
     if m:
         return {
             "topic": m.group("topic"),
@@ -299,7 +301,7 @@ def parse_partition_dir_name(name):
             "dir_state": m.group("state"),
             "dir_uid": m.group("uid"),
         }
-    m = PARTITION_DIR_RE.match(name)
+    m = PARTITION_DIR_RE.fullmatch(name)
     if m:
         return {
             "topic": m.group("topic"),
@@ -310,7 +312,7 @@ def parse_partition_dir_name(name):
     return None
 
 
-_DIGITS20 = re.compile(r"^[0-9]{20}$")
+_DIGITS20 = re.compile(r"^[0-9]{20}\Z")
 
 
 def parse_segment_file_name(name):
@@ -318,7 +320,7 @@ def parse_segment_file_name(name):
 
     ext is one of log/index/timeindex/txnindex/snapshot; suffix is swap/cleaned/deleted or None.
     """
-    if len(name) < 22 or name[20] != "." or not _DIGITS20.match(name[:20]):
+    if len(name) < 22 or name[20] != "." or not _DIGITS20.fullmatch(name[:20]):
         return None
     rest = name[21:]
     ext, _, suffix = rest.partition(".")
@@ -363,7 +365,7 @@ def _read_small(path, limit=1 << 20):
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
-                raise ValueError("file is larger than %d bytes; not a Kafka metadata file" % limit)
+                raise ValueError("%s is larger than %d bytes; not a Kafka metadata file" % (path, limit))
     finally:
         os.close(fd)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -428,13 +430,13 @@ def parse_leader_epoch_checkpoint(data, path):
     return _parse_checkpoint(data, path, 2, lambda p: [int(p[0]), int(p[1])])[0]
 
 
-_B64URL = re.compile(r"^[A-Za-z0-9_-]{22}$")
+_B64URL = re.compile(r"^[A-Za-z0-9_-]{22}\Z")
 _B64URL_BYTES = re.compile(rb"[A-Za-z0-9_-]{22}\Z")
 
 
 def valid_topic_id(text):
     """True if text is a Kafka Uuid string (22 url-safe base64 chars decoding to 16 bytes)."""
-    if not _B64URL.match(text):
+    if not _B64URL.fullmatch(text):
         return False
     # 22 chars carry 132 bits; the last char's low 4 bits must be zero for an exact 16-byte value,
     # i.e. its base64 index is a multiple of 16: A, Q, g or w.
@@ -492,7 +494,7 @@ def parse_properties(data, path):
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
-        m = re.match(r"^((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)$", line)
+        m = re.fullmatch(r"((?:[^=:\s\\]|\\.)+)\s*[=:\s]\s*(.*)", line)
         if not m:
             props[line] = ""
             continue
@@ -691,8 +693,27 @@ def iter_index_entries(path, entry_struct, limit_entries=None):
 
 # --------------------------------------------------------------------------------------------
 # Log segments (deep mode)
-def _snappy_decompress_raw(data):
-    """Raw snappy block decompression (format_description.txt of google/snappy)."""
+# A compressed v0/v1 wrapper (R/AbstractLegacyRecordBatch.java) holds its inner messages compressed in its value;
+# deep mode inflates the value only to count them. Nothing in Kafka bounds the inflated size (a 255 KiB gzip value
+# can inflate to 255 MiB), so the count is streamed in INFLATE_STEP pieces and stops, the wrapper left uncounted
+# with an error naming the file, past LEGACY_INFLATED_MAX bytes: far above what a producer's batch inflates to.
+LEGACY_INFLATED_MAX = 64 << 20
+INFLATE_STEP = 1 << 16
+# Snappy is decoded a block at a time (a block's copies reach back anywhere in it): the block and its compressed
+# form in memory at once. Kafka's producers wrote xerial frames of 32 KiB blocks (SnappyOutputStream); some clients
+# one raw block per message. A bigger block, or its compressed form bigger than snappy's MaxCompressedLength of it:
+# not decoded.
+SNAPPY_BLOCK_MAX = 16 << 20
+SNAPPY_COMPRESSED_MAX = 32 + SNAPPY_BLOCK_MAX + SNAPPY_BLOCK_MAX // 6
+
+
+class LegacyInflateLimit(Exception):
+    """A compressed v0/v1 wrapper whose value inflates (or, snappy, says it does) past LEGACY_INFLATED_MAX."""
+
+
+def _snappy_decompress_raw(data, limit=SNAPPY_BLOCK_MAX):
+    """Raw snappy block decompression (format_description.txt of google/snappy). A block that says it holds more
+    than ``limit`` bytes raises LegacyInflateLimit before anything is decoded. Returns a bytearray."""
     pos = 0
     n = len(data)
     length = 0
@@ -706,7 +727,10 @@ def _snappy_decompress_raw(data):
         shift += 7
         if shift > 35:
             raise ValueError("snappy: bad length varint")
+    if length > limit:
+        raise LegacyInflateLimit("a snappy block of %d bytes, more than %d" % (length, limit))
     out = bytearray()
+    view = memoryview(data)  # literals appended without a copy of their own
     while pos < n:
         tag = data[pos]
         pos += 1
@@ -718,92 +742,213 @@ def _snappy_decompress_raw(data):
                 ln = int.from_bytes(data[pos : pos + nb], "little")
                 pos += nb
             ln += 1
-            out += data[pos : pos + ln]
+            out += view[pos : pos + ln]
             pos += ln
-            continue
-        if kind == 1:
-            ln = ((tag >> 2) & 7) + 4
-            off = ((tag >> 5) << 8) | data[pos]
-            pos += 1
-        elif kind == 2:
-            ln = (tag >> 2) + 1
-            off = int.from_bytes(data[pos : pos + 2], "little")
-            pos += 2
         else:
-            ln = (tag >> 2) + 1
-            off = int.from_bytes(data[pos : pos + 4], "little")
-            pos += 4
-        if off == 0 or off > len(out):
-            raise ValueError("snappy: bad copy offset")
-        for _ in range(ln):
-            out.append(out[-off])
+            if kind == 1:
+                ln = ((tag >> 2) & 7) + 4
+                off = ((tag >> 5) << 8) | data[pos]
+                pos += 1
+            elif kind == 2:
+                ln = (tag >> 2) + 1
+                off = int.from_bytes(data[pos : pos + 2], "little")
+                pos += 2
+            else:
+                ln = (tag >> 2) + 1
+                off = int.from_bytes(data[pos : pos + 4], "little")
+                pos += 4
+            if off == 0 or off > len(out):
+                raise ValueError("snappy: bad copy offset")
+            if off >= ln:
+                out += out[-off : len(out) - off + ln]
+            else:  # the copy overlaps its own output: the last `off` bytes repeated
+                out += (out[-off:] * (ln // off + 1))[:ln]
+        if len(out) > length:
+            raise ValueError("snappy: length mismatch")
     if len(out) != length:
         raise ValueError("snappy: length mismatch")
-    return bytes(out)
+    return out
 
 
 def _snappy_decompress(data):
-    """Snappy as Kafka's v0/v1 producers wrote it, or None when data is not valid snappy."""
+    """Snappy as Kafka's v0/v1 producers wrote it, or None when data is not valid snappy (or holds more than
+    _snappy_blocks decodes)."""
     try:
-        return _snappy_decompress_framed(data)
-    except (ValueError, IndexError):
+        return b"".join(_snappy_blocks(_bytes_reader(data), len(data)))
+    except (ValueError, IndexError, LegacyInflateLimit):
         return None
 
 
-def _snappy_decompress_framed(data):
-    """Snappy as Kafka's v0/v1 producers wrote it: xerial framing, or a raw block."""
-    if data[:8] == b"\x82SNAPPY\x00":
-        pos = 16  # magic(8) + version(4) + compatible version(4)
-        out = bytearray()
-        while pos + 4 <= len(data):
-            ln = int.from_bytes(data[pos : pos + 4], "big")
-            pos += 4
-            out += _snappy_decompress_raw(data[pos : pos + ln])
-            pos += ln
-        return bytes(out)
-    return _snappy_decompress_raw(data)
+def _snappy_blocks(read_at, size, limit=LEGACY_INFLATED_MAX):
+    """The decoded blocks of the ``size`` bytes of snappy read by read_at(position, n), as Kafka's v0/v1 producers
+    wrote it: xerial framing (magic, two versions, then int32-length-prefixed raw blocks), or one raw block.
+    LegacyInflateLimit for a block over SNAPPY_BLOCK_MAX (or SNAPPY_COMPRESSED_MAX compressed) and past ``limit``
+    bytes in all."""
+    if read_at(0, 8) != b"\x82SNAPPY\x00":
+        yield _snappy_block(read_at, 0, size)
+        return
+    total = 0
+    pos = 16  # magic(8) + version(4) + compatible version(4)
+    while pos + 4 <= size:
+        ln = int.from_bytes(read_at(pos, 4), "big")
+        pos += 4
+        block = _snappy_block(read_at, pos, min(ln, size - pos))
+        total += len(block)
+        if total > limit:
+            raise LegacyInflateLimit("snappy value inflates to more than %d bytes" % limit)
+        yield block
+        block = None  # not held while the next one is decoded
+        pos += ln
 
 
-def _legacy_value(buf, magic):
-    """Return the value bytes of a legacy message buffer (starting at its offset field)."""
+def _snappy_block(read_at, pos, n):
+    if n > SNAPPY_COMPRESSED_MAX:
+        raise LegacyInflateLimit("a snappy block of %d compressed bytes, more than %d" % (n, SNAPPY_COMPRESSED_MAX))
+    return _snappy_decompress_raw(read_at(pos, n))
+
+
+def _bytes_reader(data):
+    def read_at(pos, n):
+        return data[pos : pos + n]
+
+    return read_at
+
+
+def _gunzip_steps(chunks, limit=LEGACY_INFLATED_MAX):
+    """The first gzip member of the bytes in ``chunks``, inflated INFLATE_STEP bytes at a time (what
+    zlib.decompress(data, 16 + MAX_WBITS) returns, never all held at once); past ``limit`` bytes:
+    LegacyInflateLimit. A truncated stream raises zlib.error, as zlib.decompress does."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    total = 0
+    for data in chunks:
+        while data and not d.eof:
+            out = d.decompress(data, INFLATE_STEP)
+            data = d.unconsumed_tail
+            total += len(out)
+            if total > limit:
+                raise LegacyInflateLimit("gzip value inflates to more than %d bytes" % limit)
+            if out:
+                yield out
+        if d.eof:
+            return
+    while not d.eof:  # all input taken; output zlib still holds back
+        out = d.decompress(b"", INFLATE_STEP)
+        if not out:
+            raise zlib.error("incomplete or truncated stream")
+        total += len(out)
+        if total > limit:
+            raise LegacyInflateLimit("gzip value inflates to more than %d bytes" % limit)
+        yield out
+
+
+def _count_inner_messages(steps):
+    """Count the complete v0/v1 messages (offset, size >= 14, then size bytes) at the start of the bytes that
+    ``steps`` yields, up to the first that is too small or runs past the end. Every step is consumed, so an
+    error in decompression anywhere still surfaces; no step is copied (a snappy block can be big)."""
+    count = 0
+    skip = 0  # bytes of the message being counted still to come
+    rest = b""  # the start of a header cut by the end of a step
+    stopped = False
+    unpack = LOG_OVERHEAD.unpack_from
+    steps = iter(steps)
+    while True:
+        chunk = None  # not held while the next step is made
+        chunk = next(steps, None)
+        if chunk is None:
+            break
+        if stopped:
+            continue
+        end = len(chunk)
+        pos = 0
+        if skip:
+            if skip > end:
+                skip -= end
+                continue
+            pos, skip = skip, 0
+            count += 1
+        if rest:
+            need = LOG_OVERHEAD.size - len(rest)
+            rest += bytes(chunk[pos : pos + need])
+            if len(rest) < LOG_OVERHEAD.size:
+                continue
+            size = unpack(rest)[1]
+            rest = b""
+            if size < LEGACY_MIN_RECORD_OVERHEAD:
+                stopped = True
+                continue
+            pos += need + size
+            if pos > end:
+                skip = pos - end
+                continue
+            count += 1
+        while pos + 12 <= end:
+            size = unpack(chunk, pos)[1]
+            if size < LEGACY_MIN_RECORD_OVERHEAD:
+                stopped = True
+                break
+            nxt = pos + 12 + size
+            if nxt > end:
+                skip = nxt - end
+                pos = end
+                break
+            count += 1
+            pos = nxt
+        if pos < end and not stopped:
+            rest = bytes(chunk[pos:end])
+    return count
+
+
+def _legacy_value_range(read_at, size, magic):
+    """(start, end) of the value of a v0/v1 message of ``size`` bytes read by read_at(position, n) (from its
+    offset field on): the value's int32 length, cut at the message's end; an empty range for a null value."""
     pos = 18 + (8 if magic == 1 else 0)
-    klen = struct.unpack_from(">i", buf, pos)[0]
+    klen = struct.unpack(">i", read_at(pos, 4))[0]
     pos += 4 + max(klen, 0)
-    vlen = struct.unpack_from(">i", buf, pos)[0]
+    vlen = struct.unpack(">i", read_at(pos, 4))[0]
     pos += 4
     if vlen < 0:
-        return b""
-    return buf[pos : pos + vlen]
+        return pos, pos
+    return pos, min(pos + vlen, size)
+
+
+def _value_steps(read_at, start, end):
+    while start < end:
+        n = min(INFLATE_STEP, end - start)
+        data = read_at(start, n)
+        if not data:
+            return
+        yield data
+        start += len(data)
+
+
+def _count_legacy_inner_at(read_at, size, magic, codec, limit=LEGACY_INFLATED_MAX):
+    """Count the inner messages of a compressed v0/v1 wrapper of ``size`` bytes read by read_at(position, n):
+    gzip streamed, snappy a block at a time; None for other codecs. Raises LegacyInflateLimit past ``limit``,
+    ValueError, IndexError, struct.error or zlib.error on a wrapper that is not valid."""
+    start, end = _legacy_value_range(read_at, size, magic)
+    if codec == 1:
+        return _count_inner_messages(_gunzip_steps(_value_steps(read_at, start, end), limit))
+    if codec == 2:
+        return _count_inner_messages(_snappy_blocks(_sub_reader(read_at, start, end), end - start, limit))
+    return None
+
+
+def _sub_reader(read_at, start, end):
+    """read_at for the bytes [start, end) of what read_at reads."""
+
+    def sub(pos, n):
+        return read_at(start + pos, min(n, end - start - pos)) if pos < end - start else b""
+
+    return sub
 
 
 def count_legacy_inner(wrapper, magic, codec):
     """Count inner messages of a compressed v0/v1 wrapper, or None when the codec is not decodable
-    with the standard library (lz4) or the wrapper is not valid."""
+    with the standard library (lz4), the wrapper is not valid or it inflates past LEGACY_INFLATED_MAX."""
     try:
-        return _count_legacy_inner(wrapper, magic, codec)
-    except (ValueError, IndexError, struct.error, zlib.error, MemoryError):
+        return _count_legacy_inner_at(_bytes_reader(wrapper), len(wrapper), magic, codec)
+    except (ValueError, IndexError, struct.error, zlib.error, MemoryError, LegacyInflateLimit):
         return None
-
-
-def _count_legacy_inner(wrapper, magic, codec):
-    value = _legacy_value(wrapper, magic)
-    if codec == 1:
-        inner = zlib.decompress(value, 16 + zlib.MAX_WBITS)
-    elif codec == 2:
-        inner = _snappy_decompress(value)
-        if inner is None:
-            return None
-    else:
-        return None
-    count = 0
-    pos = 0
-    while pos + LOG_OVERHEAD.size <= len(inner):
-        _off, size = LOG_OVERHEAD.unpack_from(inner, pos)
-        if size < LEGACY_MIN_RECORD_OVERHEAD or pos + 12 + size > len(inner):
-            break
-        count += 1
-        pos += 12 + size
-    return count
 
 
 def _crc_stream(f, start, length, v2):
@@ -846,13 +991,27 @@ _LOG_WALK_START = (
 LOG_WALK_FIELDS = tuple(k for k, _ in _LOG_WALK_START)
 
 
+def _reader(f, start, size):
+    """read_at(position, n) for the ``size`` bytes of the open file f from ``start`` on: never past them."""
+
+    def read_at(pos, n):
+        if pos >= size:
+            return b""
+        f.seek(start + pos)
+        return f.read(min(n, size - pos))
+
+    return read_at
+
+
 def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
     """Walk a .log from header to header without loading it. Mirrors FileLogInputStream.nextBatch
     and LogSegment.recover (S/log/LogSegment.java): stops cleanly on a batch that extends past EOF
     or when fewer than 17 bytes remain, with an error on a too-small size, a bad magic or a CRC
     failure. Everything after valid_bytes is what recovery would truncate.
 
-    on_batch(position, first_offset, last_offset, size) is called for each valid batch.
+    on_batch(position, first_offset, last_offset, size) is called for each valid batch. A compressed v0/v1
+    wrapper whose records could not be counted within LEGACY_INFLATED_MAX adds a message naming the file to the
+    result's "errors" (a key present only then).
     """
     res = dict(_LOG_WALK_START)
     magics = set()
@@ -921,11 +1080,15 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
                 last = offset
                 records = 1
                 if codec:
-                    f.seek(pos)
-                    wrapper = f.read(bsize)
                     try:
-                        records = count_legacy_inner(wrapper, magic, codec)
-                    except Exception:
+                        records = _count_legacy_inner_at(_reader(f, pos, bsize), bsize, magic, codec)
+                    except LegacyInflateLimit as ex:
+                        records = None
+                        res.setdefault("errors", []).append(
+                            "v0/v1 %s message at byte %d of %s: %s; its records are not counted"
+                            % (CODECS.get(codec, codec), pos, path, ex)
+                        )
+                    except Exception:  # not valid: uncounted, as lz4 is
                         records = None
                     if records is None:
                         res["uncounted_batches"] += 1
@@ -1800,7 +1963,7 @@ class Probe(object):
                 if prefix == last_prefix:
                     files[ext] = e
                     continue
-                if _DIGITS20.match(prefix):
+                if _DIGITS20.fullmatch(prefix):
                     last_prefix = prefix
                     files = segments.setdefault(int(prefix), {})
                     files[ext] = e
@@ -1919,7 +2082,7 @@ class Probe(object):
                 err = "%s: %s" % (path, _err(ex))
             self.file_record(logdir, path, "quorum_state", content=content, error=err, **fields)
         else:
-            m = KRAFT_SNAPSHOT_RE.match(name)
+            m = KRAFT_SNAPSHOT_RE.fullmatch(name)
             if m:
                 self.file_record(
                     logdir,
@@ -2030,6 +2193,7 @@ class Probe(object):
         except Exception as ex:
             errors.append("cannot read %s: %s" % (log_entry.path, _err(ex)))
             return _NO_LOG_TO_WALK
+        errors.extend(w.get("errors", ()))
         totals["batch_count"] += w["batch_count"]
         totals["record_count"] += w["record_count"]
         totals["uncounted_batches"] += w["uncounted_batches"]

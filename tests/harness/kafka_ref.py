@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import struct
+import zlib
 
 
 def ref_batches(data: bytes) -> list[tuple[int, int]]:
@@ -96,3 +97,18 @@ def ref_v2_batch(data: bytes) -> dict:
         "base_sequence": bseq,
         "records": records,
     }
+
+
+def ref_legacy_message(
+    offset: int, magic: int, value: bytes | None, *, attributes: int = 0, timestamp: int = 0
+) -> bytes:
+    """One v0/v1 message (kafka-reference.md §3.2): offset, size, CRC-32 of [16, end), magic, attributes, the
+    timestamp (v1 only), a null key and the value (int32 length + bytes, -1 = null). A compressed wrapper is one
+    whose attributes name a codec (bits 0-2) and whose value is its inner messages, compressed."""
+    body = struct.pack(">bb", magic, attributes)
+    if magic == 1:
+        body += struct.pack(">q", timestamp)
+    body += struct.pack(">i", -1)
+    body += struct.pack(">i", -1) if value is None else struct.pack(">i", len(value)) + value
+    crc = zlib.crc32(body) & 0xFFFFFFFF
+    return struct.pack(">qiI", offset, 4 + len(body), crc) + body
