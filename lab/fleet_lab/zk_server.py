@@ -9,11 +9,19 @@ ZooKeeperServer.loadData), which is how tests get a snapshot file to compare wit
 
     with ZooKeeperServer(tmp_path / "zk") as zk:
         KazooClient(hosts=zk.connect) ...
+
+ACLs are always enforced (ZooKeeper's digest provider is built in: a client authenticates with
+``add_auth("digest", "user:password")`` and a znode with a digest ACL refuses everyone else). ``digest_auth``
+names the provider in the config, ``super_user`` sets ZooKeeper's superDigest (that identity passes every ACL:
+the lab's administrator), ``enforce_auth`` refuses every client that has not authenticated with digest
+(``enforce.auth.enabled``, ZooKeeper 3.7+).
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
+import hashlib
 import os
 import random
 import shutil
@@ -31,6 +39,7 @@ MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # zookeeper.jar's manifest Class-Path names its other dependencies (jute, netty, ...); logging is ours to add.
 _JAR_DIRS = ("/usr/share/java", "/usr/share/zookeeper", "/usr/share/zookeeper/lib")
 _JARS = ("zookeeper.jar", "slf4j-log4j12.jar", "log4j-1.2.jar")
+DIGEST_PROVIDER = "org.apache.zookeeper.server.auth.DigestAuthenticationProvider"
 _LOG4J = """\
 log4j.rootLogger=INFO, FILE
 log4j.appender.FILE=org.apache.log4j.FileAppender
@@ -127,6 +136,11 @@ def process_mentions(pid: int | None, needle: str) -> bool:
         return False
 
 
+def digest_id(user: str, password: str) -> str:
+    """The id a digest ACL names (``DigestAuthenticationProvider.generateDigest``): user:base64(sha1(user:password))."""
+    return f"{user}:{base64.b64encode(hashlib.sha1(f'{user}:{password}'.encode()).digest()).decode()}"
+
+
 class ZooKeeperServer:
     """One standalone ZooKeeper server; every file it writes stays under ``base_dir``."""
 
@@ -141,6 +155,9 @@ class ZooKeeperServer:
         force_sync: bool = False,
         extra_config: Mapping[str, str] | None = None,
         java: str | None = None,
+        digest_auth: bool = False,
+        super_user: tuple[str, str] | None = None,
+        enforce_auth: bool = False,
     ) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.host = host
@@ -150,6 +167,9 @@ class ZooKeeperServer:
         self.snap_count = snap_count
         self.force_sync = force_sync
         self.extra_config = dict(extra_config or {})
+        self.digest_auth = digest_auth or enforce_auth or super_user is not None
+        self.super_user = super_user
+        self.enforce_auth = enforce_auth
         self.java = java or shutil.which("java") or "/usr/bin/java"
         self.conf_dir = self.base_dir / "conf"
         self.data_dir = self.base_dir / "data"
@@ -171,6 +191,13 @@ class ZooKeeperServer:
     def snapshot_dir(self) -> Path:
         return self.data_dir / "version-2"
 
+    @property
+    def super_digest(self) -> str:
+        """``user:base64(sha1(user:password))`` of ``super_user``: ZooKeeper's superDigest form."""
+        if self.super_user is None:
+            raise ZooKeeperServerError("no super_user configured")
+        return digest_id(*self.super_user)
+
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
@@ -191,6 +218,11 @@ class ZooKeeperServer:
         }
         if self.snap_count is not None:
             cfg["snapCount"] = str(self.snap_count)
+        if self.digest_auth:
+            cfg["authProvider.1"] = DIGEST_PROVIDER
+        if self.enforce_auth:
+            cfg["enforce.auth.enabled"] = "true"
+            cfg["enforce.auth.schemes"] = "digest"
         cfg.update(self.extra_config)
         path = self.conf_dir / "zoo.cfg"
         path.write_text("".join(f"{k}={v}\n" for k, v in cfg.items()), encoding="utf-8")
@@ -206,6 +238,7 @@ class ZooKeeperServer:
             "-Dzookeeper.admin.enableServer=false",
             "-Dzookeeper.jmx.log4j.disable=true",
             f"-Dlog4j.configuration=file:{self.conf_dir / 'log4j.properties'}",
+            *([f"-Dzookeeper.DigestAuthenticationProvider.superDigest={self.super_digest}"] if self.super_user else []),
             "-cp",
             find_classpath(self.conf_dir),
             MAIN_CLASS,

@@ -32,10 +32,11 @@ from fleet_doctor import inventory as inv
 from fleet_doctor import spark
 from fleet_doctor.audit import history
 from fleet_doctor.audit.staging import StagingError, probe_key, stage_probe, staged_brokers
+from fleet_doctor.identity import verify_identity
 from fleet_doctor.remote import Remote
 from fleet_doctor.settings import Settings, safe_run_id
 from fleet_doctor.store import Store
-from fleet_doctor.zookeeper import session
+from fleet_doctor.zookeeper import ZkAuth, credentials, session
 from fleet_doctor.zookeeper.cluster import Cluster
 
 PROBE_SOURCE = Path(__file__).resolve().parents[1] / "probe.py"
@@ -44,10 +45,16 @@ PROBE_SOURCE = Path(__file__).resolve().parents[1] / "probe.py"
 # --------------------------------------------------------------------------------------------
 # discover
 def discover(
-    inventory: inv.Inventory, zookeeper: str | None = None, timeout: float = 10.0, only: Iterable[int] = ()
+    inventory: inv.Inventory,
+    zookeeper: str | None = None,
+    timeout: float = 10.0,
+    only: Iterable[int] = (),
+    auth: ZkAuth | None = None,
 ) -> dict[str, Any]:
     """The brokers to audit: every broker of the inventory (or only the ids in ``only``, the rest listed as out of
-    scope), with its ZooKeeper registration. A broker known to only one of the two is reported, never dropped."""
+    scope), with its ZooKeeper registration. A broker known to only one of the two is reported, never dropped.
+    ZooKeeper is read as ``auth``, by default the cluster's credentials (``fleet_doctor.zookeeper.credentials``).
+    Each broker carries what ``stage_broker`` checks its identity against (pinned host key, log dirs)."""
     known = {b.id for b in inventory.brokers}
     scope = {int(b) for b in only}
     if scope - known:
@@ -56,7 +63,9 @@ def discover(
     zk_error = None
     connect = zookeeper or inventory.zookeeper
     try:
-        with session(connect, timeout=timeout, read_only=True) as zk:
+        if auth is None:
+            auth = credentials(inventory)
+        with session(connect, timeout=timeout, read_only=True, auth=auth) as zk:
             registered = Cluster(zk).registrations()
     except Exception as e:  # kazoo's timeouts and connection errors have no common base
         zk_error = f"ZooKeeper {connect}: {type(e).__name__}: {e}"
@@ -64,6 +73,8 @@ def discover(
         {
             "broker_id": b.id,
             "host": b.host,
+            "ssh_port": b.ssh_port,
+            "host_key": b.host_key,
             "ssh_conn_id": inventory.ssh_connection_id(b.id),
             "log_dirs": list(b.log_dirs),
             "kafka_version": b.kafka_version,
@@ -135,10 +146,17 @@ def stage_broker(
 ) -> dict[str, Any]:
     """Run the probe on the broker over an open SSH connection and stream its output into the store under
     ``<run_key>/probe/broker_id=<N>/`` in the staged form (audit.staging: Parquet for the bulk records, gzip'd
-    JSON Lines for the rest, committed all or nothing)."""
+    JSON Lines for the rest, committed all or nothing).
+
+    First the host must prove it is broker N (fleet_doctor.identity: the pinned host key, the log dirs'
+    meta.properties): IdentityError naming both ids otherwise, and nothing is staged."""
     bid = int(broker["broker_id"])
     key = probe_key(run_key, bid)
     remote = Remote(client, bid)
+    if not broker.get("host_key"):
+        raise StageError(f"{remote.who}: no pinned host_key in the discovered broker: rerun discover")
+    where = f"{broker.get('host')}:{broker.get('ssh_port')}"
+    identity = verify_identity(remote, bid, broker["host_key"], broker["log_dirs"], where=where)
     command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
     nbytes = 0
     end: dict[str, Any] = {}
@@ -162,15 +180,18 @@ def stage_broker(
         "segments_columnar": splitter.rows["segment"],
         "errors": end.get("errors"),
         "stderr": end["stderr"],
+        "identity": identity,
     }
 
 
 # --------------------------------------------------------------------------------------------
 # ZooKeeper snapshot and broker facts
-def snapshot_zookeeper(connect: str, store: Store, key: str, timeout: float = 10.0) -> int:
+def snapshot_zookeeper(connect: str, store: Store, key: str, timeout: float = 10.0, auth: ZkAuth | None = None) -> int:
+    """Kafka's metadata from ZooKeeper, read as ``auth`` (``fleet_doctor.zookeeper.credentials(inventory)``: with
+    ACLs on Kafka's znodes an anonymous read may be refused), as JSON Lines at ``key``."""
     from fleet_doctor.zookeeper import snapshot
 
-    records = snapshot.read_live(connect, timeout=timeout)
+    records = snapshot.read_live(connect, timeout=timeout, auth=auth)
     store.write_jsonl(key, records)
     return len(records)
 
@@ -243,7 +264,9 @@ def stage_and_detect(
     own_area = run_key is not None
     run_key = run_key or settings.run_key(run_id)
     store.check()
-    discovered = discover(inv.load(settings.inventory))
+    inventory = inv.load(settings.inventory)
+    auth = credentials(inventory)
+    discovered = discover(inventory, auth=auth)
     errors = []
     for broker in discovered["brokers"]:
         try:
@@ -257,7 +280,7 @@ def stage_and_detect(
     if errors:
         store.write_text(f"{run_key}/stage-errors.txt", "".join(errors))
     try:
-        snapshot_zookeeper(discovered["zookeeper"], store, f"{run_key}/zk.jsonl")
+        snapshot_zookeeper(discovered["zookeeper"], store, f"{run_key}/zk.jsonl", auth=auth)
     except Exception as e:  # detection runs without the cross-source rules
         store.write_text(f"{run_key}/zk-error.txt", f"{type(e).__name__}: {e}\n")
     facts = write_broker_facts(discovered, store, run_key)

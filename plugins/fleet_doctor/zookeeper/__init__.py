@@ -4,8 +4,11 @@
 - ``cluster``: what the repair's health gates read (registered brokers, controller, partition state, min ISR), and
   the one write a repair makes to Kafka's znodes (a topic's lost ``topic_id``, version-checked).
 - ``lock``: the repair lock of a cluster (one repair at a time, surviving a crashed worker).
+- ``auth``: the product's ZooKeeper identity (digest or SASL, from the Airflow connection ``kafka_zk_<cluster>``)
+  and the ACL of the znodes it creates.
 
-``session`` opens a kazoo client (imported only when used: DAG parsing imports this package).
+``session`` opens a kazoo client (imported only when used: DAG parsing imports this package); ``cluster_session``
+opens one for an inventory's cluster with its credentials.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from fleet_doctor.zookeeper.auth import ZkAuth, ZkAuthError, as_auth, credentials
+
+__all__ = ["ZkAuth", "ZkAuthError", "cluster_session", "credentials", "session"]
+
 
 @contextmanager
 def session(
@@ -23,17 +30,23 @@ def session(
     read_only: bool = False,
     retries: int | None = None,
     start_timeout: float | None = None,
+    auth: ZkAuth | tuple[str, str] | None = None,
 ) -> Iterator[Any]:
     """A started kazoo client for ``connect`` (Kafka's ``zookeeper.connect``: HOST:PORT[,...][/chroot]), stopped and
     closed on leaving the block. ``timeout``: the session timeout (an ephemeral znode outlives a crashed holder by
     about this long); ``start_timeout``: how long to wait for the connection (default ``timeout``); ``retries``:
-    connection and command retries (kazoo's default: retry forever)."""
+    connection and command retries (kazoo's default: retry forever); ``auth``: the identity to authenticate as (a
+    ``ZkAuth`` or kazoo's ``(scheme, credential)``), whose ACL (``ZkAuth.acl``) becomes the client's default ACL:
+    every znode created through this session is changeable by that identity only."""
     from kazoo.client import KazooClient
 
     opts: dict[str, Any] = {}
     if retries is not None:
         retry = {"max_tries": retries, "delay": 0.1, "max_delay": 1.0}
         opts = {"connection_retry": retry, "command_retry": retry}
+    identity = as_auth(auth)
+    if identity is not None:
+        opts.update(identity.kazoo_options(), default_acl=identity.acl())
     zk = KazooClient(hosts=connect, timeout=timeout, read_only=read_only, **opts)
     try:
         with warnings.catch_warnings():
@@ -43,3 +56,14 @@ def session(
     finally:
         zk.stop()
         zk.close()
+
+
+@contextmanager
+def cluster_session(inv: Any, **session_kw: Any) -> Iterator[Any]:
+    """``session(inv.zookeeper, auth=credentials(inv), **session_kw)``: a started kazoo client for the inventory's
+    ZooKeeper (chroot included), authenticated as the Airflow connection ``kafka_zk_<cluster>`` says (none when
+    Airflow or the connection is absent). An ``auth`` in ``session_kw`` replaces the connection's."""
+    if "auth" not in session_kw:
+        session_kw["auth"] = credentials(inv)
+    with session(inv.zookeeper, **session_kw) as zk:
+        yield zk

@@ -4,6 +4,12 @@
 A persistent znode names the holder (plan hash, step, Airflow run): it survives a crashed worker, so a second repair
 stays blocked until the first is resumed or the lock is released by hand (docs/repair.md). An ephemeral znode beside
 it lives exactly as long as the holder's ZooKeeper session, so a resume waits until the crashed worker is gone.
+
+With an authenticated session (``fleet_doctor.zookeeper.cluster_session``: digest or SASL credentials) the lock
+znodes and their parents get an ACL: the product's identity ALL, everyone else READ (an operator sees the holder
+but cannot delete or overwrite it; ZooKeeper checks a delete against the parent's ACL, hence the parents). Parents
+left open by an earlier unauthenticated run are closed the same way. Without authentication nothing changes: the
+znodes are open, as ZooKeeper's default ACL makes them.
 """
 
 from __future__ import annotations
@@ -17,8 +23,52 @@ class LockHeld(RuntimeError):
     """Another repair (or another live worker of this one) holds the cluster's repair lock."""
 
 
-LOCK_ROOT = "/fleet-doctor/repair-lock"
-ACTIVE_ROOT = "/fleet-doctor/repair-active"
+LOCK_PARENT = "/fleet-doctor"
+LOCK_ROOT = f"{LOCK_PARENT}/repair-lock"
+ACTIVE_ROOT = f"{LOCK_PARENT}/repair-active"
+
+
+def lock_acl(zk: Any) -> list[Any] | None:
+    """The ACL of the lock znodes for this client: the session's default ACL (``session(auth=...)`` sets it), else
+    one made from its digest credentials (a client authenticated by ``add_auth``), else None (open znodes)."""
+    if getattr(zk, "default_acl", None):
+        return list(zk.default_acl)
+    digests = sorted(cred for scheme, cred in getattr(zk, "auth_data", ()) if scheme == "digest")
+    if not digests:
+        return None
+    from fleet_doctor.zookeeper.auth import ZkAuth
+
+    acl = [ZkAuth("digest", cred).acl()[0] for cred in digests]
+    return [*acl, ZkAuth("digest", digests[0]).acl()[1]]
+
+
+def _ensure_root(zk: Any, root: str, acl: list[Any] | None) -> None:
+    """``root`` and its parent exist, with ``acl`` when there is one (an open one left by an unauthenticated run is
+    replaced: ZooKeeper lets anyone delete a child of an open znode). kazoo's NoAuthError when they belong to
+    another identity."""
+    from kazoo.exceptions import NoAuthError
+
+    try:
+        zk.ensure_path(root, acl=acl)
+    except NoAuthError:
+        raise NoAuthError(
+            f"ZooKeeper refuses to create {root} (relative to Kafka's chroot) for this session: the chroot's ACL "
+            f"(Kafka's zookeeper.set.acl) lets only Kafka's identity create in it; create {LOCK_PARENT} there with "
+            "an ACL for Fleet Doctor's identity, or give Fleet Doctor that identity (docs/inventory.md)"
+        ) from None
+    if not acl:
+        return
+    for path in (LOCK_PARENT, root):
+        current, stat = zk.get_acls(path)
+        if {(a.perms, a.id.scheme, a.id.id) for a in current} != {(a.perms, a.id.scheme, a.id.id) for a in acl}:
+            try:
+                zk.set_acls(path, acl, version=stat.aversion)
+            except NoAuthError:
+                owners = ", ".join(f"{a.id.scheme}:{a.id.id.split(':')[0]}" for a in current)
+                raise NoAuthError(
+                    f"ZooKeeper {path} is owned by {owners}, not by this session's identity: fix its ACL as "
+                    "that identity or ZooKeeper's super user (docs/repair.md)"
+                ) from None
 
 
 def _same_owner(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -38,11 +88,12 @@ def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0
     from kazoo.exceptions import NodeExistsError, NoNodeError
 
     path = f"{LOCK_ROOT}/{cluster}"
-    zk.ensure_path(LOCK_ROOT)
+    acl = lock_acl(zk)
+    _ensure_root(zk, LOCK_ROOT, acl)
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            zk.create(path, json.dumps(owner).encode())
+            zk.create(path, json.dumps(owner).encode(), acl=acl)
             break
         except NodeExistsError:
             try:
@@ -55,11 +106,11 @@ def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0
                 raise LockHeld(f"cluster {cluster} is locked by another repair: {held}") from None
             time.sleep(2)
     active = f"{ACTIVE_ROOT}/{cluster}"
-    zk.ensure_path(ACTIVE_ROOT)
+    _ensure_root(zk, ACTIVE_ROOT, acl)
     live_deadline = time.monotonic() + live_wait_s
     while True:
         try:
-            zk.create(active, json.dumps(owner).encode(), ephemeral=True)
+            zk.create(active, json.dumps(owner).encode(), acl=acl, ephemeral=True)
             return
         except NodeExistsError:
             if time.monotonic() > live_deadline:

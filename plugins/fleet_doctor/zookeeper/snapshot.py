@@ -821,8 +821,9 @@ class _LiveReader:
             self.get(f"/admin/delete_topics/{t}")
 
 
-def read_live(connect: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """Records for a live ZooKeeper, ``connect`` as in Kafka's ``zookeeper.connect`` (HOST:PORT[,...][/chroot]).
+def read_live(connect: str, timeout: float = 10.0, auth: Any = None) -> list[dict[str, Any]]:
+    """Records for a live ZooKeeper, ``connect`` as in Kafka's ``zookeeper.connect`` (HOST:PORT[,...][/chroot]);
+    ``auth``: the identity to read as (``fleet_doctor.zookeeper.session``), None for none.
 
     Raises ZooKeeperUnavailable (an OSError) when ZooKeeper cannot be reached within ``timeout`` seconds
     or the session is lost mid-read; ValueError for an invalid connect string.
@@ -836,7 +837,7 @@ def read_live(connect: str, timeout: float = 10.0) -> list[dict[str, Any]]:
     hosts, chroot = split_connect(connect)
     started = int(time.time() * 1000)
     try:
-        with session(hosts + chroot, timeout=timeout, read_only=True, retries=3) as zk:
+        with session(hosts + chroot, timeout=timeout, read_only=True, retries=3, auth=auth) as zk:
             read_only_server = zk.client_state == KeeperState.CONNECTED_RO
             reader = _LiveReader(zk)
             reader.read()
