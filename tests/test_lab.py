@@ -561,6 +561,100 @@ def test_seed_000_broker_refuses_to_start_with_kafkas_message(tmp_path: Path) ->
         fleet_lab("down", "--dir", str(d), check=False)
 
 
+def _wait_for(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_missing_leader_epoch_checkpoint_is_created_at_load_and_written_on_becoming_leader(tmp_path: Path) -> None:
+    """Kafka's CheckpointFile creates a missing leader-epoch-checkpoint empty when the log loads (no entries are
+    rebuilt from the log: the segments are not recovered after a clean stop); from 2.1 becoming leader with a new
+    leader epoch assigns (epoch, log end offset) and flushes "0 / 1 / <epoch> <LEO>" (KAFKA-7415)."""
+    from fleet_lab.kafka_files import log_end_offset
+
+    d = tmp_path / "lab"
+    fleet_lab("up", "--dir", str(d), "--brokers", "2", "--kafka-version", "2.8.2")
+    try:
+        state = fleet.LabState.load(d)
+        b2 = state.broker(2)
+        assert fleet.run_service(b2, "stop").returncode == 0
+        pdirs = sorted(p for x in b2.log_dirs for p in Path(x).iterdir() if p.is_dir())
+        assert len(pdirs) > 5 and all((p / "leader-epoch-checkpoint").exists() for p in pdirs)
+        for p in pdirs:  # as the seed-004 repair leaves a drifted replica
+            (p / "leader-epoch-checkpoint").unlink()
+        assert fleet.run_service(b2, "start").returncode == 0
+        fleet.wait_healthy(state, timeout=30)
+        zk = zk_client({"zookeeper": state.zookeeper})
+        try:
+
+            def expected(p: Path) -> bytes:
+                topic, _, part = p.name.rpartition("-")
+                st = state_of(zk, topic, int(part))
+                return f"0\n1\n{st['leader_epoch']} {log_end_offset(p)}\n".encode() if st["leader"] == 2 else b""
+
+            def files_as_kafka_leaves_them() -> bool:
+                return all((p / "leader-epoch-checkpoint").read_bytes() == expected(p) for p in pdirs)
+
+            _wait_for(files_as_kafka_leaves_them, 10, "leader-epoch-checkpoint as Kafka leaves it")
+            followed = [p for p in pdirs if expected(p) == b""]
+            assert followed  # the stop moved leadership off broker 2: its replicas loaded as followers
+            for q in followed:  # an empty file is a well-formed checkpoint with no entry
+                assert parse_leader_epoch_checkpoint((q / "leader-epoch-checkpoint").read_bytes(), str(q)) == []
+            # the controller makes broker 2 leader of one of them with a new leader epoch
+            p = next(p for p in followed if log_end_offset(p) > 0)
+            topic, _, part = p.name.rpartition("-")
+            path = f"/brokers/topics/{topic}/partitions/{part}/state"
+            raw, st = zk.get(path)
+            old = json.loads(raw)
+            new = dict(old, leader=2, leader_epoch=old["leader_epoch"] + 1)
+            zk.set(path, json.dumps(new).encode(), version=st.version)
+            want = f"0\n1\n{new['leader_epoch']} {log_end_offset(p)}\n".encode()
+            _wait_for(lambda: (p / "leader-epoch-checkpoint").read_bytes() == want, 10, "the new leader's entry")
+            assert all((q / "leader-epoch-checkpoint").read_bytes() == b"" for q in followed if q != p)
+        finally:
+            zk.stop()
+    finally:
+        fleet_lab("down", "--dir", str(d), check=False)
+
+
+@pytest.mark.parametrize("version", ["2.8.2", "2.5.1"])
+def test_leader_epoch_checkpoint_after_an_unclean_shutdown_comes_from_the_recovered_segments(
+    tmp_path: Path, version: str
+) -> None:
+    """After a kill -9 Kafka recovers the segments from the recovery point on (here the active one) and assigns their
+    batches' leader epochs to the cache: the only time a load puts entries from the log into the file. Epoch 0 is
+    assigned from 2.7 (KAFKA-10432); 2.5 skips it, so only becoming leader (epoch 0 at the LEO) writes an entry."""
+    from fleet_lab.kafka_files import log_end_offset, segment_bases
+
+    d = tmp_path / "lab"
+    fleet_lab("up", "--dir", str(d), "--brokers", "1", "--kafka-version", version)
+    try:
+        b = fleet.LabState.load(d).broker(1)
+        pdirs = sorted(p for x in b.log_dirs for p in Path(x).iterdir() if p.is_dir())
+        assert fleet.run_service(b, "kill").returncode == 0
+        for p in pdirs:
+            (p / "leader-epoch-checkpoint").unlink()
+        assert fleet.run_service(b, "start").returncode == 0
+        assert "Recovering unflushed segment" in (Path(b.run_dir) / "server.log").read_text()
+
+        def entry(p: Path) -> int:  # the start offset of its one epoch-0 entry
+            return segment_bases(p)[-1] if version == "2.8.2" else log_end_offset(p)
+
+        def as_kafka_leaves_them() -> bool:
+            return all((p / "leader-epoch-checkpoint").read_bytes() == f"0\n1\n0 {entry(p)}\n".encode() for p in pdirs)
+
+        _wait_for(as_kafka_leaves_them, 10, "leader-epoch-checkpoint as Kafka leaves it")
+        assert any(0 < segment_bases(p)[-1] < log_end_offset(p) for p in pdirs)  # the two versions differ there
+    finally:
+        fleet_lab("down", "--dir", str(d), check=False)
+
+
 def test_kill9_untrimmed_index_leaves_a_crashed_brokers_files(lab3: dict[str, Any]) -> None:
     r = fleet_lab("inject", "kill9-untrimmed-index", "--broker", "3", "--dir", lab3["dir"], "--json")
     rec = json.loads(r.stdout)

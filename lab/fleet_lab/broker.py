@@ -65,12 +65,16 @@ from fleet_doctor.probe import (
 from fleet_lab import python_path
 from fleet_lab.kafka_files import (
     KafkaFeatures,
+    RecoveryResult,
+    batch_leader_epochs,
+    create_checkpoint_file,
     encode_offset_checkpoint,
     preallocate_index,
     recover_segment,
     trim_index,
     write_atomic,
     write_clean_shutdown,
+    write_leader_epoch_checkpoint,
     write_meta_properties,
     write_partition_metadata,
 )
@@ -80,6 +84,7 @@ LOG = logging.getLogger("kafka.server.KafkaServer")
 LOG_MANAGER = logging.getLogger("kafka.log.LogManager")
 LOG_LOADER = logging.getLogger("kafka.log.LogLoader")
 STATE_CHANGE = logging.getLogger("state.change.logger")
+PARTITION = logging.getLogger("kafka.cluster.Partition")
 CONTROLLER = logging.getLogger("kafka.controller.KafkaController")
 RECONCILE_MIN_INTERVAL_S = 0.05  # passes run when a watched znode changes, at most this often ...
 RECONCILE_SAFETY_S = 2.0  # ... and at least this often
@@ -148,6 +153,77 @@ class LogDirOffline(Exception):
 
 # --------------------------------------------------------------------------------------------
 # Logs
+class LeaderEpochCache:
+    """LeaderEpochFileCache of one partition over its ``leader-epoch-checkpoint`` (kafka-reference.md §4.2).
+
+    When Kafka writes the file (K@2.8.2 C/log/Log.scala, C/server/epoch/LeaderEpochFileCache.scala; K@3.9
+    S/epoch/LeaderEpochFileCache.java, UnifiedLog.maybeCreateLeaderEpochCache):
+
+    - loading (or creating) a log with message format v2 constructs a LeaderEpochCheckpointFile, whose CheckpointFile
+      constructor creates the file *empty* (0 bytes) if it is missing; the cache reads it and writes nothing;
+    - ``assign`` (a new entry) flushes the whole cache: LogSegment.recover assigns the epoch of each recovered v2 batch
+      above the latest one; Partition.makeLeader assigns (leader epoch, log end offset) from 2.1 (KAFKA-7415); a
+      leader's and a follower's appends assign the epoch of their batches (the lab appends nothing while running);
+    - truncations flush when they remove entries: at the end of every load the cache is cut to [log start, LEO)
+      (``truncateFromEnd`` then ``truncateFromStart``, which re-inserts its first entry at the log start offset).
+
+    So Kafka does not rebuild the file from the log at load, except for the segments it recovers: a log whose file was
+    removed comes back with an empty file until the broker recovers a segment, becomes leader or appends."""
+
+    def __init__(self, path: Path, features: KafkaFeatures, entries: list[tuple[int, int]]) -> None:
+        self.path = path
+        self.f = features
+        self.entries = list(entries)  # as read: Kafka's constructor keeps them (2.4+ through assign, not flushed)
+
+    def latest_epoch(self) -> int | None:
+        return self.entries[-1][0] if self.entries else None
+
+    def flush(self) -> None:
+        write_leader_epoch_checkpoint(self.path.parent, self.entries)
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """LeaderEpochFileCache.assign: append (epoch, start offset) and flush if it is news; returns whether it was."""
+        if not self.f.leader_epoch_assign_truncates_conflicts:
+            # 0.11-2.0: only an epoch above the latest starting at or after the latest start offset is appended
+            last = self.entries[-1] if self.entries else (-1, -1)
+            if not (epoch >= 0 and epoch > last[0] and start_offset >= last[1]):
+                return False
+        else:
+            if self.entries and not (epoch != self.entries[-1][0] or start_offset < self.entries[-1][1]):
+                return False  # isUpdateNeeded
+            removed = []  # maybeTruncateNonMonotonicEntries
+            while self.entries and (self.entries[-1][0] >= epoch or self.entries[-1][1] >= start_offset):
+                removed.insert(0, self.entries.pop())
+            if len(removed) > 1 or (removed and removed[0][1] != start_offset):
+                LOG_LOADER.warning(
+                    "[LeaderEpochCache %s] New epoch entry EpochEntry(epoch=%d, startOffset=%d) caused truncation of "
+                    "conflicting entries %s. Cache now contains %d entries.",
+                    self.path.parent.name,
+                    epoch,
+                    start_offset,
+                    removed,
+                    len(self.entries),
+                )
+        self.entries.append((epoch, start_offset))
+        self.flush()
+        return True
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Remove the entries starting at or after ``end_offset`` (flushed only if any was removed)."""
+        kept = [e for e in self.entries if e[1] < end_offset]
+        if end_offset >= 0 and len(kept) != len(self.entries):
+            self.entries = kept
+            self.flush()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Remove the entries starting at or before ``start_offset`` and put the last of them back at
+        ``start_offset`` (flushed whenever one was removed, even if the content comes out the same)."""
+        before = [e for e in self.entries if e[1] <= start_offset]
+        if before:
+            self.entries = [(before[-1][0], start_offset)] + [e for e in self.entries if e[1] > start_offset]
+            self.flush()
+
+
 @dataclass
 class HostedLog:
     topic: str
@@ -162,6 +238,8 @@ class HostedLog:
     active_entries: dict[str, int] = field(default_factory=dict)  # ext -> entries known in memory
     inconsistent_topic_id: bool = False
     looked_at: bool = False  # the first LeaderAndIsr after start has been processed
+    epochs: LeaderEpochCache | None = None  # None: a message format without leader epochs (before 0.11)
+    leader_epoch: int = -1  # Partition.leaderEpoch: the newest leader epoch this process acted on (-1 at start)
 
 
 def _entry_at(path: Path, entry: Any, n: int) -> tuple[int, int]:
@@ -305,12 +383,29 @@ class LogLoader:
                     topic_id = parse_partition_metadata(pm.read_bytes(), str(pm))["topic_id"]
                 except (OSError, ValueError) as e:
                     raise LogDirOffline(f"Error while reading partition metadata file {pm}: {e}") from e
-        lec = path / LEADER_EPOCH_CHECKPOINT
-        if lec.exists() and f.has_leader_epoch_checkpoint:
+        epochs = None
+        if f.has_leader_epoch_checkpoint:
+            # initializeLeaderEpochCache (2.x) / maybeCreateLeaderEpochCache (3.x), before the segments load: the
+            # checkpoint file's constructor creates a missing file empty, then the cache reads it (LeaderEpochCache)
+            lec = path / LEADER_EPOCH_CHECKPOINT
+            create_checkpoint_file(lec)
             try:
-                parse_leader_epoch_checkpoint(lec.read_bytes(), str(lec))
+                entries = parse_leader_epoch_checkpoint(lec.read_bytes(), str(lec))
             except (OSError, ValueError) as e:
                 raise LogDirOffline(f"Error while reading checkpoint file {lec}: {e}") from e
+            epochs = LeaderEpochCache(lec, f, [(e, o) for e, o in entries])
+
+        def recover(base: int, with_epochs: bool) -> RecoveryResult:
+            res = recover_segment(path, base, f)
+            if with_epochs and epochs is not None:
+                # LogSegment.recover: a v2 batch whose partition leader epoch is above the cache's latest is assigned
+                lowest = 0 if f.recovery_assigns_leader_epoch_zero else 1
+                for epoch, offset in batch_leader_epochs(path / segment_file_name(base, "log"), base):
+                    latest = epochs.latest_epoch()
+                    if epoch >= lowest and (latest is None or epoch > latest):
+                        epochs.assign(epoch, offset)
+            return res
+
         if not bases:
             (path / segment_file_name(0, "log")).touch()
             bases = [0]
@@ -324,7 +419,7 @@ class LogLoader:
                     "recovering segment and rebuilding index files...",
                     log_path,
                 )
-                recover_segment(path, base, f)
+                recover(base, f.index_rebuild_recovers_leader_epochs)
                 continue
             if f.index_sanity_at_load == "rebuild":
                 problem = _index_sanity_error(index, base, f)
@@ -338,7 +433,7 @@ class LogLoader:
                         log_path,
                         problem,
                     )
-                    recover_segment(path, base, f)
+                    recover(base, False)  # 0.9-2.2: Log.recoverSegment(segment) without the epoch cache
             if f.has_time_index and not (path / segment_file_name(base, "timeindex")).exists():
                 (path / segment_file_name(base, "timeindex")).touch()
         # §2.4: recovery after an unclean shutdown, from the segment holding the recovery point
@@ -348,7 +443,7 @@ class LogLoader:
                 if base < start:
                     continue
                 LOG_LOADER.info("Recovering unflushed segment %d in log %s", base, path.name)
-                res = recover_segment(path, base, f)
+                res = recover(base, True)
                 if res.truncated_bytes:
                     LOG_LOADER.warning("Corruption found in segment %d, truncating to offset %s", base, res.next_offset)
                     for later in bases[i + 1 :]:
@@ -361,6 +456,11 @@ class LogLoader:
         walked = walk_log(str(path / segment_file_name(active, "log")), active)
         leo = walked["next_offset"] if walked["next_offset"] is not None else active
         log = HostedLog(tp[0], tp[1], path, log_dir, topic_id, max(log_start, bases[0]), leo, active, len(bases))
+        if epochs is not None:
+            # the end of every load: the cache cut to [log start, LEO) (flushed only when an entry goes)
+            epochs.truncate_from_end(leo)
+            epochs.truncate_from_start(log.log_start_offset)
+            log.epochs = epochs
         # the active segment is re-expanded (resizeIndexes(maxIndexSize)); the entries known in memory are
         # the whole length of the file as it was opened (§1.2)
         for ext, entry in (("index", OFFSET_INDEX_ENTRY), ("timeindex", TIME_INDEX_ENTRY)):
@@ -723,7 +823,9 @@ class LabBroker:
             log.active_entries[ext] = 0
             preallocate_index(path / segment_file_name(0, ext), entry, self.cfg.segment_index_bytes)
         if self.f.has_leader_epoch_checkpoint:
-            write_atomic(path / LEADER_EPOCH_CHECKPOINT, b"0\n0\n")
+            # a new log's LeaderEpochCheckpointFile: created empty; the leader's makeLeader then assigns (epoch, 0)
+            create_checkpoint_file(path / LEADER_EPOCH_CHECKPOINT)
+            log.epochs = LeaderEpochCache(path / LEADER_EPOCH_CHECKPOINT, self.f, [])
         LOG_MANAGER.info("Created log for partition %s-%d in %s", topic, partition, path)
         self.logs[(topic, partition)] = log
         return log
@@ -787,6 +889,10 @@ class LabBroker:
                     continue
                 state = json.loads(raw)
                 offline = log.inconsistent_topic_id or log.log_dir in self.offline_dirs
+                if not offline and state["leader_epoch"] > log.leader_epoch:
+                    # a LeaderAndIsr with a newer leader epoch (after a start, any: the partition's epoch is -1);
+                    # a partition skipped for its topic ID or an offline dir takes no leader or follower role
+                    self._become_leader_or_follower(log, state)
                 new_isr = None
                 if offline and me in state["isr"] and len(state["isr"]) > 1:
                     new_isr = [b for b in state["isr"] if b != me]
@@ -796,6 +902,28 @@ class LabBroker:
                     with contextlib.suppress(BadVersionError):
                         self.zk.set(path, json.dumps(dict(state, isr=new_isr)).encode(), version=st.version)
                         STATE_CHANGE.info("[Partition %s-%s broker=%d] ISR updated to %s", topic, p, me, new_isr)
+
+    def _become_leader_or_follower(self, log: HostedLog, state: dict[str, Any]) -> None:
+        """Partition.makeLeader / makeFollower for a newer leader epoch. From 2.1 (KAFKA-7415) makeLeader assigns
+        (leader epoch, log end offset) to the epoch cache, which flushes leader-epoch-checkpoint; makeFollower writes
+        nothing (a follower's file changes only when it truncates or appends fetched batches, which the lab's
+        brokers do not: they replicate nothing)."""
+        previous, log.leader_epoch = log.leader_epoch, state["leader_epoch"]
+        if state["leader"] != self.cfg.broker_id:
+            return
+        PARTITION.info(
+            "[Partition %s-%d broker=%d] %s-%d starts at leader epoch %d from offset %d. Previous leader epoch was %d.",
+            log.topic,
+            log.partition,
+            self.cfg.broker_id,
+            log.topic,
+            log.partition,
+            log.leader_epoch,
+            log.log_end_offset,
+            previous,
+        )
+        if log.epochs is not None and self.f.becoming_leader_assigns_leader_epoch:
+            log.epochs.assign(log.leader_epoch, log.log_end_offset)
 
     # ---- shutdown
     def write_checkpoints(self) -> None:

@@ -82,6 +82,32 @@ class KafkaFeatures:
         return self.at_least("0.11")
 
     @property
+    def becoming_leader_assigns_leader_epoch(self) -> bool:
+        """KAFKA-7415 (2.1.0, apache/kafka PR #5678): Partition.makeLeader assigns (leader epoch, log end offset) to
+        the leader epoch cache, which flushes leader-epoch-checkpoint; before, an epoch entered the cache only with
+        the first batch appended in it (the 1.1/2.0 backports are not modelled)."""
+        return self.at_least("2.1")
+
+    @property
+    def leader_epoch_assign_truncates_conflicts(self) -> bool:
+        """Same change (KAFKA-7415, 2.1.0): assign(epoch, offset) first removes the entries at the end with an epoch
+        >= epoch or a start offset >= offset; before, it appended only an epoch and offset above the latest ones."""
+        return self.at_least("2.1")
+
+    @property
+    def recovery_assigns_leader_epoch_zero(self) -> bool:
+        """KAFKA-10432 (apache/kafka PR #9219, 2.7.0): LogSegment.recover assigns batches' epochs >= 0; before,
+        only > 0 (a log written in epoch 0 recovered no entry)."""
+        return self.at_least("2.7")
+
+    @property
+    def index_rebuild_recovers_leader_epochs(self) -> bool:
+        """3.x's LogLoader recovers a segment whose index is missing or corrupt with the log's leader epoch cache;
+        through 2.8 (Log / object LogLoader: recoverSegment's leaderEpochCache defaults to None) only the recovery
+        after an unclean shutdown (recoverLog) passed it."""
+        return self.at_least("3.0")
+
+    @property
     def has_log_start_offset_checkpoint(self) -> bool:
         return self.at_least("0.11")
 
@@ -414,6 +440,37 @@ class PartitionLogWriter:
         if self.features.has_leader_epoch_checkpoint:
             write_atomic(self.dir / LEADER_EPOCH_CHECKPOINT, encode_leader_epoch_checkpoint(self.leader_epochs))
         return LogState(self.next_offset, 0, list(self.leader_epochs))
+
+
+def create_checkpoint_file(path: Path) -> bool:
+    """What CheckpointFile's constructor does to its file: ``Files.createFile`` when it does not exist, i.e. an empty
+    (0-byte) file, mode 0666 less the umask; an existing file is left as it is. Not the "0 / 0" framing: that is only
+    written by a later ``write`` (K@0.11.0 C/server/checkpoints/CheckpointFile.scala, K@3.x
+    server-common/.../server/common/CheckpointFile.java). Returns whether it created the file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def write_leader_epoch_checkpoint(directory: Path, entries: Sequence[tuple[int, int]]) -> None:
+    """LeaderEpochFileCache's flush: the whole cache, as CheckpointFile.write writes it (temp file, fsync, rename)."""
+    write_atomic(directory / LEADER_EPOCH_CHECKPOINT, encode_leader_epoch_checkpoint(entries))
+
+
+def batch_leader_epochs(log: Path, base_offset: int) -> list[tuple[int, int]]:
+    """(partitionLeaderEpoch, baseOffset) of each valid v2 batch of a .log, in file order; v0/v1 messages carry no
+    leader epoch and are left out (what LogSegment.recover hands to the epoch cache, §2.5)."""
+    out: list[tuple[int, int]] = []
+    with open(log, "rb") as f:
+        for pos, first, _last, _size in log_batches(log, base_offset):
+            f.seek(pos)
+            head = f.read(17)  # baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8
+            if len(head) == 17 and head[16] == 2:
+                out.append((struct.unpack_from(">i", head, 12)[0], first))
+    return out
 
 
 def write_partition_metadata(directory: Path, topic_id: str) -> None:

@@ -5,7 +5,12 @@ fresh output, with a live ZooKeeper snapshot, goes through the same detection ap
 (``fleet_doctor.spark.detect_locally``). A touched file is wrong when a finding names it (a quarantined index that
 Kafka rebuilt badly, a ``partition.metadata`` that again holds another topic ID than ZooKeeper's), or names its
 segment's log (``index-missing``). Besides findings, the broker must have re-created what it re-creates at start: a
-removed ``partition.metadata`` and a quarantined index must exist again.
+removed ``partition.metadata`` and a quarantined index must exist again, and so must a removed
+``leader-epoch-checkpoint``: Kafka (0.11+, message format v2) creates it whenever it loads a log, empty when it was
+missing (CheckpointFile's constructor; entries come with a recovered segment, a leader epoch or an append), so its
+absence means the broker did not load that partition. Its content is judged by detection (``leader-epoch-malformed``
+and the other leader-epoch rules name the file). The plan removes it only with ``partition.metadata`` (2.8+, where
+a broker whose ``log.message.format.version`` is below 0.11 would delete it at load: not a supported setup here).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 
 from fleet_doctor.audit.staging import split_to_dir
 from fleet_doctor.audit.steps import probe_command, run_probe
-from fleet_doctor.probe import PARTITION_METADATA
+from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
 from fleet_doctor.remote import Remote
 from fleet_doctor.spark import detect_locally
 from fleet_doctor.zookeeper import snapshot
@@ -65,23 +70,30 @@ def problems(actions: list[Any], findings: list[dict[str, Any]], present: set[st
         if a.action == "quarantine":
             named += [f for f in by_path.get(log, []) if f["rule"] == "index-missing"]
         out += [f"{a.path}: {f['rule']}: {f['message']}" for f in named]
-        must_exist = (a.action == "quarantine" and log in present) or name == PARTITION_METADATA
-        if must_exist and a.path not in present:
-            out.append(f"{a.path} was not re-created by the broker's start")
+        recreated_at_load = name in (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT)
+        if ((a.action == "quarantine" and log in present) or recreated_at_load) and a.path not in present:
+            why = " (Kafka creates it when it loads the log: the broker did not load it)"
+            out.append(
+                f"{a.path} was not re-created by the broker's start{why if name == LEADER_EPOCH_CHECKPOINT else ''}"
+            )
     return out
 
 
 def _present(output: bytes | bytearray, partition_dirs: set[str]) -> set[str]:
-    """The files of ``partition_dirs`` the probe saw (its ``output``): partition.metadata and segments' logs and
-    indexes. Only those partition dirs' records are parsed (the probe prints ``"path":`` as JSON does)."""
+    """The files of ``partition_dirs`` the probe saw (its ``output``): partition.metadata, leader-epoch-checkpoint
+    and segments' logs and indexes. Only those partition dirs' records are parsed (the probe prints ``"path":`` as
+    JSON does)."""
     wanted = [f'"path":{json.dumps(d)}'.encode() for d in partition_dirs]
     out: set[str] = set()
     for line in output.splitlines():
         if not any(w in line for w in wanted):
             continue
         r = json.loads(line)
-        if r.get("kind") == "partition" and r.get("partition_metadata_present"):
-            out.add(f"{r['path']}/{PARTITION_METADATA}")
+        if r.get("kind") == "partition":
+            if r.get("partition_metadata_present"):
+                out.add(f"{r['path']}/{PARTITION_METADATA}")
+            if r.get("leader_epoch_present"):
+                out.add(f"{r['path']}/{LEADER_EPOCH_CHECKPOINT}")
         elif r.get("kind") == "segment":
             for ext in ("log", "index", "timeindex"):
                 if r.get(f"has_{ext}"):
