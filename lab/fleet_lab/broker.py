@@ -10,15 +10,17 @@ does, in this order, what a ZooKeeper-mode Kafka broker of the configured versio
    index sanity check (0.8: a failure is fatal; 0.9-2.2: the segment is recovered; 2.3+: trusted),
    recovers the segments above the recovery point after an unclean shutdown, then preallocates the
    active segment's indexes to ``segment.index.bytes``. ``.kafka_cleanshutdown`` is deleted before
-   loading (2.8+) or after all logs loaded (0.8.2-2.7);
+   loading (2.8+) or after all logs loaded (0.8.2-2.7). A missing ``leader-epoch-checkpoint`` is
+   created empty (0.11+); entries come only from recovered segments (``LeaderEpochCache``);
 3. registers ``/brokers/ids/<id>`` (ephemeral), competes for ``/controller`` and bumps
    ``/controller_epoch``; as controller it mints a random topic ID for every *new* topic znode without
    ``topic_id`` and for all of them when it takes over (never on a partition modification: KAFKA-14190),
    creates partition ``state`` znodes and moves leadership off dead brokers;
-4. for every replica ZooKeeper assigns to it: creates the log if missing, writes ``partition.metadata``
-   where it has no topic ID yet, and on its first look after start treats a ``partition.metadata`` that
-   differs from ZooKeeper as Kafka does (InconsistentTopicIdException: the replica stays out of ISR);
-   otherwise it joins ISR;
+4. for every replica ZooKeeper assigns to it: creates the log if missing (its leader-epoch-checkpoint
+   empty), as leader of a new leader epoch assigns (epoch, LEO) to the leader epoch cache (2.1+),
+   writes ``partition.metadata`` where it has no topic ID yet, and on its first look after start treats
+   a ``partition.metadata`` that differs from ZooKeeper as Kafka does (InconsistentTopicIdException: the
+   replica stays out of ISR); otherwise it joins ISR;
 5. on SIGTERM (a clean stop): trims the active indexes, writes the offset checkpoints and
    ``.kafka_cleanshutdown``, closes its ZooKeeper session. ``kill -9`` leaves the preallocated indexes
    and no marker, exactly as a crashed Kafka does.
