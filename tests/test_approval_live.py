@@ -1,0 +1,88 @@
+"""The approval gate on a live Airflow (api-server + scheduler + dag-processor as processes, SQLite) with two users,
+alice and bob, and ``FLEET_DOCTOR_APPROVERS=alice``, over a 3-broker fleet lab with seed-004 (a plan that restarts
+every broker). Tests run in file order on one lab:
+
+1. bob triggers; the approve task asks alice only; bob's answer is refused by Airflow (403) and the plan does not
+   run; alice approves (dry run): execute goes on and journals who approved which plan;
+2. the approve task is marked "success" by hand through the REST API while its request is open: execute refuses
+   (no answer on record) and nothing on the brokers changes;
+3. alice triggers and approves her own run: four eyes, execute refuses and nothing changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.airflow_live import AirflowLiveError
+from harness.live_stack import FAST, REPAIR, fleet_snapshot, live_fleet, plan_dir
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with pytest.MonkeyPatch.context() as mp:  # the live stack's environment is built from this process's
+        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "alice:admin,bob:admin")
+        mp.setenv("FLEET_DOCTOR_APPROVERS", "alice")
+        with live_fleet(tmp_path_factory.mktemp("approval-live"), "2.8.2", "seed-004") as f:
+            yield f
+
+
+def journals(data: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((data / "repairs").rglob("journal.json"))]
+
+
+def refused(af: Any, run: str, message: str) -> None:
+    """The run failed at execute, with the approval check's error in its log."""
+    assert af.wait_run(REPAIR, run) == "failed"
+    assert af.task_states(REPAIR, run)["execute"] == "failed"
+    log = af.task_log(REPAIR, run, "execute")
+    assert "ApprovalError" in log and message in log, log[-3000:]
+
+
+def test_only_an_approver_can_answer_and_execute_records_who(fleet: dict[str, Any]) -> None:
+    af, state = fleet["af"], fleet["state"]
+    before = fleet_snapshot(state)
+    # a dry run of broker 1 only (seed-004's broker out of ISR: a dry run cannot bring it back before broker 2)
+    run = af.trigger(REPAIR, {**FAST, "dry_run": True, "brokers": [1]}, user="bob")
+    request = af.wait_for_approval(REPAIR, run, "approve")  # the request was created: no TypeError any more
+    assert request["assigned_users"] == [{"id": "alice", "name": "alice"}]
+    with pytest.raises(AirflowLiveError) as e:
+        af.respond(REPAIR, run, "approve", "Approve", user="bob")
+    assert e.value.code == 403
+    assert not af.hitl_detail(REPAIR, run, "approve")["response_received"]
+    assert af.task_states(REPAIR, run)["execute"] is None  # the plan does not run
+    af.respond(REPAIR, run, "approve", "Approve", user="alice")
+    assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
+    plan_hash = plan_dir(fleet["data"], request).name
+    approvals = [a for j in journals(fleet["data"]) for a in j.get("approvals", [])]
+    assert [(a["by"]["id"], a["plan_hash"], a["triggered_by"], a["option"]) for a in approvals] == [
+        ("alice", plan_hash, "bob", "Approve")
+    ]
+    assert fleet_snapshot(state) == before  # a dry run
+
+
+def test_an_approval_marked_success_by_hand_runs_nothing(fleet: dict[str, Any]) -> None:
+    af, state = fleet["af"], fleet["state"]
+    before = fleet_snapshot(state)
+    run = af.trigger(REPAIR, FAST, user="bob")  # a real run: only the approval check stands between it and brokers
+    af.wait_for_approval(REPAIR, run, "approve")
+    af.set_task_state(REPAIR, run, "approve", "success", user="bob")
+    refused(af, run, "no answer on record")
+    assert fleet_snapshot(state) == before
+    assert len(journals(fleet["data"])) == 1  # the first test's dry run only: this run never got that far
+
+
+def test_an_approver_cannot_approve_her_own_run(fleet: dict[str, Any]) -> None:
+    af, state = fleet["af"], fleet["state"]
+    before = fleet_snapshot(state)
+    run = af.trigger(REPAIR, FAST, user="alice")
+    af.wait_for_approval(REPAIR, run, "approve")
+    af.respond(REPAIR, run, "approve", "Approve", user="alice")  # Airflow lets her: she is assigned
+    refused(af, run, "four eyes")
+    assert fleet_snapshot(state) == before
