@@ -1,23 +1,36 @@
 """
-### Kafka fleet restore (manual): put a repair's backups back
+### Kafka fleet restore (manual, human-approved): put a repair's backups back
 
-The undo of `kafka_fleet_repair`. For the given plan hash and brokers (default: every broker the plan backed up),
-one broker at a time: stop it (and wait until `/brokers/ids/<id>` is gone), unpack its backup tarball over its
-files (the exact `partition.metadata`, `leader-epoch-checkpoint` and index files the repair removed or
-quarantined), check every restored file against the backup's sha256 manifest, then start it again unless
-`start` is off. Takes the cluster's repair lock. The plan's journal marks restored brokers pending again, so a
-later run of the same plan starts over with a fresh re-verification.
+The undo of `kafka_fleet_repair`, with the same care as the repair.
+
+1. **plan**: for the repair plan's hash (12+ hex digits) and brokers (default: every broker the attempt backed up;
+   `attempt`: the repair's Airflow run id, default the newest attempt with a backup): per broker the files that go
+   back with the sha256 each must have, the backup tarballs with their checksums (each already checked: its
+   members are exactly its manifest's files, inside the broker's log dirs), the order with the controller last.
+   `start=false` (leave the broker stopped) is accepted for one broker only.
+2. **approve**: a human approves the restore plan (Browse → Required Actions); `FLEET_DOCTOR_APPROVERS` applies.
+3. **restore**: reads the answer itself (an approve task marked success by hand is refused), takes the cluster's
+   repair lock (taking it over from a halted attempt of the same repair), then per broker: pre-check (everything
+   registered, nothing under-replicated beyond what this restore puts back, min ISR kept), stop, back up the files
+   as they are now, check it is still down, put the backup back (checksum checked on the broker before unpacking,
+   only the manifest's members), files equal to the manifest and owned as their partition dir, start, health gates.
+   The repair attempt's journal marks restored brokers pending again.
 
 Operator guide: `docs/repair.md`.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
-from fleet_doctor.repair import restore as repair_restore
-from fleet_doctor.repair import tasks
+from fleet_doctor.repair import approval, tasks
 from fleet_doctor.settings import Settings
+
+SETTINGS = Settings.from_env()
 
 
 @dag(
@@ -25,27 +38,38 @@ from fleet_doctor.settings import Settings
     **tasks.manual_dag_args(),
     doc_md=__doc__,
     params={
-        "plan": Param(type="string", minLength=12, description="the repair plan's hash (kafka_fleet_repair)"),
+        "plan": Param(type="string", pattern="^[0-9a-f]{12,64}$", description="the repair plan's hash"),
+        "attempt": Param("", type="string", description="the repair's run id (empty: the newest with a backup)"),
         "brokers": Param([], type="array", description="broker ids to restore (empty: every one with a backup)"),
-        "start": Param(True, type="boolean", description="start each broker again after its restore"),
+        "start": Param(True, type="boolean", description="start each broker again (false: one broker only)"),
         "timeout_s": Param(600, type="integer", minimum=30, description="per broker: stop / register within"),
+        "healthy_polls": Param(3, type="integer", minimum=1, description="consecutive healthy polls per broker"),
+        "poll_interval_s": Param(10, type="integer", minimum=1),
+        "isr_timeout_s": Param(900, type="integer", minimum=60, description="per broker: back in ISR within"),
     },
 )
 def kafka_fleet_restore() -> None:
     @task
-    def restore() -> list[str]:
-        ctx = get_current_context()
-        p = ctx["params"]
-        return repair_restore.restore_backup(
-            Settings.from_env(),
-            p["plan"],
-            [int(b) for b in p.get("brokers") or ()],
-            bool(p.get("start", True)),
-            ctx["run_id"],
-            timeout_s=float(p.get("timeout_s", 600)),
-        )
+    def plan() -> dict[str, Any]:
+        return tasks.make_restore_plan(Settings.from_env(), get_current_context()["params"])
 
-    restore()
+    approve = ApprovalOperator(
+        task_id="approve",
+        subject="{{ ti.xcom_pull(task_ids='plan')['subject'] }}",
+        body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
+        assigned_users=approval.hitl_users(SETTINGS),
+        response_timeout=timedelta(hours=24),
+    )
+
+    @task
+    def restore(planned: dict[str, Any]) -> dict[str, Any]:
+        ctx = get_current_context()
+        settings = Settings.from_env()
+        answer = approval.confirm(ctx, "approve", planned["hash"], settings)
+        return tasks.restore(settings, planned, ctx["params"], ctx["run_id"], approval=answer)
+
+    planned = plan()
+    planned >> approve >> restore(planned)
 
 
 kafka_fleet_restore()

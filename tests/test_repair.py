@@ -13,44 +13,28 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor import inventory
-from fleet_doctor.audit import steps
 from fleet_doctor.probe import parse_partition_metadata
-from fleet_doctor.repair.executor import Executor, Gates, RepairError
-from fleet_doctor.repair.plan import FleetFacts, build_plan, restart_preview
-from fleet_doctor.settings import Settings
+from fleet_doctor.repair.executor import Executor, RepairError, attempt_dir
+from fleet_doctor.repair.plan import restart_preview
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, release_lock
 from fleet_lab import fleet
-from fleet_lab.incidents import run_scenario
+from harness.repair_lab import FAST, audited_lab, plan_of
 from harness.ssh import ssh_connect
 
 pytestmark = pytest.mark.timeout(900)
-FAST = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=3, poll_interval_s=0.5, isr_timeout_s=60)
 
 
 @pytest.fixture(scope="module")
 def seed004(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """One seed-004 lab and audit for the module; the tests run in file order: reads, then a refused repair,
     then the repair itself."""
-    tmp_path = tmp_path_factory.mktemp("repair")
-    lab_dir = tmp_path / "lab"
-    state = fleet.up(lab_dir, brokers=3, kafka_version="2.8.2")
-    try:
-        scenario = run_scenario(state, "seed-004")
-        assert all(s.ok for s in scenario)
-        settings = Settings(inventory=lab_dir / "inventory.json", data_root=tmp_path / "data")
-        inv = inventory.load(settings.inventory)
-        summary = steps.run_local(settings, "run1", ssh_connect(inv))
-        yield {"state": state, "settings": settings, "inv": inv, "summary": summary, "tmp": tmp_path}
-    finally:
-        fleet.down(lab_dir)
+    with audited_lab(tmp_path_factory.mktemp("repair")) as ctx:
+        yield ctx
 
 
 def _plan(ctx: dict[str, Any]) -> Any:
-    s: Settings = ctx["settings"]
-    findings = s.store.read_jsonl("history/audit_run=run1/findings.jsonl")
-    return build_plan(ctx["inv"].cluster, "run1", findings, FleetFacts.load(s.store, s.run_key("run1")))
+    return plan_of(ctx)
 
 
 def test_partition_metadata_left_alone_without_approval(seed004: dict[str, Any]) -> None:
@@ -109,8 +93,9 @@ def test_a_dropped_ssh_session_halts_the_chain_and_is_journaled(seed004: dict[st
         first = plan.restart_order[0]
         assert ex.journal.data["status"] == "halted" and "could not run" in ex.journal.data["error"]
         assert ex.journal.state(first).value == "failed" and ex.journal.completed(first).value == "prechecked"
-        (logged,) = ex.journal.data["commands"]
-        assert logged["broker_id"] == first and logged["exit_status"] == -1
+        logged = ex.journal.data["commands"][0]  # the stop; then the check whether it runs (the same dropped session)
+        assert logged["broker_id"] == first and logged["exit_status"] == -1 and "stop" in logged["command"]
+        assert "may be left stopped" in ex.journal.data["brokers"][str(first)]["after_failure"]
         assert logged["stderr"].split(":")[0].endswith(("Error", "Exception"))  # what paramiko raised, named
         assert fleet.running_pid(state.broker(first).config()) is not None  # never stopped
     finally:
@@ -153,11 +138,11 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
         assert max(starts, key=starts.get) == controller
         # backups present and verified: the tarball holds exactly the planned files, sha256 as recorded
         for b in plan.brokers:
-            d = seed004["tmp"] / "repairs" / plan.hash / f"broker-{b.broker_id}"
-            with tarfile.open(d / "backup.tar.gz") as tar:
+            d = attempt_dir(seed004["tmp"] / "repairs", plan.hash, "manual") / f"broker-{b.broker_id}"
+            with tarfile.open(d / "backup-1.tar.gz") as tar:
                 names = sorted("/" + n.lstrip("/") for n in tar.getnames())
             assert names == sorted(b.backup_paths)
-            manifest = (d / "manifest.sha256").read_text().splitlines()
+            manifest = (d / "manifest-1.sha256").read_text().splitlines()
             assert len(manifest) == len(b.backup_paths)
     finally:
         zk.stop()

@@ -24,15 +24,17 @@ import hashlib
 import json
 import logging
 import shlex
+import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 from fleet_doctor.remote import Remote, RemoteError
 from fleet_doctor.repair.plan import QUARANTINE_DIR, BrokerPlan, Plan, controller_last
 from fleet_doctor.repair.verify import post_verify
+from fleet_doctor.settings import safe_run_id
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper.cluster import Cluster
 
@@ -71,16 +73,24 @@ class Gates:
 
 
 # --------------------------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
+def _digest(stream: IO[bytes]) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    for chunk in iter(lambda: stream.read(1 << 20), b""):
+        h.update(chunk)
     return h.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return _digest(f)
 
 
 # --------------------------------------------------------------------------------------------
 class Journal:
+    """One attempt at a plan (``<repairs>/<hash>/attempts/<run>/journal.json``): the state of each broker, every
+    remote command, the backups taken, the approval the attempt ran under. A rerun of the same Airflow run reads it
+    and resumes; a new run of the same plan is a new attempt with a journal of its own."""
+
     def __init__(self, path: Path, plan: Plan) -> None:
         self.path = path
         if path.is_file():
@@ -90,13 +100,20 @@ class Journal:
         else:
             self.data = {
                 "plan_hash": plan.hash,
+                "attempt": path.parent.name,
                 "status": "running",
                 "brokers": {
-                    str(b.broker_id): {"state": State.PENDING, "history": []} for b in plan.brokers if b.restart
+                    str(b.broker_id): {"state": State.PENDING, "history": [], "backups": []}
+                    for b in plan.brokers
+                    if b.restart
                 },
+                "approvals": [],
                 "commands": [],
             }
             self.save()
+
+    def broker(self, broker_id: int) -> dict[str, Any]:
+        return dict(self.data["brokers"][str(broker_id)])
 
     def state(self, broker_id: int) -> State:
         """The broker's state as reported: FAILED while its last attempt failed."""
@@ -107,8 +124,17 @@ class Journal:
         """The last step finished for this broker: a rerun resumes after it (a failure does not erase it)."""
         return State(self.data["brokers"][str(broker_id)]["state"])
 
+    def changing(self, broker_id: int) -> bool:
+        """Whether a file of this broker may have been changed (the change step began, or finished)."""
+        b = self.data["brokers"][str(broker_id)]
+        return bool(b.get("changing")) or ORDER.index(State(b["state"])) >= ORDER.index(State.CHANGED)
+
+    def changed_any(self) -> bool:
+        """Whether this attempt may have changed a file on any broker (a halt then keeps the cluster lock)."""
+        return not self.data.get("dry_run") and any(self.changing(int(b)) for b in self.data["brokers"])
+
     def touched(self) -> bool:
-        """Whether any broker got past its pre-check (stopped, and maybe changed) under this plan."""
+        """Whether any broker got past its pre-check (stopped, and maybe changed) under this attempt."""
         return any(
             ORDER.index(State(b["state"])) > ORDER.index(State.PRECHECKED) for b in self.data["brokers"].values()
         )
@@ -123,12 +149,32 @@ class Journal:
         b["history"].append({"state": state, "ts": time.time(), "detail": detail})
         self.save()
 
+    def note(self, broker_id: int, key: str, detail: Any) -> None:
+        """Record ``detail`` under the broker's ``key`` (and in its history), saved at once."""
+        b = self.data["brokers"][str(broker_id)]
+        b[key] = detail
+        b["history"].append({"state": key, "ts": time.time(), "detail": detail})
+        self.save()
+
+    def add_backup(self, broker_id: int, backup: dict[str, Any]) -> None:
+        self.data["brokers"][str(broker_id)].setdefault("backups", []).append(backup)
+        self.save()
+
+    def backups(self, broker_id: int) -> list[dict[str, Any]]:
+        return list(self.data["brokers"][str(broker_id)].get("backups", []))
+
+    def approved(self, approval: dict[str, Any]) -> None:
+        """The human answer this run goes on under (who, when, which plan): kept with every run of the attempt."""
+        self.data.setdefault("approvals", []).append({**approval, "recorded": time.time()})
+        self.save()
+
     def restored(self, broker_id: int) -> None:
         """The broker's backup was put back: it is where the plan found it, so a rerun starts it over (re-verified)."""
         b = self.data["brokers"].get(str(broker_id))
         if b is not None:
             b["state"] = State.PENDING
             b.pop("failed", None)
+            b.pop("changing", None)
             b["history"].append({"state": "restored", "ts": time.time(), "detail": "backup put back"})
         self.data["status"] = "restored"
         self.save()
@@ -138,8 +184,57 @@ class Journal:
         write_atomic(self.path, json.dumps(self.data, indent=2, default=str).encode())
 
 
+def attempt_dir(repairs: Path, plan_hash: str, attempt: str) -> Path:
+    """Where one attempt at a plan keeps its journal, result and backups: ``<repairs>/<hash>/attempts/<run>``."""
+    return repairs / plan_hash / "attempts" / safe_run_id(attempt)
+
+
+def _sums(text: str) -> dict[str, str]:
+    """``sha256sum -z`` output (NUL-terminated ``<hex>  <path>`` entries: no escaping of odd names) as path -> hex."""
+    out = {}
+    for entry in text.split("\0"):
+        if entry.strip():
+            digest, _, path = entry.partition("  ")
+            out[path] = digest
+    return out
+
+
+def remote_sums(remote: Remote, paths: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The sha256 of each of ``paths`` that exists on the broker right now, and the ones that do not exist."""
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    out = remote.run(
+        f'set -e; for f in {quoted}; do if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -z -- "$f"; '
+        "else printf 'missing  %s\\0' \"$f\"; fi; done"
+    ).stdout
+    sums = _sums(out)
+    missing = sorted(p for p, d in sums.items() if d == "missing")
+    return {p: d for p, d in sums.items() if d != "missing"}, missing
+
+
+def lock_holders_command(log_dirs: list[str]) -> str:
+    """Prints the pid of every process holding a log dir's ``.lock`` (from /proc/locks, by inode; never takes it)."""
+    dirs = " ".join(shlex.quote(d) for d in log_dirs)
+    return (
+        f'for d in {dirs}; do i=$(stat -c %i -- "$d/.lock" 2>/dev/null) || continue; '
+        'awk -v i="$i" \'$2 != "->" { n = split($6, a, ":"); if (n == 3 && a[3] == i) print $5 }\' /proc/locks; '
+        "done"
+    )
+
+
+def backup_covers(backups: list[dict[str, Any]], present: dict[str, str], missing: list[str]) -> bool:
+    """Whether the backups already taken hold every planned file as it is now: each present file with its current
+    checksum in the newest backup that has it, each missing file in some backup (this attempt removed or moved it)."""
+    newest: dict[str, str] = {}
+    for bk in backups:
+        newest.update(bk["files"])
+    return all(newest.get(p) == d for p, d in present.items()) and all(p in newest for p in missing)
+
+
 # --------------------------------------------------------------------------------------------
 class Executor:
+    """The broker chain of one attempt at an approved plan. Subclasses change what ``change`` and ``verify`` do (the
+    restore puts backups back); the gates, the stop and start, the backup and the journal are the same."""
+
     def __init__(
         self,
         plan: Plan,
@@ -149,9 +244,11 @@ class Executor:
         cluster: Cluster,
         gates: Gates = Gates(),
         dry_run: bool = False,
+        attempt: str = "manual",
+        journal_dir: Path | None = None,
     ) -> None:
         self.plan = plan
-        self.workdir = workdir / plan.hash
+        self.workdir = journal_dir or attempt_dir(workdir, plan.hash, attempt)
         self.inventory = inventory
         self.connect = connect
         self.cluster = cluster
@@ -163,6 +260,7 @@ class Executor:
     def run(self) -> dict[str, Any]:
         pending = [b for b in self.plan.brokers if b.restart]
         self.journal.data["status"] = "running"  # a rerun of a halted or restored plan runs again
+        self.journal.data["dry_run"] = self.dry_run
         self.journal.data.pop("error", None)
         self.journal.save()
         try:
@@ -175,9 +273,9 @@ class Executor:
                 if pending and self.gates.pause_between_brokers_s:
                     time.sleep(self.gates.pause_between_brokers_s)
             self.journal.data["status"] = "done"
-        except Exception as e:
+        except BaseException as e:  # also a SIGTERM'd task (Airflow raises a BaseException): the journal says why
             self.journal.data["status"] = "halted"
-            self.journal.data["error"] = str(e)
+            self.journal.data["error"] = str(e) or type(e).__name__
             raise
         finally:
             self.journal.save()
@@ -187,8 +285,8 @@ class Executor:
         """Plan order, the controller of this moment last."""
         return controller_last(pending, self.cluster.controller())[0]
 
-    def _repair(self, b: BrokerPlan) -> None:
-        steps: list[tuple[State, Callable[[BrokerPlan, Remote], str]]] = [
+    def steps(self) -> list[tuple[State, Callable[[BrokerPlan, Remote], str]]]:
+        return [
             (State.PRECHECKED, self.precheck),
             (State.STOPPED, self.stop),
             (State.BACKED_UP, self.backup),
@@ -198,30 +296,76 @@ class Executor:
             (State.VERIFIED, self.verify),
             (State.DONE, lambda b, r: "done"),
         ]
+
+    def _resume_after(self, b: BrokerPlan) -> State:
+        """The step after which this broker resumes. Until a file may have changed, everything is done again from
+        the pre-check: it is re-run right before every stop (a pre-check hours old says nothing about now), and the
+        backup is checked against the files as they are (Kafka may have rewritten one while the broker ran)."""
+        done = self.journal.completed(b.broker_id)
+        if done in (State.PRECHECKED, State.STOPPED, State.BACKED_UP) and not self.journal.changing(b.broker_id):
+            return State.PENDING
+        if done == State.BACKED_UP:  # the change began and did not finish: it is idempotent, finish it
+            return State.BACKED_UP
+        return done
+
+    def _repair(self, b: BrokerPlan) -> None:
         try:
             remote = Remote(self.connect(b.broker_id), b.broker_id, self.journal.data["commands"])
         except Exception as e:
-            self._failed(b, e, "connecting over SSH")
+            self._failed(b, e, "connecting over SSH", None)
         try:
-            for target, step in steps:
-                if ORDER.index(self.journal.completed(b.broker_id)) >= ORDER.index(target):
+            resume = self._resume_after(b)
+            for target, step in self.steps():
+                if ORDER.index(resume) >= ORDER.index(target):
                     continue  # finished before a crash: never repeated
                 try:
                     detail = step(b, remote)
-                except Exception as e:  # any failure halts the chain, and the journal says where and why
-                    self._failed(b, e, f"step {target}")
+                except BaseException as e:  # any failure halts the chain, and the journal says where and why
+                    self._failed(b, e, f"step {target}", remote)
                 self.journal.advance(b.broker_id, target, detail)
         finally:
             remote.close()
 
-    def _failed(self, b: BrokerPlan, e: Exception, where: str) -> NoReturn:
-        """Record the broker as failed (its last completed step stays) and halt the chain with a RepairError."""
+    def _failed(self, b: BrokerPlan, e: BaseException, where: str, remote: Remote | None) -> NoReturn:
+        """Record the broker as failed (its last completed step stays), start it again when it is down and nothing
+        of it was changed, and halt the chain with a RepairError (a BaseException such as a SIGTERM goes on up)."""
         known = isinstance(e, (RepairError, RemoteError))
         detail = str(e) if known else f"{where}: {type(e).__name__}: {e}"
         self.journal.advance(b.broker_id, State.FAILED, detail)
-        if isinstance(e, RepairError):
+        if isinstance(e, Exception):
+            self._restart_if_unchanged(b)
+        if not isinstance(e, Exception) or isinstance(e, RepairError):
             raise e
         raise RepairError(detail if known else f"broker {b.broker_id}, {detail}") from e
+
+    def _restart_if_unchanged(self, b: BrokerPlan) -> None:
+        """After a failure: a broker that this attempt stopped and whose files it has not touched is started again
+        (it is as the plan found it); once a file may have changed it stays as it is, for a human (docs/repair.md)."""
+        if self.dry_run or self.journal.changing(b.broker_id):
+            return
+        if ORDER.index(self.journal.completed(b.broker_id)) < ORDER.index(State.PRECHECKED):
+            return  # never got to its stop
+        try:
+            remote = Remote(self.connect(b.broker_id), b.broker_id, self.journal.data["commands"])
+            try:
+                if remote.run(self._service(b, "status"), check=False).exit_status == 0:
+                    self.journal.note(b.broker_id, "after_failure", "running (nothing of it was changed)")
+                    return
+                remote.run(self._service(b, "start"), timeout=self.gates.start_timeout_s)
+            finally:
+                remote.close()
+            self._wait(
+                lambda: b.broker_id in self.cluster.registered(),
+                self.gates.start_timeout_s,
+                f"broker {b.broker_id} did not register after its start",
+            )
+            self.journal.note(b.broker_id, "after_failure", "started again: nothing of it had been changed")
+        except Exception as e:
+            self.journal.note(
+                b.broker_id,
+                "after_failure",
+                f"may be left stopped: checking or starting it again failed: {type(e).__name__}: {e}",
+            )
 
     # ---- steps
     def precheck(self, b: BrokerPlan, remote: Remote) -> str:
@@ -261,42 +405,101 @@ class Executor:
         return "process gone and /brokers/ids entry removed"
 
     def backup(self, b: BrokerPlan, remote: Remote) -> str:
-        local_dir = self.workdir / f"broker-{b.broker_id}"
-        local_dir.mkdir(parents=True, exist_ok=True)
-        tarball = local_dir / "backup.tar.gz"
-        manifest = local_dir / "manifest.sha256"
-        if tarball.is_file() and (local_dir / "backup.sha256").is_file():
-            if _sha256(tarball) == (local_dir / "backup.sha256").read_text().split()[0]:
-                return "verified backup already present"
-        paths = b.backup_paths
-        remote_tar = f"/tmp/fleet-doctor-{self.plan.hash[:16]}-broker-{b.broker_id}.tar.gz"
-        quoted = " ".join(shlex.quote(p) for p in paths)
-        sums = remote.run(f"sha256sum -- {quoted}").stdout  # fails (and halts) if a planned file is missing
-        write_atomic(manifest, sums.encode(), mode=0o600)
-        remote.run(f"tar -czf {shlex.quote(remote_tar)} --absolute-names -- {quoted}")
-        tar_sum = remote.run(f"sha256sum -- {shlex.quote(remote_tar)}").stdout
-        remote.fetch(remote_tar, tarball)
-        if _sha256(tarball) != tar_sum.split()[0]:
-            raise RepairError(f"broker {b.broker_id}: the fetched backup does not match its checksum on the broker")
-        write_atomic(local_dir / "backup.sha256", tar_sum.encode())
-        write_atomic(local_dir / "remote_path", (remote_tar + "\n").encode())
+        """Back up the files about to change, unless a backup of this attempt already holds each of them exactly as it
+        is now (a fresh checksum on the broker, compared with the backup's manifest)."""
+        present, missing = remote_sums(remote, b.backup_paths)
+        backups = self.journal.backups(b.broker_id)
+        if backup_covers(backups, present, missing):
+            for bk in backups:
+                if _sha256(self.workdir / bk["tarball"]) != bk["sha256"]:
+                    raise RepairError(f"broker {b.broker_id}: backup {bk['tarball']} no longer matches its checksum")
+            return f"{len(backups)} backup(s) already hold every planned file as it is now (fresh checksums)"
+        if missing and not backup_covers(backups, {}, missing):
+            raise RepairError(f"broker {b.broker_id}: planned file(s) missing and never backed up: {missing[:10]}")
+        bk = self._take_backup(b, remote, sorted(present), len(backups) + 1)
+        self.journal.add_backup(b.broker_id, bk)
         return (
-            f"{len(paths)} file(s) in {tarball} (sha256 {tar_sum.split()[0][:16]}), kept on the broker at {remote_tar}"
+            f"{len(present)} file(s) in {bk['tarball']} (sha256 {bk['sha256'][:16]}), "
+            f"also kept on the broker in {bk['remote_dir']}"
         )
 
+    def _take_backup(self, b: BrokerPlan, remote: Remote, paths: list[str], n: int) -> dict[str, Any]:
+        """tar.gz of ``paths`` in a private directory on the broker (``mktemp -d``: 0700, unpredictable), fetched,
+        its checksum compared with the broker's, and each member's checksum compared with the files' (the
+        manifest is what the tarball holds, read back from it)."""
+        rel = f"broker-{b.broker_id}/backup-{n}.tar.gz"
+        tarball = self.workdir / rel
+        tarball.parent.mkdir(parents=True, exist_ok=True)
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        out = remote.run(
+            "d=$(mktemp -d /tmp/fleet-doctor.XXXXXXXXXX) && "
+            f'{{ tar -czf "$d/backup.tar.gz" -- {quoted} && sha256sum -- "$d/backup.tar.gz"; }} '
+            '|| { rc=$?; rm -rf -- "$d"; exit $rc; }'
+        ).stdout
+        digest, _, remote_tar = out.strip().partition("  ")
+        remote.fetch(remote_tar, tarball)
+        if _sha256(tarball) != digest:
+            raise RepairError(f"broker {b.broker_id}: the fetched backup does not match its checksum on the broker")
+        present, _ = remote_sums(remote, paths)
+        files = tar_manifest(tarball)
+        if files != present:
+            raise RepairError(
+                f"broker {b.broker_id}: backup {rel} does not hold the files as they are on the broker "
+                f"(differ: {sorted(set(files.items()) ^ set(present.items()))[:5]})"
+            )
+        manifest = "".join(f"{d}  {p}\n" for p, d in sorted(files.items()))
+        write_atomic(tarball.with_name(f"manifest-{n}.sha256"), manifest.encode(), mode=0o600)
+        write_atomic(tarball.with_name(f"backup-{n}.sha256"), f"{digest}  {tarball.name}\n".encode())
+        return {
+            "n": n,
+            "tarball": rel,
+            "sha256": digest,
+            "files": files,
+            "remote_dir": remote_tar.rsplit("/", 1)[0],
+            "ts": time.time(),
+        }
+
+    def still_down(self, b: BrokerPlan, remote: Remote) -> None:
+        """Right before a file changes: the broker is not registered in ZooKeeper, its service reports it stopped,
+        and no process holds a log dir's ``.lock`` (a supervisor may have started it since it was stopped)."""
+        if self.dry_run:
+            return
+        if b.broker_id in self.cluster.registered():
+            raise RepairError(f"broker {b.broker_id} is registered in ZooKeeper again (started by someone else?)")
+        if remote.run(self._service(b, "status"), check=False).exit_status == 0:
+            raise RepairError(f"broker {b.broker_id}: its service reports it running (started by someone else?)")
+        holders = remote.run(lock_holders_command(self.inventory.broker(b.broker_id).log_dirs)).stdout.split()
+        if holders:
+            raise RepairError(f"broker {b.broker_id}: process(es) {holders} hold a log dir's .lock: it is running")
+
+    def unchanged_since_backup(self, b: BrokerPlan, remote: Remote) -> None:
+        """Right before a file changes: every planned file is as its newest backup holds it (or already gone, by this
+        attempt's own change: then a backup holds it)."""
+        present, missing = remote_sums(remote, b.backup_paths)
+        if not backup_covers(self.journal.backups(b.broker_id), present, missing):
+            raise RepairError(f"broker {b.broker_id}: a planned file changed since its backup: nothing changed")
+
     def change(self, b: BrokerPlan, remote: Remote) -> str:
+        self.still_down(b, remote)
+        self.unchanged_since_backup(b, remote)
+        if not self.dry_run:
+            self.journal.note(b.broker_id, "changing", True)
         done = []
         for a in b.actions:
             path = shlex.quote(a.path)
+            pdir = shlex.quote(a.path.rsplit("/", 1)[0])
             if a.action == "remove":
                 cmd = f"rm -f -- {path}"
             else:
-                pdir, name = a.path.rsplit("/", 1)
-                qdir = f"{pdir}/{QUARANTINE_DIR}/{self.plan.hash[:16]}"  # see QUARANTINE_DIR: never in the log dir
+                parent, name = a.path.rsplit("/", 1)
+                qroot = f"{parent}/{QUARANTINE_DIR}"
+                qdir = f"{qroot}/{self.plan.hash[:16]}"  # see QUARANTINE_DIR: never in the log dir
                 dest = shlex.quote(f"{qdir}/{name}")
                 # never overwrite an earlier quarantined copy (a plan run again after a restore): dest, dest.1, ...
+                # the quarantine dirs are owned as the partition dir is (the SSH user need not be Kafka's user)
                 cmd = (
-                    f"if [ -e {path} ]; then mkdir -p -- {shlex.quote(qdir)} && d={dest} && n=0 && "
+                    f"if [ -e {path} ]; then mkdir -p -- {shlex.quote(qdir)} && "
+                    f"chown --reference={pdir} -- {shlex.quote(qroot)} {shlex.quote(qdir)} && d={dest} && n=0 && "
                     f'while [ -e "$d" ]; do n=$((n+1)); d={dest}.$n; done && mv -n -- {path} "$d"; fi'
                 )
             if self.dry_run:
@@ -343,6 +546,21 @@ class Executor:
 
     def _wait(self, check: Callable[[], bool], timeout: float, message: str) -> None:
         wait_until(check, timeout, message, min(self.gates.poll_interval_s, 1.0))
+
+
+def tar_manifest(tarball: Path) -> dict[str, str]:
+    """path -> sha256 of every member of a backup tarball (absolute paths; GNU tar stores them without the leading
+    ``/``). Refuses anything but regular files, and a name twice."""
+    out: dict[str, str] = {}
+    with tarfile.open(tarball, "r:gz") as tar:
+        for m in tar:
+            path = "/" + m.name.lstrip("/")
+            if not m.isfile() or path in out or ".." in path.split("/"):
+                raise RepairError(f"{tarball}: member {m.name!r} is not a plain file of the backup")
+            stream = tar.extractfile(m)
+            assert stream is not None  # a regular file
+            out[path] = _digest(stream)
+    return out
 
 
 def wait_until(check: Callable[[], bool], timeout: float, message: str, interval: float = 0.5) -> None:

@@ -1,91 +1,361 @@
-"""Undoing a repair: a broker's backup (the tarball and sha256 manifest the executor fetched before changing anything)
-put back over its files while it is stopped (dags/kafka_fleet_restore.py). The plan's journal then marks the broker
-pending again, so a later run of the same plan starts over with a fresh re-verification."""
+"""Undoing a repair (dags/kafka_fleet_restore.py): an attempt's backups put back over the brokers' files, as a plan of
+its own that a human approves, run by the repair's own state machine (``Executor``) with the same gates.
+
+The restore plan names, per broker, every file that goes back with the checksum it must have, the backup tarballs
+they come from (with their own checksums), and the restart order, the controller last. Its hash is what the human
+approves. Run, per broker: pre-check (everything registered, nothing under-replicated beyond what this restore puts
+back, min ISR kept), stop, back up the files as they are now (a restore changes a broker too), check it is still
+down, put the backup back (each tarball's checksum checked on the broker before it is unpacked; only the manifest's
+files, never an absolute or ``..`` member), files owned as their partition dir is and equal to the manifest, start,
+health gates. The repair attempt's journal then marks the broker pending again.
+"""
 
 from __future__ import annotations
 
 import json
-import os
+import re
 import shlex
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory
 from fleet_doctor.remote import Remote
-from fleet_doctor.repair.executor import Journal, RepairError, wait_until
-from fleet_doctor.repair.plan import Plan
-from fleet_doctor.repair.tasks import repairs_dir, ssh_connect
+from fleet_doctor.repair.executor import (
+    ORDER,
+    Executor,
+    Gates,
+    Journal,
+    RepairError,
+    State,
+    _sha256,
+    remote_sums,
+    tar_manifest,
+)
+from fleet_doctor.repair.plan import HASH_LINE, BrokerPlan, FileAction, Plan, controller_last, md_cell
+from fleet_doctor.repair.tasks import finish, gates_from, repairs_dir, ssh_connect
 from fleet_doctor.settings import Settings, safe_run_id
 from fleet_doctor.store import write_atomic
-from fleet_doctor.zookeeper import session
+from fleet_doctor.zookeeper import cluster_session
 from fleet_doctor.zookeeper.cluster import Cluster
-from fleet_doctor.zookeeper.lock import acquire_lock, release_lock
+from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LockHeld, acquire_lock, lock_holder, release_lock
+
+PLAN_HASH_RE = re.compile(r"[0-9a-f]{12,64}")
+RESTORE_ACTION = "restore"
 
 
-def restore_broker(workdir: Path, plan_hash: str, broker_id: int, remote: Remote) -> str:
-    """Put a broker's backup back (the broker must be stopped): the tarball holds absolute paths."""
-    local = workdir / plan_hash / f"broker-{broker_id}" / "backup.tar.gz"
-    if not local.is_file():
-        raise RepairError(f"no backup for broker {broker_id} in {local.parent}")
-    remote_tar = f"/tmp/fleet-doctor-restore-{plan_hash[:16]}-{broker_id}.tar.gz"
-    remote.put(local, remote_tar)
-    remote.run(f"tar -xzf {shlex.quote(remote_tar)} --absolute-names")
-    manifest = (local.parent / "manifest.sha256").read_text()
-    paths = " ".join(shlex.quote(line.split(None, 1)[1]) for line in manifest.splitlines() if line.strip())
-    sums = remote.run(f"sha256sum -- {paths}").stdout
-    if sorted(sums.split("\n")) != sorted(manifest.split("\n")):
-        raise RepairError(f"broker {broker_id}: restored files do not match the backup manifest")
-    journal = workdir / plan_hash / "journal.json"
-    if journal.is_file():  # the broker is back where the plan found it: a rerun starts it over, re-verified
-        Journal(journal, Plan.from_json((workdir / plan_hash / "plan.json").read_text())).restored(broker_id)
-    return f"restored {len(manifest.splitlines())} file(s) from {os.path.basename(local)}"
+def find_plan(repairs: Path, plan: str) -> Path:
+    """The repair plan dir a hash (or a prefix of 12+ hex digits) names: exactly one, inside ``repairs``."""
+    if not isinstance(plan, str) or not PLAN_HASH_RE.fullmatch(plan):
+        raise RepairError(f"plan {plan!r} is not a plan hash (12 to 64 lowercase hex digits)")
+    root = repairs.resolve()
+    if not root.is_dir():
+        raise RepairError(f"no repairs dir {root}")
+    known = [
+        d for d in root.iterdir() if d.name.startswith(plan) and d.is_dir() and not d.is_symlink() and d.parent == root
+    ]
+    known = [d for d in known if (d / "plan.json").is_file() and d.resolve().parent == root]
+    if len(known) != 1:
+        raise RepairError(f"{len(known)} repair plans match {plan!r} in {root}")
+    return known[0]
+
+
+def _attempts_with_backups(plan_dir: Path) -> list[Path]:
+    """The plan's attempts (``attempts/<run>``) that hold a backup, oldest first."""
+    found = []
+    for journal in (plan_dir / "attempts").glob("*/journal.json"):
+        data = json.loads(journal.read_text())
+        if any(b.get("backups") for b in data["brokers"].values()):
+            first = min((h["ts"] for b in data["brokers"].values() for h in b["history"]), default=0.0)
+            found.append((first, journal.parent))
+    return [d for _, d in sorted(found)]
+
+
+def find_attempt(plan_dir: Path, attempt: str | None) -> Path:
+    """The attempt whose backups go back: the one named (its Airflow run id), else the newest with a backup."""
+    attempts = _attempts_with_backups(plan_dir)
+    if attempt:
+        named = [d for d in attempts if d.name == safe_run_id(attempt)]
+        if not named:
+            raise RepairError(f"plan {plan_dir.name[:12]} has no attempt {attempt!r} with a backup")
+        return named[0]
+    if not attempts:
+        raise RepairError(f"plan {plan_dir.name[:12]} has no backup (no attempt got to one)")
+    return attempts[-1]
+
+
+def _partition_of(path: str) -> tuple[str | None, int | None]:
+    name = path.rsplit("/", 2)[-2] if path.count("/") >= 2 else ""
+    topic, _, part = name.rpartition("-")
+    return (topic, int(part)) if topic and part.isdigit() else (None, None)
+
+
+def _inside(path: str, log_dirs: list[str]) -> bool:
+    parts = path.split("/")
+    return path.startswith("/") and ".." not in parts and any(path.startswith(d.rstrip("/") + "/") for d in log_dirs)
+
+
+def restore_plan(
+    settings: Settings,
+    plan: str,
+    broker_ids: list[int],
+    start: bool,
+    controller: int | None,
+    attempt: str | None = None,
+) -> Plan:
+    """What a restore will do, for approval: per broker the files put back (path, sha256, from which backup), the
+    backups' checksums, the order (the controller last). Every backup is checked here already: its checksum, and
+    its members exactly the manifest's files, inside the broker's log dirs."""
+    plan_dir = find_plan(repairs_dir(settings), plan)
+    attempt_dir = find_attempt(plan_dir, attempt)
+    repair = Plan.from_json((plan_dir / "plan.json").read_text())
+    journal = json.loads((attempt_dir / "journal.json").read_text())
+    with_backup = sorted(int(b) for b, d in journal["brokers"].items() if d.get("backups"))
+    targets = sorted(set(broker_ids)) or with_backup
+    if not start and len(targets) > 1:
+        raise RepairError(
+            f"start=false for {len(targets)} brokers at once is refused: it would leave them all stopped (name one)"
+        )
+    missing = sorted(set(targets) - set(with_backup))
+    if missing:
+        raise RepairError(f"plan {plan_dir.name[:12]} attempt {attempt_dir.name} has no backup for broker(s) {missing}")
+    inv = inventory.load(settings.inventory)
+    brokers, backups = [], {}
+    for bid in targets:
+        log_dirs = inv.broker(bid).log_dirs
+        files: dict[str, tuple[str, int]] = {}
+        backups[str(bid)] = []
+        for bk in journal["brokers"][str(bid)]["backups"]:
+            tarball = attempt_dir / bk["tarball"]
+            if not tarball.is_file() or _sha256(tarball) != bk["sha256"]:
+                raise RepairError(f"broker {bid}: backup {tarball} is missing or does not match its checksum")
+            if tar_manifest(tarball) != bk["files"]:
+                raise RepairError(f"broker {bid}: backup {tarball} does not hold exactly its manifest's files")
+            outside = [p for p in bk["files"] if not _inside(p, log_dirs)]
+            if outside:
+                raise RepairError(f"broker {bid}: backup {tarball} holds files outside its log dirs: {outside[:5]}")
+            backups[str(bid)].append({"tarball": bk["tarball"], "sha256": bk["sha256"], "files": bk["files"]})
+            files.update({p: (d, bk["n"]) for p, d in bk["files"].items()})  # the newest backup of a file wins
+        actions = [
+            FileAction(RESTORE_ACTION, p, "restore", *_partition_of(p), f"backup {n}, sha256 {d}")
+            for p, (d, n) in sorted(files.items())
+        ]
+        is_controller = bid == controller
+        brokers.append(BrokerPlan(bid, is_controller, True, actions))
+    scope = {
+        "restore_of": plan_dir.name,
+        "attempt": attempt_dir.name,
+        "start": start,
+        "backups": backups,
+        "repair_audit_run": repair.audit_run,
+    }
+    return Plan(repair.cluster, f"restore-{plan_dir.name[:12]}", scope, controller_last(brokers, controller), [], [])
+
+
+def restore_markdown(p: Plan) -> str:
+    scope = p.scope
+    lines = [
+        f"**Restore** of repair plan `{scope['restore_of'][:16]}` (attempt {md_cell(scope['attempt'], table=False)}) "
+        f"on cluster {md_cell(p.cluster, table=False)}.",
+        "",
+        f"Order (the controller last): {', '.join(str(b) for b in p.restart_order)}. "
+        + ("Each broker is started again and gated (ISR, healthy polls)." if scope["start"] else "")
+        + ("" if scope["start"] else "The broker is **left stopped** after its files are back (start=false)."),
+        "",
+        "Per broker: pre-check, stop, back up the files as they are now, put the backup back (checksums checked "
+        "before unpacking), files checked against the manifest below.",
+        "",
+    ]
+    for b in p.brokers:
+        lines += [f"### Broker {b.broker_id}{' (controller)' if b.is_controller else ''}", ""]
+        for bk in scope["backups"][str(b.broker_id)]:
+            lines.append(f"- backup {md_cell(bk['tarball'], table=False)} sha256 `{bk['sha256'][:16]}…`")
+        lines += ["", "| file | sha256 after restore |", "|---|---|"]
+        lines += [f"| {md_cell(a.path)} | `{a.reason.rsplit(' ', 1)[-1]}` |" for a in b.actions]
+        lines.append("")
+    lines.append(HASH_LINE.format(p.hash))  # the restore task checks the approval names this plan
+    return "\n".join(lines)
+
+
+def make_restore_plan(settings: Settings, params: dict[str, Any], controller: int | None) -> dict[str, Any]:
+    """The restore DAG's plan task: the plan, saved under ``<repairs>/<hash>/restores/<restore hash>/``."""
+    p = restore_plan(
+        settings,
+        str(params.get("plan") or ""),
+        [int(b) for b in params.get("brokers") or ()],
+        bool(params.get("start", True)),
+        controller,
+        str(params.get("attempt") or "") or None,
+    )
+    d = repairs_dir(settings) / p.scope["restore_of"] / "restores" / p.hash
+    d.mkdir(parents=True, exist_ok=True)
+    write_atomic(d / "plan.json", p.to_json().encode())
+    markdown = restore_markdown(p)
+    write_atomic(d / "plan.md", markdown.encode())
+    files = sum(len(b.actions) for b in p.brokers)
+    subject = (
+        f"Kafka restore {md_cell(p.cluster, table=False)} plan {p.hash[:12]}: put back {files} file(s) on broker(s) "
+        f"{', '.join(map(str, p.restart_order))} from repair {p.scope['restore_of'][:12]}"
+    )
+    return {"hash": p.hash, "restore_of": p.scope["restore_of"], "subject": subject, "markdown": markdown}
+
+
+class RestoreExecutor(Executor):
+    """The repair's state machine with the change being "put the backup back"; started again only with ``start``.
+    ``source``: the repair attempt's dir, where the backups are."""
+
+    def __init__(self, plan: Plan, source: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(plan, *args, **kwargs)
+        self.source = source
+
+    def steps(self) -> list[tuple[State, Any]]:
+        steps = super().steps()
+        if not self.plan.scope["start"]:  # left stopped (one broker only): nothing to start, gate or verify
+            skipped = (State.STARTED, State.HEALTHY, State.VERIFIED)
+            steps = [(s, (lambda b, r: "start=false: left stopped") if s in skipped else f) for s, f in steps]
+        return steps
+
+    def _pending_replicas(self, current: BrokerPlan) -> frozenset[tuple[str, int, int]]:
+        """Every replica this restore puts back, the current broker's too: what it restores is the state the repair
+        found, which may be out of ISR (seed-004's drifted partition.metadata)."""
+        return frozenset(
+            (a.topic, a.partition, o.broker_id)
+            for o in self.plan.brokers
+            for a in o.actions
+            if a.topic is not None and a.partition is not None
+        )
+
+    def backup(self, b: BrokerPlan, remote: Remote) -> str:
+        """The files as they are now, before they are overwritten (only those that exist)."""
+        present, _ = remote_sums(remote, b.backup_paths)
+        backups = self.journal.backups(b.broker_id)
+        if backups and all(backups[-1]["files"].get(p) == d for p, d in present.items()):
+            return "a backup of this restore already holds the files as they are now"
+        if not present:
+            return "none of the files exists now: nothing to back up"
+        bk = self._take_backup(b, remote, sorted(present), len(backups) + 1)
+        self.journal.add_backup(b.broker_id, bk)
+        return f"{len(present)} file(s) as they were before the restore in {bk['tarball']}"
+
+    def change(self, b: BrokerPlan, remote: Remote) -> str:
+        self.still_down(b, remote)
+        self.journal.note(b.broker_id, "changing", True)
+        for bk in self.plan.scope["backups"][str(b.broker_id)]:
+            self._put_back(b, remote, self.source / bk["tarball"], bk)
+        expected = {a.path: a.reason.rsplit(" ", 1)[-1] for a in b.actions}
+        dirs = sorted({p.rsplit("/", 1)[0] for p in expected})
+        owners = " ".join(shlex.quote(p) for p in sorted(expected))
+        for d in dirs:  # restored files owned as their partition dir is (the SSH user need not be Kafka's)
+            mine = " ".join(shlex.quote(p) for p in sorted(expected) if p.rsplit("/", 1)[0] == d)
+            remote.run(f"chown --reference={shlex.quote(d)} -- {mine}")
+        present, missing = remote_sums(remote, sorted(expected))
+        if missing or present != expected:
+            raise RepairError(f"broker {b.broker_id}: restored files do not match the backup manifest")
+        stat = remote.run(f"stat -c '%u:%g %n' -- {owners} " + " ".join(shlex.quote(d) for d in dirs)).stdout
+        owner = dict(reversed(line.split(" ", 1)) for line in stat.splitlines() if line)
+        wrong = [p for p in expected if owner.get(p) != owner.get(p.rsplit("/", 1)[0])]
+        if wrong:
+            raise RepairError(f"broker {b.broker_id}: restored files not owned as their partition dir: {wrong[:5]}")
+        return f"{len(expected)} file(s) put back, equal to the manifest, owned as their partition dirs"
+
+    def _put_back(self, b: BrokerPlan, remote: Remote, tarball: Path, bk: dict[str, Any]) -> None:
+        """Upload into a private dir (``mktemp -d``), check its checksum there, unpack only the manifest's members
+        relative to ``/`` (no ``--absolute-names``: GNU tar refuses ``..`` and strips a leading ``/``)."""
+        if _sha256(tarball) != bk["sha256"]:
+            raise RepairError(f"broker {b.broker_id}: {tarball} does not match its checksum")
+        members = tar_manifest(tarball)
+        if members != bk["files"] or not set(members) <= {a.path for a in b.actions}:
+            raise RepairError(f"broker {b.broker_id}: {tarball} holds other files than the restore plan's")
+        with tarfile.open(tarball, "r:gz") as tar:
+            names = [m.name for m in tar]
+        tmp = remote.run("mktemp -d /tmp/fleet-doctor.XXXXXXXXXX").stdout.strip()
+        if not re.fullmatch(r"/tmp/fleet-doctor\.[A-Za-z0-9]{10}", tmp):
+            raise RepairError(f"broker {b.broker_id}: mktemp gave {tmp!r}")
+        target = f"{tmp}/backup.tar.gz"
+        try:
+            remote.put(tarball, target)
+            quoted = " ".join(shlex.quote(n) for n in names)
+            remote.run(
+                f'[ "$(sha256sum < {target} | cut -c1-64)" = {bk["sha256"]} ] || '
+                f'{{ echo "checksum mismatch after upload" >&2; exit 1; }}; '
+                f"tar -xzf {target} -C / --no-recursion -- {quoted}"
+            )
+        finally:
+            remote.run(f"rm -rf -- {tmp}", check=False)
+
+    def verify(self, b: BrokerPlan, remote: Remote) -> str:
+        return "restored files checked against the manifest before the start"
+
+
+def _take_over_lock(zk: Any, cluster: str, plan_hash: str) -> None:
+    """A halted repair of this plan keeps the lock for a human; the restore is what the human does about it. Taken
+    over only when no worker of it is alive (its ephemeral znode is gone)."""
+    held = lock_holder(zk, cluster)
+    if held is None or held.get("plan_hash") != plan_hash or held.get("step") not in ("brokers", "restore"):
+        return
+    if zk.exists(f"{ACTIVE_ROOT}/{cluster}"):
+        raise LockHeld(f"a worker is executing a repair of {cluster} right now: {held}")
+    release_lock(zk, cluster, held)
 
 
 def restore_backup(
     settings: Settings,
-    plan_hash: str,
-    broker_ids: list[int],
-    start: bool,
+    planned: dict[str, Any],
+    params: dict[str, Any],
     run_id: str,
     connect: Any = None,
-    timeout_s: float = 600.0,
-) -> list[str]:
-    """Put a repair's backups back: per broker (every broker with a backup when none is named) stop it, untar the
-    backup over its files, check them against the manifest, and start it again unless ``start`` is false."""
-    known = [d for d in repairs_dir(settings).glob(f"{plan_hash}*") if (d / "plan.json").is_file()]
-    if len(known) != 1:
-        raise RepairError(f"{len(known)} repair plans match {plan_hash!r} in {repairs_dir(settings)}")
-    workdir = known[0]
-    plan_hash = workdir.name
-    with_backup = sorted(
-        int(d.name.split("-", 1)[1]) for d in workdir.glob("broker-*") if (d / "backup.tar.gz").is_file()
-    )
-    targets = broker_ids or with_backup
-    missing = sorted(set(targets) - set(with_backup))
-    if missing:
-        raise RepairError(f"plan {plan_hash[:12]} has no backup for broker(s) {missing}")
+    approval: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run an approved restore plan (``make_restore_plan``) under the cluster lock; the repair attempt's journal
+    marks each restored broker pending again. ``<repairs>/<hash>/restores/<restore hash>/result.json`` says what
+    was done either way."""
+    repairs = repairs_dir(settings)
+    rdir = repairs / str(planned["restore_of"]) / "restores" / str(planned["hash"])
+    if not PLAN_HASH_RE.fullmatch(str(planned["hash"])) or not (rdir / "plan.json").is_file():
+        raise RepairError(f"no restore plan {planned['hash']!r}")
+    p = Plan.from_json((rdir / "plan.json").read_text())
+    if p.hash != planned["hash"]:
+        raise RepairError(f"the stored restore plan does not hash to the approved {planned['hash'][:12]}: refusing")
+    plan_dir = find_plan(repairs, p.scope["restore_of"])
+    source = plan_dir / "attempts" / p.scope["attempt"]
     inv = inventory.load(settings.inventory)
     connect = connect or ssh_connect(inv)
-    owner = {"plan_hash": plan_hash, "step": "restore", "run_id": run_id, "since": time.time()}
-    out = []
-    with session(inv.zookeeper, timeout=10, start_timeout=15) as zk:
-        acquire_lock(zk, inv.cluster, owner)
-        try:
-            cluster = Cluster(zk)
-            for bid in targets:
-                remote = Remote(connect(bid), bid)
-                try:
-                    remote.run(inv.broker(bid).service_command("stop"), timeout=timeout_s)
-                    wait_until(lambda b=bid: b not in cluster.registered(), timeout_s, f"broker {bid} did not stop")
-                    out.append(f"broker {bid}: " + restore_broker(repairs_dir(settings), plan_hash, bid, remote))
-                    if start:
-                        remote.run(inv.broker(bid).service_command("start"), timeout=timeout_s, check=False)
-                        wait_until(lambda b=bid: b in cluster.registered(), timeout_s, f"broker {bid} did not register")
-                        out[-1] += ", started and registered"
-                finally:
-                    remote.close()
-        finally:
-            release_lock(zk, inv.cluster, owner)
-    write_atomic(workdir / f"restore-{safe_run_id(run_id)}.json", json.dumps(out, indent=2).encode())
-    return out
+    owner = {"plan_hash": plan_dir.name, "step": "restore", "run_id": run_id, "since": time.time()}
+    report: dict[str, Any] = {"restore": p.hash, "of": plan_dir.name, "run_id": run_id, "order": p.restart_order}
+    journal: Journal | None = None
+    gates = gates_from({"pause_between_brokers_s": 0, **params})
+    gates = Gates(**{**gates.__dict__, "stop_timeout_s": float(params.get("timeout_s", 600))})
+    try:
+        with cluster_session(inv, timeout=10, start_timeout=15) as zk:
+            _take_over_lock(zk, inv.cluster, plan_dir.name)
+            acquire_lock(zk, inv.cluster, owner)
+            try:
+                runs = rdir / "runs" / safe_run_id(run_id)
+                ex = RestoreExecutor(p, source, repairs, inv, connect, Cluster(zk), gates, journal_dir=runs)
+                journal = ex.journal
+                if approval is not None:
+                    journal.approved(approval)
+                ex.run()
+                repair_journal = source / "journal.json"
+                if repair_journal.is_file():
+                    repair = Plan.from_json((plan_dir / "plan.json").read_text())
+                    for bid in p.restart_order:  # the broker is where the plan found it: a rerun starts it over
+                        Journal(repair_journal, repair).restored(bid)
+            finally:
+                finish(zk, inv, owner, journal, report)
+    finally:
+        if journal is not None:
+            brokers = journal.data["brokers"]
+            report["status"] = journal.data.get("status")
+            report["error"] = journal.data.get("error")
+            report["done"] = [b for b in p.restart_order if brokers[str(b)]["state"] == State.DONE]
+            report["states"] = {b: brokers[str(b)]["state"] for b in p.restart_order}
+            report["changed"] = [
+                b
+                for b in p.restart_order
+                if brokers[str(b)].get("changing")
+                or ORDER.index(State(brokers[str(b)]["state"])) >= ORDER.index(State.CHANGED)
+            ]
+        write_atomic(rdir / f"result-{safe_run_id(run_id)}.json", json.dumps(report, indent=2, default=str).encode())
+    return report

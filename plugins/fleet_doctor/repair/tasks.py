@@ -7,6 +7,7 @@ the inventory, ZooKeeper and the brokers' SSH connections (the SSH provider's ho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -16,14 +17,14 @@ from typing import Any
 from fleet_doctor import inventory
 from fleet_doctor.audit import steps
 from fleet_doctor.remote import airflow_ssh_client
-from fleet_doctor.repair.executor import Executor, Gates, Journal, RepairError
+from fleet_doctor.repair.executor import Executor, Gates, Journal, RepairError, attempt_dir
 from fleet_doctor.repair.plan import FleetFacts, Plan, build_plan
 from fleet_doctor.repair.topic_ids import restore_topic_ids
 from fleet_doctor.settings import Settings, SettingsError, safe_run_id
 from fleet_doctor.store import write_atomic
-from fleet_doctor.zookeeper import session
+from fleet_doctor.zookeeper import cluster_session
 from fleet_doctor.zookeeper.cluster import Cluster
-from fleet_doctor.zookeeper.lock import acquire_lock, lock_holder, release_lock
+from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LockHeld, acquire_lock, lock_holder, release_lock
 
 LOG = logging.getLogger(__name__)
 
@@ -164,23 +165,65 @@ def _report(journal: dict[str, Any], order: list[int]) -> dict[str, Any]:
     }
 
 
+def gates_from(params: dict[str, Any]) -> Gates:
+    """The health gates from the DAG's form (the repair's and the restore's)."""
+    return Gates(
+        healthy_polls=int(params.get("healthy_polls", 3)),
+        poll_interval_s=float(params.get("poll_interval_s", 10)),
+        isr_timeout_s=float(params.get("isr_timeout_s", 900)),
+        pause_between_brokers_s=float(params.get("pause_between_brokers_s", 60)),
+    )
+
+
+def finish(zk: Any, inv: inventory.Inventory, owner: dict[str, Any], journal: Journal | None, report: dict[str, Any]):
+    """Release the cluster lock, unless this attempt halted after changing a file: then it stays held, so that no
+    other plan starts until a human has looked (docs/repair.md, "After a halt")."""
+    if journal is not None and journal.data.get("status") != "done" and journal.changed_any():
+        report["lock_kept"] = (
+            "halted after changing files: the lock stays until a human resumes this run (clear its task), "
+            "restores its backups (kafka_fleet_restore) or releases it by hand"
+        )
+        LOG.error("repair %s: %s", owner["plan_hash"][:12], report["lock_kept"])
+        with contextlib.suppress(Exception):  # this worker is done: only its liveness node goes (as at its exit)
+            zk.delete(f"{ACTIVE_ROOT}/{inv.cluster}")
+    else:
+        release_lock(zk, inv.cluster, owner)
+    report["lock_released"] = lock_holder(zk, inv.cluster) is None
+
+
 def execute(
-    settings: Settings, planned: dict[str, Any], params: dict[str, Any], run_id: str, connect: Any = None
+    settings: Settings,
+    planned: dict[str, Any],
+    params: dict[str, Any],
+    run_id: str,
+    connect: Any = None,
+    approval: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Lock, re-verify, run the approved plan's broker chain. Raises (the task fails) when the chain halts or the
-    plan is stale; ``<repairs>/<hash>/result.json`` says what was done and what was not either way."""
+    plan is stale; ``<repairs>/<hash>/attempts/<run>/result.json`` says what was done and what was not either way.
+    ``approval``: the human answer (``repair.approval.confirm``), recorded in the journal with who, when and which
+    plan. One attempt per Airflow run: a rerun of the same run resumes it, a new run starts a new attempt."""
     approved = _approved(settings, planned)
     inv = inventory.load(settings.inventory)
     connect = connect or ssh_connect(inv)
-    workdir = repairs_dir(settings) / approved.hash
+    workdir = attempt_dir(repairs_dir(settings), approved.hash, run_id)
     owner = {"plan_hash": approved.hash, "step": "brokers", "run_id": run_id, "since": time.time()}
     report: dict[str, Any] = {"plan": approved.hash, "run_id": run_id, "restart_order": approved.restart_order}
+    journal: Journal | None = None
     try:
-        with session(inv.zookeeper, timeout=10, start_timeout=15) as zk:
+        with cluster_session(inv, timeout=10, start_timeout=15) as zk:
+            held = lock_holder(zk, inv.cluster)
+            if held and held.get("plan_hash") == approved.hash and held.get("run_id") not in (None, run_id):
+                raise LockHeld(
+                    f"cluster {inv.cluster} is locked by run {held.get('run_id')} of this same plan (step "
+                    f"{held.get('step')}): resume that run (clear its task) or restore its backups first: {held}"
+                )
             acquire_lock(zk, inv.cluster, owner)
             try:
                 journal = Journal(workdir / "journal.json", approved)
-                if not journal.touched():  # a resumed repair has changed the fleet: its journal is the truth
+                if approval is not None:
+                    journal.approved(approval)
+                if not journal.touched():  # a resumed attempt has changed the fleet: its journal is the truth
                     # re-verify against the fleet as it is now: a fresh audit must yield the very same plan
                     verify_run, fresh = reverify(settings, run_id, params, connect)
                     report["reverified_with"] = verify_run
@@ -192,27 +235,44 @@ def execute(
                             f"stale plan: the fleet changed since approval (approved {approved.hash[:12]}, now "
                             f"{fresh.hash[:12]}: {fresh_md}); nothing was touched"
                         )
-                gates = Gates(
-                    healthy_polls=int(params.get("healthy_polls", 3)),
-                    poll_interval_s=float(params.get("poll_interval_s", 10)),
-                    isr_timeout_s=float(params.get("isr_timeout_s", 900)),
-                    pause_between_brokers_s=float(params.get("pause_between_brokers_s", 60)),
-                )
-                dry_run = bool(params.get("dry_run"))
-                Executor(approved, repairs_dir(settings), inv, connect, Cluster(zk), gates, dry_run=dry_run).run()
+                Executor(
+                    approved,
+                    repairs_dir(settings),
+                    inv,
+                    connect,
+                    cluster_for(zk, inv, params),
+                    gates_from(params),
+                    dry_run=bool(params.get("dry_run")),
+                    attempt=run_id,
+                ).run()
+            except BaseException as e:
+                if journal is not None and journal.data.get("status") == "running":
+                    journal.data.update(status="halted", error=f"{type(e).__name__}: {e}")
+                    journal.save()
+                raise
             finally:
-                release_lock(zk, inv.cluster, owner)
-                report["lock_released"] = lock_holder(zk, inv.cluster) is None
+                finish(zk, inv, owner, journal, report)
     finally:
         if (workdir / "journal.json").is_file():
             report.update(_report(json.loads((workdir / "journal.json").read_text()), approved.restart_order))
+        workdir.mkdir(parents=True, exist_ok=True)
         write_atomic(workdir / "result.json", json.dumps(report, indent=2, default=str).encode())
         LOG.info("repair %s: %s", approved.hash[:12], json.dumps(report, default=str))
     return {k: report.get(k) for k in ("plan", "status", "done", "untouched", "lock_released")}
 
 
+def cluster_for(zk: Any, inv: inventory.Inventory, params: dict[str, Any]) -> Cluster:
+    """The health gates' view of ZooKeeper (min.insync.replicas defaults: the form's, else the inventory's)."""
+    return Cluster(zk)
+
+
 def restore_zookeeper(
-    settings: Settings, planned: dict[str, Any], params: dict[str, Any], run_id: str, connect: Any = None
+    settings: Settings,
+    planned: dict[str, Any],
+    params: dict[str, Any],
+    run_id: str,
+    connect: Any = None,
+    approval: dict[str, Any] | None = None,
 ) -> list[str]:
     """The plan's preventive ZooKeeper actions, after their own approval; under the cluster lock (waiting for the
     same plan's broker chain, never for another repair)."""
@@ -220,12 +280,40 @@ def restore_zookeeper(
     inv = inventory.load(settings.inventory)
     connect = connect or ssh_connect(inv)
     owner = {"plan_hash": approved.hash, "step": "zookeeper", "run_id": run_id, "since": time.time()}
-    with session(inv.zookeeper, timeout=10, start_timeout=15) as zk:
+    with cluster_session(inv, timeout=10, start_timeout=15) as zk:
         acquire_lock(zk, inv.cluster, owner, wait_s=float(params.get("isr_timeout_s", 900)) * 4)
         try:
             dry_run = bool(params.get("dry_run"))
             done = restore_topic_ids(Cluster(zk), approved.zookeeper, connect, inv, dry_run=dry_run)
         finally:
             release_lock(zk, inv.cluster, owner)
-    write_atomic(repairs_dir(settings) / approved.hash / "zookeeper.json", json.dumps(done, indent=2).encode())
+    record = {"run_id": run_id, "approval": approval, "done": done}
+    write_atomic(
+        attempt_dir(repairs_dir(settings), approved.hash, run_id) / "zookeeper.json",
+        json.dumps(record, indent=2).encode(),
+    )
     return done
+
+
+def make_restore_plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
+    """The restore DAG's plan (``repair.restore``): which backups go back where, the controller (now) last."""
+    from fleet_doctor.repair import restore
+
+    inv = inventory.load(settings.inventory)
+    with cluster_session(inv, timeout=10, start_timeout=15) as zk:
+        controller = Cluster(zk).controller()
+    return restore.make_restore_plan(settings, params, controller)
+
+
+def restore(
+    settings: Settings,
+    planned: dict[str, Any],
+    params: dict[str, Any],
+    run_id: str,
+    connect: Any = None,
+    approval: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run an approved restore plan (``repair.restore.restore_backup``); raises when it halts."""
+    from fleet_doctor.repair import restore
+
+    return restore.restore_backup(settings, planned, params, run_id, connect, approval)

@@ -1,0 +1,302 @@
+"""Issue 15's checks at the moment of action, fresh backups, attempts per run, the lock after a halt, and the restore
+(planned, gated, validated), on one seed-004 lab (real sshd, ZooKeeper 3.8, lab brokers, Spark detection), driving
+the executor without Airflow. Faults are injected by overriding one step of the real executor (the rest runs as is).
+
+Tests run in file order on the one lab:
+1. someone restarts the broker between its backup and its change: the change refuses, nothing changed, the broker
+   is left running, and the journal says why; Kafka then rewrote a planned file, so the resumed run backs it up again
+   before removing it (a stale backup is never trusted);
+2. a resume whose journal says "prechecked" runs the pre-check again before the stop (min ISR now broken: refused);
+3. a failure after the stop, before any change: the broker is started again, and the lock is released;
+4. a failure after the change (quarantine included, partition dirs owned by another user): the broker stays as it
+   is and the lock stays held; the quarantine dirs are owned as the partition dir;
+5. the restore: a hostile ``plan`` and a tampered backup are refused, start=false for two brokers is refused; the
+   restore plan of attempt 4 puts every file back (equal to the manifest, owned as its partition dir), gated, the
+   controller last, and marks the repair attempt's broker pending again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_doctor.remote import Remote
+from fleet_doctor.repair import restore, tasks
+from fleet_doctor.repair.executor import Executor, Journal, RepairError, State, attempt_dir
+from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, controller_last
+from fleet_doctor.zookeeper.cluster import Cluster
+from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, lock_holder
+from fleet_lab import fleet
+from fleet_lab.fleet import run_service
+from harness.repair_lab import FAST, audited_lab, plan_of
+from harness.ssh import ssh_connect
+
+pytestmark = pytest.mark.timeout(1200)
+TOPIC = "seed-004"
+OTHER_UID = 65534  # the partition dirs' owner in test 4: not the SSH user (root here)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with audited_lab(tmp_path_factory.mktemp("repair-safety")) as ctx:
+        ctx["zk"] = ctx["state"].zk_client()
+        try:
+            yield ctx
+        finally:
+            ctx["zk"].stop()
+
+
+def sha(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def running(state: fleet.LabState, bid: int) -> bool:
+    return fleet.running_pid(state.broker(bid).config()) is not None
+
+
+def one_broker(ctx: dict[str, Any], bid: int) -> Plan:
+    """The plan restricted to one broker (its own restart only)."""
+    p = plan_of(ctx, brokers=[bid])
+    assert p.restart_order == [bid] and p.brokers[0].actions
+    return p
+
+
+def executor(ctx: dict[str, Any], plan: Plan, attempt: str, cls: type[Executor] = Executor) -> Executor:
+    s = ctx["settings"]
+    tasks.save_plan(s, plan)
+    return cls(plan, s.repairs, ctx["inv"], ssh_connect(ctx["inv"]), Cluster(ctx["zk"]), FAST, attempt=attempt)
+
+
+def test_a_broker_restarted_before_the_change_is_left_alone_and_a_stale_backup_is_taken_again(
+    lab: dict[str, Any],
+) -> None:
+    state: fleet.LabState = lab["state"]
+    first = plan_of(lab).restart_order[0]
+    plan = one_broker(lab, first)
+    paths = plan.brokers[0].backup_paths
+    before = {p: sha(p) for p in paths}
+
+    class RestartedBySomeoneElse(Executor):
+        def backup(self, b: BrokerPlan, remote: Remote) -> str:
+            out = super().backup(b, remote)
+            assert run_service(state.broker(b.broker_id), "start").returncode == 0  # a supervisor, say
+            return out
+
+    ex = executor(lab, plan, "restarted", RestartedBySomeoneElse)
+    with pytest.raises(RepairError, match="started by someone else"):
+        ex.run()
+    j = ex.journal
+    assert j.completed(first) == State.BACKED_UP and "started by someone else" in j.broker(first)["failed"]
+    assert not j.changing(first) and j.broker(first)["after_failure"].startswith("running")
+    assert {p: sha(p) for p in paths} == before and running(state, first)
+    assert not j.changed_any()
+
+    # while it ran, Kafka rewrote a planned file: the backup taken before no longer holds it as it is
+    epoch = next(p for p in paths if p.endswith("leader-epoch-checkpoint"))
+    Path(epoch).write_bytes(b"0\n1\n0 0\n" if Path(epoch).read_bytes() != b"0\n1\n0 0\n" else b"0\n0\n")
+    rewritten = Path(epoch).read_bytes()
+    done = executor(lab, plan, "restarted").run()  # the same run again: resumes its attempt
+    assert done["status"] == "done"
+    backups = done["brokers"][str(first)]["backups"]
+    assert [b["n"] for b in backups] == [1, 2]
+    assert backups[1]["files"][epoch] != backups[0]["files"][epoch]  # backed up again as it was when removed
+    d = attempt_dir(lab["settings"].repairs, plan.hash, "restarted")
+    with tarfile.open(d / backups[1]["tarball"]) as tar:
+        member = tar.extractfile(epoch.lstrip("/"))
+        assert member is not None and hashlib.sha256(member.read()).hexdigest() == backups[1]["files"][epoch]
+    assert rewritten != b""
+    zk_id = json.loads(lab["zk"].get(f"/brokers/topics/{TOPIC}")[0])["topic_id"]
+    ids = {k: v for k, v in fleet.partition_topic_ids(state).items() if k[0] == first and k[1] == TOPIC}
+    assert ids and set(ids.values()) == {zk_id}  # repaired: the broker wrote ZooKeeper's topic ID again
+
+
+def test_a_resume_runs_the_precheck_again_before_the_stop(lab: dict[str, Any]) -> None:
+    state: fleet.LabState = lab["state"]
+    order = plan_of(lab).restart_order
+    second = order[0]
+    plan = one_broker(lab, second)
+    zk = lab["zk"]
+    ex = executor(lab, plan, "precheck-resume")
+    ex.journal.advance(second, State.PRECHECKED, "hours ago")  # a worker died right after its pre-check
+    zk.set(f"/config/topics/{TOPIC}", json.dumps({"version": 1, "config": {"min.insync.replicas": "3"}}).encode())
+    try:
+        with pytest.raises(RepairError, match="min ISR"):
+            executor(lab, plan, "precheck-resume").run()
+        assert running(state, second)  # never stopped
+    finally:
+        zk.set(f"/config/topics/{TOPIC}", json.dumps({"version": 1, "config": {}}).encode())
+
+
+def test_a_failure_after_the_stop_before_any_change_starts_the_broker_again(lab: dict[str, Any]) -> None:
+    state: fleet.LabState = lab["state"]
+    bid = plan_of(lab).restart_order[0]
+    plan = one_broker(lab, bid)
+    before = {p: sha(p) for p in plan.brokers[0].backup_paths}
+
+    class DiskFull(Executor):
+        def backup(self, b: BrokerPlan, remote: Remote) -> str:
+            raise OSError(28, "No space left on device")
+
+    ex = executor(lab, plan, "disk-full", DiskFull)
+    owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": "disk-full"}
+    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
+    report: dict[str, Any] = {}
+    try:
+        with pytest.raises(RepairError, match="No space left"):
+            ex.run()
+    finally:
+        tasks.finish(lab["zk"], lab["inv"], owner, ex.journal, report)
+    b = ex.journal.broker(bid)
+    assert ex.journal.completed(bid) == State.STOPPED and "OSError" in b["failed"]
+    assert b["after_failure"].startswith("started again") and running(state, bid)
+    assert bid in Cluster(lab["zk"]).registered()
+    assert {p: sha(p) for p in plan.brokers[0].backup_paths} == before
+    assert report["lock_released"] and lock_holder(lab["zk"], lab["inv"].cluster) is None
+
+
+@pytest.fixture(scope="module")
+def halted(lab: dict[str, Any]) -> dict[str, Any]:
+    """Attempt "halted": broker `bid` (partition dirs owned by another user) gets its seed-004 files removed and an
+    index quarantined, then its start fails: it is left stopped and changed, the lock held."""
+    bid = plan_of(lab).restart_order[0]
+    base = one_broker(lab, bid).brokers[0]
+    pdir = Path(base.actions[0].path).parent
+    index = sorted(pdir.glob("*.index"))[0]
+    quarantine = FileAction("quarantine", str(index), "index-untrimmed", TOPIC, base.actions[0].partition, "test")
+    plan = Plan(
+        lab["inv"].cluster,
+        "run1",
+        {"test": "halted"},
+        [BrokerPlan(bid, False, True, [*base.actions, quarantine])],
+        [],
+        [],
+    )
+    for d in {Path(a.path).parent for a in plan.brokers[0].actions}:
+        os.chown(d, OTHER_UID, OTHER_UID)
+    originals = {a.path: Path(a.path).read_bytes() for a in plan.brokers[0].actions}
+
+    class StartFails(Executor):
+        def start(self, b: BrokerPlan, remote: Remote) -> str:
+            raise RuntimeError("the broker did not come back")
+
+    ex = executor(lab, plan, "halted", StartFails)
+    owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": "halted"}
+    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
+    report: dict[str, Any] = {}
+    with pytest.raises(RepairError, match="did not come back"):
+        try:
+            ex.run()
+        finally:
+            tasks.finish(lab["zk"], lab["inv"], owner, ex.journal, report)
+    return {"plan": plan, "bid": bid, "ex": ex, "report": report, "originals": originals, "index": index}
+
+
+def test_a_halt_after_a_change_keeps_the_lock_and_the_broker_as_it_is(
+    lab: dict[str, Any], halted: dict[str, Any]
+) -> None:
+    state: fleet.LabState = lab["state"]
+    bid, ex, report = halted["bid"], halted["ex"], halted["report"]
+    assert ex.journal.completed(bid) == State.CHANGED and ex.journal.changed_any()
+    assert "after_failure" not in ex.journal.broker(bid) and not running(state, bid)
+    assert not report["lock_released"] and "lock_kept" in report
+    holder = lock_holder(lab["zk"], lab["inv"].cluster)
+    assert holder is not None and holder["run_id"] == "halted"
+    # another plan cannot start; another run of this very plan neither (it would start a new attempt)
+    with pytest.raises(LockHeld):
+        acquire_lock(lab["state"].zk_client(), lab["inv"].cluster, {"plan_hash": "f" * 64, "step": "brokers"})
+    # the quarantine dirs are owned as the partition dir (the SSH user, root, is not its owner)
+    qroot = halted["index"].parent / "fleet-doctor-quarantine"
+    assert qroot.stat().st_uid == OTHER_UID and (qroot / halted["plan"].hash[:16]).stat().st_uid == OTHER_UID
+    assert not halted["index"].exists()
+
+
+def test_the_restore_refuses_a_hostile_plan_a_tampered_backup_and_two_stopped_brokers(
+    lab: dict[str, Any], halted: dict[str, Any]
+) -> None:
+    s = lab["settings"]
+    for hostile in ("../x", "../../etc", halted["plan"].hash[:11], "A" * 12, halted["plan"].hash[:12] + "/../.."):
+        with pytest.raises(RepairError, match="not a plan hash"):
+            restore.make_restore_plan(s, {"plan": hostile}, None)
+    with pytest.raises(RepairError, match="0 repair plans match"):
+        restore.make_restore_plan(s, {"plan": "0" * 12}, None)
+    # a backup with one member more than its manifest (an absolute path outside the log dirs)
+    d = attempt_dir(s.repairs, halted["plan"].hash, "halted")
+    bk = halted["ex"].journal.backups(halted["bid"])[0]
+    tarball = d / bk["tarball"]
+    good = tarball.read_bytes()
+    try:
+        evil = tarball.with_name("evil.txt")
+        evil.write_text("x")
+        with tarfile.open(tarball, "w:gz") as tar:
+            with tarfile.open(fileobj=io.BytesIO(good), mode="r:gz") as src:
+                for m in src:
+                    tar.addfile(m, src.extractfile(m))
+            tar.add(evil, arcname="etc/cron.d/evil")
+        with pytest.raises(RepairError, match="does not match its checksum"):
+            restore.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
+        j = json.loads((d / "journal.json").read_text())
+        j["brokers"][str(halted["bid"])]["backups"][0]["sha256"] = sha(tarball)  # the journal tampered with too
+        (d / "journal.json").write_text(json.dumps(j))
+        with pytest.raises(RepairError, match="exactly its manifest"):
+            restore.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
+    finally:
+        tarball.write_bytes(good)
+        halted["ex"].journal.save()  # the journal as the executor wrote it
+    with pytest.raises(RepairError, match="start=false"):
+        restore.make_restore_plan(s, {"plan": halted["plan"].hash[:12], "brokers": [1, 2], "start": False}, None)
+
+
+def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
+    lab: dict[str, Any], halted: dict[str, Any]
+) -> None:
+    state: fleet.LabState = lab["state"]
+    s, bid = lab["settings"], halted["bid"]
+    controller = Cluster(lab["zk"]).controller()
+    planned = restore.make_restore_plan(s, {"plan": halted["plan"].hash[:16], "healthy_polls": 2}, controller)
+    rplan = Plan.from_json((s.repairs / halted["plan"].hash / "restores" / planned["hash"] / "plan.json").read_text())
+    assert rplan.restart_order == [bid] and planned["restore_of"] == halted["plan"].hash
+    assert planned["markdown"].rstrip().endswith(f"Plan hash: `{planned['hash']}`")
+    files = {a.path for a in rplan.brokers[0].actions}
+    assert files == set(halted["originals"])
+    params = {"healthy_polls": 2, "poll_interval_s": 1, "isr_timeout_s": 60, "timeout_s": 60}
+    report = restore.restore_backup(s, planned, params, "restore-1", ssh_connect(lab["inv"]), {"by": {"id": "t"}})
+    assert report["status"] == "done" and report["done"] == [bid] and report["lock_released"], report
+    for path, data in halted["originals"].items():
+        p = Path(path)
+        if p.name.endswith(".index"):
+            continue  # the broker trims / rebuilds its index at start; the restored bytes were checked before it
+        assert p.read_bytes() == data or p.name == "leader-epoch-checkpoint", path
+        assert p.stat().st_uid == OTHER_UID, path
+    rj = json.loads(
+        (
+            s.repairs / halted["plan"].hash / "restores" / planned["hash"] / "runs" / "restore-1" / "journal.json"
+        ).read_text()
+    )
+    assert rj["approvals"][0]["by"] == {"id": "t"} and rj["brokers"][str(bid)]["backups"] == []  # nothing to back up
+    assert running(state, bid) and lock_holder(lab["zk"], lab["inv"].cluster) is None
+    repair = json.loads((attempt_dir(s.repairs, halted["plan"].hash, "halted") / "journal.json").read_text())
+    assert repair["status"] == "restored" and repair["brokers"][str(bid)]["state"] == "pending"
+
+
+def test_attempts_are_per_run(tmp_path: Path) -> None:
+    """A new run of a plan is a new attempt (its own journal: a done attempt is no silent no-op for it); a rerun of
+    the same run reads its own journal and resumes."""
+    action = FileAction("remove", "/d/t-0/partition.metadata", "topic-id-mismatch", "t", 0, "why")
+    plan = Plan("c1", "run1", {}, [BrokerPlan(1, False, True, [action])], [], [])
+    done = Journal(attempt_dir(tmp_path, plan.hash, "manual__2026-01-01T00:00:00+00:00") / "journal.json", plan)
+    for st in (State.PRECHECKED, State.STOPPED, State.BACKED_UP, State.CHANGED, State.DONE):
+        done.advance(1, st)
+    again = Journal(attempt_dir(tmp_path, plan.hash, "manual__2026-01-01T00:00:00+00:00") / "journal.json", plan)
+    assert again.completed(1) == State.DONE
+    new = Journal(attempt_dir(tmp_path, plan.hash, "manual__2026-02-01T00:00:00+00:00") / "journal.json", plan)
+    assert new.completed(1) == State.PENDING and not new.touched()
+    assert attempt_dir(tmp_path, plan.hash, "a/../b").parent == tmp_path / plan.hash / "attempts"
+    assert controller_last(plan.brokers, 1)[0].broker_id == 1
