@@ -59,6 +59,10 @@ class ZkAuth:
         """KazooClient keyword arguments that authenticate the session."""
         if self.scheme == "digest":
             return {"auth_data": [("digest", self.credential)]}
+        try:
+            import puresasl  # noqa: F401  (kazoo's SASL needs it, and only says so once connecting)
+        except ImportError:
+            raise ZkAuthError("ZooKeeper SASL auth needs the pure-sasl package (pip install pure-sasl)") from None
         return {"sasl_options": dict(self.sasl_options)}
 
     def acl(self) -> list[Any]:
