@@ -70,6 +70,9 @@ def approval_of(task_id: str, subject: str, body: str) -> ApprovalOperator:
         "poll_interval_s": Param(10, type="integer", minimum=1),
         "isr_timeout_s": Param(900, type="integer", minimum=60, description="per broker: back in ISR within"),
         "dry_run": Param(False, type="boolean", description="do every read and check, log the commands, run none"),
+        "min_insync_replicas": Param(
+            None, type=["null", "integer"], minimum=1, description="the brokers' default (empty: the inventory's)"
+        ),
     },
 )
 def kafka_fleet_repair() -> None:

@@ -46,6 +46,9 @@ SETTINGS = Settings.from_env()
         "healthy_polls": Param(3, type="integer", minimum=1, description="consecutive healthy polls per broker"),
         "poll_interval_s": Param(10, type="integer", minimum=1),
         "isr_timeout_s": Param(900, type="integer", minimum=60, description="per broker: back in ISR within"),
+        "min_insync_replicas": Param(
+            None, type=["null", "integer"], minimum=1, description="the brokers' default (empty: the inventory's)"
+        ),
     },
 )
 def kafka_fleet_restore() -> None:

@@ -58,8 +58,13 @@ def test_restore_dag_is_manual_and_takes_a_plan(tmp_path: Path) -> None:
 
     dag = DagBag(dag_folder=str(REPO / "dags")).dags["kafka_fleet_restore"]
     assert dag.schedule is None and dag.max_active_runs == 1
-    assert [t.task_id for t in dag.tasks] == ["restore"]
-    assert {"plan", "brokers", "start"} <= set(dag.params)
+    assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
+        "plan": ["approve", "restore"],
+        "approve": ["restore"],
+        "restore": [],
+    }  # a restore changes brokers too: it runs only after a human approved its plan
+    assert {"plan", "attempt", "brokers", "start", "min_insync_replicas"} <= set(dag.params)
+    assert dag.params.get_param("plan").schema["pattern"] == "^[0-9a-f]{12,64}$"
 
 
 def test_approvers_reach_the_approve_tasks_as_hitl_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

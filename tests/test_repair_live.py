@@ -27,7 +27,7 @@ from fleet_doctor.zookeeper.lock import LOCK_ROOT
 from fleet_lab import fleet as lab
 from fleet_lab.fleet import run_service
 from fleet_lab.incidents import controller_failover, inject
-from harness.live_stack import AUDIT, FAST, REPAIR, events, fleet_snapshot, live_fleet, plan_dir, zk_json
+from harness.live_stack import AUDIT, FAST, REPAIR, attempt_of, events, fleet_snapshot, live_fleet, plan_dir, zk_json
 
 pytestmark = pytest.mark.timeout(2400)
 TOPIC = "seed-004"
@@ -57,7 +57,7 @@ def test_reject_changes_nothing(fleet: dict[str, Any]) -> None:
     assert states["execute"] == "skipped" and states["zookeeper_to_repair"] == "success"
     assert states["approve_zookeeper"] == "skipped"  # seed-004 leaves no topic without an ID in ZooKeeper
     assert fleet_snapshot(state) == before
-    assert not (plan_dir(fleet["data"], request) / "journal.json").exists()
+    assert not (attempt_of(fleet["data"], request, run) / "journal.json").exists()
     assert lock_free(state)
 
 
@@ -80,7 +80,7 @@ def test_stale_plan_aborts_untouched(fleet: dict[str, Any]) -> None:
     af.respond(REPAIR, run, "approve", "Approve")
     assert af.wait_run(REPAIR, run) == "failed"
     assert af.task_states(REPAIR, run)["execute"] == "failed"
-    result = json.loads((plan_dir(fleet["data"], request) / "result.json").read_text())
+    result = json.loads((attempt_of(fleet["data"], request, run) / "result.json").read_text())
     assert "stale plan" in result["error"] and result["status"] == "aborted"
     assert result["done"] == [] and sorted(result["untouched"]) == [1, 2, 3] and result["lock_released"]
     assert fleet_snapshot(state) == before
@@ -116,7 +116,7 @@ def test_precheck_refuses_to_take_a_partition_below_min_isr(fleet: dict[str, Any
         zk.set(f"/config/topics/{TOPIC}", json.dumps({"version": 1, "config": {}}).encode())
         zk.stop()
         zk.close()
-    result = json.loads((plan_dir(fleet["data"], request) / "result.json").read_text())
+    result = json.loads((attempt_of(fleet["data"], request, run) / "result.json").read_text())
     (first, error), *_ = result["failed"].items()
     assert "would take below min ISR" in error and f"{TOPIC}-" in error and "min.insync.replicas 3" in error
     assert result["done"] == [] and result["lock_released"] and int(first) not in result["untouched"]
@@ -139,7 +139,8 @@ def test_approved_repair_survives_a_killed_worker_and_fixes_seed_004(fleet: dict
     af.respond(REPAIR, run, "approve", "Approve")
 
     # kill the worker (the scheduler, its executor and the task process) once the first broker is done
-    journal = pdir / "journal.json"
+    adir = attempt_of(fleet["data"], request, run)
+    journal = adir / "journal.json"
 
     def first_done() -> bool:
         return journal.is_file() and json.loads(journal.read_text())["brokers"][str(order[0])]["state"] == "done"
@@ -190,18 +191,18 @@ def test_approved_repair_survives_a_killed_worker_and_fixes_seed_004(fleet: dict
         assert sorted(st["isr"]) == sorted(assigned)
     # backups present and verified: exactly the planned files, the manifest's checksums match the tarball's
     for b in plan["brokers"]:
-        d = pdir / f"broker-{b['broker_id']}"
+        d = adir / f"broker-{b['broker_id']}"
         planned = sorted({a["path"] for a in b["actions"]})
-        with tarfile.open(d / "backup.tar.gz") as tar:
+        with tarfile.open(d / "backup-1.tar.gz") as tar:
             assert sorted("/" + n.lstrip("/") for n in tar.getnames()) == planned
             sums = {"/" + m.name.lstrip("/"): hashlib.sha256(tar.extractfile(m).read()).hexdigest() for m in tar}
-        manifest = dict(reversed(line.split(None, 1)) for line in (d / "manifest.sha256").read_text().splitlines())
+        manifest = dict(reversed(line.split(None, 1)) for line in (d / "manifest-1.sha256").read_text().splitlines())
         assert {k: v for k, v in manifest.items()} == sums
         assert (
-            hashlib.sha256((d / "backup.tar.gz").read_bytes()).hexdigest()
-            == (d / "backup.sha256").read_text().split()[0]
+            hashlib.sha256((d / "backup-1.tar.gz").read_bytes()).hexdigest()
+            == (d / "backup-1.sha256").read_text().split()[0]
         )
-    result = json.loads((pdir / "result.json").read_text())
+    result = json.loads((adir / "result.json").read_text())
     assert result["status"] == "done" and sorted(result["done"]) == [1, 2, 3] and result["lock_released"]
     assert lock_free(state)
 

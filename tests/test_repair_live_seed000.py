@@ -2,8 +2,8 @@
 index-size incident on a second broker, on a live Airflow over a 3-broker fleet lab. In file order on one lab:
 
 1. a broker that does not come back (its listener port is taken when the repair starts it) -> the chain halts,
-   the later broker is untouched, the lock is released, the result says what was and was not done; the restore
-   DAG puts the backup back, byte for byte;
+   the later broker is untouched, the lock is kept (files were changed), the result says what was and was not
+   done; the restore DAG (its own plan, approved) takes the lock over and puts the backup back, byte for byte;
 2. the port freed, a fresh audit and a new plan approved -> re-verified, the corrupt indexes quarantined (never
    deleted), the broker starts and rebuilds them, the other broker is repaired after it.
 """
@@ -24,7 +24,18 @@ from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_doctor.zookeeper.lock import LOCK_ROOT
 from fleet_lab import fleet as lab
 from fleet_lab.incidents import inject
-from harness.live_stack import AUDIT, FAST, REPAIR, RESTORE, events, fleet_snapshot, live_fleet, plan_dir, zk_json
+from harness.live_stack import (
+    AUDIT,
+    FAST,
+    REPAIR,
+    RESTORE,
+    attempt_of,
+    events,
+    fleet_snapshot,
+    live_fleet,
+    plan_dir,
+    zk_json,
+)
 
 pytestmark = pytest.mark.timeout(2400)
 SEED_BROKER, OTHER = 1, 2
@@ -75,12 +86,14 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
         assert af.wait_run(REPAIR, run) == "failed"
     finally:
         squatter.close()
-    result = json.loads((pdir / "result.json").read_text())
-    assert result["status"] == "halted" and result["lock_released"]
+    adir = attempt_of(fleet["data"], request, run)
+    result = json.loads((adir / "result.json").read_text())
+    assert result["status"] == "halted" and not result["lock_released"] and "lock_kept" in result
     assert list(result["failed"]) == [str(SEED_BROKER)]
     assert "Socket server failed to bind" in result["failed"][str(SEED_BROKER)]  # the start's error, reported
     assert result["untouched"] == [OTHER] and result["done"] == []
-    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}") is None
+    # files changed, the broker down: the lock stays until a human acts (here: the restore takes it over)
+    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}")["run_id"] == run
     after = fleet_snapshot(state)
     assert after["stops"][OTHER] == before["stops"][OTHER] and after["starts"][OTHER] == before["starts"][OTHER]
     other_before = {k: v for k, v in before["files"].items() if f"/broker-{OTHER}/" in k}
@@ -92,11 +105,15 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
         assert quarantined_copies(path) == [original[path]]
 
     # restore: the backup goes back, every file byte for byte; the broker stays stopped as it was
-    r = af.trigger(RESTORE, {"plan": pdir.name[:16], "brokers": [SEED_BROKER], "start": False})
+    r = af.trigger(RESTORE, {"plan": pdir.name[:16], "brokers": [SEED_BROKER], "start": False, **FAST})
+    restore_request = af.wait_for_approval(RESTORE, r, "approve")
+    assert "left stopped" in restore_request["body"] and "Plan hash: `" in restore_request["body"]
+    af.respond(RESTORE, r, "approve", "Approve")
     assert af.wait_run(RESTORE, r, 600) == "success", af.task_states(RESTORE, r)
     assert digests(quarantined) == original
     assert lab.running_pid(state.broker(SEED_BROKER).config()) is None
-    journal = json.loads((pdir / "journal.json").read_text())
+    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}") is None  # the restore took the lock over and released it
+    journal = json.loads((adir / "journal.json").read_text())
     assert journal["status"] == "restored" and journal["brokers"][str(SEED_BROKER)]["state"] == "pending"
     fleet["ctx"]["plan"] = pdir.name
 
@@ -120,7 +137,7 @@ def test_seed_000_repair_quarantines_the_corrupt_index_and_the_broker_rebuilds_i
     original = digests(quarantined)
     af.respond(REPAIR, run, "approve", "Approve")
     assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
-    result = json.loads((pdir / "result.json").read_text())
+    result = json.loads((attempt_of(fleet["data"], request, run) / "result.json").read_text())
     assert result["status"] == "done" and result["done"] == [SEED_BROKER, OTHER] and result["reverified_with"]
     # quarantined, never deleted: the very bytes are in the quarantine folder
     for path, digest in original.items():  # the broker restored and repaired again keeps both copies

@@ -478,6 +478,26 @@ def write_inventory(state: LabState) -> inv.Inventory:
     return inventory
 
 
+def kill_sshd(state: LabState, broker_id: int) -> None:
+    """The broker's sshd and every session it serves, killed at once (SIGKILL to its process group): the host as
+    seen over SSH is gone, mid-command, while the broker itself (its own session) is left alone."""
+    b = state.broker(broker_id)
+    if b.sshd_pid and process_mentions(b.sshd_pid, b.run_dir):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(b.sshd_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pid_alive(b.sshd_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def start_sshd(state: LabState, broker_id: int) -> None:
+    """Start the broker's sshd again (after ``kill_sshd``), on its port and host key, and wait for its banner."""
+    b = state.broker(broker_id)
+    b.sshd_pid = _start_sshd(b, state.path, state.user)
+    state.save()
+    _wait_ssh_banner(b.ssh_port, b.sshd_pid, Path(b.run_dir) / "sshd.log")
+
+
 def run_service(b: LabBrokerState, command: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
     """Run the broker's service command locally (the product runs the same command over SSH)."""
     return subprocess.run(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor.repair.plan import QUARANTINE_DIR
+from fleet_doctor.settings import safe_run_id
 from fleet_lab import demo, fleet
 from fleet_lab.incidents import run_scenario
 from harness.airflow_live import LiveAirflow
@@ -72,6 +73,11 @@ def plan_dir(data: Path, request: dict[str, Any]) -> Path:
     prefix = re.search(r"plan ([0-9a-f]{12})", request["subject"]).group(1)  # type: ignore[union-attr]
     (d,) = [d for d in (data / "repairs").iterdir() if d.name.startswith(prefix)]
     return d
+
+
+def attempt_of(data: Path, request: dict[str, Any], run: str) -> Path:
+    """Where one repair run's attempt at the plan keeps its journal, result and backups."""
+    return plan_dir(data, request) / "attempts" / safe_run_id(run)
 
 
 def events(state: fleet.LabState) -> dict[int, list[dict[str, Any]]]:

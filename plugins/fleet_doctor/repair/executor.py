@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from fleet_doctor.identity import verify_broker
 from fleet_doctor.remote import Remote, RemoteError
 from fleet_doctor.repair.plan import QUARANTINE_DIR, BrokerPlan, Plan, controller_last
 from fleet_doctor.repair.verify import post_verify
@@ -246,7 +247,10 @@ class Executor:
         dry_run: bool = False,
         attempt: str = "manual",
         journal_dir: Path | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> None:
+        """``fence``: called before every step; raises when this worker may no longer act (``tasks.lock_fence``:
+        its ZooKeeper session, and with it the lock's liveness node, was lost)."""
         self.plan = plan
         self.workdir = journal_dir or attempt_dir(workdir, plan.hash, attempt)
         self.inventory = inventory
@@ -255,6 +259,7 @@ class Executor:
         self.gates = gates
         self.dry_run = dry_run
         self.journal = Journal(self.workdir / "journal.json", plan)
+        self.fence = fence or (lambda: None)
 
     # ---- the chain
     def run(self) -> dict[str, Any]:
@@ -319,6 +324,7 @@ class Executor:
                 if ORDER.index(resume) >= ORDER.index(target):
                     continue  # finished before a crash: never repeated
                 try:
+                    self.fence()
                     detail = step(b, remote)
                 except BaseException as e:  # any failure halts the chain, and the journal says where and why
                     self._failed(b, e, f"step {target}", remote)
@@ -368,7 +374,12 @@ class Executor:
             )
 
     # ---- steps
+    def identity(self, b: BrokerPlan, remote: Remote) -> str:
+        """The SSH host is broker N: its pinned host key on the live transport, ``broker.id`` in meta.properties."""
+        return verify_broker(remote, self.inventory.broker(b.broker_id), require_meta=True)
+
     def precheck(self, b: BrokerPlan, remote: Remote) -> str:
+        self.identity(b, remote)
         expected = {x.id for x in self.inventory.brokers}
         problems = self.cluster.problems(expected, frozenset({b.broker_id}), self._pending_replicas(b))
         if problems:
@@ -376,7 +387,7 @@ class Executor:
         below = self.cluster.below_min_isr_if_stopped(b.broker_id)
         if below:
             raise RepairError(f"stopping broker {b.broker_id} would take below min ISR: " + "; ".join(below[:10]))
-        return "all brokers registered, no under-replicated partition, min ISR kept"
+        return "the host is this broker; all brokers registered, no under-replicated partition, min ISR kept"
 
     def _pending_replicas(self, current: BrokerPlan) -> frozenset[tuple[str, int, int]]:
         """(topic, partition, broker) replicas that later brokers of this plan repair (not ``current``)."""
@@ -480,6 +491,7 @@ class Executor:
             raise RepairError(f"broker {b.broker_id}: a planned file changed since its backup: nothing changed")
 
     def change(self, b: BrokerPlan, remote: Remote) -> str:
+        self.identity(b, remote)
         self.still_down(b, remote)
         self.unchanged_since_backup(b, remote)
         if not self.dry_run:

@@ -34,11 +34,10 @@ from fleet_doctor.repair.executor import (
     tar_manifest,
 )
 from fleet_doctor.repair.plan import HASH_LINE, BrokerPlan, FileAction, Plan, controller_last, md_cell
-from fleet_doctor.repair.tasks import finish, gates_from, repairs_dir, ssh_connect
+from fleet_doctor.repair.tasks import cluster_for, finish, gates_from, lock_fence, repairs_dir, ssh_connect
 from fleet_doctor.settings import Settings, safe_run_id
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper import cluster_session
-from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LockHeld, acquire_lock, lock_holder, release_lock
 
 PLAN_HASH_RE = re.compile(r"[0-9a-f]{12,64}")
@@ -239,6 +238,7 @@ class RestoreExecutor(Executor):
         return f"{len(present)} file(s) as they were before the restore in {bk['tarball']}"
 
     def change(self, b: BrokerPlan, remote: Remote) -> str:
+        self.identity(b, remote)
         self.still_down(b, remote)
         self.journal.note(b.broker_id, "changing", True)
         for bk in self.plan.scope["backups"][str(b.broker_id)]:
@@ -332,7 +332,9 @@ def restore_backup(
             acquire_lock(zk, inv.cluster, owner)
             try:
                 runs = rdir / "runs" / safe_run_id(run_id)
-                ex = RestoreExecutor(p, source, repairs, inv, connect, Cluster(zk), gates, journal_dir=runs)
+                cluster = cluster_for(zk, inv, params)
+                fence = lock_fence(zk, inv.cluster, owner)
+                ex = RestoreExecutor(p, source, repairs, inv, connect, cluster, gates, journal_dir=runs, fence=fence)
                 journal = ex.journal
                 if approval is not None:
                     journal.approved(approval)

@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,6 @@ def manual_dag_args() -> dict[str, Any]:
     start = pendulum.datetime(2026, 1, 1, tz="UTC")
     tags = ["kafka", "fleet-doctor", "repair"]
     return {"schedule": None, "start_date": start, "catchup": False, "max_active_runs": 1, "tags": tags}
-
-
-def approvers(settings: Settings) -> list[str] | None:
-    """``FLEET_DOCTOR_APPROVERS``: the Airflow user names allowed to approve (None: any user)."""
-    return list(settings.approvers) or None
 
 
 def repairs_dir(settings: Settings) -> Path:
@@ -244,6 +240,7 @@ def execute(
                     gates_from(params),
                     dry_run=bool(params.get("dry_run")),
                     attempt=run_id,
+                    fence=lock_fence(zk, inv.cluster, owner),
                 ).run()
             except BaseException as e:
                 if journal is not None and journal.data.get("status") == "running":
@@ -261,9 +258,30 @@ def execute(
     return {k: report.get(k) for k in ("plan", "status", "done", "untouched", "lock_released")}
 
 
+def lock_fence(zk: Any, cluster: str, owner: dict[str, Any]) -> Callable[[], None]:
+    """Before every step: this worker still holds the lock's liveness node in the ZooKeeper session it took it
+    with. A session that expired (a long GC pause, a partition) lost the ephemeral node, and another worker may have
+    taken over: stop and report rather than act beside it."""
+    session_id = zk.client_id[0] if zk.client_id else None
+    active = f"{ACTIVE_ROOT}/{cluster}"
+
+    def fence() -> None:
+        now = zk.client_id[0] if zk.client_id else None
+        if not zk.connected or now != session_id:
+            raise RepairError(f"the ZooKeeper session this repair locked {cluster} with was lost: halting")
+        held = zk.exists(active)
+        if held is None or held.ephemeralOwner != session_id:
+            raise RepairError(f"this worker no longer holds {active} (its session expired?): halting")
+
+    return fence
+
+
 def cluster_for(zk: Any, inv: inventory.Inventory, params: dict[str, Any]) -> Cluster:
-    """The health gates' view of ZooKeeper (min.insync.replicas defaults: the form's, else the inventory's)."""
-    return Cluster(zk)
+    """The health gates' view of ZooKeeper. A topic without its own ``min.insync.replicas`` takes ZooKeeper's
+    cluster-wide default (``/config/brokers/<default>``), else the form's ``min_insync_replicas``, else the
+    inventory's (the brokers' static server.properties value), else Kafka's 1."""
+    form = params.get("min_insync_replicas")
+    return Cluster(zk, default_min_isr=int(form) if form else inv.min_insync_replicas)
 
 
 def restore_zookeeper(
