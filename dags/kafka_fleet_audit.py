@@ -27,7 +27,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-from fleet_doctor import inventory
+from fleet_doctor import inventory, zookeeper
 from fleet_doctor.audit import alerts, history, steps
 from fleet_doctor.audit.detect_task import DetectOperator
 from fleet_doctor.remote import airflow_ssh_client
@@ -90,7 +90,8 @@ def kafka_fleet_audit() -> None:
     def snapshot_zookeeper(discovered: dict[str, Any]) -> int:
         settings = Settings.from_env()
         run_key = settings.run_key(get_current_context()["run_id"])
-        return steps.snapshot_zookeeper(discovered["zookeeper"], settings.store, f"{run_key}/zk.jsonl")
+        auth = zookeeper.credentials(inventory.load(settings.inventory))  # the kafka_zk_<cluster> connection
+        return steps.snapshot_zookeeper(discovered["zookeeper"], settings.store, f"{run_key}/zk.jsonl", auth=auth)
 
     @task(trigger_rule="all_done", multiple_outputs=True)
     def broker_facts(discovered: dict[str, Any]) -> dict[str, Any]:

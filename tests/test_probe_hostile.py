@@ -228,3 +228,15 @@ def test_partition_dir_named_with_a_trailing_newline_is_reported_as_an_odd_dir(t
     (odd,) = [r for r in by_kind(records, "file") if r["file_type"] == "unknown_dir"]
     assert odd["name"] == "topic-0\n" and odd["path"] == str(logdir / "topic-0\n")
     assert not [r for r in by_kind(records, "segment") if r["path"].endswith("\n")]
+
+
+def test_a_checkpoint_with_more_entries_than_any_broker_holds_is_refused_unread(tmp_path: Path) -> None:
+    """A 64 MiB recovery-point checkpoint of short lines took the probe to 2.1 GiB: refused before it is split."""
+    from fleet_doctor.probe import CHECKPOINT_ENTRIES_MAX, parse_offset_checkpoint
+
+    n = CHECKPOINT_ENTRIES_MAX + 1
+    data = b"0\n%d\n" % n + b"a 0 0\n" * n
+    with pytest.raises(ValueError, match="more than 262144 entries"):
+        parse_offset_checkpoint(data, str(tmp_path / "recovery-point-offset-checkpoint"))
+    ok = b"0\n3\n" + b"a 0 0\na 1 0\na 2 0\n"
+    assert parse_offset_checkpoint(ok, "x")[0] == [["a", 0, 0], ["a", 1, 0], ["a", 2, 0]]

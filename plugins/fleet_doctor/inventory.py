@@ -18,9 +18,10 @@ from fleet_doctor.store import write_atomic
 
 INVENTORY_VERSION = 1
 SERVICE_COMMANDS = ("stop", "start", "status")
-_HOST_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
-_CLUSTER_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_HOST_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+$")
+_HOST_RE = re.compile(r"[A-Za-z0-9._:-]+")  # names and keys: fullmatch ($ lets "x\n" through)
+_CLUSTER_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_TMP_DIR_RE = re.compile(r"/[A-Za-z0-9._/-]*")
+_HOST_KEY_RE = re.compile(r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+")
 
 
 class InventoryError(ValueError):
@@ -38,6 +39,7 @@ class BrokerEntry:
     log_dirs: list[str]
     kafka_version: str
     service: dict[str, str]  # stop/start/status: shell commands run over SSH on the broker
+    tmp_dir: str = "/tmp"  # where a repair makes its private (mktemp -d, 0700) dirs for backups on the broker
 
     def service_command(self, name: str) -> str:
         return self.service[name]
@@ -111,11 +113,18 @@ def _req(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: st
     return value
 
 
+def _tmp_dir(b: dict[str, Any], where: str) -> str:
+    tmp = b.get("tmp_dir", "/tmp")
+    if not isinstance(tmp, str) or not _TMP_DIR_RE.fullmatch(tmp) or "/../" in tmp + "/":
+        raise InventoryError(f"{where}: tmp_dir must be an absolute path of [A-Za-z0-9._/-] ({tmp!r})")
+    return tmp.rstrip("/") or "/"
+
+
 def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
     if _req(data, "inventory_version", int, source) != INVENTORY_VERSION:
         raise InventoryError(f"{source}: unsupported inventory_version {data['inventory_version']}")
     cluster = _req(data, "cluster", str, source)
-    if not _CLUSTER_RE.match(cluster):
+    if not _CLUSTER_RE.fullmatch(cluster):
         raise InventoryError(f"{source}: cluster name {cluster!r} must match {_CLUSTER_RE.pattern}")
     brokers = []
     seen = set()
@@ -128,10 +137,10 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
             raise InventoryError(f"{where}: duplicate broker id {bid}")
         seen.add(bid)
         host = _req(b, "host", str, where)
-        if not _HOST_RE.match(host):
+        if not _HOST_RE.fullmatch(host):
             raise InventoryError(f"{where}: invalid host {host!r}")
         host_key = _req(b, "host_key", str, where)
-        if not _HOST_KEY_RE.match(host_key):
+        if not _HOST_KEY_RE.fullmatch(host_key):
             raise InventoryError(f"{where}: host_key must be '<type> <base64>' (a pinned public host key)")
         service = _req(b, "service", dict, where)
         for name in SERVICE_COMMANDS:
@@ -151,6 +160,7 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
                 log_dirs=list(log_dirs),
                 kafka_version=_req(b, "kafka_version", str, where),
                 service=dict(service),
+                tmp_dir=_tmp_dir(b, where),
             )
         )
     min_isr = data.get("min_insync_replicas")

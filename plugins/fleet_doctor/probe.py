@@ -378,6 +378,11 @@ def _decode_text(data, path):
         return None, "not UTF-8 text in %s: %s" % (path, e)
 
 
+# Entries a checkpoint file may hold before it is refused unread: a broker with 2^18 partitions (or a partition with
+# 2^18 leader epochs) is far beyond any Kafka deployment, and parsing more would take the probe's memory with it.
+CHECKPOINT_ENTRIES_MAX = 1 << 18
+
+
 def _parse_checkpoint(data, path, columns, entry):
     """The framing every Kafka checkpoint file shares (CheckpointFile.java): a version line (0), an entry count,
     then that many lines of ``columns`` whitespace-separated fields, each line turned into an entry by ``entry``.
@@ -388,6 +393,11 @@ def _parse_checkpoint(data, path, columns, entry):
         raise ValueError(err)
     if text.strip() == "":
         return [], None
+    if text.count("\n") > CHECKPOINT_ENTRIES_MAX + 2:  # version, count, entries: counted before any is split
+        raise ValueError(
+            "Checkpoint file [%s] holds more than %d entries (Kafka's brokers hold far fewer partitions and epochs); "
+            "not read" % (path, CHECKPOINT_ENTRIES_MAX)
+        )
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -119,7 +119,7 @@ ZK_KINDS = {
     "broker": ZK_BROKER_SCHEMA,
     "cluster": ZK_CLUSTER_SCHEMA,
 }
-UNLOADED_DIR_RE = r"-[0-9]+\.[0-9A-Za-z_-]+-(delete|stray)$"  # partition dir names Kafka never loads
+UNLOADED_DIR_RE = r"-[0-9]+\.[0-9A-Za-z_-]+-(delete|stray)\z"  # partition dir names Kafka never loads
 ZK_RECORD_SCHEMA = _merged_schema(*ZK_KINDS.values())
 
 

@@ -192,7 +192,7 @@ def segment_leftover(f: Frames) -> list[Check]:
                 "%s: leftover .%s file of an interrupted compaction, split or deletion", "path", "leftover"
             ),
             path=F.col("path"),
-            segment=F.regexp_extract(F.col("path"), r"(\d{20})\.[a-z]+\.[a-z]+$", 1).cast("long"),
+            segment=F.regexp_extract(F.col("path"), r"(\d{20})\.[a-z]+\.[a-z]+\z", 1).cast("long"),
         )
     ]
 

@@ -399,6 +399,9 @@ class Executor:
             if a.topic is not None and a.partition is not None
         )
 
+    def _tmp(self, b: BrokerPlan) -> str:
+        return str(self.inventory.broker(b.broker_id).tmp_dir)
+
     def _service(self, b: BrokerPlan, name: str) -> str:
         return self.inventory.broker(b.broker_id).service_command(name)
 
@@ -443,7 +446,7 @@ class Executor:
         tarball.parent.mkdir(parents=True, exist_ok=True)
         quoted = " ".join(shlex.quote(p) for p in paths)
         out = remote.run(
-            "d=$(mktemp -d /tmp/fleet-doctor.XXXXXXXXXX) && "
+            f"d=$(mktemp -d {shlex.quote(self._tmp(b))}/fleet-doctor.XXXXXXXXXX) && "
             f'{{ tar -czf "$d/backup.tar.gz" -- {quoted} && sha256sum -- "$d/backup.tar.gz"; }} '
             '|| { rc=$?; rm -rf -- "$d"; exit $rc; }'
         ).stdout

@@ -269,8 +269,9 @@ class RestoreExecutor(Executor):
             raise RepairError(f"broker {b.broker_id}: {tarball} holds other files than the restore plan's")
         with tarfile.open(tarball, "r:gz") as tar:
             names = [m.name for m in tar]
-        tmp = remote.run("mktemp -d /tmp/fleet-doctor.XXXXXXXXXX").stdout.strip()
-        if not re.fullmatch(r"/tmp/fleet-doctor\.[A-Za-z0-9]{10}", tmp):
+        base = self._tmp(b)
+        tmp = remote.run(f"mktemp -d {shlex.quote(base)}/fleet-doctor.XXXXXXXXXX").stdout.strip()
+        if not re.fullmatch(re.escape(base.rstrip("/")) + r"/fleet-doctor\.[A-Za-z0-9]{10}", tmp):
             raise RepairError(f"broker {b.broker_id}: mktemp gave {tmp!r}")
         target = f"{tmp}/backup.tar.gz"
         try:

@@ -70,7 +70,7 @@ _SNAPPY_MAGIC = b"\x82SNAPPY\x00"  # org.xerial.snappy.SnappyCodec
 _CHUNK = 1 << 20
 _MAX_FIELD = 256 << 20  # no jute buffer or string is larger (ZooKeeper's jute.maxbuffer defaults to 1 MiB)
 _TRUNCATED_HINT = " (an incomplete copy, or ZooKeeper was still writing it: read the previous snapshot.<zxid>)"
-_SNAPSHOT_NAME = re.compile(r"^snapshot\.([0-9a-fA-F]+)(\.gz|\.snappy)?$")
+_SNAPSHOT_NAME = re.compile(r"snapshot\.([0-9a-fA-F]+)(\.gz|\.snappy)?")
 
 
 @dataclass(frozen=True)
@@ -313,7 +313,7 @@ def iter_snapshot(path: str | os.PathLike[str], info: SnapshotInfo | None = None
 
 def zxid_from_name(name: str) -> int | None:
     """The zxid in a ``snapshot.<hex>[.gz|.snappy]`` file name (ZooKeeper's Util.getZxidFromName), else None."""
-    m = _SNAPSHOT_NAME.match(name)
+    m = _SNAPSHOT_NAME.fullmatch(name)
     return int(m.group(1), 16) if m else None
 
 
