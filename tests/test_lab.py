@@ -238,7 +238,16 @@ def test_inventory_validation_names_the_problem(tmp_path: Path) -> None:
         "log_dirs": (["relative/dir"], "absolute paths"),
         "host_key": ("AAAA", "pinned public host key"),
         "service": ({"stop": "x", "start": ""}, "service.start"),
+        "tmp_dir": ("/tmp/x; rm -rf /", "tmp_dir"),
     }
+    assert inv.parse(good).broker(1).tmp_dir == "/tmp"  # the default
+    for name, value in (("host", "b1\n"), ("host_key", good["brokers"][0]["host_key"] + "\n"), ("tmp_dir", "/a/../b")):
+        data = json.loads(json.dumps(good))
+        data["brokers"][0][name] = value  # a trailing newline passed the old `$` patterns
+        with pytest.raises(inv.InventoryError):
+            inv.parse(data)
+    with pytest.raises(inv.InventoryError, match="cluster name"):
+        inv.parse({**good, "cluster": "c1\n"})
     for field, (value, message) in bad_cases.items():
         data = json.loads(json.dumps(good))
         data["brokers"][0][field] = value
