@@ -48,18 +48,7 @@ def _swapped(inv: inventory.Inventory) -> inventory.BrokerEntry:
 
 def _unpinned_client(entry: inventory.BrokerEntry) -> paramiko.SSHClient:
     """A client that accepts any host key: the check that refuses a wrong one must be ``verify_broker``'s own."""
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-    client.connect(
-        entry.host,
-        port=entry.ssh_port,
-        username=entry.ssh_user,
-        key_filename=entry.ssh_key_file,
-        look_for_keys=False,
-        allow_agent=False,
-        timeout=10,
-    )
-    return client
+    return ssh_client(entry, trust_any_host_key=True)
 
 
 def test_the_right_broker_passes(lab: inventory.Inventory) -> None:

@@ -3,6 +3,7 @@ as a record naming the file, with the probe's memory bounded, never as a crash o
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -25,18 +26,18 @@ PROBE = REPO / "plugins" / "fleet_doctor" / "probe.py"
 GZIP, SNAPPY = 1, 2
 RSS_BUDGET_KIB = 64 << 10
 
-# Runs probe.py as __main__ and reports its peak RSS (VmHWM, KiB) and its children's on stderr, as
-# bench/probe_bench.py does: the rusage of the probe as our child would carry this (pytest's) RSS over fork + exec.
-RSS_WRAPPER = """
-import resource, runpy, sys
-sys.argv = sys.argv[1:]
-try:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-finally:
-    with open("/proc/self/status") as f:
-        hwm = [line.split()[1] for line in f if line.startswith("VmHWM:")]
-    sys.stderr.write("VmHWM %s %d\\n" % (hwm[0], resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
-"""
+
+def _bench_rss_wrapper() -> str:
+    """bench/probe_bench.py's wrapper that runs a script as __main__ and reports its peak RSS (VmHWM, KiB) and its
+    children's on stderr: the rusage of the probe as our child would carry this (pytest's) RSS over fork + exec."""
+    spec = importlib.util.spec_from_file_location("probe_bench", REPO / "bench" / "probe_bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.RSS_WRAPPER)
+
+
+RSS_WRAPPER = _bench_rss_wrapper()
 
 
 def gzip_bomb(inflated: int) -> bytes:

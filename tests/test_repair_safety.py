@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +108,9 @@ def test_a_broker_restarted_before_the_change_is_left_alone_and_a_stale_backup_i
     assert done["status"] == "done"
     backups = done["brokers"][str(first)]["backups"]
     assert [b["n"] for b in backups] == [1, 2]
+    for bk in backups:  # made in a private dir with an unpredictable name (mktemp -d: 0700), never a fixed /tmp name
+        assert re.fullmatch(r"/tmp/fleet-doctor\.[A-Za-z0-9]{10}", bk["remote_dir"]), bk["remote_dir"]
+        assert os.stat(bk["remote_dir"]).st_mode & 0o777 == 0o700
     assert backups[1]["files"][epoch] != backups[0]["files"][epoch]  # backed up again as it was when removed
     d = attempt_dir(lab["settings"].repairs, plan.hash, "restarted")
     with tarfile.open(d / backups[1]["tarball"]) as tar:

@@ -479,15 +479,33 @@ def write_inventory(state: LabState) -> inv.Inventory:
 
 
 def kill_sshd(state: LabState, broker_id: int) -> None:
-    """The broker's sshd and every session it serves, killed at once (SIGKILL to its process group): the host as
-    seen over SSH is gone, mid-command, while the broker itself (its own session) is left alone."""
+    """The broker's sshd and every session it serves, killed at once (SIGKILL): the host as seen over SSH is gone,
+    mid-command, while the broker itself (started detached, not below sshd) is left alone."""
     b = state.broker(broker_id)
     if b.sshd_pid and process_mentions(b.sshd_pid, b.run_dir):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(b.sshd_pid, signal.SIGKILL)
+        doomed = [b.sshd_pid, *_descendants(b.sshd_pid)]  # each connection's sshd runs in a session of its own
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while pid_alive(b.sshd_pid) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in doomed) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc: children by parent pid, recursively)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def start_sshd(state: LabState, broker_id: int) -> None:

@@ -10,15 +10,20 @@ import paramiko
 from fleet_doctor import inventory
 
 
-def ssh_client(entry: inventory.BrokerEntry, host_key: str | None = None) -> paramiko.SSHClient:
+def ssh_client(
+    entry: inventory.BrokerEntry, host_key: str | None = None, trust_any_host_key: bool = False
+) -> paramiko.SSHClient:
     """A connected client for the broker ``entry``; ``host_key`` pins another key than the inventory's (a test of a
-    changed host key)."""
-    kind, b64 = (host_key or entry.host_key).split()
+    changed host key); ``trust_any_host_key`` pins none (a test of a check that must refuse a wrong key itself)."""
     client = paramiko.SSHClient()
-    client.get_host_keys().add(
-        f"[{entry.host}]:{entry.ssh_port}", kind, paramiko.Ed25519Key(data=base64.b64decode(b64))
-    )
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    if trust_any_host_key:
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    else:
+        kind, b64 = (host_key or entry.host_key).split()
+        client.get_host_keys().add(
+            f"[{entry.host}]:{entry.ssh_port}", kind, paramiko.Ed25519Key(data=base64.b64decode(b64))
+        )
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
     client.connect(
         entry.host,
         port=entry.ssh_port,
