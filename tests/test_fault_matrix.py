@@ -1,0 +1,383 @@
+"""The fault matrix (issue 15): faults injected during a seed-004 repair of one broker on a live lab (real sshd per
+broker, ZooKeeper 3.8, lab brokers, Spark post-verify), each followed by the invariants:
+
+- **data lost: 0**: every planned file is either unchanged on disk or held, byte for byte, by a backup of the attempt
+  whose tarball matches its recorded checksum;
+- **no broker left stopped unless the journal says why** (a step the attempt journaled, or its ``after_failure``);
+- **the journal is truthful**: before the change step began, no planned file differs; a broker the journal has not
+  stopped is running;
+- **the lock is held exactly when it should be**: after a crash (persistent znode, by this attempt) and after a halt
+  once a file changed; free after a halt before any change and after the end;
+- **a rerun of the same attempt resumes to the planned end state**: every replica's partition.metadata holds
+  ZooKeeper's topic ID, the broker back in ISR, the lock free.
+
+Between cases the restore DAG's code puts the attempt's backups back (the broker drifted again), so each case starts
+from the same seed-004 state, and the restore is exercised ten times over.
+
+The Airflow faults (an approve task marked success by hand, a disallowed user answering, self-approval) are in
+``tests/test_approval_live.py``; the rows below name them too. ``docs/repair.md`` holds the matrix as measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_doctor.remote import Remote
+from fleet_doctor.repair import restore, tasks
+from fleet_doctor.repair.executor import ORDER, Executor, RepairError, State, attempt_dir
+from fleet_doctor.repair.plan import BrokerPlan
+from fleet_doctor.zookeeper import cluster_session
+from fleet_doctor.zookeeper.cluster import Cluster
+from fleet_doctor.zookeeper.lock import acquire_lock, lock_holder
+from fleet_lab import fleet
+from fleet_lab.fleet import kill_sshd, run_service, start_sshd
+from harness.fault_worker import GATES, POINTS
+from harness.repair_lab import audited_lab, plan_of
+from harness.ssh import ssh_connect
+
+pytestmark = pytest.mark.timeout(2400)
+TOPIC = "seed-004"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS: list[dict[str, Any]] = []
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("fault-matrix")
+    with audited_lab(tmp) as ctx:
+        bid = plan_of(ctx).restart_order[0]
+        plan = plan_of(ctx, brokers=[bid])
+        tasks.save_plan(ctx["settings"], plan)
+        ctx.update(bid=bid, plan=plan, originals={p: Path(p).read_bytes() for p in plan.brokers[0].backup_paths})
+        with cluster_session(ctx["inv"], timeout=4, start_timeout=15) as zk:
+            ctx["zk"] = zk
+            ctx["zk_id"] = json.loads(zk.get(f"/brokers/topics/{TOPIC}")[0])["topic_id"]
+            yield ctx
+    (tmp / "fault-matrix.json").write_text(json.dumps(RESULTS, indent=2))
+    print(
+        "\nfault matrix:\n" + "\n".join(f"  {r['fault']}: {r['outcome']}, data lost {r['data_lost']}" for r in RESULTS)
+    )
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def running(ctx: dict[str, Any]) -> bool:
+    return fleet.running_pid(ctx["state"].broker(ctx["bid"]).config()) is not None
+
+
+def journal_of(ctx: dict[str, Any], attempt: str) -> dict[str, Any]:
+    return json.loads((attempt_dir(ctx["settings"].repairs, ctx["plan"].hash, attempt) / "journal.json").read_text())
+
+
+def backed_up(ctx: dict[str, Any], attempt: str) -> dict[str, set[str]]:
+    """path -> sha256 of every copy of it in the attempt's backups whose tarball matches its recorded checksum."""
+    d = attempt_dir(ctx["settings"].repairs, ctx["plan"].hash, attempt)
+    out: dict[str, set[str]] = {}
+    for tarball in sorted(d.glob("broker-*/backup-*.tar.gz")):
+        recorded = tarball.with_name(tarball.name.replace(".tar.gz", ".sha256"))
+        if not recorded.is_file() or recorded.read_text().split()[0] != sha(tarball.read_bytes()):
+            continue  # not a verified backup
+        with tarfile.open(tarball) as tar:
+            for m in tar:
+                f = tar.extractfile(m)
+                assert f is not None
+                out.setdefault("/" + m.name.lstrip("/"), set()).add(sha(f.read()))
+    return out
+
+
+def data_lost(ctx: dict[str, Any], attempt: str) -> list[str]:
+    """Planned files whose bytes as the plan found them are neither on disk nor in a verified backup."""
+    held = backed_up(ctx, attempt)
+    lost = []
+    for path, data in ctx["originals"].items():
+        p = Path(path)
+        on_disk = sha(p.read_bytes()) if p.exists() else None
+        if on_disk != sha(data) and sha(data) not in held.get(path, set()):
+            lost.append(path)
+    return lost
+
+
+def check_invariants(ctx: dict[str, Any], attempt: str, lock_expected: bool) -> dict[str, Any]:
+    bid = ctx["bid"]
+    j = journal_of(ctx, attempt)
+    b = j["brokers"][str(bid)]
+    state = State(b["state"])
+    changing = bool(b.get("changing")) or ORDER.index(state) >= ORDER.index(State.CHANGED)
+    lost = data_lost(ctx, attempt)
+    assert lost == [], f"data lost: {lost}"
+    if not changing:  # the journal says nothing changed yet: nothing did
+        changed = [p for p, data in ctx["originals"].items() if not Path(p).exists() or Path(p).read_bytes() != data]
+        assert changed == [], f"journal at {state} without a change, yet changed: {changed}"
+    if not running(ctx):  # stopped: the journal says so (a step after the stop), or why it was left so
+        stopped_by_attempt = ORDER.index(State.STOPPED) <= ORDER.index(state) < ORDER.index(State.STARTED)
+        assert stopped_by_attempt or "stopped" in str(b.get("after_failure", "")), (state, b.get("after_failure"))
+    if ORDER.index(state) <= ORDER.index(State.PRECHECKED) and not b.get("failed"):
+        assert running(ctx), "the journal never stopped it, yet it is down"
+    holder = lock_holder(ctx["zk"], ctx["inv"].cluster)
+    assert (holder is not None) == lock_expected, holder
+    if holder is not None:
+        assert holder["run_id"] == attempt and holder["plan_hash"] == ctx["plan"].hash
+    return {"journal_state": str(state), "failed": b.get("failed"), "after_failure": b.get("after_failure")}
+
+
+def resume(ctx: dict[str, Any], attempt: str) -> dict[str, Any]:
+    """The task cleared and run again (same Airflow run: the same attempt), as tasks.execute does it."""
+    owner = {"plan_hash": ctx["plan"].hash, "step": "brokers", "run_id": attempt}
+    zk = ctx["zk"]
+    acquire_lock(zk, ctx["inv"].cluster, owner, live_wait_s=30)  # a dead worker's liveness node expires first
+    ex = Executor(
+        ctx["plan"],
+        ctx["settings"].repairs,
+        ctx["inv"],
+        ssh_connect(ctx["inv"]),
+        Cluster(zk),
+        GATES,
+        attempt=attempt,
+        fence=tasks.lock_fence(zk, ctx["inv"].cluster, owner),
+    )
+    report: dict[str, Any] = {}
+    try:
+        out = ex.run()
+    finally:
+        tasks.finish(zk, ctx["inv"], owner, ex.journal, report)
+    assert out["status"] == "done" and report["lock_released"]
+    fleet.wait_healthy(ctx["state"], timeout=60)
+    ids = {k: v for k, v in fleet.partition_topic_ids(ctx["state"]).items() if k[0] == ctx["bid"] and k[1] == TOPIC}
+    assert ids and set(ids.values()) == {ctx["zk_id"]}
+    assert data_lost(ctx, attempt) == []
+    return out
+
+
+def reset(ctx: dict[str, Any], attempt: str) -> None:
+    """The restore (its own plan, gated) puts the attempt's backups back: the broker holds the drifted files again."""
+    s = ctx["settings"]
+    controller = Cluster(ctx["zk"]).controller()
+    planned = restore.make_restore_plan(s, {"plan": ctx["plan"].hash, "attempt": attempt}, controller)
+    params = {"healthy_polls": 2, "poll_interval_s": 0.5, "isr_timeout_s": 60, "timeout_s": 60}
+    report = restore.restore_backup(s, planned, params, f"reset-{attempt}", ssh_connect(ctx["inv"]))
+    assert report["status"] == "done", report
+    for path, data in ctx["originals"].items():
+        if path.endswith("partition.metadata"):
+            assert Path(path).read_bytes() == data, path  # drifted again, as the plan found it
+    assert lock_holder(ctx["zk"], ctx["inv"].cluster) is None
+
+
+def record(fault: str, outcome: str, lost: int = 0, **extra: Any) -> None:
+    RESULTS.append({"fault": fault, "outcome": outcome, "data_lost": lost, **extra})
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_worker_killed(lab: dict[str, Any], point: str, tmp_path: Path) -> None:
+    attempt = f"kill-{point}"
+    cfg = tmp_path / "worker.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "inventory": str(lab["settings"].inventory),
+                "repairs": str(lab["settings"].repairs),
+                "plan_hash": lab["plan"].hash,
+                "attempt": attempt,
+                "point": point,
+                "session_timeout_s": 4,
+            }
+        )
+    )
+    env_path = f"{ROOT / 'plugins'}:{ROOT / 'lab'}:{ROOT / 'tests'}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.fault_worker", str(cfg)],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]  # SIGKILLed where it was told
+    seen = check_invariants(lab, attempt, lock_expected=True)  # a crash leaves the lock: nobody else starts
+    resume(lab, attempt)
+    record(f"worker SIGKILL {point}", f"journal at {seen['journal_state']}; rerun resumed to done")
+    reset(lab, attempt)
+
+
+class _Hooked(Executor):
+    """The real executor with one hook: ``before_change`` runs right after the backup step finished."""
+
+    before_change: Any = None
+
+    def backup(self, b: BrokerPlan, remote: Remote) -> str:
+        out = super().backup(b, remote)
+        if self.before_change:
+            self.before_change(self, b, remote)
+        return out
+
+
+def run_hooked(ctx: dict[str, Any], attempt: str, hook: Any, expect: str) -> dict[str, Any]:
+    owner = {"plan_hash": ctx["plan"].hash, "step": "brokers", "run_id": attempt}
+    zk = ctx["zk"]
+    acquire_lock(zk, ctx["inv"].cluster, owner)
+    ex = type("Hooked", (_Hooked,), {"before_change": staticmethod(hook)})(
+        ctx["plan"],
+        ctx["settings"].repairs,
+        ctx["inv"],
+        ssh_connect(ctx["inv"]),
+        Cluster(zk),
+        GATES,
+        attempt=attempt,
+        fence=tasks.lock_fence(zk, ctx["inv"].cluster, owner),
+    )
+    report: dict[str, Any] = {}
+    with pytest.raises(RepairError, match=expect):
+        try:
+            ex.run()
+        finally:
+            tasks.finish(zk, ctx["inv"], owner, ex.journal, report)
+    return report
+
+
+def test_sshd_killed_mid_backup(lab: dict[str, Any]) -> None:
+    state: fleet.LabState = lab["state"]
+
+    class SshdDies(Executor):
+        def backup(self, b: BrokerPlan, remote: Remote) -> str:
+            fetch = remote.fetch
+
+            def killed_then_fetch(*a: Any, **k: Any) -> None:
+                kill_sshd(state, b.broker_id)  # the host is gone mid-backup: the tarball made, not fetched
+                fetch(*a, **k)
+
+            remote.fetch = killed_then_fetch  # type: ignore[method-assign]
+            return super().backup(b, remote)
+
+    attempt = "sshd-killed"
+    owner = {"plan_hash": lab["plan"].hash, "step": "brokers", "run_id": attempt}
+    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
+    ex = SshdDies(
+        lab["plan"],
+        lab["settings"].repairs,
+        lab["inv"],
+        ssh_connect(lab["inv"]),
+        Cluster(lab["zk"]),
+        GATES,
+        attempt=attempt,
+    )
+    report: dict[str, Any] = {}
+    try:
+        with pytest.raises(RepairError, match="could not run"):
+            try:
+                ex.run()
+            finally:
+                tasks.finish(lab["zk"], lab["inv"], owner, ex.journal, report)
+        seen = check_invariants(lab, attempt, lock_expected=False)  # nothing changed: the lock is free
+        assert not running(lab) and "may be left stopped" in seen["after_failure"]  # it says why it is down
+    finally:
+        start_sshd(state, lab["bid"])
+    resume(lab, attempt)
+    record(
+        "broker sshd killed mid-backup",
+        "halted at the backup, nothing changed, broker down with the reason journaled; rerun resumed to done",
+    )
+    reset(lab, attempt)
+
+
+def test_broker_restarted_by_someone_else_between_stop_and_change(lab: dict[str, Any]) -> None:
+    def someone_starts_it(ex: Executor, b: BrokerPlan, remote: Remote) -> None:
+        assert run_service(lab["state"].broker(b.broker_id), "start").returncode == 0
+
+    attempt = "restarted"
+    report = run_hooked(lab, attempt, someone_starts_it, "started by someone else")
+    assert report["lock_released"]
+    seen = check_invariants(lab, attempt, lock_expected=False)
+    assert running(lab) and seen["after_failure"].startswith("running")
+    resume(lab, attempt)
+    record(
+        "broker restarted by someone else between stop and change",
+        "change refused, nothing changed, broker left running; rerun resumed to done",
+    )
+    reset(lab, attempt)
+
+
+def test_zookeeper_session_expiry_mid_repair(lab: dict[str, Any]) -> None:
+    from kazoo.client import KazooClient
+
+    def expire(ex: Executor, b: BrokerPlan, remote: Remote) -> None:
+        zk = ex.cluster.zk
+        old = zk.client_id
+        twin = KazooClient(hosts=lab["inv"].zookeeper, client_id=old)  # the same session, closed from elsewhere
+        twin.start(timeout=10)
+        twin.stop()
+        twin.close()
+        deadline = time.monotonic() + 15
+        while zk.client_id == old and time.monotonic() < deadline:  # kazoo notices, gets a new session
+            time.sleep(0.1)
+
+    attempt = "zk-expired"
+    report = run_hooked(lab, attempt, expire, "session|no longer holds")
+    assert report["lock_released"]  # nothing changed: released (the persistent znode, by the new session)
+    seen = check_invariants(lab, attempt, lock_expected=False)
+    assert running(lab) and seen["after_failure"].startswith("started again")
+    resume(lab, attempt)
+    record(
+        "ZooKeeper session expiry mid-repair",
+        "halted before the change (the lock's liveness node was lost), broker started again; rerun resumed to done",
+    )
+    reset(lab, attempt)
+
+
+def test_broker_tmp_full(lab: dict[str, Any], tmp_path: Path) -> None:
+    tiny = tmp_path / "tiny-tmp"
+    tiny.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16k,mode=1777", "tmpfs", str(tiny)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        inv = lab["inv"]
+        full = dataclasses.replace(
+            inv, brokers=[dataclasses.replace(b, tmp_dir=str(tiny)) if b.id == lab["bid"] else b for b in inv.brokers]
+        )
+        subprocess.run(["dd", "if=/dev/zero", f"of={tiny}/filler", "bs=4k", "count=64"], capture_output=True)
+        attempt = "tmp-full"
+        owner = {"plan_hash": lab["plan"].hash, "step": "brokers", "run_id": attempt}
+        acquire_lock(lab["zk"], inv.cluster, owner)
+        ex = Executor(
+            lab["plan"], lab["settings"].repairs, full, ssh_connect(inv), Cluster(lab["zk"]), GATES, attempt=attempt
+        )
+        report: dict[str, Any] = {}
+        with pytest.raises(RepairError, match=r"No space left|exited"):
+            try:
+                ex.run()
+            finally:
+                tasks.finish(lab["zk"], inv, owner, ex.journal, report)
+        seen = check_invariants(lab, attempt, lock_expected=False)
+        assert running(lab) and seen["after_failure"].startswith("started again")
+        assert list(tiny.iterdir()) == [tiny / "filler"]  # the half-written backup dir cleaned up
+    finally:
+        subprocess.run(["umount", str(tiny)], capture_output=True)
+    resume(lab, attempt)
+    record(
+        "broker /tmp full",
+        "backup failed (No space left on device), nothing changed, broker started again; rerun resumed to done",
+    )
+    reset(lab, attempt)
+
+
+def test_restore_with_a_hostile_plan(lab: dict[str, Any]) -> None:
+    before = {p: Path(p).read_bytes() if Path(p).exists() else None for p in lab["originals"]}
+    for hostile in ("../x", "../../etc/passwd", "0123456789ab/../..", "-rf", lab["plan"].hash[:8]):
+        with pytest.raises(RepairError, match="not a plan hash"):
+            restore.make_restore_plan(lab["settings"], {"plan": hostile}, None)
+    assert {p: Path(p).read_bytes() if Path(p).exists() else None for p in lab["originals"]} == before
+    assert lock_holder(lab["zk"], lab["inv"].cluster) is None
+    record("restore with a hostile plan", "refused before any read outside the repairs dir; nothing changed")
