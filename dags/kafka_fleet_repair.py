@@ -18,7 +18,7 @@ Nothing on a broker changes until a human has approved a plan that says exactly 
    min ISR kept), stop, back up (tar.gz + sha256 manifest fetched over SFTP and verified), remove/quarantine,
    start, wait for ISR and several consecutive healthy polls. Journaled: a rerun resumes where it stopped.
    After each start: post-verify (the broker is probed again; every touched file must now be right).
-   Dry run: every read and check, every command logged, nothing run.
+   Dry run: every read and check, every command logged, nothing written on a broker.
 4. **approve_zookeeper → restore_topic_ids** (only when the plan has them): the preventive repair of
    `topic-id-missing-in-zk`, its own approval: the topic ID every replica agrees on is written back into the topic
    znode (version-checked), before a controller failover mints a new one.
@@ -89,7 +89,8 @@ def kafka_fleet_repair() -> None:
     @task
     def execute(planned: dict[str, Any]) -> dict[str, Any]:
         ctx, settings = get_current_context(), Settings.from_env()
-        approved = approval.confirm(ctx, "approve", planned["hash"], settings)  # not the upstream's state
+        text = tasks.approval_text(settings, planned, "markdown")  # what the stored plan shows
+        approved = approval.confirm(ctx, "approve", planned["hash"], settings, text)  # not the upstream's state
         return tasks.execute(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
 
     @task.short_circuit
@@ -101,7 +102,8 @@ def kafka_fleet_repair() -> None:
     @task
     def restore_topic_ids(planned: dict[str, Any]) -> list[str]:
         ctx, settings = get_current_context(), Settings.from_env()
-        approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], settings)
+        text = tasks.approval_text(settings, planned, "zookeeper_markdown")
+        approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], settings, text)
         return tasks.restore_zookeeper(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
 
     planned = plan()

@@ -68,7 +68,8 @@ def kafka_fleet_restore() -> None:
     def restore(planned: dict[str, Any]) -> dict[str, Any]:
         ctx = get_current_context()
         settings = Settings.from_env()
-        answer = approval.confirm(ctx, "approve", planned["hash"], settings)
+        text = tasks.restore_approval_text(settings, planned)
+        answer = approval.confirm(ctx, "approve", planned["hash"], settings, text)
         return tasks.restore(settings, planned, ctx["params"], ctx["run_id"], approval=answer)
 
     planned = plan()

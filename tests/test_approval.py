@@ -85,6 +85,7 @@ def test_an_approval_by_an_allowed_user_gives_the_journal_record() -> None:
         ("another plan", detail(body=BODY.replace(PLAN, "cd" * 32)), {}, "bob", f"not the plan.*{PLAN[:12]}"),
         ("no plan named", detail(body="approve?"), {}, "bob", "none named"),
         ("two plans named", detail(body=BODY + f"Plan hash: `{'cd' * 32}`\n"), {}, "bob", "not the plan"),
+        ("trigger user unknown", detail("alice"), {"FLEET_DOCTOR_APPROVERS": "alice"}, None, "four eyes cannot"),
     ],
 )
 def test_no_valid_approval_refuses(
@@ -172,3 +173,20 @@ def test_an_s3_endpoint_with_credentials_is_refused(var: str) -> None:
     assert "s3cr3t" not in str(e.value) and "key" not in str(e.value).replace("no credentials", "")
     ok = settings(FLEET_DOCTOR_S3_ENDPOINT="http://127.0.0.1:9000", FLEET_DOCTOR_DATA="s3a://bucket/fd")
     assert ok.detect_conf({})["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+
+
+def test_the_text_shown_must_be_the_stored_plans() -> None:
+    """The request's body is rendered from the plan task's XCom, which the REST API can overwrite: a tidied table
+    over the right hash line is refused when it is not what the stored plan renders."""
+    tidied = BODY.replace("| action | file |", "| action | file (nothing to see) |")
+    with pytest.raises(ApprovalError, match="not the stored plan"):
+        check(
+            detail("alice", body=tidied),
+            task_id="approve",
+            plan_hash=PLAN,
+            settings=settings(),
+            triggered_by="b",
+            body=BODY,
+        )
+    ok = check(detail("alice"), task_id="approve", plan_hash=PLAN, settings=settings(), triggered_by="b", body=BODY)
+    assert ok["by"]["id"] == "alice"

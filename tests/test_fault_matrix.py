@@ -322,14 +322,54 @@ def test_zookeeper_session_expiry_mid_repair(lab: dict[str, Any]) -> None:
             time.sleep(0.1)
 
     attempt = "zk-expired"
-    report = run_hooked(lab, attempt, expire, "session|no longer holds")
-    assert report["lock_released"]  # nothing changed: released (the persistent znode, by the new session)
-    seen = check_invariants(lab, attempt, lock_expected=False)
-    assert running(lab) and seen["after_failure"].startswith("started again")
+    report = run_hooked(lab, attempt, expire, r"session|no longer holds")
+    # the worker stops at once and writes nothing more: the lock and the journal may be another worker's by now
+    assert not report["lock_released"] and "lost its ZooKeeper session" in report["lock_kept"]
+    seen = check_invariants(lab, attempt, lock_expected=True)
+    assert not running(lab) and seen["journal_state"] == "backed_up"  # stopped, as the journal says
     resume(lab, attempt)
     record(
         "ZooKeeper session expiry mid-repair",
-        "halted before the change (the lock's liveness node was lost), broker started again; rerun resumed to done",
+        "the fence stops the worker before the change (the lock's liveness node went with the session): nothing "
+        "more written or started, the lock kept; rerun resumed to done",
+    )
+    reset(lab, attempt)
+
+
+def test_broker_started_by_someone_else_during_the_change(lab: dict[str, Any]) -> None:
+    """After the checks that it is down, before the first file changes: the change runs under the log dirs' .lock,
+    so it refuses (exit 75) instead of changing files under a running broker."""
+
+    class StartedDuringTheChange(Executor):
+        def unchanged_since_backup(self, b: BrokerPlan, remote: Remote) -> None:
+            super().unchanged_since_backup(b, remote)
+            assert run_service(lab["state"].broker(b.broker_id), "start").returncode == 0
+
+    attempt = "started-mid-change"
+    owner = {"plan_hash": lab["plan"].hash, "step": "brokers", "run_id": attempt}
+    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
+    ex = StartedDuringTheChange(
+        lab["plan"],
+        lab["settings"].repairs,
+        lab["inv"],
+        ssh_connect(lab["inv"]),
+        Cluster(lab["zk"]),
+        GATES,
+        attempt=attempt,
+    )
+    report: dict[str, Any] = {}
+    with pytest.raises(RepairError, match=r"holds its log dir's \.lock"):
+        try:
+            ex.run()
+        finally:
+            tasks.finish(lab["zk"], lab["inv"], owner, ex.journal, report)
+    seen = check_invariants(lab, attempt, lock_expected=False)
+    assert running(lab) and seen["after_failure"].startswith("running")
+    resume(lab, attempt)
+    record(
+        "broker started by someone else during the change",
+        "the change, run under the log dirs' .lock, refuses before the first file; nothing changed, broker left "
+        "running; rerun resumed to done",
     )
     reset(lab, attempt)
 

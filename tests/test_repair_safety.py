@@ -34,7 +34,7 @@ from fleet_doctor.repair import restore, tasks
 from fleet_doctor.repair.executor import Executor, Journal, RepairError, State, attempt_dir
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, controller_last
 from fleet_doctor.zookeeper.cluster import Cluster
-from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, lock_holder
+from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, lock_holder, release_lock
 from fleet_lab import fleet
 from fleet_lab.fleet import run_service
 from harness.repair_lab import FAST, audited_lab, plan_of
@@ -258,6 +258,23 @@ def test_the_restore_refuses_a_hostile_plan_a_tampered_backup_and_two_stopped_br
         restore.make_restore_plan(s, {"plan": halted["plan"].hash[:12], "brokers": [1, 2], "start": False}, None)
 
 
+def test_a_restore_that_fails_hands_the_lock_back_to_the_halted_repair(
+    lab: dict[str, Any], halted: dict[str, Any]
+) -> None:
+    """The restore takes the lock over from the halted attempt it puts back; when it cannot finish, the halted
+    repair still needs a human: the lock goes back to it, not free."""
+    s = lab["settings"]
+    planned = restore.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
+
+    def unreachable(broker_id: int) -> Any:
+        raise OSError(113, "No route to host")
+
+    with pytest.raises(RepairError, match="No route to host"):
+        restore.restore_backup(s, planned, {"timeout_s": 60}, "restore-0", unreachable)
+    holder = lock_holder(lab["zk"], lab["inv"].cluster)
+    assert holder is not None and holder["run_id"] == "halted" and holder["step"] == "brokers"
+
+
 def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
     lab: dict[str, Any], halted: dict[str, Any]
 ) -> None:
@@ -304,3 +321,35 @@ def test_attempts_are_per_run(tmp_path: Path) -> None:
     assert new.completed(1) == State.PENDING and not new.touched()
     assert attempt_dir(tmp_path, plan.hash, "a/../b").parent == tmp_path / plan.hash / "attempts"
     assert controller_last(plan.brokers, 1)[0].broker_id == 1
+
+
+def test_a_resume_without_its_journal_keeps_the_lock(lab: dict[str, Any]) -> None:
+    """A rerun of a run that holds the lock, on a worker whose repairs dir does not have that run's journal (a
+    worker-local dir), must not start over as if nothing had happened: refused, the lock kept."""
+    plan = one_broker(lab, plan_of(lab).restart_order[-1])
+    tasks.save_plan(lab["settings"], plan)
+    owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": "elsewhere"}
+    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
+    try:
+        with pytest.raises(RepairError, match=r"journal .* is not here"):
+            tasks.execute(lab["settings"], {"hash": plan.hash}, {}, "elsewhere", ssh_connect(lab["inv"]))
+        assert lock_holder(lab["zk"], lab["inv"].cluster)["run_id"] == "elsewhere"
+        # and another run of the same plan is refused while this one holds it
+        with pytest.raises(LockHeld):
+            acquire_lock(lab["state"].zk_client(), lab["inv"].cluster, {**owner, "run_id": "another"})
+    finally:
+        release_lock(lab["zk"], lab["inv"].cluster, owner)
+
+
+def test_the_gates_are_part_of_the_plan(lab: dict[str, Any]) -> None:
+    """The form's gates (min ISR, healthy polls, dry run...) are in the plan's hash and its approval text, and the
+    run takes them from the approved plan, not from the form as it is when execute runs."""
+    s = lab["settings"]
+    findings = s.store.read_jsonl("history/audit_run=run1/findings.jsonl")
+    careful = tasks.plan_from(s, "run1", findings, s.run_key("run1"), {"healthy_polls": 5, "min_insync_replicas": 2})
+    lax = tasks.plan_from(s, "run1", findings, s.run_key("run1"), {"healthy_polls": 1})
+    assert careful.hash != lax.hash
+    assert "`healthy_polls` `5`" in careful.to_markdown() and "`min_insync_replicas` `2`" in careful.to_markdown()
+    gated = tasks.approved_gates(careful, {"healthy_polls": 1, "min_insync_replicas": 1})
+    assert gated["healthy_polls"] == 5 and gated["min_insync_replicas"] == 2
+    assert tasks.cluster_for(lab["zk"], lab["inv"], {"min_insync_replicas": 1}).default_min_isr in (None, 1)

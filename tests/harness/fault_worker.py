@@ -60,7 +60,7 @@ class DyingExecutor(Executor):
 
             def run_then_die(command: str, *a: Any, **k: Any) -> Any:
                 out = run(command, *a, **k)
-                if command.startswith("rm -f"):
+                if "rm -f --" in command:
                     die()  # one file removed, the rest not
                 return out
 

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.repair.executor import attempt_name
 from fleet_doctor.repair.plan import QUARANTINE_DIR
-from fleet_doctor.settings import safe_run_id
 from fleet_lab import demo, fleet
 from fleet_lab.incidents import run_scenario
 from harness.airflow_live import LiveAirflow
@@ -77,7 +77,7 @@ def plan_dir(data: Path, request: dict[str, Any]) -> Path:
 
 def attempt_of(data: Path, request: dict[str, Any], run: str) -> Path:
     """Where one repair run's attempt at the plan keeps its journal, result and backups."""
-    return plan_dir(data, request) / "attempts" / safe_run_id(run)
+    return plan_dir(data, request) / "attempts" / attempt_name(run)
 
 
 def events(state: fleet.LabState) -> dict[int, list[dict[str, Any]]]:

@@ -54,9 +54,12 @@ def check(
     plan_hash: str,
     settings: Settings,
     triggered_by: str | None,
+    body: str | None = None,
 ) -> dict[str, Any]:
     """The journal record of a valid approval, from Airflow's HITL detail of ``task_id`` in this run (as the REST
-    API returns it; None: Airflow has none); raises ``ApprovalError`` otherwise."""
+    API returns it; None: Airflow has none); raises ``ApprovalError`` otherwise. ``body``: the approval text as the
+    stored plan renders it; the text the human saw must be exactly that (XCom, which the request was rendered from,
+    can be written through the REST API: a tidied table over the right hash is refused)."""
     where = f"the approval task {task_id!r} of this run"
     if not detail:
         raise ApprovalError(
@@ -84,7 +87,12 @@ def check(
             f"{who} approved {where} but is not one of FLEET_DOCTOR_APPROVERS ({', '.join(sorted(allowed))}); "
             "nothing was touched"
         )
-    if allowed and not settings.allow_self_approval and triggered_by and triggered_by in (by["id"], by.get("name")):
+    if allowed and not settings.allow_self_approval and not triggered_by:
+        raise ApprovalError(
+            "Airflow does not say who triggered this run, so four eyes cannot be checked (FLEET_DOCTOR_APPROVERS is "
+            "set); trigger it as a user, or set FLEET_DOCTOR_ALLOW_SELF_APPROVAL=true; nothing was touched"
+        )
+    if allowed and not settings.allow_self_approval and triggered_by in (by["id"], by.get("name")):
         raise ApprovalError(
             f"{who} triggered this run and approved it: with FLEET_DOCTOR_APPROVERS set, another approver must "
             "(four eyes; FLEET_DOCTOR_ALLOW_SELF_APPROVAL=true allows it); nothing was touched"
@@ -94,6 +102,11 @@ def check(
         raise ApprovalError(
             f"{where} approved plan {', '.join(h[:12] for h in shown) or '(none named)'}, not the plan about to run "
             f"({plan_hash[:12]}); nothing was touched"
+        )
+    if body is not None and (detail.get("body") or "").strip() != body.strip():
+        raise ApprovalError(
+            f"the text {where} showed is not the stored plan's (the plan task's XCom was changed?): the approver did "
+            "not see this plan; nothing was touched"
         )
     return {
         "task": task_id,
@@ -105,14 +118,18 @@ def check(
     }
 
 
-def confirm(context: Mapping[str, Any], task_id: str, plan_hash: str, settings: Settings) -> dict[str, Any]:
+def confirm(
+    context: Mapping[str, Any], task_id: str, plan_hash: str, settings: Settings, body: str | None = None
+) -> dict[str, Any]:
     """Check, from Airflow's record, that ``task_id`` of the running DAG run (``context``: the running task's
     Airflow context) holds a valid human approval of ``plan_hash``; returns the journal record
     ``{"task", "option", "by": {"id", "name"}, "at", "plan_hash", "triggered_by"}``, raises ``ApprovalError``."""
     dag_run = context["dag_run"]
     triggered_by = getattr(dag_run, "triggering_user_name", None)
     detail = read_hitl_detail(settings, dag_run.dag_id, dag_run.run_id, task_id)
-    record = check(detail, task_id=task_id, plan_hash=plan_hash, settings=settings, triggered_by=triggered_by)
+    record = check(
+        detail, task_id=task_id, plan_hash=plan_hash, settings=settings, triggered_by=triggered_by, body=body
+    )
     LOG.info("approval on record: %s", json.dumps(record))
     return record
 

@@ -63,6 +63,11 @@ class RepairError(RuntimeError):
     """A step could not be completed; the chain halts."""
 
 
+class FenceLost(RepairError):
+    """This worker lost the session its lock was taken with: it stops at once, writing nothing more (not even its
+    journal, which a newer worker of the same run may own by now) and starting nothing."""
+
+
 @dataclass(frozen=True)
 class Gates:
     stop_timeout_s: float = 300.0
@@ -134,6 +139,11 @@ class Journal:
         """Whether this attempt may have changed a file on any broker (a halt then keeps the cluster lock)."""
         return not self.data.get("dry_run") and any(self.changing(int(b)) for b in self.data["brokers"])
 
+    def needs_human(self) -> bool:
+        """A halt that keeps the lock: a file may have changed, or a broker this attempt stopped may be down still."""
+        left = any(str(b.get("after_failure", "")).startswith("may be left") for b in self.data["brokers"].values())
+        return self.changed_any() or left
+
     def touched(self) -> bool:
         """Whether any broker got past its pre-check (stopped, and maybe changed) under this attempt."""
         return any(
@@ -185,9 +195,16 @@ class Journal:
         write_atomic(self.path, json.dumps(self.data, indent=2, default=str).encode())
 
 
+def attempt_name(run_id: str) -> str:
+    """A file-name-safe, one-to-one name for an Airflow run id (``safe_run_id`` alone maps ``a:b`` and ``a_b`` to
+    one name: two runs would share an attempt)."""
+    safe = safe_run_id(run_id)
+    return safe if safe == run_id else f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
+
+
 def attempt_dir(repairs: Path, plan_hash: str, attempt: str) -> Path:
     """Where one attempt at a plan keeps its journal, result and backups: ``<repairs>/<hash>/attempts/<run>``."""
-    return repairs / plan_hash / "attempts" / safe_run_id(attempt)
+    return repairs / plan_hash / "attempts" / attempt_name(attempt)
 
 
 def _sums(text: str) -> dict[str, str]:
@@ -220,6 +237,51 @@ def lock_holders_command(log_dirs: list[str]) -> str:
         'awk -v i="$i" \'$2 != "->" { n = split($6, a, ":"); if (n == 3 && a[3] == i) print $5 }\' /proc/locks; '
         "done"
     )
+
+
+# Runs a shell command while holding every log dir's .lock the way Kafka does (an fcntl lock: Java's FileLock), so no
+# broker can start on those dirs while a file changes; exits 75 without running it when a broker holds one. A
+# missing .lock is not created (a file made by this user could stop Kafka's own user from opening it).
+LOCKED = (
+    "import fcntl, os, subprocess, sys\n"
+    "held = []\n"
+    "for d in sys.argv[2:]:\n"
+    "    p = os.path.join(d, '.lock')\n"
+    "    try:\n"
+    "        fd = os.open(p, os.O_RDWR)\n"
+    "    except FileNotFoundError:\n"
+    "        continue\n"
+    "    try:\n"
+    "        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+    "    except OSError:\n"
+    "        sys.stderr.write('%s is locked: a broker runs on this log dir\\n' % p)\n"
+    "        sys.exit(75)\n"
+    "    held.append(fd)\n"
+    "sys.exit(subprocess.call(['/bin/sh', '-c', sys.argv[1]]))\n"
+)
+
+
+LOCK_HELD = 75  # LOCKED's exit status when a broker holds a .lock (the command did not run)
+REMOVABLE = ("partition.metadata", "leader-epoch-checkpoint")
+QUARANTINABLE = (".index", ".timeindex", ".txnindex")
+
+
+def planned_path_ok(action: str, path: str, log_dirs: list[str]) -> bool:
+    """A plan's file is ``<log dir>/<partition dir>/<name>`` of one of the broker's log dirs, and a file its action
+    may touch (defence in depth: the plan was built from probe output, itself from the broker's disk)."""
+    parts = path.split("/")
+    if len(parts) < 3 or any(p in ("", ".", "..") for p in parts[1:]) or "\n" in path:
+        return False
+    parent, name = "/".join(parts[:-2]), parts[-1]
+    if parent not in {d.rstrip("/") for d in log_dirs}:
+        return False
+    return name in REMOVABLE if action == "remove" else action == "quarantine" and name.endswith(QUARANTINABLE)
+
+
+def locked(command: str, log_dirs: list[str]) -> str:
+    """``command`` run on the broker under its log dirs' ``.lock`` (``LOCKED``)."""
+    dirs = " ".join(shlex.quote(d) for d in log_dirs)
+    return f"python3 -c {shlex.quote(LOCKED)} {shlex.quote(command)} {dirs}"
 
 
 def backup_covers(backups: list[dict[str, Any]], present: dict[str, str], missing: list[str]) -> bool:
@@ -260,6 +322,7 @@ class Executor:
         self.dry_run = dry_run
         self.journal = Journal(self.workdir / "journal.json", plan)
         self.fence = fence or (lambda: None)
+        self.fenced = False  # set when the fence fell: nothing more may be written or run
 
     # ---- the chain
     def run(self) -> dict[str, Any]:
@@ -278,12 +341,16 @@ class Executor:
                 if pending and self.gates.pause_between_brokers_s:
                     time.sleep(self.gates.pause_between_brokers_s)
             self.journal.data["status"] = "done"
+        except FenceLost:
+            self.fenced = True
+            raise
         except BaseException as e:  # also a SIGTERM'd task (Airflow raises a BaseException): the journal says why
             self.journal.data["status"] = "halted"
             self.journal.data["error"] = str(e) or type(e).__name__
             raise
         finally:
-            self.journal.save()
+            if not self.fenced:
+                self.journal.save()
         return self.journal.data
 
     def _next(self, pending: list[BrokerPlan]) -> BrokerPlan:
@@ -326,6 +393,8 @@ class Executor:
                 try:
                     self.fence()
                     detail = step(b, remote)
+                except FenceLost:
+                    raise  # not this worker's to record or undo any more
                 except BaseException as e:  # any failure halts the chain, and the journal says where and why
                     self._failed(b, e, f"step {target}", remote)
                 self.journal.advance(b.broker_id, target, detail)
@@ -422,6 +491,8 @@ class Executor:
         """Back up the files about to change, unless a backup of this attempt already holds each of them exactly as it
         is now (a fresh checksum on the broker, compared with the backup's manifest)."""
         present, missing = remote_sums(remote, b.backup_paths)
+        if self.dry_run:  # reads only: nothing is written on the broker
+            return f"dry run: would back up {len(present)} file(s) (checksums read), {len(missing)} missing"
         backups = self.journal.backups(b.broker_id)
         if backup_covers(backups, present, missing):
             for bk in backups:
@@ -489,6 +560,8 @@ class Executor:
     def unchanged_since_backup(self, b: BrokerPlan, remote: Remote) -> None:
         """Right before a file changes: every planned file is as its newest backup holds it (or already gone, by this
         attempt's own change: then a backup holds it)."""
+        if self.dry_run:
+            return
         present, missing = remote_sums(remote, b.backup_paths)
         if not backup_covers(self.journal.backups(b.broker_id), present, missing):
             raise RepairError(f"broker {b.broker_id}: a planned file changed since its backup: nothing changed")
@@ -497,6 +570,10 @@ class Executor:
         self.identity(b, remote)
         self.still_down(b, remote)
         self.unchanged_since_backup(b, remote)
+        log_dirs = self.inventory.broker(b.broker_id).log_dirs
+        outside = [a.path for a in b.actions if not planned_path_ok(a.action, a.path, log_dirs)]
+        if outside:
+            raise RepairError(f"broker {b.broker_id}: planned path(s) not a repairable file of its log dirs: {outside}")
         if not self.dry_run:
             self.journal.note(b.broker_id, "changing", True)
         done = []
@@ -519,8 +596,15 @@ class Executor:
                 )
             if self.dry_run:
                 LOG.info("dry run: would run on broker %s: %s", b.broker_id, cmd)
-            else:
-                remote.run(cmd)
+            else:  # under the log dirs' .lock: a broker started since the checks above cannot start meanwhile
+                ran = remote.run(locked(cmd, log_dirs), check=False)
+                if ran.exit_status == LOCK_HELD and not done:
+                    self.journal.note(b.broker_id, "changing", False)  # refused before its first file: none changed
+                    raise RepairError(f"broker {b.broker_id} holds its log dir's .lock (started by someone else?)")
+                if ran.exit_status != 0:
+                    raise RepairError(
+                        f"broker {b.broker_id}: `{a.action} {a.path}` failed: {ran.stderr.strip()[-300:]}"
+                    )
             done.append(f"{a.action} {a.path}")
         return "; ".join(done)
 

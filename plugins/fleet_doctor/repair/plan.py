@@ -231,6 +231,7 @@ class Plan:
             f"{c['files_removed']} file(s) backed up and removed, {c['files_quarantined']} quarantined "
             f"(moved to `<partition dir>/{QUARANTINE_DIR}/<plan>/`), every file backed up first.",
             "",
+            *self._gates_lines(),
             "| order | broker | controller | last stop clean | above recovery point | indexes rebuilt "
             "| est. recovery |",
             "|---:|---:|---|---|---:|---:|---:|",
@@ -265,6 +266,14 @@ class Plan:
         if self.skipped:
             out += ["", f"Not addressed by this plan: {len(self.skipped)} finding(s) (report only or out of scope)."]
         return "\n".join([*out, "", self.hash_line()]) + "\n"
+
+    def _gates_lines(self) -> list[str]:
+        """The run's gates as approved (part of the hash): a second person sees what the first one set."""
+        gates = self.scope.get("gates") or {}
+        if not gates:
+            return []
+        shown = ", ".join(f"`{k}` {md_cell(v, table=False)}" for k, v in sorted(gates.items()))
+        return [f"Gates: {shown}.", ""]
 
 
 def hashes_in(markdown: str) -> list[str]:

@@ -30,6 +30,8 @@ from fleet_doctor.repair.executor import (
     RepairError,
     State,
     _sha256,
+    attempt_name,
+    locked,
     remote_sums,
     tar_manifest,
 )
@@ -38,7 +40,7 @@ from fleet_doctor.repair.tasks import cluster_for, finish, gates_from, lock_fenc
 from fleet_doctor.settings import Settings, safe_run_id
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper import cluster_session
-from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LockHeld, acquire_lock, lock_holder, release_lock
+from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LockHeld, acquire_lock, hand_back, hand_over, lock_holder
 
 PLAN_HASH_RE = re.compile(r"[0-9a-f]{12,64}")
 RESTORE_ACTION = "restore"
@@ -75,7 +77,7 @@ def find_attempt(plan_dir: Path, attempt: str | None) -> Path:
     """The attempt whose backups go back: the one named (its Airflow run id), else the newest with a backup."""
     attempts = _attempts_with_backups(plan_dir)
     if attempt:
-        named = [d for d in attempts if d.name == safe_run_id(attempt)]
+        named = [d for d in attempts if d.name in (attempt, attempt_name(attempt))]
         if not named:
             raise RepairError(f"plan {plan_dir.name[:12]} has no attempt {attempt!r} with a backup")
         return named[0]
@@ -200,6 +202,20 @@ def make_restore_plan(settings: Settings, params: dict[str, Any], controller: in
     return {"hash": p.hash, "restore_of": p.scope["restore_of"], "subject": subject, "markdown": markdown}
 
 
+def stored_restore_plan(settings: Settings, planned: dict[str, Any]) -> Plan:
+    """The restore plan the plan task saved, checked to hash to ``planned["hash"]`` (both ids validated first)."""
+    restore_of, digest = str(planned.get("restore_of")), str(planned.get("hash"))
+    if not (PLAN_HASH_RE.fullmatch(restore_of) and len(restore_of) == 64 and PLAN_HASH_RE.fullmatch(digest)):
+        raise RepairError(f"not a restore plan: {planned.get('restore_of')!r} / {planned.get('hash')!r}")
+    path = repairs_dir(settings) / restore_of / "restores" / digest / "plan.json"
+    if not path.is_file():
+        raise RepairError(f"no restore plan {digest!r} for repair {restore_of[:12]}")
+    p = Plan.from_json(path.read_text())
+    if p.hash != digest or p.scope.get("restore_of") != restore_of:
+        raise RepairError(f"the stored restore plan does not hash to the approved {digest[:12]}: refusing")
+    return p
+
+
 class RestoreExecutor(Executor):
     """The repair's state machine with the change being "put the backup back"; started again only with ``start``.
     ``source``: the repair attempt's dir, where the backups are."""
@@ -243,6 +259,7 @@ class RestoreExecutor(Executor):
         self.journal.note(b.broker_id, "changing", True)
         for bk in self.plan.scope["backups"][str(b.broker_id)]:
             self._put_back(b, remote, self.source / bk["tarball"], bk)
+        self._mark_restored(b)
         expected = {a.path: a.reason.rsplit(" ", 1)[-1] for a in b.actions}
         dirs = sorted({p.rsplit("/", 1)[0] for p in expected})
         owners = " ".join(shlex.quote(p) for p in sorted(expected))
@@ -277,27 +294,61 @@ class RestoreExecutor(Executor):
         try:
             remote.put(tarball, target)
             quoted = " ".join(shlex.quote(n) for n in names)
-            remote.run(
+            unpack = (
                 f'[ "$(sha256sum < {target} | cut -c1-64)" = {bk["sha256"]} ] || '
                 f'{{ echo "checksum mismatch after upload" >&2; exit 1; }}; '
                 f"tar -xzf {target} -C / --no-recursion -- {quoted}"
-            )
+            )  # under the log dirs' .lock, as the repair's change
+            remote.run(locked(unpack, self.inventory.broker(b.broker_id).log_dirs))
         finally:
             remote.run(f"rm -rf -- {tmp}", check=False)
 
     def verify(self, b: BrokerPlan, remote: Remote) -> str:
         return "restored files checked against the manifest before the start"
 
+    repair: Plan | None = None  # the repair plan whose attempt's backups go back
 
-def _take_over_lock(zk: Any, cluster: str, plan_hash: str) -> None:
-    """A halted repair of this plan keeps the lock for a human; the restore is what the human does about it. Taken
-    over only when no worker of it is alive (its ephemeral znode is gone)."""
+    def _mark_restored(self, b: BrokerPlan) -> None:
+        """The repair attempt's journal: this broker is where the plan found it, so a rerun of that run starts it
+        over (re-verified). Marked as soon as its files are back, broker by broker (a later halt keeps it)."""
+        journal = self.source / "journal.json"
+        if self.repair is not None and journal.is_file():
+            Journal(journal, self.repair).restored(b.broker_id)
+
+
+def _take_over_lock(zk: Any, cluster: str, plan_hash: str, attempt: str, owner: dict[str, Any]) -> dict | None:
+    """A halted attempt of this repair keeps the lock for a human; restoring that very attempt is what the human
+    does about it. Taken over (the holder kept in the lock, to be handed back) only when no worker of it is alive
+    (its ephemeral znode is gone); returns the holder taken over from, or None."""
     held = lock_holder(zk, cluster)
-    if held is None or held.get("plan_hash") != plan_hash or held.get("step") not in ("brokers", "restore"):
-        return
+    if held is None or held.get("plan_hash") != plan_hash or held.get("step") != "brokers":
+        return None  # free, ours (a resumed restore), or another plan's: acquire_lock decides
+    if attempt_name(str(held.get("run_id"))) != attempt:
+        raise LockHeld(
+            f"cluster {cluster} is locked by run {held.get('run_id')} of this repair, not by attempt {attempt} that "
+            "this restore puts back: restore that run's attempt (param attempt), or resume it"
+        )
     if zk.exists(f"{ACTIVE_ROOT}/{cluster}"):
         raise LockHeld(f"a worker is executing a repair of {cluster} right now: {held}")
-    release_lock(zk, cluster, held)
+    hand_over(zk, cluster, held, owner)
+    return held
+
+
+def _still_needs_human(repair_journal: Path, plan: Plan, restored: set[int]) -> list[int]:
+    """Brokers of the halted attempt that this restore did not put back and that still need a human (changed and
+    not done, or left stopped)."""
+    if not repair_journal.is_file():
+        return []
+    j = Journal(repair_journal, plan)
+    return [
+        int(b)
+        for b, d in j.data["brokers"].items()
+        if int(b) not in restored
+        and (
+            (j.changing(int(b)) and State(d["state"]) != State.DONE)
+            or str(d.get("after_failure", "")).startswith("may be left")
+        )
+    ]
 
 
 def restore_backup(
@@ -312,12 +363,8 @@ def restore_backup(
     marks each restored broker pending again. ``<repairs>/<hash>/restores/<restore hash>/result.json`` says what
     was done either way."""
     repairs = repairs_dir(settings)
-    rdir = repairs / str(planned["restore_of"]) / "restores" / str(planned["hash"])
-    if not PLAN_HASH_RE.fullmatch(str(planned["hash"])) or not (rdir / "plan.json").is_file():
-        raise RepairError(f"no restore plan {planned['hash']!r}")
-    p = Plan.from_json((rdir / "plan.json").read_text())
-    if p.hash != planned["hash"]:
-        raise RepairError(f"the stored restore plan does not hash to the approved {planned['hash'][:12]}: refusing")
+    p = stored_restore_plan(settings, planned)
+    rdir = repairs / p.scope["restore_of"] / "restores" / p.hash
     plan_dir = find_plan(repairs, p.scope["restore_of"])
     source = plan_dir / "attempts" / p.scope["attempt"]
     inv = inventory.load(settings.inventory)
@@ -327,26 +374,31 @@ def restore_backup(
     journal: Journal | None = None
     gates = gates_from({"pause_between_brokers_s": 0, **params})
     gates = Gates(**{**gates.__dict__, "stop_timeout_s": float(params.get("timeout_s", 600))})
+    repair = Plan.from_json((plan_dir / "plan.json").read_text())
     try:
         with cluster_session(inv, timeout=10, start_timeout=15) as zk:
-            _take_over_lock(zk, inv.cluster, plan_dir.name)
+            taken = _take_over_lock(zk, inv.cluster, plan_dir.name, p.scope["attempt"], owner)
             acquire_lock(zk, inv.cluster, owner)
+            ex: RestoreExecutor | None = None
             try:
-                runs = rdir / "runs" / safe_run_id(run_id)
+                runs = rdir / "runs" / attempt_name(run_id)
                 cluster = cluster_for(zk, inv, params)
                 fence = lock_fence(zk, inv.cluster, owner)
                 ex = RestoreExecutor(p, source, repairs, inv, connect, cluster, gates, journal_dir=runs, fence=fence)
+                ex.repair = repair
                 journal = ex.journal
                 if approval is not None:
                     journal.approved(approval)
                 ex.run()
-                repair_journal = source / "journal.json"
-                if repair_journal.is_file():
-                    repair = Plan.from_json((plan_dir / "plan.json").read_text())
-                    for bid in p.restart_order:  # the broker is where the plan found it: a rerun starts it over
-                        Journal(repair_journal, repair).restored(bid)
             finally:
-                finish(zk, inv, owner, journal, report)
+                done = {b for b in p.restart_order if journal and journal.completed(b) == State.DONE}
+                left = _still_needs_human(source / "journal.json", repair, done) if taken else []
+                if taken is not None and (left or not journal or journal.data.get("status") != "done"):
+                    hand_back(zk, inv.cluster, owner)  # the halted repair still needs a human: its lock stays
+                    report["lock_kept"] = f"handed back to {taken.get('run_id')}: broker(s) {left} still need a human"
+                    report["lock_released"] = False
+                else:
+                    finish(zk, inv, owner, journal, report, fenced=bool(ex and ex.fenced))
     finally:
         if journal is not None:
             brokers = journal.data["brokers"]

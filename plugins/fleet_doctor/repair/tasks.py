@@ -18,14 +18,21 @@ from typing import Any
 from fleet_doctor import inventory
 from fleet_doctor.audit import steps
 from fleet_doctor.remote import airflow_ssh_client
-from fleet_doctor.repair.executor import Executor, Gates, Journal, RepairError, attempt_dir
+from fleet_doctor.repair.executor import Executor, FenceLost, Gates, Journal, RepairError, attempt_dir
 from fleet_doctor.repair.plan import FleetFacts, Plan, build_plan
 from fleet_doctor.repair.topic_ids import restore_topic_ids
 from fleet_doctor.settings import Settings, SettingsError, safe_run_id
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper import cluster_session
 from fleet_doctor.zookeeper.cluster import Cluster
-from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LockHeld, acquire_lock, lock_holder, release_lock
+from fleet_doctor.zookeeper.lock import (
+    ACTIVE_ROOT,
+    LockHeld,
+    acquire_lock,
+    lock_holder,
+    release_active,
+    release_lock,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -82,7 +89,7 @@ def plan_from(
     settings: Settings, run: str, findings: list[dict[str, Any]], run_key: str, params: dict[str, Any]
 ) -> Plan:
     """The plan for ``findings`` of the audit run staged at ``run_key``, in the scope of the DAG's ``params``."""
-    return build_plan(
+    plan = build_plan(
         inventory.load(settings.inventory).cluster,
         run,
         findings,
@@ -93,6 +100,8 @@ def plan_from(
         hold_out=[int(b) for b in params.get("hold_out") or ()],
         include_internal=bool(params.get("include_internal")),
     )
+    plan.scope["gates"] = gates_of(params)  # in the hash and the approval text: the approver sees them
+    return plan
 
 
 def reverify(settings: Settings, run_id: str, params: dict[str, Any], connect: Any) -> tuple[str, Plan]:
@@ -144,6 +153,19 @@ def _approved(settings: Settings, planned: dict[str, Any]) -> Plan:
     return approved
 
 
+def approval_text(settings: Settings, planned: dict[str, Any], which: str) -> str:
+    """The approval text as the stored plan renders it (``markdown`` or ``zookeeper_markdown``): what the human must
+    have seen, compared with Airflow's record of the request by ``approval.confirm``."""
+    stored = _approved(settings, planned)
+    return stored.to_markdown() if which == "markdown" else stored.zookeeper_markdown()
+
+
+def restore_approval_text(settings: Settings, planned: dict[str, Any]) -> str:
+    from fleet_doctor.repair import restore
+
+    return restore.restore_markdown(restore.stored_restore_plan(settings, planned))
+
+
 def _report(journal: dict[str, Any], order: list[int]) -> dict[str, Any]:
     """What was done and what was not, per broker, from the journal."""
     brokers = journal.get("brokers", {})
@@ -171,20 +193,32 @@ def gates_from(params: dict[str, Any]) -> Gates:
     )
 
 
-def finish(zk: Any, inv: inventory.Inventory, owner: dict[str, Any], journal: Journal | None, report: dict[str, Any]):
-    """Release the cluster lock, unless this attempt halted after changing a file: then it stays held, so that no
-    other plan starts until a human has looked (docs/repair.md, "After a halt")."""
-    if journal is not None and journal.data.get("status") != "done" and journal.changed_any():
+def finish(
+    zk: Any,
+    inv: inventory.Inventory,
+    owner: dict[str, Any],
+    journal: Journal | None,
+    report: dict[str, Any],
+    fenced: bool = False,
+) -> None:
+    """Release the cluster lock, unless this attempt halted after changing a file (or leaving a broker it stopped
+    down): then it stays held, so that no other plan starts until a human has looked (docs/repair.md, "After a
+    halt"). A worker whose fence fell touches neither the lock nor the liveness node: they may be another's now."""
+    if fenced:
+        report["lock_kept"] = "this worker lost its ZooKeeper session: it left the lock and the journal alone"
+        LOG.error("repair %s: %s", owner["plan_hash"][:12], report["lock_kept"])
+    elif journal is not None and journal.data.get("status") != "done" and journal.needs_human():
         report["lock_kept"] = (
-            "halted after changing files: the lock stays until a human resumes this run (clear its task), "
-            "restores its backups (kafka_fleet_restore) or releases it by hand"
+            "halted after changing files (or with a broker it stopped left down): the lock stays until a human "
+            "resumes this run (clear its task), restores its backups (kafka_fleet_restore) or releases it by hand"
         )
         LOG.error("repair %s: %s", owner["plan_hash"][:12], report["lock_kept"])
-        with contextlib.suppress(Exception):  # this worker is done: only its liveness node goes (as at its exit)
-            zk.delete(f"{ACTIVE_ROOT}/{inv.cluster}")
+        with contextlib.suppress(Exception):  # this worker is done: only its own liveness node goes
+            release_active(zk, inv.cluster)
     else:
         release_lock(zk, inv.cluster, owner)
-    report["lock_released"] = lock_holder(zk, inv.cluster) is None
+    with contextlib.suppress(Exception):
+        report["lock_released"] = lock_holder(zk, inv.cluster) is None
 
 
 def execute(
@@ -214,7 +248,13 @@ def execute(
                     f"cluster {inv.cluster} is locked by run {held.get('run_id')} of this same plan (step "
                     f"{held.get('step')}): resume that run (clear its task) or restore its backups first: {held}"
                 )
+            if held and held.get("run_id") == run_id and not (workdir / "journal.json").is_file():
+                raise RepairError(  # the lock stays: this run may have changed brokers, and its record is elsewhere
+                    f"the lock names this run, but its journal {workdir / 'journal.json'} is not here: the repairs "
+                    "dir (FLEET_DOCTOR_REPAIR_DIR) must be one shared, durable directory for every worker"
+                )
             acquire_lock(zk, inv.cluster, owner)
+            executor: Executor | None = None
             try:
                 journal = Journal(workdir / "journal.json", approved)
                 if approval is not None:
@@ -231,24 +271,29 @@ def execute(
                             f"stale plan: the fleet changed since approval (approved {approved.hash[:12]}, now "
                             f"{fresh.hash[:12]}: {fresh_md}); nothing was touched"
                         )
-                Executor(
+                gated = approved_gates(approved, params)  # what the approver saw, not what the form says now
+                executor = Executor(
                     approved,
                     repairs_dir(settings),
                     inv,
                     connect,
-                    cluster_for(zk, inv, params),
-                    gates_from(params),
-                    dry_run=bool(params.get("dry_run")),
+                    cluster_for(zk, inv, gated),
+                    gates_from(gated),
+                    dry_run=bool(gated.get("dry_run")),
                     attempt=run_id,
                     fence=lock_fence(zk, inv.cluster, owner),
-                ).run()
+                )
+                journal = executor.journal  # the one the chain writes (it re-read the file, approval included)
+                executor.run()
+            except FenceLost:
+                raise
             except BaseException as e:
                 if journal is not None and journal.data.get("status") == "running":
                     journal.data.update(status="halted", error=f"{type(e).__name__}: {e}")
                     journal.save()
                 raise
             finally:
-                finish(zk, inv, owner, journal, report)
+                finish(zk, inv, owner, journal, report, fenced=bool(executor and executor.fenced))
     finally:
         if (workdir / "journal.json").is_file():
             report.update(_report(json.loads((workdir / "journal.json").read_text()), approved.restart_order))
@@ -268,20 +313,41 @@ def lock_fence(zk: Any, cluster: str, owner: dict[str, Any]) -> Callable[[], Non
     def fence() -> None:
         now = zk.client_id[0] if zk.client_id else None
         if not zk.connected or now != session_id:
-            raise RepairError(f"the ZooKeeper session this repair locked {cluster} with was lost: halting")
+            raise FenceLost(f"the ZooKeeper session this repair locked {cluster} with was lost: halting")
         held = zk.exists(active)
         if held is None or held.ephemeralOwner != session_id:
-            raise RepairError(f"this worker no longer holds {active} (its session expired?): halting")
+            raise FenceLost(f"this worker no longer holds {active} (its session expired?): halting")
 
     return fence
+
+
+GATE_PARAMS = (
+    "healthy_polls",
+    "poll_interval_s",
+    "isr_timeout_s",
+    "pause_between_brokers_s",
+    "min_insync_replicas",
+    "dry_run",
+)
+
+
+def gates_of(params: dict[str, Any]) -> dict[str, Any]:
+    """The form's values that decide how carefully the plan runs: part of the plan (its hash, its approval text)."""
+    return {k: params[k] for k in GATE_PARAMS if params.get(k) is not None}
+
+
+def approved_gates(plan: Plan, params: dict[str, Any]) -> dict[str, Any]:
+    """The gates the approver saw (the plan's), over whatever the form holds."""
+    return {**params, **dict(plan.scope.get("gates") or {})}
 
 
 def cluster_for(zk: Any, inv: inventory.Inventory, params: dict[str, Any]) -> Cluster:
     """The health gates' view of ZooKeeper. A topic without its own ``min.insync.replicas`` takes ZooKeeper's
     cluster-wide default (``/config/brokers/<default>``), else the form's ``min_insync_replicas``, else the
     inventory's (the brokers' static server.properties value), else Kafka's 1."""
-    form = params.get("min_insync_replicas")
-    return Cluster(zk, default_min_isr=int(form) if form else inv.min_insync_replicas)
+    form = int(params.get("min_insync_replicas") or 0)  # may raise the inventory's default, never lower it
+    default = max(form, inv.min_insync_replicas or 0) or None
+    return Cluster(zk, default_min_isr=default)
 
 
 def restore_zookeeper(

@@ -72,7 +72,12 @@ def _ensure_root(zk: Any, root: str, acl: list[Any] | None) -> None:
 
 
 def _same_owner(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.get("plan_hash") == b.get("plan_hash") and a.get("step", "brokers") == b.get("step", "brokers")
+    """The same plan, step and (when both name one) Airflow run: another run of the same plan is another holder (a
+    halted attempt keeps the lock for a human; a second run must not slip in behind it)."""
+    same_run = a.get("run_id") is None or b.get("run_id") is None or a.get("run_id") == b.get("run_id")
+    return (
+        a.get("plan_hash") == b.get("plan_hash") and a.get("step", "brokers") == b.get("step", "brokers") and same_run
+    )
 
 
 def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0.0, live_wait_s: float = 60.0) -> None:
@@ -131,11 +136,41 @@ def release_lock(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
             zk.delete(path)
     except NoNodeError:
         pass
-    try:
-        if _same_owner(json.loads(zk.get(f"{ACTIVE_ROOT}/{cluster}")[0]), owner):
-            zk.delete(f"{ACTIVE_ROOT}/{cluster}")
-    except NoNodeError:
-        pass
+    release_active(zk, cluster)
+
+
+def release_active(zk: Any, cluster: str) -> None:
+    """Delete the liveness node, only when this very session holds it (a worker whose session expired must not
+    remove a newer worker's)."""
+    from kazoo.exceptions import NoNodeError
+
+    active = f"{ACTIVE_ROOT}/{cluster}"
+    stat = zk.exists(active)
+    if stat is not None and zk.client_id and stat.ephemeralOwner == zk.client_id[0]:
+        try:
+            zk.delete(active, version=stat.version)
+        except NoNodeError:
+            pass
+
+
+def hand_over(zk: Any, cluster: str, held: dict[str, Any], owner: dict[str, Any]) -> None:
+    """Rewrite the lock from ``held`` to ``owner`` (version-checked: it must still be ``held``), keeping ``held`` in
+    it so that ``hand_back`` can put it back."""
+    path = f"{LOCK_ROOT}/{cluster}"
+    raw, stat = zk.get(path)
+    if json.loads(raw) != held:
+        raise LockHeld(f"cluster {cluster}: the lock changed while it was being taken over: {raw!r}")
+    zk.set(path, json.dumps({**owner, "taken_over_from": held}).encode(), version=stat.version)
+
+
+def hand_back(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
+    """Give the lock back to the holder ``hand_over`` took it from (the halted repair still needs a human)."""
+    path = f"{LOCK_ROOT}/{cluster}"
+    raw, stat = zk.get(path)
+    current = json.loads(raw)
+    if _same_owner(current, owner) and current.get("taken_over_from"):
+        zk.set(path, json.dumps(current["taken_over_from"]).encode(), version=stat.version)
+    release_active(zk, cluster)
 
 
 def lock_holder(zk: Any, cluster: str) -> dict[str, Any] | None:
