@@ -364,18 +364,30 @@ def restore_zookeeper(
     inv = inventory.load(settings.inventory)
     connect = connect or ssh_connect(inv)
     owner = {"plan_hash": approved.hash, "step": "zookeeper", "run_id": run_id, "since": time.time()}
-    with cluster_session(inv, timeout=10, start_timeout=15) as zk:
-        acquire_lock(zk, inv.cluster, owner, wait_s=float(params.get("isr_timeout_s", 900)) * 4)
-        try:
-            dry_run = bool(params.get("dry_run"))
-            done = restore_topic_ids(Cluster(zk), approved.zookeeper, connect, inv, dry_run=dry_run)
-        finally:
-            release_lock(zk, inv.cluster, owner)
-    record = {"run_id": run_id, "approval": approval, "done": done}
-    write_atomic(
-        attempt_dir(repairs_dir(settings), approved.hash, run_id) / "zookeeper.json",
-        json.dumps(record, indent=2).encode(),
-    )
+    gated = approved_gates(approved, params)
+    done: list[str] = []
+    record: dict[str, Any] = {"run_id": run_id, "approval": approval, "done": done, "error": None}
+    try:
+        with cluster_session(inv, timeout=10, start_timeout=15) as zk:
+            acquire_lock(zk, inv.cluster, owner, wait_s=float(gated.get("isr_timeout_s", 900)) * 4)
+            try:
+                dry_run = bool(gated.get("dry_run"))
+                restore_topic_ids(Cluster(zk), approved.zookeeper, connect, inv, dry_run=dry_run, done=done)
+            except BaseException as e:
+                record["error"] = f"{type(e).__name__}: {e}"
+                raise
+            finally:
+                if record["error"] and any(": wrote " in d for d in done):  # a partial write: a human looks first
+                    record["lock_kept"] = "some topic IDs were written before the failure: the lock stays"
+                    with contextlib.suppress(Exception):
+                        release_active(zk, inv.cluster)
+                else:
+                    release_lock(zk, inv.cluster, owner)
+    finally:
+        write_atomic(
+            attempt_dir(repairs_dir(settings), approved.hash, run_id) / "zookeeper.json",
+            json.dumps(record, indent=2).encode(),
+        )
     return done
 
 

@@ -56,14 +56,20 @@ def replica_topic_ids(
 
 
 def restore_topic_ids(
-    cluster: Cluster, actions: list[ZkAction], connect: Callable[[int], Any], inventory: Any, dry_run: bool = False
+    cluster: Cluster,
+    actions: list[ZkAction],
+    connect: Callable[[int], Any],
+    inventory: Any,
+    dry_run: bool = False,
+    done: list[str] | None = None,
 ) -> list[str]:
     """Write each action's topic ID back. Re-checked right before the write (the znode still lacks it, every replica
     still holds it) and written with a version-checked ``set``: a concurrent change (a controller minting, an admin
-    tool) makes it stop, not overwrite."""
+    tool) makes it stop, not overwrite. ``done``: the list each outcome is appended to as it happens (the caller
+    records it even when a later topic fails)."""
     from kazoo.exceptions import BadVersionError
 
-    done = []
+    done = [] if done is None else done
     for a in actions:
         path = topic_path(a.topic)
         znode, version = cluster.topic_znode(a.topic)
