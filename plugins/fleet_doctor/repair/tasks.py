@@ -206,8 +206,10 @@ def finish(
     halt"). A worker whose fence fell touches neither the lock nor the liveness node: they may be another's now."""
     if fenced:
         report["lock_kept"] = "this worker lost its ZooKeeper session: it left the lock and the journal alone"
+        report["lock_released"] = False
         LOG.error("repair %s: %s", owner["plan_hash"][:12], report["lock_kept"])
-    elif journal is not None and journal.data.get("status") != "done" and journal.needs_human():
+        return
+    if journal is not None and journal.data.get("status") != "done" and journal.needs_human():
         report["lock_kept"] = (
             "halted after changing files (or with a broker it stopped left down): the lock stays until a human "
             "resumes this run (clear its task), restores its backups (kafka_fleet_restore) or releases it by hand"
