@@ -28,6 +28,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
 from fleet_doctor.repair import approval, tasks
+from fleet_doctor.repair import restore as repair_restore
 from fleet_doctor.settings import Settings
 
 SETTINGS = Settings.from_env()
@@ -70,7 +71,7 @@ def kafka_fleet_restore() -> None:
         settings = Settings.from_env()
         text = tasks.restore_approval_text(settings, planned)
         answer = approval.confirm(ctx, "approve", planned["hash"], settings, text)
-        return tasks.restore(settings, planned, ctx["params"], ctx["run_id"], approval=answer)
+        return repair_restore.restore_backup(settings, planned, ctx["params"], ctx["run_id"], approval=answer)
 
     planned = plan()
     planned >> approve >> restore(planned)

@@ -210,41 +210,38 @@ def test_worker_killed(lab: dict[str, Any], point: str, tmp_path: Path) -> None:
     reset(lab, attempt)
 
 
-class _Hooked(Executor):
-    """The real executor with one hook: ``before_change`` runs right after the backup step finished."""
-
-    before_change: Any = None
-
-    def backup(self, b: BrokerPlan, remote: Remote) -> str:
-        out = super().backup(b, remote)
-        if self.before_change:
-            self.before_change(self, b, remote)
-        return out
-
-
-def run_hooked(ctx: dict[str, Any], attempt: str, hook: Any, expect: str, zk: Any = None) -> dict[str, Any]:
-    """The repair run with ``hook`` after its backup, as ``tasks.execute`` runs it, on ``zk`` (default: the module's
-    session; the worker's own one when the fault is its session's)."""
+def run_faulty(
+    ctx: dict[str, Any], attempt: str, cls: type[Executor], expect: str, zk: Any = None, inv: Any = None
+) -> dict[str, Any]:
+    """The repair run by ``cls`` (the real executor with one fault injected), as ``tasks.execute`` runs it (lock,
+    fence, finish), on ``zk`` (default: the module's session; the worker's own when the fault is its session's) and
+    ``inv`` (default: the lab's inventory). It must halt with ``expect``; returns the report."""
     owner = {"plan_hash": ctx["plan"].hash, "step": "brokers", "run_id": attempt}
-    zk = zk or ctx["zk"]
-    acquire_lock(zk, ctx["inv"].cluster, owner)
-    ex = type("Hooked", (_Hooked,), {"before_change": staticmethod(hook)})(
-        ctx["plan"],
-        ctx["settings"].repairs,
-        ctx["inv"],
-        ssh_connect(ctx["inv"]),
-        Cluster(zk),
-        GATES,
-        attempt=attempt,
-        fence=tasks.lock_fence(zk, ctx["inv"].cluster, owner),
+    zk, inv = zk or ctx["zk"], inv or ctx["inv"]
+    acquire_lock(zk, inv.cluster, owner)
+    fence = tasks.lock_fence(zk, inv.cluster, owner)
+    ex = cls(
+        ctx["plan"], ctx["settings"].repairs, inv, ssh_connect(inv), Cluster(zk), GATES, attempt=attempt, fence=fence
     )
     report: dict[str, Any] = {}
     with pytest.raises(RepairError, match=expect):
         try:
             ex.run()
         finally:
-            tasks.finish(zk, ctx["inv"], owner, ex.journal, report, fenced=ex.fenced)
+            tasks.finish(zk, inv, owner, ex.journal, report, fenced=ex.fenced)
     return report
+
+
+def after_backup(hook: Any) -> type[Executor]:
+    """The executor with ``hook(executor, broker, remote)`` run right after its backup step."""
+
+    class Hooked(Executor):
+        def backup(self, b: BrokerPlan, remote: Remote) -> str:
+            out = super().backup(b, remote)
+            hook(self, b, remote)
+            return out
+
+    return Hooked
 
 
 def test_sshd_killed_mid_backup(lab: dict[str, Any]) -> None:
@@ -262,24 +259,8 @@ def test_sshd_killed_mid_backup(lab: dict[str, Any]) -> None:
             return super().backup(b, remote)
 
     attempt = "sshd-killed"
-    owner = {"plan_hash": lab["plan"].hash, "step": "brokers", "run_id": attempt}
-    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
-    ex = SshdDies(
-        lab["plan"],
-        lab["settings"].repairs,
-        lab["inv"],
-        ssh_connect(lab["inv"]),
-        Cluster(lab["zk"]),
-        GATES,
-        attempt=attempt,
-    )
-    report: dict[str, Any] = {}
     try:
-        with pytest.raises(RepairError, match="could not run"):
-            try:
-                ex.run()
-            finally:
-                tasks.finish(lab["zk"], lab["inv"], owner, ex.journal, report)
+        report = run_faulty(lab, attempt, SshdDies, "could not run")
         # nothing changed, but the broker it stopped may be down: the lock stays until a human (or the rerun) acts
         seen = check_invariants(lab, attempt, lock_expected=True)
         assert not running(lab) and "may be left stopped" in seen["after_failure"]  # it says why it is down
@@ -300,7 +281,7 @@ def test_broker_restarted_by_someone_else_between_stop_and_change(lab: dict[str,
         assert run_service(lab["state"].broker(b.broker_id), "start").returncode == 0
 
     attempt = "restarted"
-    report = run_hooked(lab, attempt, someone_starts_it, "started by someone else")
+    report = run_faulty(lab, attempt, after_backup(someone_starts_it), "started by someone else")
     assert report["lock_released"]
     seen = check_invariants(lab, attempt, lock_expected=False)
     assert running(lab) and seen["after_failure"].startswith("running")
@@ -328,7 +309,7 @@ def test_zookeeper_session_expiry_mid_repair(lab: dict[str, Any]) -> None:
 
     attempt = "zk-expired"
     with cluster_session(lab["inv"], timeout=4, start_timeout=15) as worker_zk:  # the worker's own session
-        report = run_hooked(lab, attempt, expire, r"session|no longer holds", worker_zk)
+        report = run_faulty(lab, attempt, after_backup(expire), r"session|no longer holds", worker_zk)
     # the worker stops at once and writes nothing more: the lock and the journal may be another worker's by now
     assert not report["lock_released"] and "lost its ZooKeeper session" in report["lock_kept"]
     seen = check_invariants(lab, attempt, lock_expected=True)
@@ -352,23 +333,7 @@ def test_broker_started_by_someone_else_during_the_change(lab: dict[str, Any]) -
             assert run_service(lab["state"].broker(b.broker_id), "start").returncode == 0
 
     attempt = "started-mid-change"
-    owner = {"plan_hash": lab["plan"].hash, "step": "brokers", "run_id": attempt}
-    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
-    ex = StartedDuringTheChange(
-        lab["plan"],
-        lab["settings"].repairs,
-        lab["inv"],
-        ssh_connect(lab["inv"]),
-        Cluster(lab["zk"]),
-        GATES,
-        attempt=attempt,
-    )
-    report: dict[str, Any] = {}
-    with pytest.raises(RepairError, match=r"holds its log dir's \.lock"):
-        try:
-            ex.run()
-        finally:
-            tasks.finish(lab["zk"], lab["inv"], owner, ex.journal, report)
+    run_faulty(lab, attempt, StartedDuringTheChange, r"holds its log dir's \.lock")
     seen = check_invariants(lab, attempt, lock_expected=False)
     assert running(lab) and seen["after_failure"].startswith("running")
     resume(lab, attempt)
@@ -395,17 +360,7 @@ def test_broker_tmp_full(lab: dict[str, Any], tmp_path: Path) -> None:
         )
         subprocess.run(["dd", "if=/dev/zero", f"of={tiny}/filler", "bs=4k", "count=64"], capture_output=True)
         attempt = "tmp-full"
-        owner = {"plan_hash": lab["plan"].hash, "step": "brokers", "run_id": attempt}
-        acquire_lock(lab["zk"], inv.cluster, owner)
-        ex = Executor(
-            lab["plan"], lab["settings"].repairs, full, ssh_connect(inv), Cluster(lab["zk"]), GATES, attempt=attempt
-        )
-        report: dict[str, Any] = {}
-        with pytest.raises(RepairError, match=r"No space left|exited"):
-            try:
-                ex.run()
-            finally:
-                tasks.finish(lab["zk"], inv, owner, ex.journal, report)
+        run_faulty(lab, attempt, Executor, r"No space left|exited", inv=full)
         seen = check_invariants(lab, attempt, lock_expected=False)
         assert running(lab) and seen["after_failure"].startswith("started again")
         assert list(tiny.iterdir()) == [tiny / "filler"]  # the half-written backup dir cleaned up

@@ -483,7 +483,7 @@ def kill_sshd(state: LabState, broker_id: int) -> None:
     mid-command, while the broker itself (started detached, not below sshd) is left alone."""
     b = state.broker(broker_id)
     if b.sshd_pid and process_mentions(b.sshd_pid, b.run_dir):
-        doomed = [b.sshd_pid, *_descendants(b.sshd_pid)]  # each connection's sshd runs in a session of its own
+        doomed = [b.sshd_pid, *descendants(b.sshd_pid)]  # each connection's sshd runs in a session of its own
         for pid in doomed:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -492,8 +492,9 @@ def kill_sshd(state: LabState, broker_id: int) -> None:
             time.sleep(0.05)
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc: children by parent pid, recursively)."""
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc: children by parent pid, recursively; they may have left its session
+    or process group)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from fleet_lab.fleet import descendants
 from fleet_lab.zk_server import free_port, pid_alive
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
@@ -50,24 +51,6 @@ class AirflowLiveError(RuntimeError):
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.code = code
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process whose parent chain leads to ``pid`` (read from /proc: task runners fork and setsid)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def _kill(pids: Iterable[int]) -> None:

@@ -386,10 +386,9 @@ def restore_zookeeper(
                 else:
                     release_lock(zk, inv.cluster, owner)
     finally:
-        write_atomic(
-            attempt_dir(repairs_dir(settings), approved.hash, run_id) / "zookeeper.json",
-            json.dumps(record, indent=2).encode(),
-        )
+        workdir = attempt_dir(repairs_dir(settings), approved.hash, run_id)
+        workdir.mkdir(parents=True, exist_ok=True)  # a plan with ZooKeeper actions only has no broker chain
+        write_atomic(workdir / "zookeeper.json", json.dumps(record, indent=2).encode())
     return done
 
 
@@ -401,17 +400,3 @@ def make_restore_plan(settings: Settings, params: dict[str, Any]) -> dict[str, A
     with cluster_session(inv, timeout=10, start_timeout=15) as zk:
         controller = Cluster(zk).controller()
     return restore.make_restore_plan(settings, params, controller)
-
-
-def restore(
-    settings: Settings,
-    planned: dict[str, Any],
-    params: dict[str, Any],
-    run_id: str,
-    connect: Any = None,
-    approval: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Run an approved restore plan (``repair.restore.restore_backup``); raises when it halts."""
-    from fleet_doctor.repair import restore
-
-    return restore.restore_backup(settings, planned, params, run_id, connect, approval)
