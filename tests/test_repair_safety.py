@@ -353,3 +353,31 @@ def test_the_gates_are_part_of_the_plan(lab: dict[str, Any]) -> None:
     gated = tasks.approved_gates(careful, {"healthy_polls": 1, "min_insync_replicas": 1})
     assert gated["healthy_polls"] == 5 and gated["min_insync_replicas"] == 2
     assert tasks.cluster_for(lab["zk"], lab["inv"], {"min_insync_replicas": 1}).default_min_isr in (None, 1)
+
+
+def test_attempt_names_are_one_to_one_with_run_ids() -> None:
+    """safe_run_id alone maps ``a:b`` and ``a_b`` to one name: two runs would share an attempt (a done one a no-op)."""
+    from fleet_doctor.repair.executor import attempt_name
+
+    assert attempt_name("a:b") != attempt_name("a_b") and attempt_name("a_b") == "a_b"
+    assert "/" not in attempt_name("x/../y") and attempt_name("manual__2026-01-01T00:00:00+00:00").startswith(
+        "manual__"
+    )
+
+
+def test_planned_paths_must_be_repairable_files_of_the_brokers_log_dirs() -> None:
+    from fleet_doctor.repair.executor import planned_path_ok
+
+    dirs = ["/var/lib/kafka/data"]
+    assert planned_path_ok("remove", "/var/lib/kafka/data/t-0/partition.metadata", dirs)
+    assert planned_path_ok("quarantine", "/var/lib/kafka/data/t-0/00000000000000000000.index", dirs)
+    for action, path in [
+        ("remove", "/etc/passwd"),
+        ("remove", "/var/lib/kafka/data/t-0/00000000000000000000.log"),  # never a log segment
+        ("quarantine", "/var/lib/kafka/data/t-0/partition.metadata"),
+        ("remove", "/var/lib/kafka/data/../x/partition.metadata"),
+        ("remove", "/var/lib/kafka/data/t-0/sub/partition.metadata"),
+        ("remove", "/var/lib/kafka/other/t-0/partition.metadata"),
+        ("remove", "/var/lib/kafka/data/t-0\n/partition.metadata"),
+    ]:
+        assert not planned_path_ok(action, path, dirs), (action, path)
