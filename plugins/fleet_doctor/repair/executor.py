@@ -139,10 +139,21 @@ class Journal:
         """Whether this attempt may have changed a file on any broker (a halt then keeps the cluster lock)."""
         return not self.data.get("dry_run") and any(self.changing(int(b)) for b in self.data["brokers"])
 
+    def left_down(self, broker_id: int) -> bool:
+        """Whether a broker this attempt stopped may still be down after a failure (it could not be started again)."""
+        return str(self.data["brokers"][str(broker_id)].get("after_failure", "")).startswith("may be left")
+
+    def left_for_human(self) -> list[int]:
+        """Brokers a human must look at: changed and not done, or left down."""
+        return [
+            b
+            for b in map(int, self.data["brokers"])
+            if (self.changing(b) and self.completed(b) != State.DONE) or self.left_down(b)
+        ]
+
     def needs_human(self) -> bool:
-        """A halt that keeps the lock: a file may have changed, or a broker this attempt stopped may be down still."""
-        left = any(str(b.get("after_failure", "")).startswith("may be left") for b in self.data["brokers"].values())
-        return self.changed_any() or left
+        """A halt that keeps the lock: a file may have changed (on any broker), or a broker may be left down."""
+        return self.changed_any() or any(self.left_down(int(b)) for b in self.data["brokers"])
 
     def touched(self) -> bool:
         """Whether any broker got past its pre-check (stopped, and maybe changed) under this attempt."""
@@ -275,7 +286,11 @@ def planned_path_ok(action: str, path: str, log_dirs: list[str]) -> bool:
     parent, name = "/".join(parts[:-2]), parts[-1]
     if parent not in {d.rstrip("/") for d in log_dirs}:
         return False
-    return name in REMOVABLE if action == "remove" else action == "quarantine" and name.endswith(QUARANTINABLE)
+    if action == "remove":
+        return name in REMOVABLE
+    if action == "quarantine":
+        return name.endswith(QUARANTINABLE)
+    return action == "restore" and (name in REMOVABLE or name.endswith(QUARANTINABLE))  # what a repair took away
 
 
 def locked(command: str, log_dirs: list[str]) -> str:
@@ -501,17 +516,18 @@ class Executor:
             return f"{len(backups)} backup(s) already hold every planned file as it is now (fresh checksums)"
         if missing and not backup_covers(backups, {}, missing):
             raise RepairError(f"broker {b.broker_id}: planned file(s) missing and never backed up: {missing[:10]}")
-        bk = self._take_backup(b, remote, sorted(present), len(backups) + 1)
+        bk = self._take_backup(b, remote, present, len(backups) + 1)
         self.journal.add_backup(b.broker_id, bk)
         return (
             f"{len(present)} file(s) in {bk['tarball']} (sha256 {bk['sha256'][:16]}), "
             f"also kept on the broker in {bk['remote_dir']}"
         )
 
-    def _take_backup(self, b: BrokerPlan, remote: Remote, paths: list[str], n: int) -> dict[str, Any]:
-        """tar.gz of ``paths`` in a private directory on the broker (``mktemp -d``: 0700, unpredictable), fetched,
-        its checksum compared with the broker's, and each member's checksum compared with the files' (the
-        manifest is what the tarball holds, read back from it)."""
+    def _take_backup(self, b: BrokerPlan, remote: Remote, present: dict[str, str], n: int) -> dict[str, Any]:
+        """tar.gz of the ``present`` files (path -> the sha256 just read on the broker) in a private directory on
+        the broker (``mktemp -d``: 0700, unpredictable), fetched, its checksum compared with the broker's, and each
+        member's checksum compared with ``present`` (the manifest is what the tarball holds, read back from it)."""
+        paths = sorted(present)
         rel = f"broker-{b.broker_id}/backup-{n}.tar.gz"
         tarball = self.workdir / rel
         tarball.parent.mkdir(parents=True, exist_ok=True)
@@ -525,7 +541,6 @@ class Executor:
         remote.fetch(remote_tar, tarball)
         if _sha256(tarball) != digest:
             raise RepairError(f"broker {b.broker_id}: the fetched backup does not match its checksum on the broker")
-        present, _ = remote_sums(remote, paths)
         files = tar_manifest(tarball)
         if files != present:
             raise RepairError(

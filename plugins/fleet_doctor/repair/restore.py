@@ -23,7 +23,6 @@ from typing import Any
 from fleet_doctor import inventory
 from fleet_doctor.remote import Remote
 from fleet_doctor.repair.executor import (
-    ORDER,
     Executor,
     Gates,
     Journal,
@@ -32,6 +31,7 @@ from fleet_doctor.repair.executor import (
     _sha256,
     attempt_name,
     locked,
+    planned_path_ok,
     remote_sums,
     tar_manifest,
 )
@@ -92,11 +92,6 @@ def _partition_of(path: str) -> tuple[str | None, int | None]:
     return (topic, int(part)) if topic and part.isdigit() else (None, None)
 
 
-def _inside(path: str, log_dirs: list[str]) -> bool:
-    parts = path.split("/")
-    return path.startswith("/") and ".." not in parts and any(path.startswith(d.rstrip("/") + "/") for d in log_dirs)
-
-
 def restore_plan(
     settings: Settings,
     plan: str,
@@ -133,7 +128,7 @@ def restore_plan(
                 raise RepairError(f"broker {bid}: backup {tarball} is missing or does not match its checksum")
             if tar_manifest(tarball) != bk["files"]:
                 raise RepairError(f"broker {bid}: backup {tarball} does not hold exactly its manifest's files")
-            outside = [p for p in bk["files"] if not _inside(p, log_dirs)]
+            outside = [p for p in bk["files"] if not planned_path_ok(RESTORE_ACTION, p, log_dirs)]
             if outside:
                 raise RepairError(f"broker {bid}: backup {tarball} holds files outside its log dirs: {outside[:5]}")
             backups[str(bid)].append({"tarball": bk["tarball"], "sha256": bk["sha256"], "files": bk["files"]})
@@ -220,9 +215,10 @@ class RestoreExecutor(Executor):
     """The repair's state machine with the change being "put the backup back"; started again only with ``start``.
     ``source``: the repair attempt's dir, where the backups are."""
 
-    def __init__(self, plan: Plan, source: Path, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, plan: Plan, source: Path, repair: Plan, *args: Any, **kwargs: Any) -> None:
         super().__init__(plan, *args, **kwargs)
         self.source = source
+        self.repair = repair  # the repair plan whose attempt's backups go back
 
     def steps(self) -> list[tuple[State, Any]]:
         steps = super().steps()
@@ -249,7 +245,7 @@ class RestoreExecutor(Executor):
             return "a backup of this restore already holds the files as they are now"
         if not present:
             return "none of the files exists now: nothing to back up"
-        bk = self._take_backup(b, remote, sorted(present), len(backups) + 1)
+        bk = self._take_backup(b, remote, present, len(backups) + 1)
         self.journal.add_backup(b.broker_id, bk)
         return f"{len(present)} file(s) as they were before the restore in {bk['tarball']}"
 
@@ -306,13 +302,11 @@ class RestoreExecutor(Executor):
     def verify(self, b: BrokerPlan, remote: Remote) -> str:
         return "restored files checked against the manifest before the start"
 
-    repair: Plan | None = None  # the repair plan whose attempt's backups go back
-
     def _mark_restored(self, b: BrokerPlan) -> None:
         """The repair attempt's journal: this broker is where the plan found it, so a rerun of that run starts it
         over (re-verified). Marked as soon as its files are back, broker by broker (a later halt keeps it)."""
         journal = self.source / "journal.json"
-        if self.repair is not None and journal.is_file():
+        if journal.is_file():
             Journal(journal, self.repair).restored(b.broker_id)
 
 
@@ -339,16 +333,7 @@ def _still_needs_human(repair_journal: Path, plan: Plan, restored: set[int]) -> 
     not done, or left stopped)."""
     if not repair_journal.is_file():
         return []
-    j = Journal(repair_journal, plan)
-    return [
-        int(b)
-        for b, d in j.data["brokers"].items()
-        if int(b) not in restored
-        and (
-            (j.changing(int(b)) and State(d["state"]) != State.DONE)
-            or str(d.get("after_failure", "")).startswith("may be left")
-        )
-    ]
+    return [b for b in Journal(repair_journal, plan).left_for_human() if b not in restored]
 
 
 def restore_backup(
@@ -384,8 +369,9 @@ def restore_backup(
                 runs = rdir / "runs" / attempt_name(run_id)
                 cluster = cluster_for(zk, inv, params)
                 fence = lock_fence(zk, inv.cluster, owner)
-                ex = RestoreExecutor(p, source, repairs, inv, connect, cluster, gates, journal_dir=runs, fence=fence)
-                ex.repair = repair
+                ex = RestoreExecutor(
+                    p, source, repair, repairs, inv, connect, cluster, gates, journal_dir=runs, fence=fence
+                )
                 journal = ex.journal
                 if approval is not None:
                     journal.approved(approval)
@@ -406,11 +392,6 @@ def restore_backup(
             report["error"] = journal.data.get("error")
             report["done"] = [b for b in p.restart_order if brokers[str(b)]["state"] == State.DONE]
             report["states"] = {b: brokers[str(b)]["state"] for b in p.restart_order}
-            report["changed"] = [
-                b
-                for b in p.restart_order
-                if brokers[str(b)].get("changing")
-                or ORDER.index(State(brokers[str(b)]["state"])) >= ORDER.index(State.CHANGED)
-            ]
+            report["changed"] = [b for b in p.restart_order if journal.changing(b)]
         write_atomic(rdir / f"result-{safe_run_id(run_id)}.json", json.dumps(report, indent=2, default=str).encode())
     return report
