@@ -4,6 +4,11 @@ One JSON file per cluster (docs/inventory.md). Production inventories are writte
 from a CMDB; the fleet lab writes one for itself. Every field that ends up in a remote command is
 validated here, once: a broker is reached over SSH with a pinned host key and controlled through the
 three service commands (``stop``, ``start``, ``status``), e.g. ``sudo systemctl stop kafka``.
+
+A cluster's metadata lives in ZooKeeper (``metadata_mode`` ``zookeeper``, the default: the ``zookeeper`` connect
+string) or, in KRaft (``kraft``), in the ``__cluster_metadata`` log of its controllers: ``controllers`` lists them in
+the order the audit tries them, each a broker of the inventory (combined mode, reached through that broker's entry)
+or a controller-only node with SSH fields of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from fleet_doctor.store import write_atomic
 
 INVENTORY_VERSION = 1
 SERVICE_COMMANDS = ("stop", "start", "status")
+METADATA_MODES = ("zookeeper", "kraft")
+CLUSTER_METADATA_DIR = "__cluster_metadata-0"  # the metadata log's partition dir inside metadata.log.dir
+SSH_FIELDS = ("host", "ssh_port", "ssh_user", "ssh_key_file", "host_key")
 _HOST_RE = re.compile(r"[A-Za-z0-9._:-]+")  # names and keys: fullmatch ($ lets "x\n" through)
 _CLUSTER_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _TMP_DIR_RE = re.compile(r"/[A-Za-z0-9._/-]*")
@@ -46,14 +54,39 @@ class BrokerEntry:
 
 
 @dataclass(frozen=True)
+class ControllerEntry:
+    """A KRaft controller whose metadata log the audit reads. Combined mode (``process.roles=broker,controller``):
+    ``id`` is a broker of the inventory and the SSH fields are None (that broker's entry is used); a controller-only
+    node carries its own."""
+
+    id: int  # node.id
+    metadata_log_dir: str  # Kafka's metadata.log.dir: the log dir that holds __cluster_metadata-0 and meta.properties
+    host: str | None = None
+    ssh_port: int | None = None
+    ssh_user: str | None = None
+    ssh_key_file: str | None = None
+    host_key: str | None = None  # pinned, as a broker's
+
+    @property
+    def combined(self) -> bool:
+        return self.host is None
+
+
+@dataclass(frozen=True)
 class Inventory:
     cluster: str
-    zookeeper: str  # Kafka's zookeeper.connect, chroot included
+    zookeeper: str  # Kafka's zookeeper.connect, chroot included ("" in KRaft)
     brokers: list[BrokerEntry]
     inventory_version: int = INVENTORY_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
     # the brokers' static min.insync.replicas (server.properties), which ZooKeeper does not hold; None: Kafka's 1
     min_insync_replicas: int | None = None
+    metadata_mode: str = "zookeeper"  # or "kraft": the metadata is read from the controllers' metadata log
+    controllers: list[ControllerEntry] = field(default_factory=list)  # KRaft: in the order the audit tries them
+
+    @property
+    def kraft(self) -> bool:
+        return self.metadata_mode == "kraft"
 
     def broker(self, broker_id: int) -> BrokerEntry:
         found = next((b for b in self.brokers if b.id == broker_id), None)
@@ -61,8 +94,24 @@ class Inventory:
             raise KeyError(f"broker {broker_id} is not in the inventory of cluster {self.cluster}")
         return found
 
+    def controller(self, controller_id: int) -> ControllerEntry:
+        found = next((c for c in self.controllers if c.id == controller_id), None)
+        if found is None:
+            raise KeyError(f"controller {controller_id} is not in the inventory of cluster {self.cluster}")
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        """The inventory file's form: a ZooKeeper inventory without the KRaft fields, controllers without the SSH
+        fields they take from their broker."""
+        data = asdict(self)
+        if self.kraft:
+            data["controllers"] = [{k: v for k, v in asdict(c).items() if v is not None} for c in self.controllers]
+        else:
+            del data["metadata_mode"], data["controllers"]
+        return data
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
+        return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def save(self, path: Path) -> None:
         write_atomic(path, self.to_json().encode("utf-8"))
@@ -70,28 +119,40 @@ class Inventory:
     def ssh_connection_id(self, broker_id: int) -> str:
         return f"kafka_ssh_{self.cluster}_{broker_id}"
 
+    def controller_connection_id(self, controller_id: int) -> str:
+        """A combined controller's SSH connection is its broker's; a controller-only node has its own."""
+        c = self.controller(controller_id)
+        return self.ssh_connection_id(c.id) if c.combined else f"kafka_ssh_{self.cluster}_controller_{c.id}"
+
+    def controller_endpoint(self, controller_id: int) -> dict[str, Any]:
+        """How the audit reaches a controller (JSON-able, for XCom): SSH fields (a combined controller's from its
+        broker), the pinned host key, the connection id and the metadata log dir."""
+        c = self.controller(controller_id)
+        ssh = self.broker(c.id) if c.combined else c
+        return {
+            "controller_id": c.id,
+            "combined": c.combined,
+            **{k: getattr(ssh, k) for k in SSH_FIELDS},
+            "ssh_conn_id": self.controller_connection_id(c.id),
+            "metadata_log_dir": c.metadata_log_dir,
+        }
+
     @property
     def zookeeper_connection_id(self) -> str:
         return f"kafka_zk_{self.cluster}"
 
     def airflow_connections(self) -> dict[str, dict[str, Any]]:
-        """Connections in ``airflow connections import`` JSON form: one SSH connection per broker (the SSH
-        provider's extras: key_file, pinned host_key, host key checking on) and one for ZooKeeper."""
+        """Connections in ``airflow connections import`` JSON form: one SSH connection per broker and per
+        controller-only node (the SSH provider's extras: key_file, pinned host_key, host key checking on), and one
+        for ZooKeeper (none in KRaft)."""
         conns: dict[str, dict[str, Any]] = {}
         for b in self.brokers:
-            conns[self.ssh_connection_id(b.id)] = {
-                "conn_type": "ssh",
-                "host": b.host,
-                "port": b.ssh_port,
-                "login": b.ssh_user,
-                "extra": {
-                    "key_file": b.ssh_key_file,
-                    "host_key": b.host_key,
-                    "no_host_key_check": False,
-                    "allow_host_key_change": False,
-                    "conn_timeout": 10,
-                },
-            }
+            conns[self.ssh_connection_id(b.id)] = _ssh_connection(b)
+        for c in self.controllers:
+            if not c.combined:
+                conns[self.controller_connection_id(c.id)] = _ssh_connection(c)
+        if self.kraft:
+            return conns
         zk_hosts, _, chroot = self.zookeeper.partition("/")
         first = zk_hosts.split(",")[0]
         host, _, port = first.rpartition(":")
@@ -102,6 +163,22 @@ class Inventory:
             "extra": {"connect": self.zookeeper, "chroot": "/" + chroot if chroot else ""},
         }
         return conns
+
+
+def _ssh_connection(node: BrokerEntry | ControllerEntry) -> dict[str, Any]:
+    return {
+        "conn_type": "ssh",
+        "host": node.host,
+        "port": node.ssh_port,
+        "login": node.ssh_user,
+        "extra": {
+            "key_file": node.ssh_key_file,
+            "host_key": node.host_key,
+            "no_host_key_check": False,
+            "allow_host_key_change": False,
+            "conn_timeout": 10,
+        },
+    }
 
 
 def _req(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -120,6 +197,79 @@ def _tmp_dir(b: dict[str, Any], where: str) -> str:
     return tmp.rstrip("/") or "/"
 
 
+def _host(obj: dict[str, Any], where: str) -> str:
+    host = _req(obj, "host", str, where)
+    if not _HOST_RE.fullmatch(host):
+        raise InventoryError(f"{where}: invalid host {host!r}")
+    return host
+
+
+def _host_key(obj: dict[str, Any], where: str) -> str:
+    host_key = _req(obj, "host_key", str, where)
+    if not _HOST_KEY_RE.fullmatch(host_key):
+        raise InventoryError(f"{where}: host_key must be '<type> <base64>' (a pinned public host key)")
+    return host_key
+
+
+def _metadata_log_dir(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.startswith("/") or "\n" in value:
+        raise InventoryError(f"{where}: metadata_log_dir must be an absolute path (Kafka's metadata.log.dir)")
+    if value.rstrip("/").rsplit("/", 1)[-1] == CLUSTER_METADATA_DIR:
+        raise InventoryError(
+            f"{where}: metadata_log_dir is the log dir that holds {CLUSTER_METADATA_DIR} (Kafka's metadata.log.dir), "
+            f"not {CLUSTER_METADATA_DIR} itself: {value!r}"
+        )
+    return value.rstrip("/") or "/"
+
+
+def _controllers(data: dict[str, Any], brokers: list[BrokerEntry], source: str) -> list[ControllerEntry]:
+    """KRaft: every controller once, in the file's order (the order the audit tries them); a broker's id means
+    combined mode (its metadata_log_dir defaults to the broker's first log dir, as Kafka's metadata.log.dir does),
+    any other id a controller-only node with its own SSH fields."""
+    by_id = {b.id: b for b in brokers}
+    raw = _req(data, "controllers", list, source)
+    if not raw:
+        raise InventoryError(f"{source}: metadata_mode kraft needs at least one entry in controllers")
+    out: list[ControllerEntry] = []
+    for i, c in enumerate(raw):
+        where = f"{source}: controllers[{i}]"
+        if not isinstance(c, dict):
+            raise InventoryError(f"{where}: not an object")
+        cid = _req(c, "id", int, where)
+        if any(o.id == cid for o in out):
+            raise InventoryError(f"{where}: duplicate controller id {cid}")
+        unknown = set(c) - {"id", "metadata_log_dir", *SSH_FIELDS}
+        if unknown:
+            raise InventoryError(f"{where}: unknown field(s) {sorted(unknown)}")
+        if cid in by_id:
+            given = sorted(set(c) & set(SSH_FIELDS))
+            if given:
+                raise InventoryError(
+                    f"{where}: controller {cid} is broker {cid} of the inventory (combined mode, reached through "
+                    f"that broker's entry): drop {given}, or give a controller-only node an id no broker has"
+                )
+            log_dir = c.get("metadata_log_dir", by_id[cid].log_dirs[0])
+            out.append(ControllerEntry(id=cid, metadata_log_dir=_metadata_log_dir(log_dir, where)))
+            continue
+        if "host" not in c:
+            raise InventoryError(
+                f"{where}: controller {cid} is no broker of the inventory: a controller-only node needs "
+                f"{', '.join(SSH_FIELDS)} and metadata_log_dir"
+            )
+        out.append(
+            ControllerEntry(
+                id=cid,
+                metadata_log_dir=_metadata_log_dir(_req(c, "metadata_log_dir", str, where), where),
+                host=_host(c, where),
+                ssh_port=_req(c, "ssh_port", int, where),
+                ssh_user=_req(c, "ssh_user", str, where),
+                ssh_key_file=_req(c, "ssh_key_file", str, where),
+                host_key=_host_key(c, where),
+            )
+        )
+    return out
+
+
 def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
     if _req(data, "inventory_version", int, source) != INVENTORY_VERSION:
         raise InventoryError(f"{source}: unsupported inventory_version {data['inventory_version']}")
@@ -136,12 +286,7 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
         if bid in seen:
             raise InventoryError(f"{where}: duplicate broker id {bid}")
         seen.add(bid)
-        host = _req(b, "host", str, where)
-        if not _HOST_RE.fullmatch(host):
-            raise InventoryError(f"{where}: invalid host {host!r}")
-        host_key = _req(b, "host_key", str, where)
-        if not _HOST_KEY_RE.fullmatch(host_key):
-            raise InventoryError(f"{where}: host_key must be '<type> <base64>' (a pinned public host key)")
+        host, host_key = _host(b, where), _host_key(b, where)
         service = _req(b, "service", dict, where)
         for name in SERVICE_COMMANDS:
             if not isinstance(service.get(name), str) or not service[name].strip():
@@ -166,12 +311,27 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
     min_isr = data.get("min_insync_replicas")
     if min_isr is not None and (not isinstance(min_isr, int) or isinstance(min_isr, bool) or min_isr < 1):
         raise InventoryError(f"{source}: min_insync_replicas must be a positive integer (the brokers' static default)")
+    mode = data.get("metadata_mode", "zookeeper")
+    if mode not in METADATA_MODES:
+        raise InventoryError(f"{source}: metadata_mode must be one of {', '.join(METADATA_MODES)} ({mode!r})")
+    if mode == "kraft":
+        zookeeper = data.get("zookeeper") or ""  # a KRaft cluster has none (or one it migrated from: unused)
+        if not isinstance(zookeeper, str):
+            raise InventoryError(f"{source}: field 'zookeeper' has the wrong type ({type(zookeeper).__name__})")
+        controllers = _controllers(data, brokers, source)
+    else:
+        zookeeper = _req(data, "zookeeper", str, source)
+        if data.get("controllers"):
+            raise InventoryError(f"{source}: controllers are for metadata_mode kraft (this inventory's is {mode})")
+        controllers = []
     return Inventory(
         cluster=cluster,
-        zookeeper=_req(data, "zookeeper", str, source),
+        zookeeper=zookeeper,
         brokers=sorted(brokers, key=lambda b: b.id),
         extra=dict(data.get("extra") or {}),
         min_insync_replicas=min_isr,
+        metadata_mode=mode,
+        controllers=controllers,
     )
 
 
