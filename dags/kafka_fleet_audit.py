@@ -3,14 +3,18 @@
 
 Audits every broker of the cluster inventory and tells the on-call what is wrong before the next restart hurts.
 
-1. **discover**: brokers from the inventory (`FLEET_DOCTOR_INVENTORY`) and from ZooKeeper `/brokers/ids`; a broker
-   known to only one of them is reported, never dropped. A manual run may audit only some brokers (param
-   `brokers`); the others' earlier findings are then carried as unverified, not resolved.
+1. **discover**: brokers from the inventory (`FLEET_DOCTOR_INVENTORY`) and their registrations: ZooKeeper
+   `/brokers/ids`, or on a KRaft cluster the brokers registered and unfenced in the metadata log of the first
+   controller that can be read (over SSH, in the inventory's order); a broker known to only one of them is
+   reported, never dropped. A manual run may audit only some brokers (param `brokers`); the others' earlier
+   findings are then carried as unverified, not resolved.
 2. **stage** (one mapped task per broker, pool `kafka_fleet_audit`): the probe is streamed over the broker's SSH
    connection (`kafka_ssh_<cluster>_<id>`, host key pinned) and run with `nice -n 19` / `ionice -c 3`; its output
    is staged gzip'd and renamed into place only when complete. Retries with exponential backoff; a broker that
    stays unreachable fails its own task only and the report lists it as **not audited**.
-3. **snapshot_zookeeper**: topics, partition states, brokers, controller (kazoo, read-only).
+3. **snapshot_metadata**: topics, partition states, brokers, controller: from ZooKeeper (kazoo, read-only), or on
+   a KRaft cluster decoded from each controller's `__cluster_metadata` log over SSH (host key pinned); the first
+   controller read in the inventory's order gives the cluster facts, the report names it and its snapshot.
 4. **detect**: `spark_apps/detect.py` through `SparkSubmitOperator` (connection `spark_default`).
 5. **publish**: findings history (new / persisting / resolved), the HTML report, a compact summary in XCom, and
    the `kafka_fleet_findings` asset for the repair DAG.
@@ -87,11 +91,13 @@ def kafka_fleet_audit() -> None:
             client.close()
 
     @task
-    def snapshot_zookeeper(discovered: dict[str, Any]) -> int:
+    def snapshot_metadata(discovered: dict[str, Any]) -> int:
+        """ZooKeeper's snapshot, or the KRaft controllers' metadata logs (their SSH connections, as discover's)."""
         settings = Settings.from_env()
         run_key = settings.run_key(get_current_context()["run_id"])
-        auth = zookeeper.credentials(inventory.load(settings.inventory))  # the kafka_zk_<cluster> connection
-        return steps.snapshot_zookeeper(discovered["zookeeper"], settings.store, f"{run_key}/zk.jsonl", auth=auth)
+        inv = inventory.load(settings.inventory)
+        auth = None if inv.kraft else zookeeper.credentials(inv)  # the kafka_zk_<cluster> connection
+        return steps.snapshot_metadata(discovered, settings.store, run_key, auth=auth)
 
     @task(trigger_rule="all_done", multiple_outputs=True)
     def broker_facts(discovered: dict[str, Any]) -> dict[str, Any]:
@@ -114,9 +120,9 @@ def kafka_fleet_audit() -> None:
     brokers = discover()
     discovered = brokers["fleet"]
     staged = stage.expand(broker=brokers)
-    zk = snapshot_zookeeper(discovered)
+    metadata = snapshot_metadata(discovered)
     facts = broker_facts(discovered)
-    [staged, zk] >> facts
+    [staged, metadata] >> facts
     detect = DetectOperator(
         task_id="detect",
         conn_id="spark_default",

@@ -1,7 +1,9 @@
 """
 ### Kafka fleet repair (manual, human-approved)
 
-Nothing on a broker changes until a human has approved a plan that says exactly what will happen.
+Nothing on a broker changes until a human has approved a plan that says exactly what will happen. Not on KRaft
+clusters yet: the plan task refuses an inventory with `metadata_mode` `kraft` (the health gates, the cluster lock
+and the topic-ID write need ZooKeeper).
 
 1. **plan**: from an audit run's findings (default: the latest), within the scope of the form (rules, brokers,
    topics, brokers held out, internal topics): per broker the files backed up and removed (`partition.metadata`,

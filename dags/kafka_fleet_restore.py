@@ -3,6 +3,8 @@
 
 The undo of `kafka_fleet_repair`, with the same care as the repair.
 
+Not on KRaft clusters yet: the plan task refuses an inventory with `metadata_mode` `kraft`.
+
 1. **plan**: for the repair plan's hash (12+ hex digits) and brokers (default: every broker the attempt backed up;
    `attempt`: the repair's Airflow run id, default the newest attempt with a backup): per broker the files that go
    back with the sha256 each must have, the backup tarballs with their checksums (each already checked: its
@@ -69,6 +71,7 @@ def kafka_fleet_restore() -> None:
     def restore(planned: dict[str, Any]) -> dict[str, Any]:
         ctx = get_current_context()
         settings = Settings.from_env()
+        tasks.refuse_kraft(settings, "repairs and restores")  # plan refused it already: an inventory changed since
         text = tasks.restore_approval_text(settings, planned)
         answer = approval.confirm(ctx, "approve", planned["hash"], settings, text)
         return repair_restore.restore_backup(settings, planned, ctx["params"], ctx["run_id"], approval=answer)

@@ -45,8 +45,8 @@ def test_schedule_runs_and_tags(dag) -> None:
 def test_graph_is_the_runbook(dag) -> None:
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     # no pass-through tasks: stage maps over discover's brokers, detect takes broker_facts' detect_args key
-    assert down["discover"] == {"stage", "snapshot_zookeeper", "broker_facts", "publish"}
-    assert down["stage"] == {"broker_facts"} and down["snapshot_zookeeper"] == {"broker_facts"}
+    assert down["discover"] == {"stage", "snapshot_metadata", "broker_facts", "publish"}
+    assert down["stage"] == {"broker_facts"} and down["snapshot_metadata"] == {"broker_facts"}
     assert down["broker_facts"] == {"detect", "publish"}
     assert down["detect"] == {"publish"} and down["publish"] == {"alert"} and down["alert"] == set()
 

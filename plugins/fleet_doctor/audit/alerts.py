@@ -27,7 +27,8 @@ def report_url(summary: dict[str, Any], base: str = "") -> str:
 def alert_message(summary: dict[str, Any], report_url: str | None = None) -> str | None:
     """The on-call message when there are critical findings or brokers that could not be audited, else None."""
     crit = summary["by_severity"]["critical"]
-    if not crit and not summary["not_audited"] and not summary.get("zookeeper_error"):
+    unread = summary.get("zookeeper_error") or summary.get("metadata_error")  # no cluster facts this run
+    if not crit and not summary["not_audited"] and not unread:
         return None
     parts = [f"Kafka Fleet Doctor, cluster {summary['cluster']}, audit {summary['audit_run']}:"]
     parts.append(
@@ -40,6 +41,8 @@ def alert_message(summary: dict[str, Any], report_url: str | None = None) -> str
         parts.append(f"NOT AUDITED (unreachable): brokers {', '.join(map(str, summary['not_audited']))}.")
     if summary.get("zookeeper_error"):
         parts.append(summary["zookeeper_error"])
+    if summary.get("metadata_error"):  # KRaft: no controller's metadata log could be read
+        parts.append(summary["metadata_error"])
     parts.append(f"Report: {report_url or summary['report']}")
     return " ".join(parts)
 

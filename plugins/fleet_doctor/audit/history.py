@@ -21,6 +21,25 @@ def finding_key(f: dict[str, Any]) -> str:
     return json.dumps([f.get(k) for k in FINDING_KEY])
 
 
+def metadata_summary(discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    """Where the run's cluster metadata came from. KRaft: the controller, snapshot file and log end offset the
+    staged metadata was read from (the snapshot step's, else discover's), why it could not be read, and the
+    controllers that were tried and failed. ZooKeeper: the mode only (its errors are ``zookeeper_error``)."""
+    mode = facts.get("metadata_mode") or discovered.get("metadata_mode") or "zookeeper"
+    if mode != "kraft":
+        return {"metadata_mode": mode}
+    staged = "metadata_source" in facts  # the snapshot step's account, when broker_facts read one
+    source = facts.get("metadata_source") if staged else discovered.get("metadata_source")
+    error = facts.get("metadata_error") if staged else discovered.get("metadata_error")
+    errors = facts.get("controller_errors") if staged else discovered.get("controller_errors")
+    return {
+        "metadata_mode": mode,
+        "metadata_source": source,
+        "metadata_error": error,
+        "controller_errors": list(errors or []),
+    }
+
+
 def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """Mark every finding new / persisting versus the previous run, add the previous run's findings that are
     gone as resolved (unless their broker was not audited this time, unreachable or out of the run's scope: then
@@ -78,8 +97,9 @@ def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: 
         "not_audited": facts["not_audited"],
         "out_of_scope": facts.get("out_of_scope", []),
         "only_in_inventory": discovered["only_in_inventory"],
-        "only_in_zookeeper": discovered["only_in_zookeeper"],
+        "only_in_zookeeper": discovered["only_in_zookeeper"],  # KRaft: only in the metadata log
         "zookeeper_error": discovered.get("zookeeper_error"),
+        **metadata_summary(discovered, facts),
         "rules_skipped": spark_summary.get("rules_skipped", {}),
         "report": store.url(report),
         "findings_dataset": store.url(f"findings/audit_run={run}"),

@@ -24,6 +24,26 @@ def counts(findings: Iterable[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def metadata_label(summary: dict[str, Any]) -> str:
+    """Where cluster-wide facts come from, in a heading: ZooKeeper, or the KRaft metadata log."""
+    return "metadata log" if summary.get("metadata_mode") == "kraft" else "ZooKeeper"
+
+
+def metadata_source_text(source: dict[str, Any]) -> str:
+    """One sentence naming a KRaft run's metadata source (``history.metadata_summary``'s ``metadata_source``)."""
+    where = ", ".join(str(x) for x in (source.get("host"), source.get("metadata_log_dir")) if x)
+    text = f"controller {source.get('controller')}'s metadata log" + (f" ({where})" if where else "")
+    snapshot = source.get("snapshot")
+    if snapshot:
+        text += f", snapshot {snapshot} (end offset {source.get('snapshot_end_offset')})"
+    else:
+        text += ", no snapshot"
+    text += f", log end offset {source.get('log_end_offset')}"
+    if source.get("quorum_leader_id") is not None:
+        text += f"; quorum leader {source['quorum_leader_id']} (epoch {source.get('quorum_leader_epoch')})"
+    return text
+
+
 def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: TextIO, color: bool = False) -> None:
     def sev(s: str) -> str:
         label = s.upper().ljust(8)
@@ -35,7 +55,7 @@ def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
     for key in sorted(by_broker):
         group = by_broker[key]
         c = counts(group)
-        title = "cluster (ZooKeeper)" if key[0] else f"broker {key[1]}"
+        title = f"cluster ({metadata_label(summary)})" if key[0] else f"broker {key[1]}"
         out.write(f"{title}: {c['critical']} critical, {c['warning']} warning, {c['info']} info\n")
         by_part: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
         for f in group:
@@ -63,6 +83,8 @@ def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
     )
     for rule, why in sorted((summary.get("rules_skipped") or {}).items()):
         out.write(f"  not evaluated: {rule} ({why})\n")
+    if summary.get("metadata_source"):
+        out.write(f"cluster metadata: {metadata_source_text(summary['metadata_source'])}\n")
 
 
 _CSS = """
@@ -135,6 +157,26 @@ def _not_evaluated(summary: dict[str, Any], out: TextIO) -> None:
         out.write("</ul>")
 
 
+def _metadata_source(summary: dict[str, Any], out: TextIO) -> None:
+    """KRaft: which controller's metadata log the cluster facts come from, and the controllers that failed."""
+    if summary.get("metadata_mode") != "kraft":
+        return
+    e = html.escape
+    if summary.get("metadata_error"):
+        out.write(
+            "<h2 class='critical'>Cluster metadata</h2><p>Not read: the cluster-wide rules did not run. "
+            f"{e(summary['metadata_error'])}</p>"
+        )
+    elif summary.get("metadata_source"):
+        out.write(f"<h2>Cluster metadata</h2><p>From {e(metadata_source_text(summary['metadata_source']))}.</p>")
+    failed = summary.get("controller_errors") or []
+    if failed and not summary.get("metadata_error"):
+        out.write("<p>Controllers not read:</p><ul>")
+        for f in failed:
+            out.write(f"<li>{e(str(f.get('error')))}</li>")
+        out.write("</ul>")
+
+
 _STATUS_ORDER = {"new": 0, "persisting": 1, "unverified": 2, "resolved": 3}
 
 
@@ -189,14 +231,16 @@ def render_audit_html(
             "<h2>Out of scope</h2><p>This run audited only some brokers; the earlier findings of the others are "
             "carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary["out_of_scope"]))) + "</p>"
         )
+    registry = "the metadata log (registered, unfenced)" if summary.get("metadata_mode") == "kraft" else "ZooKeeper"
     for label, key in (
-        ("In the inventory, not registered in ZooKeeper", "only_in_inventory"),
-        ("Registered in ZooKeeper, not in the inventory", "only_in_zookeeper"),
+        (f"In the inventory, not registered in {registry}", "only_in_inventory"),
+        (f"Registered in {registry}, not in the inventory", "only_in_zookeeper"),
     ):
         if summary.get(key):
             out.write(f"<h2>{e(label)}</h2><p>broker(s) {e(', '.join(map(str, summary[key])))}</p>")
     if summary.get("zookeeper_error"):
         out.write(f"<h2 class='critical'>ZooKeeper</h2><p>{e(summary['zookeeper_error'])}</p>")
+    _metadata_source(summary, out)
     out.write("<h2>Findings over time</h2>" + _svg_history(runs))
     active = [r for r in rows if r["status"] != "resolved"]
     per_broker: dict[str, Counter[str]] = defaultdict(Counter)

@@ -1,16 +1,24 @@
 """The nightly audit's steps, as plain functions the DAG (dags/kafka_fleet_audit.py) calls.
 
-discover -> stage (one broker each, over SSH) -> snapshot ZooKeeper -> broker facts -> detect (Spark) ->
+discover -> stage (one broker each, over SSH) -> snapshot the cluster metadata -> broker facts -> detect (Spark) ->
 publish (``history``) -> alert (``alerts``). Nothing here imports Airflow: a broker's SSH connection is any
 connected ``paramiko.SSHClient`` (the DAG gets it from the SSH provider's hook), so the steps are tested on their
 own.
+
+The cluster metadata comes from ZooKeeper (``metadata_mode`` ``zookeeper``) or, on a KRaft cluster, from the
+controllers' metadata log (``fleet_doctor.audit.kraft``: the decoder run on a controller over SSH, the first reachable
+controller in the inventory's order). Both give the same records (docs/zk-snapshot-schema.md,
+docs/cluster-metadata-schema.md), staged as ``zk.jsonl``: detection reads one shape of cluster facts.
 
 Storage layout under the data root (``FLEET_DOCTOR_DATA``: a local directory, or ``s3a://bucket/prefix`` or
 ``hdfs://namenode/path``, see fleet_doctor.store)::
 
     staging/<run>/probe/broker_id=<N>/probe.jsonl.gz    one broker's probe output but its bulk records, and
     staging/<run>/probe/broker_id=<N>/probe.{segments,partitions,files}.parquet   those (audit.staging)
-    staging/<run>/zk.jsonl, brokers.jsonl               the ZooKeeper snapshot, the broker facts
+    staging/<run>/zk.jsonl, brokers.jsonl               the cluster metadata (ZooKeeper or KRaft), the broker facts
+    staging/<run>/controllers.jsonl                     KRaft: each controller's metadata log header and problems
+    staging/<run>/metadata-source.json                  KRaft: which controller the metadata came from, and why
+                                                        the others did not give it
     staging/<run>/summary.json, findings.jsonl          what the Spark app wrote
     findings/audit_run=<run>/*.parquet                  the findings dataset (the DAG's Asset)
     history/runs.jsonl, history/audit_run=<run>/findings.jsonl   per finding: new / persisting / resolved
@@ -30,7 +38,7 @@ from typing import Any
 
 from fleet_doctor import inventory as inv
 from fleet_doctor import spark
-from fleet_doctor.audit import history
+from fleet_doctor.audit import history, kraft
 from fleet_doctor.audit.staging import StagingError, probe_key, stage_probe, staged_brokers
 from fleet_doctor.identity import verify_identity
 from fleet_doctor.remote import Remote
@@ -40,6 +48,7 @@ from fleet_doctor.zookeeper import ZkAuth, credentials, session
 from fleet_doctor.zookeeper.cluster import Cluster
 
 PROBE_SOURCE = Path(__file__).resolve().parents[1] / "probe.py"
+METADATA_SOURCE = "metadata-source.json"  # KRaft: which controller the staged metadata came from
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,25 +59,43 @@ def discover(
     timeout: float = 10.0,
     only: Iterable[int] = (),
     auth: ZkAuth | None = None,
+    connect: kraft.Connect | None = None,
+    metadata_timeout: float = kraft.DECODE_TIMEOUT_S,
 ) -> dict[str, Any]:
     """The brokers to audit: every broker of the inventory (or only the ids in ``only``, the rest listed as out of
-    scope), with its ZooKeeper registration. A broker known to only one of the two is reported, never dropped.
-    ZooKeeper is read as ``auth``, by default the cluster's credentials (``fleet_doctor.zookeeper.credentials``).
+    scope), with its registration. A broker known to only one of the two is reported, never dropped.
+    ZooKeeper: ``/brokers/ids``, read as ``auth``, by default the cluster's credentials
+    (``fleet_doctor.zookeeper.credentials``). KRaft: the brokers the metadata log registers and does not fence, read
+    from the first controller that can be read, in the inventory's order (``connect(endpoint) -> SSH client``,
+    default the Airflow connection); ``metadata_source`` names it, ``controller_errors`` the ones that failed, and
+    ``metadata_error`` says why none could be (``only_in_zookeeper`` then means "only in the metadata log").
     Each broker carries what ``stage_broker`` checks its identity against (pinned host key, log dirs)."""
     known = {b.id for b in inventory.brokers}
     scope = {int(b) for b in only}
     if scope - known:
         raise ValueError(f"broker(s) {sorted(scope - known)} are not in the inventory of cluster {inventory.cluster}")
     registered: dict[int, dict[str, Any]] = {}
-    zk_error = None
-    connect = zookeeper or inventory.zookeeper
-    try:
-        if auth is None:
-            auth = credentials(inventory)
-        with session(connect, timeout=timeout, read_only=True, auth=auth) as zk:
-            registered = Cluster(zk).registrations()
-    except Exception as e:  # kazoo's timeouts and connection errors have no common base
-        zk_error = f"ZooKeeper {connect}: {type(e).__name__}: {e}"
+    zk_error = metadata_error = None
+    source: dict[str, Any] | None = None
+    controller_errors: list[dict[str, Any]] = []
+    zk_connect: str | None = zookeeper or inventory.zookeeper
+    if inventory.kraft:
+        zk_connect = None
+        endpoints = [inventory.controller_endpoint(c.id) for c in inventory.controllers]
+        reads, controller_errors = kraft.read_controllers(endpoints, connect, first_only=True, timeout=metadata_timeout)
+        if reads:
+            registered, source = reads[0].registrations(), reads[0].source()
+        else:
+            metadata_error = kraft.error_text(controller_errors)
+    else:
+        try:
+            if auth is None:
+                auth = credentials(inventory)
+            with session(zk_connect, timeout=timeout, read_only=True, auth=auth) as zk:
+                registered = Cluster(zk).registrations()
+        except Exception as e:  # kazoo's timeouts and connection errors have no common base
+            zk_error = f"ZooKeeper {zk_connect}: {type(e).__name__}: {e}"
+    unknown = zk_error is not None or metadata_error is not None
     brokers = [
         {
             "broker_id": b.id,
@@ -85,12 +112,17 @@ def discover(
     ]
     return {
         "cluster": inventory.cluster,
-        "zookeeper": connect,
+        "metadata_mode": inventory.metadata_mode,
+        "zookeeper": zk_connect,
+        "controllers": [inventory.controller_endpoint(c.id) for c in inventory.controllers],
         "brokers": brokers,
         "registered": sorted(registered),
-        "only_in_inventory": sorted(known - set(registered)) if zk_error is None else [],
+        "only_in_inventory": sorted(known - set(registered)) if not unknown else [],
         "only_in_zookeeper": sorted(set(registered) - known),
         "zookeeper_error": zk_error,
+        "metadata_source": source,
+        "metadata_error": metadata_error,
+        "controller_errors": controller_errors,
         "out_of_scope": sorted(known - scope) if scope else [],
     }
 
@@ -185,7 +217,7 @@ def stage_broker(
 
 
 # --------------------------------------------------------------------------------------------
-# ZooKeeper snapshot and broker facts
+# the cluster metadata (ZooKeeper or KRaft) and broker facts
 def snapshot_zookeeper(connect: str, store: Store, key: str, timeout: float = 10.0, auth: ZkAuth | None = None) -> int:
     """Kafka's metadata from ZooKeeper, read as ``auth`` (``fleet_doctor.zookeeper.credentials(inventory)``: with
     ACLs on Kafka's znodes an anonymous read may be refused), as JSON Lines at ``key``."""
@@ -194,6 +226,42 @@ def snapshot_zookeeper(connect: str, store: Store, key: str, timeout: float = 10
     records = snapshot.read_live(connect, timeout=timeout, auth=auth)
     store.write_jsonl(key, records)
     return len(records)
+
+
+def snapshot_metadata(
+    discovered: dict[str, Any],
+    store: Store,
+    run_key: str,
+    *,
+    timeout: float = 10.0,
+    auth: ZkAuth | None = None,
+    connect: kraft.Connect | None = None,
+    metadata_timeout: float = kraft.DECODE_TIMEOUT_S,
+) -> int:
+    """The cluster's metadata as JSON Lines at ``<run_key>/zk.jsonl`` (the number of records). ZooKeeper: exactly
+    ``snapshot_zookeeper``. KRaft: every controller of ``discovered`` is decoded (``connect(endpoint)``); the first
+    one read, in the inventory's order, gives ``zk.jsonl``, each one read its header and problems to
+    ``controllers.jsonl``, and ``metadata-source.json`` says which controller was used and why others were not.
+    Raises MetadataReadError when no controller could be read (detection then runs without cluster facts)."""
+    if discovered.get("metadata_mode", "zookeeper") != "kraft":
+        return snapshot_zookeeper(discovered["zookeeper"], store, f"{run_key}/zk.jsonl", timeout=timeout, auth=auth)
+    reads, errors = kraft.read_controllers(
+        discovered["controllers"], connect, first_only=False, timeout=metadata_timeout
+    )
+    source = {
+        "metadata_mode": "kraft",
+        "source": reads[0].source() if reads else None,
+        "controllers_read": [r.controller_id for r in reads],
+        "controller_errors": errors,
+        "error": None if reads else kraft.error_text(errors),
+    }
+    if reads:
+        store.write_jsonl(f"{run_key}/controllers.jsonl", [r for read in reads for r in read.controller_records()])
+        store.write_jsonl(f"{run_key}/zk.jsonl", reads[0].records)
+    store.write_text(f"{run_key}/{METADATA_SOURCE}", json.dumps(source, indent=2) + "\n")
+    if not reads:
+        raise kraft.MetadataReadError(source["error"])
+    return len(reads[0].records)
 
 
 def write_broker_facts(discovered: dict[str, Any], store: Store, run_key: str) -> dict[str, Any]:
@@ -210,15 +278,23 @@ def write_broker_facts(discovered: dict[str, Any], store: Store, run_key: str) -
         if b["broker_id"] in staged
     ]
     store.write_jsonl(f"{run_key}/brokers.jsonl", facts)
-    zk = f"{run_key}/zk.jsonl"
-    return {
+    zk, controllers = f"{run_key}/zk.jsonl", f"{run_key}/controllers.jsonl"
+    out = {
         "audited": sorted(staged),
         "not_audited": sorted(b["broker_id"] for b in discovered["brokers"] if b["broker_id"] not in staged),
         "out_of_scope": list(discovered.get("out_of_scope", [])),
         "brokers": store.url(f"{run_key}/brokers.jsonl"),
         "probe_dir": store.url(f"{run_key}/probe"),
         "zk_snapshot": store.url(zk) if store.is_file(zk) else None,
+        "metadata_mode": discovered.get("metadata_mode", "zookeeper"),
+        "controllers": store.url(controllers) if store.is_file(controllers) else None,
     }
+    if out["metadata_mode"] == "kraft":  # what the snapshot step used (discover may have read another controller)
+        source = store.read_json(f"{run_key}/{METADATA_SOURCE}") or {}
+        out["metadata_source"] = source.get("source")
+        out["metadata_error"] = source.get("error") or (None if source else "the metadata snapshot step did not run")
+        out["controller_errors"] = source.get("controller_errors", [])
+    return out
 
 
 def detect_args(
@@ -227,6 +303,8 @@ def detect_args(
     """The detection app's arguments for an audit run (``run_key``: its staging area, default the run's; ``output``:
     the findings dataset, default the audit's)."""
     run_key = run_key or settings.run_key(run_id)
+    # KRaft: each controller's metadata log header and problems (the ZooKeeper path passes nothing new)
+    controllers = {"controllers": facts["controllers"]} if facts.get("controllers") else {}
     return spark.detect_args(
         facts["probe_dir"],
         facts["brokers"],
@@ -236,6 +314,7 @@ def detect_args(
         settings.store.url(f"{run_key}/findings.jsonl"),
         facts.get("zk_snapshot"),
         partial_scope=bool(facts.get("out_of_scope")),
+        **controllers,
     )
 
 
@@ -255,9 +334,11 @@ def stage_and_detect(
     *,
     run_key: str | None = None,
     master: str = "local[2]",
+    connect_controller: kraft.Connect | None = None,
 ) -> LocalRun:
     """The audit's steps up to detection, in this process (no Airflow): discover, stage every broker through
-    ``connect(broker) -> paramiko.SSHClient`` (a broker that fails is left not audited), snapshot ZooKeeper,
+    ``connect(broker) -> paramiko.SSHClient`` (a broker that fails is left not audited), snapshot the cluster
+    metadata (KRaft: the controllers through ``connect_controller(endpoint)``, default their Airflow connections),
     detect with spark-submit. ``run_key``: where to stage (default the run's staging area); a run staged elsewhere
     writes its findings dataset there too, never into the audit's."""
     store = settings.store
@@ -265,8 +346,8 @@ def stage_and_detect(
     run_key = run_key or settings.run_key(run_id)
     store.check()
     inventory = inv.load(settings.inventory)
-    auth = credentials(inventory)
-    discovered = discover(inventory, auth=auth)
+    auth = None if inventory.kraft else credentials(inventory)
+    discovered = discover(inventory, auth=auth, connect=connect_controller)
     errors = []
     for broker in discovered["brokers"]:
         try:
@@ -280,7 +361,7 @@ def stage_and_detect(
     if errors:
         store.write_text(f"{run_key}/stage-errors.txt", "".join(errors))
     try:
-        snapshot_zookeeper(discovered["zookeeper"], store, f"{run_key}/zk.jsonl", auth=auth)
+        snapshot_metadata(discovered, store, run_key, auth=auth, connect=connect_controller)
     except Exception as e:  # detection runs without the cross-source rules
         store.write_text(f"{run_key}/zk-error.txt", f"{type(e).__name__}: {e}\n")
     facts = write_broker_facts(discovered, store, run_key)
@@ -293,9 +374,14 @@ def stage_and_detect(
 
 
 def run_local(
-    settings: Settings, run_id: str, connect: Callable[[dict[str, Any]], Any], *, master: str = "local[2]"
+    settings: Settings,
+    run_id: str,
+    connect: Callable[[dict[str, Any]], Any],
+    *,
+    master: str = "local[2]",
+    connect_controller: kraft.Connect | None = None,
 ) -> dict[str, Any]:
     """A whole audit run in this process (tests, ad-hoc runs): ``stage_and_detect``, then publish. Returns the
     published summary."""
-    run = stage_and_detect(settings, run_id, connect, master=master)
+    run = stage_and_detect(settings, run_id, connect, master=master, connect_controller=connect_controller)
     return history.publish(settings, run_id, run.discovered, run.facts)

@@ -46,6 +46,21 @@ def manual_dag_args() -> dict[str, Any]:
     return {"schedule": None, "start_date": start, "catchup": False, "max_active_runs": 1, "tags": tags}
 
 
+def refuse_kraft(settings: Settings, what: str = "repairs") -> inventory.Inventory:
+    """The cluster's inventory, unless it is a KRaft cluster: the repair's health gates, its cluster lock and the
+    topic-ID write all work on ZooKeeper, and a KRaft cluster has none. Refused at the first task of the repair
+    and restore DAGs (and again by every task that acts), before anything is read or written."""
+    inv = inventory.load(settings.inventory)
+    if inv.kraft:
+        raise RepairError(
+            f"{what} on KRaft clusters are not supported yet: cluster {inv.cluster} keeps its metadata in its "
+            "controllers' __cluster_metadata log (inventory metadata_mode kraft), and the repair's health gates, "
+            "cluster lock and topic-ID write need ZooKeeper. Nothing was read or changed. The nightly audit "
+            "(kafka_fleet_audit) does support KRaft: follow its findings' remediation by hand (docs/repair.md)"
+        )
+    return inv
+
+
 def repairs_dir(settings: Settings) -> Path:
     try:
         return settings.repairs
@@ -123,6 +138,7 @@ def save_plan(settings: Settings, plan: Plan) -> Path:
 
 
 def make_plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
+    refuse_kraft(settings)
     run = params.get("audit_run") or "latest"
     run = latest_audit_run(settings) if run == "latest" else safe_run_id(run)
     plan = plan_from_run(settings, run, params)
@@ -235,8 +251,8 @@ def execute(
     plan is stale; ``<repairs>/<hash>/attempts/<run>/result.json`` says what was done and what was not either way.
     ``approval``: the human answer (``repair.approval.confirm``), recorded in the journal with who, when and which
     plan. One attempt per Airflow run: a rerun of the same run resumes it, a new run starts a new attempt."""
+    inv = refuse_kraft(settings)
     approved = _approved(settings, planned)
-    inv = inventory.load(settings.inventory)
     connect = connect or ssh_connect(inv)
     workdir = attempt_dir(repairs_dir(settings), approved.hash, run_id)
     owner = {"plan_hash": approved.hash, "step": "brokers", "run_id": run_id, "since": time.time()}
@@ -362,8 +378,8 @@ def restore_zookeeper(
 ) -> list[str]:
     """The plan's preventive ZooKeeper actions, after their own approval; under the cluster lock (waiting for the
     same plan's broker chain, never for another repair)."""
+    inv = refuse_kraft(settings)
     approved = _approved(settings, planned)
-    inv = inventory.load(settings.inventory)
     connect = connect or ssh_connect(inv)
     owner = {"plan_hash": approved.hash, "step": "zookeeper", "run_id": run_id, "since": time.time()}
     gated = approved_gates(approved, params)
@@ -396,7 +412,7 @@ def make_restore_plan(settings: Settings, params: dict[str, Any]) -> dict[str, A
     """The restore DAG's plan (``repair.restore``): which backups go back where, the controller (now) last."""
     from fleet_doctor.repair import restore
 
-    inv = inventory.load(settings.inventory)
+    inv = refuse_kraft(settings, "repairs and restores")
     with cluster_session(inv, timeout=10, start_timeout=15) as zk:
         controller = Cluster(zk).controller()
     return restore.make_restore_plan(settings, params, controller)

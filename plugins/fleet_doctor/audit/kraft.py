@@ -1,0 +1,223 @@
+"""A KRaft cluster's metadata, read from its controllers over SSH (the audit's ``discover`` and ``snapshot_metadata``).
+
+On a controller the decoder (``fleet_doctor.cluster_metadata``, sent on stdin as one program, as the probe is) replays
+the latest snapshot and the metadata log of its ``metadata_log_dir`` and prints JSON Lines in the ZooKeeper snapshot's
+shape (docs/cluster-metadata-schema.md): ``cluster_metadata`` first, ``cluster_metadata_end`` last. Before that the
+host proves it is that controller (``fleet_doctor.identity``: the pinned host key, ``node.id`` in the metadata log
+dir's ``meta.properties``). Controllers are tried in the inventory's order; whatever goes wrong with one (unreachable,
+another host, a decoder that exits non-zero, output that is not what the decoder prints) is a ``MetadataReadError``
+naming it, and the next one is read.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleet_doctor.identity import verify_identity
+from fleet_doctor.remote import Remote, airflow_ssh_client
+
+DECODE_TIMEOUT_S = 600.0
+MAX_OUTPUT_BYTES = 1 << 30  # a 200,000-partition cluster prints ~100 MB; more is not the decoder's output
+SPOOL_BYTES = 32 << 20  # kept in memory up to this, then in a temporary file
+HEADER, END, PROBLEM = "cluster_metadata", "cluster_metadata_end", "metadata_problem"
+
+Connect = Callable[[dict[str, Any]], Any]  # a controller's endpoint -> a connected paramiko.SSHClient
+
+
+class MetadataReadError(RuntimeError):
+    """A controller's metadata could not be read (the message names the controller and why)."""
+
+
+def airflow_connect(endpoint: dict[str, Any]) -> Any:
+    """The controller's SSH connection from Airflow (a combined controller's is its broker's)."""
+    return airflow_ssh_client(endpoint["ssh_conn_id"])
+
+
+def decode_command(metadata_log_dir: str) -> str:
+    """The remote command: the decoder read from stdin by python3, at the lowest CPU and I/O priority the host offers
+    (as the probe). The path is shell-quoted."""
+    decoder = "python3 - " + shlex.quote(metadata_log_dir)
+    return f"if command -v ionice >/dev/null 2>&1; then IO='ionice -c 3'; else IO=''; fi; exec nice -n 19 $IO {decoder}"
+
+
+def decoder_program() -> bytes:
+    from fleet_doctor import cluster_metadata
+
+    return cluster_metadata.bundle()
+
+
+@dataclass
+class ControllerRead:
+    """One controller's metadata as its decoder printed it."""
+
+    endpoint: dict[str, Any]
+    records: list[dict[str, Any]]
+    identity: str
+    stderr: str = ""
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def controller_id(self) -> int:
+        return int(self.endpoint["controller_id"])
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return self.records[0]
+
+    def source(self) -> dict[str, Any]:
+        """What the report names: which controller, which snapshot file, how far the log goes."""
+        h = self.header
+        return {
+            "controller": self.controller_id,
+            "host": f"{self.endpoint.get('host')}:{self.endpoint.get('ssh_port')}",
+            "metadata_log_dir": self.endpoint.get("metadata_log_dir"),
+            "cluster_id": h.get("cluster_id"),
+            "snapshot": h.get("snapshot"),
+            "snapshot_end_offset": h.get("snapshot_end_offset"),
+            "log_end_offset": h.get("log_end_offset"),
+            "quorum_leader_id": h.get("quorum_leader_id"),
+            "quorum_leader_epoch": h.get("quorum_leader_epoch"),
+            "problems": sum(1 for r in self.records if r.get("kind") == PROBLEM),
+        }
+
+    def registrations(self) -> dict[int, dict[str, Any]]:
+        """Brokers the metadata registers and does not fence (KRaft's equivalent of ``/brokers/ids``: a broker that
+        stopped stays registered, fenced)."""
+        return {
+            int(r["broker_id"]): r
+            for r in self.records
+            if r.get("kind") == "broker"
+            and isinstance(r.get("broker_id"), int)
+            and not r.get("error")
+            and not r.get("fenced")
+        }
+
+    def controller_records(self) -> list[dict[str, Any]]:
+        """The controller's own facts (its log's header and problems) for detection, each with its ``controller_id``."""
+        return [{**r, "controller_id": self.controller_id} for r in self.records if r.get("kind") in (HEADER, PROBLEM)]
+
+
+def _parse(who: str, out: Any, nbytes: int) -> list[dict[str, Any]]:
+    """The decoder's JSON Lines (``out``: a binary file): a ``cluster_metadata`` record first, a complete
+    ``cluster_metadata_end`` last."""
+    records: list[dict[str, Any]] = []
+    out.seek(0)
+    for n, raw in enumerate(out, 1):
+        line = raw.decode("utf-8", errors="replace")  # the decoder prints UTF-8; anything else fails json.loads
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            raise MetadataReadError(
+                f"{who}: the decoder's output is not JSON Lines (line {n}: {e}: {line[:120]!r})"
+            ) from None
+        if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+            raise MetadataReadError(f"{who}: the decoder's output line {n} is not a record with a kind: {line[:120]!r}")
+        records.append(record)
+    if not records:
+        raise MetadataReadError(f"{who}: the decoder printed nothing ({nbytes} bytes)")
+    if records[0]["kind"] != HEADER or records[0].get("source") != "kraft":
+        raise MetadataReadError(f"{who}: the decoder's output does not start with a KRaft {HEADER} record")
+    if records[-1]["kind"] != END or records[-1].get("complete") is not True:
+        raise MetadataReadError(f"{who}: the decoder's output ends without a complete {END} record (cut off?)")
+    return records
+
+
+def read_controller(
+    client: Any,
+    endpoint: dict[str, Any],
+    *,
+    timeout: float = DECODE_TIMEOUT_S,
+    program: bytes | None = None,
+    max_bytes: int = MAX_OUTPUT_BYTES,
+) -> ControllerRead:
+    """Decode the metadata log of the controller ``endpoint`` (``Inventory.controller_endpoint``) over the open SSH
+    connection ``client``, after checking it is that controller. ``program``: what runs on the controller (default
+    the decoder's bundle). MetadataReadError naming the controller when anything is wrong."""
+    cid = int(endpoint["controller_id"])
+    where = f"{endpoint.get('host')}:{endpoint.get('ssh_port')}"
+    who = f"controller {cid} ({where}, {endpoint['metadata_log_dir']})"
+    remote = Remote(client, cid)
+    remote.who = f"controller {cid}"
+    if not endpoint.get("host_key"):
+        raise MetadataReadError(f"{who}: no pinned host_key in the discovered controller: rerun discover")
+    try:  # the metadata log dir was formatted by kafka-storage: its meta.properties must exist and name this node
+        identity = verify_identity(
+            remote, cid, endpoint["host_key"], [endpoint["metadata_log_dir"]], where=where, require_meta=True
+        )
+    except Exception as e:  # IdentityError, or the connection went away
+        raise MetadataReadError(f"{who}: not shown to be controller {cid}: {e}") from e
+    nbytes = 0
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, mode="w+b") as out:
+
+        def sink(data: bytes) -> None:
+            nonlocal nbytes
+            nbytes += len(data)
+            if nbytes > max_bytes:
+                raise MetadataReadError(f"{who}: the decoder printed more than {max_bytes} bytes: not its output")
+            out.write(data)
+
+        command, stdin = decode_command(endpoint["metadata_log_dir"]), program or decoder_program()
+        try:
+            done = remote.stream(command, stdin, sink, timeout)
+        except Exception as e:  # RemoteError: a dropped session, a timeout, the size limit
+            raise MetadataReadError(f"{who}: the decoder could not run: {e}") from e
+        if done.exit_status != 0:
+            said = done.stderr.strip()[-500:] or "(nothing on stderr)"
+            raise MetadataReadError(f"{who}: the decoder exited {done.exit_status}: {said}")
+        records = _parse(who, out, nbytes)
+    node_id = records[0].get("node_id")
+    if node_id is not None and node_id != cid:
+        raise MetadataReadError(f"{who}: the metadata log dir belongs to node {node_id}, not controller {cid}")
+    return ControllerRead(endpoint, records, identity, done.stderr)
+
+
+def read_controllers(
+    endpoints: Iterable[dict[str, Any]],
+    connect: Connect | None = None,
+    *,
+    first_only: bool,
+    timeout: float = DECODE_TIMEOUT_S,
+    program: bytes | None = None,
+) -> tuple[list[ControllerRead], list[dict[str, Any]]]:
+    """Read the controllers in order: until one succeeds (``first_only``, discovery) or every one (the snapshot:
+    each controller's own log is a fact for detection). Returns the reads (only the first keeps every record; the
+    others keep their header and problems) and, per controller that failed, ``{"controller", "error"}``."""
+    connect = connect or airflow_connect
+    program = program or decoder_program()  # a decoder that cannot be built here is this worker's problem, raised
+    reads: list[ControllerRead] = []
+    errors: list[dict[str, Any]] = []
+    for endpoint in endpoints:
+        cid = int(endpoint["controller_id"])
+        try:
+            try:
+                client = connect(endpoint)
+            except Exception as e:  # paramiko's and the SSH hook's errors have no common base
+                where = f"{endpoint.get('host')}:{endpoint.get('ssh_port')}"
+                raise MetadataReadError(f"controller {cid} ({where}): cannot connect: {type(e).__name__}: {e}") from e
+            try:
+                read = read_controller(client, endpoint, timeout=timeout, program=program)
+            finally:
+                client.close()
+        except MetadataReadError as e:
+            errors.append({"controller": cid, "error": str(e)})
+            continue
+        if reads:  # only the chosen controller's image is staged: the others' headers and problems are enough
+            read.records = [r for r in read.records if r.get("kind") in (HEADER, PROBLEM)]
+        reads.append(read)
+        if first_only:
+            break
+    return reads, errors
+
+
+def error_text(errors: list[dict[str, Any]]) -> str:
+    """One line for the report when no controller could be read."""
+    if not errors:
+        return "no controller in the inventory"
+    return "no controller's metadata log could be read: " + "; ".join(e["error"] for e in errors)
