@@ -16,7 +16,12 @@ tables. Facts are cited as in ../shared/docs/kraft-reference.md ("kraft-ref §n"
 """
 
 import base64
+import json
+import os
 import struct
+import sys
+import time
+import zlib
 
 try:
     from fleet_doctor import probe
@@ -575,3 +580,943 @@ def decode_control_record(key, value):
     # False) only where Kafka's reader would take a newer version: LeaderChangeMessage v1
     body = decode_message(schema, value, CONTROL_RECORD_VERSION)
     return ctype, schema["name"], body
+
+
+# --------------------------------------------------------------------------------------------
+# Record batches (kraft-ref §2). probe.walk_log frames and CRC-checks them; this reads each valid batch's records.
+MAX_BATCH_BYTES = 64 << 20  # KRaft writes batches of at most 8 MiB (KafkaRaftClient MAX_BATCH_SIZE_BYTES)
+MAX_INFLATED_BYTES = 64 << 20
+CONTROL_ATTRIBUTE = 0x20
+_HEADER = probe.V2_BATCH_HEADER
+
+
+class BatchRecord:
+    """One record of a batch: its absolute offset, and key / value bytes (None when null)."""
+
+    __slots__ = ("key", "offset", "value")
+
+    def __init__(self, offset, key, value):
+        self.offset = offset
+        self.key = key
+        self.value = value
+
+
+def batch_records(batch):
+    """(header fields dict, [BatchRecord]) of one complete v2 batch (bytes). Raises DecodeError."""
+    if len(batch) < probe.V2_MIN_BATCH_SIZE:
+        raise DecodeError("batch of %d bytes is smaller than a v2 batch header" % len(batch))
+    (base, _len, epoch, magic, _crc, attrs, _lod, _bts, _mts, _pid, _pe, _bs, count) = _HEADER.unpack_from(batch, 0)
+    if magic != 2:
+        raise DecodeError("batch magic %d is not 2" % magic)
+    head = {"base_offset": base, "epoch": epoch, "attributes": attrs, "control": bool(attrs & CONTROL_ATTRIBUTE)}
+    codec = attrs & 7
+    body = batch[probe.V2_MIN_BATCH_SIZE :]
+    if codec == 1:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            body = d.decompress(body, MAX_INFLATED_BYTES)
+        except zlib.error as e:
+            raise DecodeError("gzip batch does not inflate: %s" % e)
+        if d.unconsumed_tail:
+            raise DecodeError("gzip batch inflates to more than %d bytes" % MAX_INFLATED_BYTES)
+    elif codec != 0:
+        raise DecodeError("%s-compressed batch (KRaft writes uncompressed batches)" % probe.CODECS.get(codec, codec))
+    r = Reader(body)
+    if count < 0 or count > r.remaining():
+        raise DecodeError("batch claims %d records in %d bytes" % (count, r.remaining()))
+    out = []
+    for i in range(count):
+        length = r.varint("record length")
+        if length < 0 or length > r.remaining():
+            raise DecodeError("record %d of the batch has length %d, %d bytes left" % (i, length, r.remaining()))
+        rec = Reader(r.buf, r.pos, r.pos + length)
+        r.pos += length
+        rec.take(1, "record attributes")
+        rec.varlong("timestampDelta")
+        delta = rec.varint("offsetDelta")
+        klen = rec.varint("key length")
+        key = None if klen < 0 else bytes(rec.take(klen, "key"))
+        vlen = rec.varint("value length")
+        value = None if vlen < 0 else bytes(rec.take(vlen, "value"))
+        headers = rec.varint("header count")
+        if headers < 0 or headers > rec.remaining():
+            raise DecodeError("record %d claims %d headers" % (i, headers))
+        for _ in range(headers):
+            n = rec.varint("header key length")
+            rec.take(max(n, 0), "header key")
+            n = rec.varint("header value length")
+            rec.take(max(n, 0), "header value")
+        if rec.remaining():
+            raise DecodeError("record %d has %d bytes left over" % (i, rec.remaining()))
+        out.append(BatchRecord(base + delta, key, value))
+    if r.remaining():
+        raise DecodeError("%d bytes after the batch's %d records" % (r.remaining(), count))
+    return head, out
+
+
+# --------------------------------------------------------------------------------------------
+# The image: what replaying the records builds (kraft-ref §5, §7; Kafka's MetadataDelta / *Image classes).
+PROBLEM_KINDS = (
+    "unknown-record",
+    "unsupported-version",
+    "undecodable",
+    "inconsistent",
+    "crc",
+    "torn-tail",
+    "snapshot-gap",
+    "open-transaction",
+    "unreadable",
+)
+PROBLEMS_PER_FILE_MAX = 100  # a hostile file cannot flood the output: the rest are counted in problems_suppressed
+NO_LEADER_CHANGE = -2
+MIGRATING_DIR = probe.ZERO_UUID  # DirectoryId.MIGRATING: the replica's directory is not tracked
+
+
+class Image:
+    """Kafka's metadata image, as far as the audit needs it."""
+
+    def __init__(self):
+        self.topics = {}  # topic id -> {"name", "partitions": {partition id: dict}}
+        self.brokers = {}  # broker id -> registration dict
+        self.configs = {}  # (resource type, resource name) -> {name: value}
+        self.features = {}  # name -> level
+        self.controllers = {}  # controller id -> RegisterControllerRecord fields
+        self.zk_migration_state = None
+
+    # each replay_<Record> takes the decoded fields; a returned string is an inconsistency (the record is skipped)
+    def replay(self, name, r):
+        fn = getattr(self, "replay_" + name, None)
+        return fn(r) if fn is not None else None
+
+    def replay_TopicRecord(self, r):
+        old = self.topics.get(r["TopicId"])
+        self.topics[r["TopicId"]] = {"name": r["Name"], "partitions": old["partitions"] if old else {}}
+
+    def replay_RemoveTopicRecord(self, r):
+        topic = self.topics.pop(r["TopicId"], None)
+        if topic is None:
+            return "RemoveTopicRecord for topic ID %s, which the image does not hold" % r["TopicId"]
+        if not any(t["name"] == topic["name"] for t in self.topics.values()):
+            self.configs.pop((CONFIG_TOPIC, topic["name"]), None)
+        return None
+
+    def replay_PartitionRecord(self, r):
+        topic = self.topics.get(r["TopicId"])
+        if topic is None:
+            return "PartitionRecord %d for topic ID %s, which the image does not hold" % (
+                r["PartitionId"],
+                r["TopicId"],
+            )
+        p = dict(r)
+        p["Directories"] = _directories(r["Directories"], len(r["Replicas"]))
+        p["EligibleLeaderReplicas"] = r["EligibleLeaderReplicas"] or []
+        p["LastKnownElr"] = r["LastKnownElr"] or []
+        topic["partitions"][r["PartitionId"]] = p
+        return None
+
+    def replay_PartitionChangeRecord(self, r):
+        topic = self.topics.get(r["TopicId"])
+        p = topic["partitions"].get(r["PartitionId"]) if topic else None
+        if p is None:
+            return "PartitionChangeRecord for partition %d of topic ID %s, which the image does not hold" % (
+                r["PartitionId"],
+                r["TopicId"],
+            )
+        # PartitionRegistration.merge: null / -2 / -1 = unchanged; the partition epoch always moves on
+        for k in ("Replicas", "Isr", "RemovingReplicas", "AddingReplicas", "EligibleLeaderReplicas", "LastKnownElr"):
+            if r[k] is not None:
+                p[k] = r[k]
+        p["Directories"] = _directories(
+            r["Directories"] if r["Directories"] is not None else p["Directories"], len(p["Replicas"])
+        )
+        if r["Leader"] != NO_LEADER_CHANGE:
+            p["Leader"] = r["Leader"]
+            p["LeaderEpoch"] += 1
+        if r["LeaderRecoveryState"] != -1:
+            p["LeaderRecoveryState"] = r["LeaderRecoveryState"]
+        p["PartitionEpoch"] += 1
+        return None
+
+    def replay_RegisterBrokerRecord(self, r):
+        self.brokers[r["BrokerId"]] = dict(r)
+
+    def replay_UnregisterBrokerRecord(self, r):
+        if self.brokers.pop(r["BrokerId"], None) is None:
+            return "UnregisterBrokerRecord for broker %d, which is not registered" % r["BrokerId"]
+        return None
+
+    def _broker(self, broker_id, what):
+        b = self.brokers.get(broker_id)
+        return b, (None if b is not None else "%s for broker %d, which is not registered" % (what, broker_id))
+
+    def replay_FenceBrokerRecord(self, r):
+        b, err = self._broker(r["Id"], "FenceBrokerRecord")
+        if b is not None:
+            b["Fenced"] = True
+        return err
+
+    def replay_UnfenceBrokerRecord(self, r):
+        b, err = self._broker(r["Id"], "UnfenceBrokerRecord")
+        if b is not None:
+            b["Fenced"] = False
+        return err
+
+    def replay_BrokerRegistrationChangeRecord(self, r):
+        b, err = self._broker(r["BrokerId"], "BrokerRegistrationChangeRecord")
+        if b is None:
+            return err
+        # Fenced: 1 fence, -1 unfence, 0 no change; InControlledShutdown: 1 yes, 0 no change
+        # (BrokerRegistrationFencingChange, BrokerRegistrationInControlledShutdownChange)
+        if r["Fenced"] == 1:
+            b["Fenced"] = True
+        elif r["Fenced"] == -1:
+            b["Fenced"] = False
+        if r["InControlledShutdown"] == 1:
+            b["InControlledShutdown"] = True
+        if r["LogDirs"]:
+            b["LogDirs"] = r["LogDirs"]
+        return None
+
+    def replay_FeatureLevelRecord(self, r):
+        if r["FeatureLevel"] == 0 and r["Name"] != "metadata.version":
+            self.features.pop(r["Name"], None)
+        else:
+            self.features[r["Name"]] = r["FeatureLevel"]
+
+    def replay_ConfigRecord(self, r):
+        key = (r["ResourceType"], r["ResourceName"])
+        if r["Value"] is None:
+            conf = self.configs.get(key)
+            if conf is not None:
+                conf.pop(r["Name"], None)
+                if not conf:
+                    del self.configs[key]
+        else:
+            self.configs.setdefault(key, {})[r["Name"]] = r["Value"]
+
+    def replay_RegisterControllerRecord(self, r):
+        self.controllers[r["ControllerId"]] = dict(r)
+
+    def replay_UnregisterControllerRecord(self, r):
+        self.controllers.pop(r["ControllerId"], None)
+
+    def replay_ZkMigrationStateRecord(self, r):
+        self.zk_migration_state = r["ZkMigrationState"]
+
+    def replay_ClearElrRecord(self, r):
+        for topic in self.topics.values():
+            if r["TopicName"] in ("", topic["name"]):
+                for p in topic["partitions"].values():
+                    p["EligibleLeaderReplicas"] = []
+                    p["LastKnownElr"] = []
+
+
+def _directories(dirs, n):
+    """PartitionRegistration's directories: none given (or not one per replica) = all MIGRATING."""
+    if not dirs or len(dirs) != n:
+        return [MIGRATING_DIR] * n
+    return list(dirs)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading a metadata dir: the latest snapshot, then the log after it (kraft-ref §5).
+class ClusterMetadataError(Exception):
+    """The dir cannot be read as a KRaft metadata dir at all; the message names the path."""
+
+
+def resolve_metadata_dir(path):
+    """(the __cluster_metadata-0 dir, the log dir holding it) for a metadata dir or a log dir holding one."""
+    path = os.path.abspath(path)
+    if os.path.basename(path) == METADATA_DIR_NAME:
+        if not os.path.isdir(path):
+            raise ClusterMetadataError("%s is not a directory" % path)
+        return path, os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise ClusterMetadataError("%s is not a directory" % path)
+    inner = os.path.join(path, METADATA_DIR_NAME)
+    if os.path.isdir(inner):
+        return inner, path
+    raise ClusterMetadataError("%s is neither a %s dir nor a log dir holding one" % (path, METADATA_DIR_NAME))
+
+
+def snapshot_files(names):
+    """[(end_offset, epoch, name)] of the complete snapshots among file names, newest last: by epoch, then end offset
+    (OffsetAndEpoch.compareTo). .part and .deleted files are not snapshots (removed at startup)."""
+    out = []
+    for name in names:
+        m = probe.KRAFT_SNAPSHOT_RE.fullmatch(name)
+        if m and not m.group(3):
+            out.append((int(m.group(1)), int(m.group(2)), name))
+    out.sort(key=lambda s: (s[1], s[0]))
+    return out
+
+
+def log_segments(names):
+    """[(base offset, name)] of the .log segments among file names, in offset order."""
+    out = []
+    for name in names:
+        parsed = probe.parse_segment_file_name(name)
+        if parsed and parsed[1] == "log" and parsed[2] is None:
+            out.append((parsed[0], name))
+    out.sort()
+    return out
+
+
+class _Replay:
+    """Applies records to an Image in log order, buffering metadata transactions (kraft-ref §7)."""
+
+    def __init__(self):
+        self.image = Image()
+        self.problems = []
+        self.problem_counts = {}
+        self.suppressed = 0
+        self.txn = None  # None, or [(offset, name, fields, file)] since BeginTransactionRecord
+        self.txn_begin = None  # (file, offset) of the open BeginTransactionRecord
+        self.records_replayed = 0
+        self.last_applied_offset = None
+        self.leader_change = None  # (leader id, epoch) of the last LEADER_CHANGE
+        self.voters = None  # [voter id] of the last KRAFT_VOTERS control record
+        self.kraft_version = None
+
+    def problem(self, path, offset, position, kind, message):
+        assert kind in PROBLEM_KINDS, kind
+        n = self.problem_counts.get(path, 0) + 1
+        self.problem_counts[path] = n
+        if n > PROBLEMS_PER_FILE_MAX:
+            self.suppressed += 1
+            return
+        where = path
+        if offset is not None:
+            where += ", offset %d" % offset
+        if position is not None:
+            where += " (byte %d)" % position
+        self.problems.append(
+            {
+                "kind": "metadata_problem",
+                "file": path,
+                "offset": offset,
+                "position": position,
+                "problem": kind,
+                "message": "%s: %s" % (where, message),
+            }
+        )
+
+    def apply(self, offset, name, fields_, path, position):
+        if name == "BeginTransactionRecord":
+            if self.txn is not None:
+                self.problem(
+                    path, offset, position, "inconsistent", "BeginTransactionRecord inside an open transaction"
+                )
+            self.txn = []
+            self.txn_begin = (path, offset, position)
+            return
+        if name == "EndTransactionRecord" or name == "AbortTransactionRecord":
+            if self.txn is None:
+                self.problem(path, offset, position, "inconsistent", "%s without a BeginTransactionRecord" % name)
+            elif name == "EndTransactionRecord":
+                for t_offset, t_name, t_fields, t_path, t_position in self.txn:
+                    self._apply_now(t_offset, t_name, t_fields, t_path, t_position)
+            self.txn = None
+            self.txn_begin = None
+            self.last_applied_offset = offset
+            return
+        if self.txn is not None:
+            if len(self.txn) > TXN_RECORDS_MAX:
+                raise DecodeError("a metadata transaction holds more than %d records" % TXN_RECORDS_MAX)
+            self.txn.append((offset, name, fields_, path, position))
+            return
+        self._apply_now(offset, name, fields_, path, position)
+
+    def _apply_now(self, offset, name, fields_, path, position):
+        err = self.image.replay(name, fields_)
+        if err:
+            self.problem(path, offset, position, "inconsistent", err + "; skipped")
+        self.records_replayed += 1
+        self.last_applied_offset = offset
+
+    def control(self, offset, ctype_name, fields_, epoch):
+        if ctype_name == "LEADER_CHANGE":
+            self.leader_change = (fields_["LeaderId"], epoch)
+        elif ctype_name == "KRAFT_VOTERS":
+            self.voters = [v["VoterId"] for v in fields_["Voters"]]
+        elif ctype_name == "KRAFT_VERSION":
+            self.kraft_version = fields_["KRaftVersion"]
+        if self.txn is None:
+            self.last_applied_offset = offset
+
+
+TXN_RECORDS_MAX = 1 << 20  # records buffered in one open transaction before the log is refused
+
+
+class _FileWalk:
+    """Decodes every valid batch of one file (a snapshot or a log segment) that probe.walk_log hands over."""
+
+    def __init__(self, replay, path, f, min_offset, snapshot):
+        self.replay = replay
+        self.path = path
+        self.f = f
+        self.min_offset = min_offset  # log records below it are in the snapshot already
+        self.snapshot = snapshot
+        self.control_names = []  # snapshot: the control records seen, to check header / footer
+        self.batches = 0
+        self.first_offset = None
+        self.next_offset = None
+
+    def on_batch(self, position, first, last, size):
+        self.batches += 1
+        if self.first_offset is None:
+            self.first_offset = first
+        self.next_offset = last + 1
+        if last < self.min_offset:
+            self._before_snapshot(position, size)
+            return
+        rp = self.replay
+        if size > MAX_BATCH_BYTES:
+            rp.problem(
+                self.path,
+                first,
+                position,
+                "undecodable",
+                "batch of %d bytes is larger than %d" % (size, MAX_BATCH_BYTES),
+            )
+            return
+        self.f.seek(position)
+        data = self.f.read(size)
+        try:
+            head, records = batch_records(data)
+        except DecodeError as e:
+            rp.problem(self.path, first, position, "undecodable", "record batch: %s" % e)
+            return
+        for rec in records:
+            if rec.offset < self.min_offset:
+                continue
+            if head["control"]:
+                self._control(rec, head, position)
+            else:
+                self._data(rec, position)
+
+    def _before_snapshot(self, position, size):
+        """A log batch the snapshot covers: only its LEADER_CHANGE control records are read (snapshots hold none)."""
+        if size > MAX_BATCH_BYTES:
+            return
+        self.f.seek(position)
+        data = self.f.read(probe.V2_MIN_BATCH_SIZE)
+        if (
+            len(data) < probe.V2_MIN_BATCH_SIZE
+            or data[16] != 2
+            or not _HEADER.unpack_from(data, 0)[5] & CONTROL_ATTRIBUTE
+        ):
+            return
+        data += self.f.read(size - len(data))
+        try:
+            head, records = batch_records(data)
+        except DecodeError:
+            return  # not replayed anyway; the records the image needs are in the snapshot
+        for rec in records:
+            try:
+                _ctype, name, body = decode_control_record(rec.key or b"", rec.value or b"")
+            except DecodeError:
+                continue
+            if name == "LEADER_CHANGE":
+                self.replay.leader_change = (body["LeaderId"], head["epoch"])
+
+    def _control(self, rec, head, position):
+        rp = self.replay
+        try:
+            if rec.key is None or rec.value is None:
+                raise DecodeError("control record without a key or value")
+            _ctype, name, body = decode_control_record(rec.key, rec.value)
+        except UnknownRecord as e:
+            rp.problem(self.path, rec.offset, position, "unknown-record", str(e))
+            return
+        except DecodeError as e:
+            rp.problem(self.path, rec.offset, position, "undecodable", "control record: %s" % e)
+            return
+        self.control_names.append(name)
+        rp.control(rec.offset, name, body, head["epoch"])
+
+    def _data(self, rec, position):
+        rp = self.replay
+        if rec.value is None:
+            rp.problem(self.path, rec.offset, position, "undecodable", "metadata record with a null value")
+            return
+        try:
+            _key, _version, name, body = decode_metadata_record(rec.value)
+        except UnsupportedVersion as e:
+            rp.problem(self.path, rec.offset, position, "unsupported-version", "%s; skipped" % e)
+            return
+        except UnknownRecord as e:
+            rp.problem(self.path, rec.offset, position, "unknown-record", "%s; skipped" % e)
+            return
+        except DecodeError as e:
+            rp.problem(self.path, rec.offset, position, "undecodable", "metadata record: %s; skipped" % e)
+            return
+        if self.snapshot and name.endswith("TransactionRecord"):
+            rp.problem(self.path, rec.offset, position, "inconsistent", "%s in a snapshot; ignored" % name)
+            return
+        rp.apply(rec.offset, name, body, self.path, position)
+
+
+def _walk_file(replay, path, min_offset, snapshot):
+    """Walk one file; returns (walk_log result, _FileWalk) or (None, None) when it cannot be read (a problem)."""
+    try:
+        with open(probe._open_regular(path), "rb", buffering=0, closefd=True) as f:
+            fw = _FileWalk(replay, path, f, min_offset, snapshot)
+            res = probe.walk_log(path, verify_crc=True, on_batch=fw.on_batch)
+    except (OSError, ValueError) as e:
+        replay.problem(path, None, None, "unreadable", "cannot be read: %s" % probe._err(e))
+        return None, None
+    if res["crc_errors"]:
+        pos = res["first_crc_error_position"]
+        replay.problem(path, fw.next_offset, pos, "crc", "%s; the file is not read beyond it" % res["tail_error"])
+    elif res["torn_tail"]:
+        replay.problem(
+            path,
+            fw.next_offset,
+            res["valid_bytes"],
+            "torn-tail",
+            "%s; the %d bytes from byte %d on are not a complete batch"
+            % (res["tail_error"], os.path.getsize(path) - res["valid_bytes"], res["valid_bytes"]),
+        )
+    return res, fw
+
+
+def read_quorum_state(path):
+    """quorum-state (kraft-ref §6) as a dict with data_version, leader_id, leader_epoch, voted_id, voters ([int] or
+    None); None when the file is absent. Raises ValueError naming the file when it is not what Kafka writes."""
+    try:
+        data = probe._read_small(path, 1 << 20)
+    except OSError as e:
+        if getattr(e, "errno", None) == 2:
+            return None
+        raise ValueError("%s cannot be read: %s" % (path, probe._err(e)))
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError("%s is not JSON: %s" % (path, e))
+    if not isinstance(obj, dict):
+        raise ValueError("%s is not a JSON object" % path)
+
+    def num(key, required=True):
+        v = obj.get(key)
+        if v is None and not required:
+            return None
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError("%s: %s is %r, not an integer" % (path, key, v))
+        return v
+
+    out = {
+        "data_version": num("data_version"),
+        "leader_id": num("leaderId"),
+        "leader_epoch": num("leaderEpoch"),
+        "voted_id": num("votedId", required=False),
+        "voters": None,
+    }
+    voters = obj.get("currentVoters")
+    if voters is not None:
+        if not isinstance(voters, list) or not all(
+            isinstance(v, dict) and isinstance(v.get("voterId"), int) for v in voters
+        ):
+            raise ValueError("%s: currentVoters is not a list of {voterId}" % path)
+        out["voters"] = [v["voterId"] for v in voters]
+    return out
+
+
+def read_cluster_metadata(metadata_dir):
+    """Replay a KRaft metadata dir (a ``__cluster_metadata-0`` dir, or a log dir holding one) into JSON-ready records
+    (docs/cluster-metadata-schema.md). Raises ClusterMetadataError when the dir cannot be read at all."""
+    taken_at_ms = int(time.time() * 1000)
+    mdir, logdir = resolve_metadata_dir(metadata_dir)
+    try:
+        names = os.listdir(mdir)
+    except OSError as e:
+        raise ClusterMetadataError("%s cannot be listed: %s" % (mdir, probe._err(e)))
+    snapshots = snapshot_files(names)
+    segments = log_segments(names)
+    if not snapshots and not segments:
+        raise ClusterMetadataError("%s holds neither a metadata snapshot (.checkpoint) nor a log segment (.log)" % mdir)
+    rp = _Replay()
+    errors = []
+    head = {
+        "kind": "cluster_metadata",
+        "schema_version": SCHEMA_VERSION,
+        "source": "kraft",
+        "dir": mdir,
+        "node_id": None,
+        "cluster_id": None,
+        "snapshot": None,
+        "snapshot_end_offset": None,
+        "snapshot_epoch": None,
+        "log_start_offset": None,
+        "log_end_offset": None,
+        "last_applied_offset": None,
+        "records_replayed": 0,
+        "metadata_version_level": None,
+        "features": {},
+        "kraft_version": None,
+        "quorum_leader_id": None,
+        "quorum_leader_epoch": None,
+        "quorum_voted_id": None,
+        "quorum_voters": None,
+        "quorum_data_version": None,
+        "last_leader_change_leader_id": None,
+        "last_leader_change_epoch": None,
+        "log_torn_tail": False,
+        "log_tail_error": None,
+        "log_crc_errors": 0,
+        "log_first_crc_error_offset": None,
+        "log_segments": len(segments),
+        "snapshot_gap": False,
+        "open_transaction": False,
+        "taken_at_ms": taken_at_ms,
+        "error": None,
+    }
+    # meta.properties of the log dir holding the metadata dir
+    mp = os.path.join(logdir, probe.META_PROPERTIES)
+    if os.path.lexists(mp):
+        try:
+            meta = probe.parse_meta_properties(probe._read_small(mp), mp)
+            head["node_id"] = meta["broker_id"]
+            head["cluster_id"] = meta["cluster_id"]
+        except (OSError, ValueError) as e:
+            msg = "%s cannot be read: %s" % (mp, probe._err(e)) if isinstance(e, OSError) else str(e)
+            errors.append(msg)
+            rp.problem(mp, None, None, "unreadable", msg)
+    qs_path = os.path.join(mdir, probe.QUORUM_STATE)
+    try:
+        qs = read_quorum_state(qs_path)
+    except ValueError as e:
+        qs = None
+        errors.append(str(e))
+        rp.problem(qs_path, None, None, "unreadable", str(e))
+    if qs is not None:
+        head["quorum_leader_id"] = qs["leader_id"]
+        head["quorum_leader_epoch"] = qs["leader_epoch"]
+        head["quorum_voted_id"] = qs["voted_id"]
+        head["quorum_voters"] = qs["voters"]
+        head["quorum_data_version"] = qs["data_version"]
+
+    # 1. the latest snapshot (by epoch, then end offset); an unreadable one gives way to the one before it
+    snapshot_end = 0
+    for end_offset, epoch, name in reversed(snapshots):
+        path = os.path.join(mdir, name)
+        res, fw = _walk_file(rp, path, 0, snapshot=True)
+        if res is None:
+            continue
+        head["snapshot"] = name
+        head["snapshot_end_offset"] = end_offset
+        head["snapshot_epoch"] = epoch
+        snapshot_end = end_offset
+        ctl = fw.control_names
+        if not ctl or ctl[0] != "SNAPSHOT_HEADER":
+            rp.problem(path, 0, 0, "undecodable", "the snapshot does not start with a SnapshotHeader control record")
+        if not ctl or ctl[-1] != "SNAPSHOT_FOOTER":
+            if not (res["torn_tail"] or res["crc_errors"]):
+                rp.problem(
+                    path,
+                    fw.next_offset,
+                    res["valid_bytes"],
+                    "torn-tail",
+                    "the snapshot has no SnapshotFooter: it is incomplete",
+                )
+        rp.last_applied_offset = end_offset - 1 if rp.txn is None else rp.last_applied_offset
+        break
+    if rp.txn is not None:  # a snapshot never holds an open transaction; do not carry one into the log
+        rp.txn = None
+
+    # 2. the log from the snapshot's end offset on; recovery stops at the first invalid batch (LogSegment.recover)
+    log_first = None
+    for i, (base, name) in enumerate(segments):
+        path = os.path.join(mdir, name)
+        res, fw = _walk_file(rp, path, snapshot_end, snapshot=False)
+        if res is None:
+            head["log_tail_error"] = head["log_tail_error"] or "%s cannot be read" % path
+            break
+        if log_first is None:
+            log_first = fw.first_offset if fw.first_offset is not None else base
+        if fw.next_offset is not None:
+            head["log_end_offset"] = fw.next_offset
+        elif head["log_end_offset"] is None or base > head["log_end_offset"]:
+            head["log_end_offset"] = base
+        if res["crc_errors"]:
+            head["log_crc_errors"] += res["crc_errors"]
+            head["log_first_crc_error_offset"] = fw.next_offset if fw.next_offset is not None else base
+            head["log_tail_error"] = "%s: %s" % (path, res["tail_error"])
+        elif res["torn_tail"]:
+            head["log_torn_tail"] = True
+            head["log_tail_error"] = "%s: %s" % (path, res["tail_error"])
+        if (res["crc_errors"] or res["torn_tail"]) and i + 1 < len(segments):
+            rp.problem(
+                path,
+                None,
+                None,
+                "torn-tail" if not res["crc_errors"] else "crc",
+                "%d later segment(s) not read: Kafka's recovery truncates the log here" % (len(segments) - i - 1),
+            )
+            break
+    head["log_start_offset"] = log_first
+
+    # 3. what is missing, or was never applied
+    if segments and log_first is not None:
+        if snapshots and head["snapshot"] is not None:
+            gap = log_first > snapshot_end
+        else:
+            gap = log_first > 0
+        if gap:
+            head["snapshot_gap"] = True
+            rp.problem(
+                os.path.join(mdir, segments[0][1]),
+                log_first,
+                None,
+                "snapshot-gap",
+                "the log starts at offset %d but %s; records %d..%d are missing"
+                % (
+                    log_first,
+                    "the newest snapshot %s ends at %d" % (head["snapshot"], snapshot_end)
+                    if head["snapshot"]
+                    else "there is no snapshot",
+                    snapshot_end,
+                    log_first - 1,
+                ),
+            )
+    if rp.txn is not None:
+        head["open_transaction"] = True
+        t_path, t_offset, t_position = rp.txn_begin
+        rp.problem(
+            t_path,
+            t_offset,
+            t_position,
+            "open-transaction",
+            "a metadata transaction begun here is not ended by the log's end: its %d record(s) are not applied"
+            % len(rp.txn),
+        )
+    img = rp.image
+    head["records_replayed"] = rp.records_replayed
+    head["last_applied_offset"] = rp.last_applied_offset
+    head["features"] = dict(sorted(img.features.items()))
+    head["metadata_version_level"] = img.features.get("metadata.version")
+    head["kraft_version"] = rp.kraft_version
+    if rp.leader_change is not None:
+        head["last_leader_change_leader_id"], head["last_leader_change_epoch"] = rp.leader_change
+    if head["quorum_voters"] is None and rp.voters is not None:
+        head["quorum_voters"] = rp.voters
+    head["error"] = "; ".join(errors) or None
+    return _records(head, img, rp)
+
+
+# --------------------------------------------------------------------------------------------
+# Output: the ZooKeeper snapshot's record kinds (docs/zk-snapshot-schema.md), filled from the image.
+def _broker_record(b):
+    protocols = dict(
+        (e["Name"], SECURITY_PROTOCOLS.get(e["SecurityProtocol"], str(e["SecurityProtocol"]))) for e in b["EndPoints"]
+    )
+    plain = [e for e in b["EndPoints"] if e["Name"] == "PLAINTEXT"] or [
+        e for e in b["EndPoints"] if e["SecurityProtocol"] == 0
+    ]
+    return {
+        "kind": "broker",
+        "broker_id": b["BrokerId"],
+        "host": plain[0]["Host"] if plain else None,
+        "port": plain[0]["Port"] if plain else -1,
+        "endpoints": ["%s://%s:%d" % (e["Name"], _host_text(e["Host"]), e["Port"]) for e in b["EndPoints"]],
+        "listener_security_protocol_map": protocols,
+        "rack": b["Rack"],
+        "jmx_port": None,
+        "timestamp": None,
+        "znode_version": None,
+        "broker_epoch": b["BrokerEpoch"],
+        "ephemeral_owner": None,
+        "features": dict(
+            (f["Name"], {"min_version": f["MinSupportedVersion"], "max_version": f["MaxSupportedVersion"]})
+            for f in b["Features"]
+        ),
+        "fenced": bool(b["Fenced"]),
+        "in_controlled_shutdown": bool(b["InControlledShutdown"]),
+        "incarnation_id": b["IncarnationId"],
+        "log_dirs": list(b["LogDirs"]),
+        "is_migrating_zk_broker": bool(b["IsMigratingZkBroker"]),
+        "error": None,
+    }
+
+
+def _host_text(host):
+    return "[%s]" % host if ":" in host else host
+
+
+def _int_config(conf, name, where):
+    v = conf.get(name)
+    if v is None:
+        return None, None
+    try:
+        return int(v.strip()), None
+    except ValueError:
+        return None, "%s %r in %s is not an integer" % (name, v, where)
+
+
+def _records(head, img, rp):
+    out = [head]
+    controller_id = controller_epoch = None
+    if head["quorum_leader_id"] is not None and head["quorum_leader_id"] >= 0:
+        controller_id, controller_epoch = head["quorum_leader_id"], head["quorum_leader_epoch"]
+    elif head["last_leader_change_leader_id"] is not None:
+        controller_id, controller_epoch = head["last_leader_change_leader_id"], head["last_leader_change_epoch"]
+    out.append(
+        {
+            "kind": "cluster",
+            "kafka_tree_found": True,
+            "cluster_id": head["cluster_id"],
+            "controller_id": controller_id,
+            "controller_epoch": controller_epoch,
+            "controller_epoch_zk_version": None,
+            "controller": None,
+            "topics_marked_for_deletion": [],
+            "error": None,
+        }
+    )
+    brokers = [_broker_record(img.brokers[i]) for i in sorted(img.brokers)]
+    out.extend(brokers)
+    n_topics = n_states = 0
+    for topic_id, t in sorted(img.topics.items(), key=lambda kv: (kv[1]["name"], kv[0])):
+        name = t["name"]
+        conf = dict(sorted(img.configs.get((CONFIG_TOPIC, name), {}).items()))
+        min_isr, err = _int_config(conf, "min.insync.replicas", "the metadata log's ConfigRecord for topic %s" % name)
+        parts = [(pid, t["partitions"][pid]) for pid in sorted(t["partitions"])]
+        adding = dict((str(pid), p["AddingReplicas"]) for pid, p in parts if p["AddingReplicas"])
+        removing = dict((str(pid), p["RemovingReplicas"]) for pid, p in parts if p["RemovingReplicas"])
+        counts = [len(p["Replicas"]) - len([r for r in p["AddingReplicas"] if r in p["Replicas"]]) for _pid, p in parts]
+        out.append(
+            {
+                "kind": "topic",
+                "topic": name,
+                "topic_id": topic_id,
+                "znode_version": None,
+                "partitions": dict((str(pid), list(p["Replicas"])) for pid, p in parts),
+                "adding_replicas": adding,
+                "removing_replicas": removing,
+                "replication_factor": min(counts) if counts else None,
+                "min_insync_replicas": min_isr,
+                "config": conf,
+                "marked_for_deletion": False,
+                "error": err,
+            }
+        )
+        n_topics += 1
+        for pid, p in parts:
+            out.append(
+                {
+                    "kind": "partition_state",
+                    "topic": name,
+                    "partition": pid,
+                    "topic_id": topic_id,
+                    "leader": p["Leader"],
+                    "leader_epoch": p["LeaderEpoch"],
+                    "isr": list(p["Isr"]),
+                    "controller_epoch": None,
+                    "leader_recovery_state": p["LeaderRecoveryState"],
+                    "znode_version": None,
+                    "zk_version": p["PartitionEpoch"],
+                    "partition_epoch": p["PartitionEpoch"],
+                    "replicas": list(p["Replicas"]),
+                    "directories": list(p["Directories"]),
+                    "eligible_leader_replicas": list(p["EligibleLeaderReplicas"]),
+                    "last_known_elr": list(p["LastKnownElr"]),
+                    "error": None,
+                }
+            )
+            n_states += 1
+    broker_configs = []
+    for (rtype, rname), conf in img.configs.items():
+        if rtype != CONFIG_BROKER:
+            continue
+        broker_id, err = None, None
+        if rname != "":
+            try:
+                broker_id = int(rname)
+            except ValueError:
+                err = "broker config resource name %r in the metadata log's ConfigRecord is not a broker id" % rname
+        broker_configs.append(
+            {
+                "kind": "broker_config",
+                "broker_id": broker_id,
+                "resource_name": rname,
+                "config": dict(sorted(conf.items())),
+                "error": err,
+            }
+        )
+    broker_configs.sort(key=lambda r: (r["broker_id"] is not None, r["broker_id"] or 0, r["resource_name"]))
+    out.extend(broker_configs)
+    out.extend(rp.problems)
+    out.append(
+        {
+            "kind": "cluster_metadata_end",
+            "complete": True,
+            "topics": n_topics,
+            "brokers": len(brokers),
+            "partition_states": n_states,
+            "broker_configs": len(broker_configs),
+            "records_with_errors": sum(1 for r in out if r.get("error")),
+            "problems": len(rp.problems),
+            "problems_suppressed": rp.suppressed,
+        }
+    )
+    return out
+
+
+def format_records(records):
+    """The JSON Lines text of the records: one compact object per line (the CLI and bundle() print the same bytes)."""
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+
+
+USAGE = "usage: cluster_metadata.py METADATA_DIR  (a __cluster_metadata-0 dir, or a log dir holding one)"
+
+
+def main(argv=None):
+    """python3 - DIR: print the records as JSON Lines; exit 0, or 2 with one error line on stderr."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) != 1 or argv[0].startswith("-"):
+        sys.stderr.write(USAGE + "\n")
+        return 2
+    try:
+        text = format_records(read_cluster_metadata(argv[0]))
+    except ClusterMetadataError as e:
+        sys.stderr.write("cluster-metadata: error: %s\n" % e)
+        return 2
+    out = getattr(sys.stdout, "buffer", None)
+    if out is not None:
+        out.write(text.encode("utf-8"))
+        out.flush()
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Shipping: the program sent on stdin to ``python3 - DIR`` on a controller (as audit/steps.py sends the probe).
+_BUNDLE_TEMPLATE = """import sys, types
+def _module(name, source):
+    m = types.ModuleType(name)
+    m.__file__ = "<fleet-doctor " + name + ">"
+    sys.modules[name] = m
+    exec(compile(source, m.__file__, "exec"), m.__dict__)
+    return m
+_module("probe", %r)
+_cm = _module("cluster_metadata", %r)
+sys.exit(_cm.main(sys.argv[1:]))
+"""
+
+
+def _source(module_file):
+    path = module_file[:-1] if module_file.endswith(".pyc") else module_file
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8")
+
+
+def bundle():
+    """bytes of a self-contained Python 3.6+ program: the probe's and this module's sources registered as modules,
+    then main(argv). Run as ``python3 - DIR`` with the bytes on stdin."""
+    return (_BUNDLE_TEMPLATE % (_source(probe.__file__), _source(__file__))).encode("utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
