@@ -1,9 +1,13 @@
-"""Fleet Doctor detection app: staged probe output + ZooKeeper snapshot + broker facts -> findings.
+"""Fleet Doctor detection app: staged probe output + cluster facts + broker facts -> findings.
 
     spark-submit --py-files fleet_doctor-<hash>.zip spark_apps/detect.py --probe-dir STAGING \
         --brokers brokers.jsonl \
-        [--zk-snapshot zk.jsonl] --output FINDINGS_DIR --audit-run RUN_ID [--summary summary.json] \
-        [--findings-json findings.jsonl]
+        [--zk-snapshot zk.jsonl] [--controllers controllers.jsonl] --output FINDINGS_DIR --audit-run RUN_ID \
+        [--summary summary.json] [--findings-json findings.jsonl]
+
+The cluster facts (--zk-snapshot) are a ZooKeeper snapshot's records or, on a KRaft cluster, the same records decoded
+from its metadata log (fleet-doctor cluster-metadata); --controllers adds each KRaft controller's own metadata log
+header and problems (the KRaft rules of the controller scope).
 
 Findings are written as Parquet under FINDINGS_DIR/audit_run=RUN_ID/ (that partition is replaced,
 so a rerun of the same audit run is idempotent). Paths may be local, hdfs:// or s3a://. The rules
@@ -34,7 +38,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "*.segments.parquet, *.partitions.parquet, *.files.parquet)",
     )
     p.add_argument("--brokers", help="broker facts, JSON Lines {broker_id, kafka_version, running, host}")
-    p.add_argument("--zk-snapshot", help="ZooKeeper snapshot JSON Lines (fleet-doctor zk-snapshot)")
+    p.add_argument(
+        "--zk-snapshot",
+        help="cluster facts, JSON Lines: a ZooKeeper snapshot (fleet-doctor zk-snapshot) or a KRaft cluster's metadata "
+        "log (fleet-doctor cluster-metadata)",
+    )
+    p.add_argument(
+        "--controllers",
+        help="KRaft: JSON Lines of every controller's cluster_metadata record, each followed by its metadata_problem "
+        "records (fleet-doctor cluster-metadata)",
+    )
     p.add_argument("--output", required=True, help="findings dataset root (Parquet, partitioned by audit_run)")
     p.add_argument("--audit-run", required=True, help="audit run id, e.g. the Airflow run id")
     p.add_argument("--summary", help="write a JSON summary here (a local path or a store URL)")
@@ -100,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     # the findings are cached; without this AQE keeps the cached plan's shuffle partitions (spark.sql.shuffle.
     # partitions, 64 for big runs) instead of coalescing them, and every action on the cache runs that many tasks
     spark.conf.set("spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
-    frames = load_frames(spark, args.probe_dir, args.brokers, args.zk_snapshot)
+    frames = load_frames(spark, args.probe_dir, args.brokers, args.zk_snapshot, args.controllers)
     found, skipped = detect(frames, partial_scope=args.partial_scope)
     found = found.withColumn("audit_run", F.lit(args.audit_run)).dropDuplicates()
     found = found.cache()

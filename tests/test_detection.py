@@ -68,7 +68,8 @@ SAMPLE_VERSIONS = {
     "zk-3broker-3zk-vietstock": "3.4.0",
     "zk-gzip-leaderepochs-biggerbrain": "3.9.0",
 }
-ALL_RULE_IDS = [r.id for r in RULES]
+# KRaft's own rules stay silent on these ZooKeeper fleets: tests/test_kraft_detection.py covers them
+ALL_RULE_IDS = [r.id for r in RULES if r.needs is not Needs.METADATA_LOG]
 SEGMENT_RULE_IDS = [r.id for r in RULES if r.scope is Scope.SEGMENT]
 
 

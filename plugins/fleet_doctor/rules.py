@@ -57,6 +57,7 @@ class Scope(Enum):
     PARTITION = "partition"  # partition directory metadata
     CROSS_SOURCE = "cross-source"  # needs ZooKeeper and/or several brokers
     LOG_DIR = "log-dir"
+    CONTROLLER = "controller"  # a KRaft controller's __cluster_metadata-0 and quorum-state
 
 
 class Needs(Enum):
@@ -65,6 +66,9 @@ class Needs(Enum):
     CRC = "crc"  # the probe's --verify-crc
     ZOOKEEPER = "zookeeper"  # a ZooKeeper snapshot
     FLEET = "fleet"  # probe output of several brokers, compared (skipped when a run audits only some)
+    # KRaft only (silent on a ZooKeeper cluster): the cluster facts decoded from __cluster_metadata (the image), and
+    # the controllers' own metadata logs and quorum-state (fleet-doctor cluster-metadata on each controller)
+    METADATA_LOG = "metadata-log"
 
 
 _VERSION_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
@@ -446,6 +450,55 @@ meta-mismatch: meta.properties disagree
     why         Kafka refuses to start with inconsistent meta.properties; a foreign cluster.id means a disk from another
                 cluster.
     0.8.0+      critical: the broker refuses to start
+
+stray-replica: Replica KRaft will treat as stray at the next start
+    scope cross-source, needs metadata-log, remediation report-only, from 3.0.0
+    reference   ref §2.1 item 6, kraft-ref §7
+    condition   on a KRaft broker, a live partition directory whose partition.metadata has no topic ID, whose topic ID
+                is absent from the metadata image, or whose partition's replicas in the image exclude the broker
+    why         At startup the broker compares every log with the metadata image (LogManager.isStrayKraftReplica):
+                3.0-3.6 delete a stray log, 3.7+ rename it <topic>-<p>.<uuid>-stray and keep it. A replica whose
+                topic ID differs from the TopicRecord is stray too: its data is not the topic's any more.
+    3.0.0+      critical: deleted at the next start (BrokerMetadataPublisher.deleteStrayReplicas)
+    3.7.0+      warning: renamed -stray at the next start and kept: disk held, no automatic cleanup
+
+metadata-log-torn: Controller's metadata log has a torn tail or a CRC failure
+    scope controller, needs metadata-log, remediation report-only, from 3.0.0
+    reference   kraft-ref §2, ref §2.5, §3.3
+    condition   a batch of a node's __cluster_metadata-0 log (or snapshot) fails its CRC-32C, or the bytes after the
+                last valid batch do not form a batch
+    why         Recovery truncates the metadata log at the last valid batch; the node then fetches the rest from the
+                quorum leader. A CRC failure before the end loses every later record on that node, and a leader
+                that holds it cannot serve them.
+    3.0.0+      warning: truncated at the next start and fetched again from the leader (a CRC failure: critical)
+
+metadata-snapshot-gap: Metadata log starts after the newest snapshot
+    scope controller, needs metadata-log, remediation report-only, from 3.0.0
+    reference   kraft-ref §1, §5
+    condition   a node's __cluster_metadata-0 log starts after the newest snapshot's end offset (or, with no snapshot,
+                after offset 0): the records between them are on neither
+    why         The metadata image is the newest snapshot plus the log after it; with records missing the node's
+                image cannot be rebuilt from its own files (a leader cannot serve them either).
+    3.0.0+      critical: the node's metadata image misses records
+
+quorum-state-divergent: Controllers' quorum-state files disagree
+    scope controller, needs metadata-log, remediation report-only, from 3.0.0
+    reference   kraft-ref §6
+    condition   two nodes of one cluster name different leaders for the same epoch (critical); a node's log holds
+                batches of an epoch above its own quorum-state's (warning); a node behind the highest epoch whose log
+                holds no batch of that epoch (info: it missed the election or has not replicated it yet)
+    why         Raft allows one leader per epoch: two are a split brain or a file copied between nodes. A log ahead of
+                its quorum-state means the file was rolled back. A node one election behind is replication lag.
+    3.0.0+      critical: two leaders for one epoch, or a quorum-state rolled back
+
+metadata-record-unknown: Metadata the decoder does not know or cannot read
+    scope controller, needs metadata-log, remediation report-only, from 3.0.0
+    reference   kraft-ref §3, §4
+    condition   a record of __cluster_metadata-0 with an apiKey or version outside the decoder's table, one it could
+                not decode or apply, or a metadata file it could not read (the finding names the file and offset)
+    why         The record was skipped: the audit's view of the cluster may miss what it changes. Usually a Kafka
+                release newer than the decoder.
+    3.0.0+      warning: the audit's cluster facts may be incomplete
 """
 RULES: tuple[Rule, ...] = _catalogue(CATALOGUE)
 
@@ -471,7 +524,12 @@ def markdown(rules: Iterable[Rule] = RULES) -> str:
         "",
         "Generated from `plugins/fleet_doctor/rules.py` by `python -m fleet_doctor.rules > docs/rules.md`;",
         "a test fails when this file is stale. Rule ids are a public interface. `ref §` points into",
-        "`../shared/docs/kafka-reference.md`.",
+        "`../shared/docs/kafka-reference.md`, `kraft-ref §` into `../shared/docs/kraft-reference.md`.",
+        "",
+        "On a KRaft cluster the cluster facts (`needs zookeeper`) are the image decoded from its metadata log",
+        "(`fleet-doctor cluster-metadata`), and the messages name the metadata log instead of ZooKeeper. Rules that",
+        "need `metadata-log` are KRaft's own: they run only on a KRaft cluster (the `controller` scope on the",
+        "controllers' own metadata logs and `quorum-state`) and never on a ZooKeeper one.",
         "",
         "| id | scope | needs | severity by Kafka version | remediation |",
         "|---|---|---|---|---|",

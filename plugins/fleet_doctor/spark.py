@@ -114,12 +114,17 @@ def detect_args(
     findings_json: str,
     zk_snapshot: str | None = None,
     partial_scope: bool = False,
+    controllers: str | None = None,
 ) -> list[str]:
-    """The detection app's command-line arguments (spark_apps/detect.py --help)."""
+    """The detection app's command-line arguments (spark_apps/detect.py --help). ``zk_snapshot``: the cluster facts
+    (a ZooKeeper snapshot's records, or a KRaft metadata log's); ``controllers``: KRaft, the controllers' own
+    metadata log headers and problems."""
     args = ["--probe-dir", probe_dir, "--brokers", brokers, "--output", output, "--audit-run", audit_run]
     args += ["--summary", summary, "--findings-json", findings_json]
     if zk_snapshot:
         args += ["--zk-snapshot", zk_snapshot]
+    if controllers:
+        args += ["--controllers", controllers]
     if partial_scope:
         args.append("--partial-scope")
     return args
@@ -165,17 +170,23 @@ def detect_locally(
     master: str = "local[*]",
     audit_run: str = "scan",
     partial_scope: bool = False,
+    controller_records: Iterable[Mapping[str, Any]] | None = None,
 ) -> Detection:
     """The detection app on probe output staged in ``work/probe/broker_id=<N>/`` (fleet_doctor.audit.staging), in
     this machine's Spark: for ``fleet-doctor scan`` and the repair's post-verify of one broker. ``brokers``: the
-    broker facts (``broker_id``, ``kafka_version``, ``running``); ``zk_records``: a ZooKeeper snapshot's records, or
-    None for none; ``partial_scope``: only some of the fleet's brokers are in ``work`` (rules that compare brokers
-    are skipped). SparkError when the app fails."""
+    broker facts (``broker_id``, ``kafka_version``, ``running``); ``zk_records``: the cluster facts (a ZooKeeper
+    snapshot's records or a KRaft metadata log's), or None for none; ``controller_records``: KRaft, every
+    controller's ``cluster_metadata`` record each followed by its ``metadata_problem`` records, or None;
+    ``partial_scope``: only some of the fleet's brokers are in ``work`` (rules that compare brokers are skipped).
+    SparkError when the app fails."""
     write_atomic(work / "brokers.jsonl", "".join(json.dumps(dict(b)) + "\n" for b in brokers).encode())
-    zk = None
+    zk = controllers = None
     if zk_records is not None:
         zk = str(work / "zk.jsonl")
         write_atomic(zk, "".join(json.dumps(dict(r)) + "\n" for r in zk_records).encode())
+    if controller_records is not None:
+        controllers = str(work / "controllers.jsonl")
+        write_atomic(controllers, "".join(json.dumps(dict(r)) + "\n" for r in controller_records).encode())
     args = detect_args(
         str(work / "probe"),
         str(work / "brokers.jsonl"),
@@ -185,6 +196,7 @@ def detect_locally(
         str(work / "findings.jsonl"),
         zk,
         partial_scope,
+        controllers,
     )
     run_detect(master, {**conf_for(master), **SHORT_RUN_CONF}, args)
     findings = [json.loads(line) for line in (work / "findings.jsonl").read_text().splitlines() if line.strip()]

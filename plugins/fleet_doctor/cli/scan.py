@@ -1,5 +1,11 @@
-"""`fleet-doctor scan`: probe local log dirs, optionally snapshot ZooKeeper, and run the Spark detection app
-(spark_apps/detect.py, the ``local`` Spark profile) through spark-submit, staged exactly as the audit stages."""
+"""`fleet-doctor scan`: probe local log dirs, optionally snapshot ZooKeeper or decode a KRaft cluster's metadata
+log, and run the Spark detection app (spark_apps/detect.py, the ``local`` Spark profile) through spark-submit, staged
+exactly as the audit stages.
+
+KRaft: every given log dir holding a ``__cluster_metadata-0`` (and every ``--cluster-metadata`` dir) is decoded
+(fleet_doctor.cluster_metadata). The cluster facts are the records of the node with the highest quorum epoch (then
+the most records applied, then the first given); every node's ``cluster_metadata`` header and ``metadata_problem``
+records are the controllers input (the KRaft rules of the controller scope)."""
 
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ from typing import Any
 from fleet_doctor import spark
 from fleet_doctor.probe import Probe
 
+METADATA_DIR = "__cluster_metadata-0"
+
 
 class ScanError(Exception):
     """A usage or I/O problem: exit status 2."""
@@ -23,6 +31,77 @@ class ScanResult:
     findings: list[dict[str, Any]]
     summary: dict[str, Any]
     brokers: dict[int, list[str]] = field(default_factory=dict)
+    metadata_source: dict[str, Any] | None = None  # KRaft: the node, dir and snapshot the cluster facts came from
+
+
+@dataclass
+class KraftMetadata:
+    """What a scan decoded from KRaft metadata dirs: the cluster facts (one node's records) and the controllers
+    input (every node's header, each followed by its problems)."""
+
+    cluster: list[dict[str, Any]] | None  # None: no dir could be decoded
+    controllers: list[dict[str, Any]]
+    source: dict[str, Any]
+
+
+def metadata_dirs(paths: list[str], explicit: list[str] | None) -> list[str]:
+    """The KRaft metadata dirs to decode: every ``--cluster-metadata`` dir, then every given log dir holding a
+    ``__cluster_metadata-0``; each once (by its real path)."""
+    out, seen = [], set()
+    candidates = [(d, True) for d in explicit or []] + [(p, False) for p in paths]
+    for d, given in candidates:
+        inner = d if os.path.basename(os.path.normpath(d)) == METADATA_DIR else os.path.join(d, METADATA_DIR)
+        if not given and not os.path.isdir(inner):
+            continue
+        key = os.path.realpath(inner)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMetadata:
+    """Decode each metadata dir. A ``--cluster-metadata`` dir that cannot be read at all is a ScanError; a log dir's
+    own ``__cluster_metadata-0`` that cannot be read becomes a header with its error (a finding, not an exit)."""
+    from fleet_doctor import probe
+    from fleet_doctor.cluster_metadata import ClusterMetadataError, read_cluster_metadata
+
+    nodes: list[list[dict[str, Any]]] = []
+    for d in dirs:
+        try:
+            records = read_cluster_metadata(d)
+        except ClusterMetadataError as e:
+            if d in (explicit or []):
+                raise ScanError(f"cluster metadata: {e}") from e
+            node = None
+            try:
+                node = probe.parse_meta_properties(probe._read_small(os.path.join(d, probe.META_PROPERTIES)), d)[
+                    "broker_id"
+                ]
+            except (OSError, ValueError):
+                pass
+            where = os.path.join(d, METADATA_DIR)
+            records = [{"kind": "cluster_metadata", "source": "kraft", "dir": where, "node_id": node, "error": str(e)}]
+        nodes.append(records)
+
+    def rank(k: int) -> tuple:
+        head = nodes[k][0]
+        return (_decoded(nodes[k]), _int(head.get("quorum_leader_epoch")), _int(head.get("last_applied_offset")), -k)
+
+    chosen = max(range(len(nodes)), key=rank)
+    controllers = [r for records in nodes for r in records if r.get("kind") in ("cluster_metadata", "metadata_problem")]
+    head = nodes[chosen][0]
+    source = {k: head.get(k) for k in ("node_id", "dir", "snapshot", "log_end_offset", "quorum_leader_epoch")}
+    return KraftMetadata(nodes[chosen] if _decoded(nodes[chosen]) else None, controllers, source)
+
+
+def _decoded(records: list[dict[str, Any]]) -> bool:
+    """The decoder read the dir (its records end with ``cluster_metadata_end``), errors in parts or not."""
+    return records[-1].get("kind") == "cluster_metadata_end"
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) else -1
 
 
 def stage_probe(
@@ -70,15 +149,26 @@ def scan(
     verify_crc: bool = False,
     master: str = "local[*]",
     keep: str | None = None,
+    cluster_metadata: list[str] | None = None,
 ) -> ScanResult:
+    """Probe ``paths`` and detect. Cluster facts: ZooKeeper (``zookeeper`` live, or ``zk_snapshot_file``), or KRaft:
+    the ``cluster_metadata`` dirs (a ``__cluster_metadata-0`` dir or a log dir holding one) plus every given log dir
+    holding a ``__cluster_metadata-0``, decoded. ScanError for a usage or I/O problem."""
     from fleet_doctor.zookeeper import snapshot as zk_snapshot
 
+    if cluster_metadata and (zookeeper or zk_snapshot_file):
+        raise ScanError("give either ZooKeeper (--zookeeper, --zk-snapshot-file) or --cluster-metadata, not both")
     with tempfile.TemporaryDirectory(prefix="fleet-doctor-scan-") as tmpdir:
         work = Path(keep) if keep else Path(tmpdir)
         work.mkdir(parents=True, exist_ok=True)
         brokers = stage_probe(paths, work, deep=deep, verify_crc=verify_crc, broker_id=broker_id)
         facts = [{"broker_id": bid, "kafka_version": kafka_version, "running": False} for bid in sorted(brokers)]
-        records = None
+        records = controllers = source = None
+        if not (zookeeper or zk_snapshot_file):
+            dirs = metadata_dirs(paths, cluster_metadata)
+            if dirs:
+                kraft = decode_kraft(dirs, cluster_metadata)
+                records, controllers, source = kraft.cluster, kraft.controllers, kraft.source
         if zookeeper or zk_snapshot_file:
             try:
                 if zookeeper:
@@ -88,7 +178,7 @@ def scan(
             except (OSError, ValueError) as e:
                 raise ScanError(f"ZooKeeper snapshot: {e}") from e
         try:
-            found = spark.detect_locally(work, facts, records, master=master)
+            found = spark.detect_locally(work, facts, records, master=master, controller_records=controllers)
         except spark.SparkError as e:
             raise ScanError(str(e)) from e
-        return ScanResult(found.findings, found.summary, brokers)
+        return ScanResult(found.findings, found.summary, brokers, source)

@@ -4,7 +4,7 @@ DataFrame API (no Python UDFs; cross-source rules are joins). Run by spark_apps/
 - ``frames``: the staged inputs, loaded once each into ``Frames``;
 - ``findings``: what a finding is and how a rule makes one (checks fused per fact frame, or joins);
 - one module per rule family, each function registered for its rule id (``findings.detector``): ``segments``,
-  ``partitions``, ``logdirs``, ``cluster``. Rule metadata (severity bands, remediation) is the registry's,
+  ``partitions``, ``logdirs``, ``cluster``, ``kraft``. Rule metadata (severity bands, remediation) is the registry's,
   ``fleet_doctor.rules``.
 """
 
@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from fleet_doctor.detect import cluster, logdirs, partitions, segments  # noqa: F401  (they register the detectors)
+from fleet_doctor.detect import (  # noqa: F401  (they register the detectors)
+    cluster,
+    kraft,
+    logdirs,
+    partitions,
+    segments,
+)
 from fleet_doctor.detect.findings import (
     DETECTORS,
     EMITTED_BY,
@@ -23,9 +29,12 @@ from fleet_doctor.detect.findings import (
     union_all,
 )
 from fleet_doctor.detect.frames import Frames, load_frames
-from fleet_doctor.rules import RULES, Needs
+from fleet_doctor.rules import RULES, Needs, Scope
 
 __all__ = ["FINDING_COLUMNS", "Frames", "detect", "load_frames"]
+
+# judged from partition state against live brokers (offline-partition comes with under-replicated)
+LIVENESS_RULES = frozenset({"under-replicated", "offline-partition"})
 
 
 def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str, str]]:
@@ -41,7 +50,23 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
                 skipped[rule.id] = skipped[EMITTED_BY[rule.id]]
             continue
         if rule.needs is Needs.ZOOKEEPER and not f.has_zk:
-            skipped[rule.id] = "no ZooKeeper snapshot given"
+            skipped[rule.id] = "no cluster metadata given" if f.kraft else "no ZooKeeper snapshot given"
+            continue
+        if rule.needs is Needs.METADATA_LOG:
+            # KRaft's own rules: not for a ZooKeeper cluster (nor one whose mode nothing tells)
+            if not f.kraft:
+                continue
+            if rule.scope is Scope.CONTROLLER and f.controllers is None:
+                skipped[rule.id] = "no controllers' metadata logs given"
+                continue
+            if rule.scope is not Scope.CONTROLLER and not f.has_zk:
+                skipped[rule.id] = "no cluster metadata given"
+                continue
+        if rule.id in LIVENESS_RULES and f.stopped_kraft_cluster:
+            skipped[rule.id] = (
+                "the metadata log shows every broker fenced and none runs (a stopped cluster): partition "
+                "leaders and ISR are those of its shutdown"
+            )
             continue
         # rules that compare brokers cannot judge from some of them (the odd replica may be out of scope, or a tie
         # blames the right one)

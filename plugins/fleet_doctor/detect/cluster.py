@@ -1,4 +1,6 @@
-"""Cross-source rules: replicas against ZooKeeper's metadata and against each other (ref §4-§7)."""
+"""Cross-source rules: replicas against the cluster's metadata (ZooKeeper's, or the image decoded from a KRaft
+metadata log: the same records, ``Frames.metadata_source`` says which, and the messages name it) and against each
+other (ref §4-§7)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,15 @@ from fleet_doctor.detect.findings import cluster_findings, detector, findings
 from fleet_doctor.detect.frames import Frames, live_partitions
 
 
-def _topic_znode() -> Column:
-    return F.concat(F.lit("zk:/brokers/topics/"), F.col("topic"))
+def _topic_path(f: Frames) -> Column:
+    """Where the cluster keeps a topic: its znode, or (KRaft) its TopicRecord in the metadata log."""
+    return F.concat(F.lit("kraft:/topics/" if f.kraft else "zk:/brokers/topics/"), F.col("topic"))
+
+
+def _partition_path(f: Frames) -> Column:
+    if f.kraft:
+        return F.format_string("kraft:/topics/%s/partitions/%d", "topic", "partition")
+    return F.format_string("zk:/brokers/topics/%s/partitions/%d/state", "topic", "partition")
 
 
 @detector("topic-id-mismatch")
@@ -24,13 +33,24 @@ def topic_id_mismatch(f: Frames) -> DataFrame:
         .where(F.col("topic_id") != F.col("zk_topic_id"))
     )
     path = F.concat(F.col("path"), F.lit("/partition.metadata"))
-    msg = F.format_string(
-        "%s holds topic ID %s but ZooKeeper /brokers/topics/%s has %s: the replica leaves ISR on restart",
-        path,
-        "topic_id",
-        "topic",
-        "zk_topic_id",
-    )
+    if f.kraft:
+        msg = F.format_string(
+            "%s holds topic ID %s but %s has TopicRecord %s with ID %s: at the next start the broker treats the "
+            "replica as stray (stray-replica)",
+            path,
+            "topic_id",
+            F.lit(f.metadata_log()),
+            "topic",
+            "zk_topic_id",
+        )
+    else:
+        msg = F.format_string(
+            "%s holds topic ID %s but ZooKeeper /brokers/topics/%s has %s: the replica leaves ISR on restart",
+            path,
+            "topic_id",
+            "topic",
+            "zk_topic_id",
+        )
     return findings(hit, "topic-id-mismatch", msg, path=path)
 
 
@@ -83,7 +103,7 @@ def topic_id_missing_in_zk(f: Frames) -> DataFrame:
         F.col("topic"),
         F.coalesce(F.array_join("replica_ids", ", "), F.lit("no topic ID")),
     )
-    return cluster_findings(hit, "topic-id-missing-in-zk", msg, path=_topic_znode())
+    return cluster_findings(hit, "topic-id-missing-in-zk", msg, path=_topic_path(f))
 
 
 def _assignment(f: Frames) -> DataFrame:
@@ -104,7 +124,9 @@ def replica_not_assigned(f: Frames) -> DataFrame:
     hit = parts.join(assigned, ["topic", "partition", "broker_id"], "left_anti").join(known, "topic", "left")
     msg = F.when(
         F.col("known").isNull(),
-        F.format_string("%s: topic %s is not in ZooKeeper", "path", "topic"),
+        F.format_string(
+            "%s: topic %s is not in %s", "path", "topic", F.lit(f.metadata_log() if f.kraft else "ZooKeeper")
+        ),
     ).otherwise(
         F.format_string(
             "%s: the assignment does not place %s-%d on broker %d", "path", "topic", "partition", "broker_id"
@@ -140,7 +162,7 @@ def _zk_partition_rules(f: Frames) -> DataFrame:
         "topic", F.col("p").cast("int").alias("partition"), "replicas"
     )
     st = f.fleet_tagged(f.zk_states.where(F.col("error").isNull()).join(replicas, ["topic", "partition"]))
-    path = F.format_string("zk:/brokers/topics/%s/partitions/%d/state", "topic", "partition")
+    path = _partition_path(f)
     urp = st.where(F.size("isr") < F.size("replicas"))
     urp_f = cluster_findings(
         urp,
@@ -184,7 +206,7 @@ def unsafe_replication(f: Frames) -> DataFrame:
         "replication_factor",
         F.coalesce(F.col("min_insync_replicas").cast("string"), F.lit("default")),
     )
-    return cluster_findings(hit, "unsafe-replication", msg, path=_topic_znode())
+    return cluster_findings(hit, "unsafe-replication", msg, path=_topic_path(f))
 
 
 @detector("meta-mismatch")
@@ -210,9 +232,10 @@ def meta_mismatch(f: Frames) -> DataFrame:
         F.col("meta.cluster_id").isNotNull() & (F.col("meta.cluster_id") != F.col("zk_cluster_id"))
     )
     msg2 = F.format_string(
-        "%s/meta.properties has cluster.id %s but ZooKeeper /cluster/id is %s",
+        "%s/meta.properties has cluster.id %s but %s is %s",
         "logdir",
         "meta.cluster_id",
+        F.lit(f"the cluster id of {f.metadata_log()}" if f.kraft else "ZooKeeper /cluster/id"),
         "zk_cluster_id",
     )
     return out.unionByName(_meta_findings(foreign, msg2))

@@ -129,8 +129,10 @@ def findings(
     partition: Column | None = None,
     log_dir: Column | None = None,
     broker_id: Column | None = None,
+    severity: Column | None = None,
 ) -> DataFrame:
-    """The findings of ``rule_id`` for the rows of ``df`` (those whose Kafka version the rule applies to)."""
+    """The findings of ``rule_id`` for the rows of ``df`` (those whose Kafka version the rule applies to);
+    ``severity``, where not null, overrides the rule's version band (a rule whose severity depends on the case)."""
     rule = get(rule_id)
     vcol = F.col("kafka_version_num") if "kafka_version_num" in df.columns else F.lit(None).cast("long")
     kver = F.col("kafka_version") if "kafka_version" in df.columns else F.lit(None).cast("string")
@@ -146,6 +148,7 @@ def findings(
             topic=topic,
             partition=partition,
             segment=segment,
+            severity_override=severity,
         )
     )
 

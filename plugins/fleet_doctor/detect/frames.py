@@ -3,7 +3,11 @@
 - probe output: ``<probe_dir>/broker_id=<N>/*.jsonl[.gz]`` (docs/probe-schema.md), with the segment, partition and
   file records as ``*.{segments,partitions,files}.parquet`` beside them (fleet_doctor.audit.staging);
 - broker facts: JSON Lines ``{"broker_id": N, "kafka_version": "3.6.0", "running": false}``;
-- ZooKeeper snapshot (optional): JSON Lines (docs/zk-snapshot-schema.md).
+- cluster facts (optional): a ZooKeeper snapshot's JSON Lines (docs/zk-snapshot-schema.md), or the same records
+  decoded from a KRaft cluster's metadata log (docs/cluster-metadata-schema.md: its first record is
+  ``cluster_metadata``, its brokers carry ``fenced``);
+- controllers (optional, KRaft): JSON Lines of each controller's ``cluster_metadata`` record, each followed by its
+  ``metadata_problem`` records (as ``fleet-doctor cluster-metadata`` prints them).
 
 What detection reads of each probe record kind is ``fleet_doctor.records``' definition (``spark_schema``).
 """
@@ -57,8 +61,37 @@ ZK_STATE_SCHEMA = _schema(
     ("isr", T.ArrayType(INT)),
     ("error", STRING),
 )
-ZK_BROKER_SCHEMA = _schema(("broker_id", INT), ("error", STRING))
+ZK_BROKER_SCHEMA = _schema(("broker_id", INT), ("error", STRING), ("fenced", BOOL))  # fenced: KRaft only
 ZK_CLUSTER_SCHEMA = _schema(("cluster_id", STRING), ("controller_id", INT))
+# the first record of cluster facts decoded from a KRaft metadata log: the node and the snapshot they came from
+KRAFT_HEADER_SCHEMA = _schema(("node_id", INT), ("dir", STRING), ("snapshot", STRING), ("log_end_offset", LONG))
+# a controller's own metadata log and quorum-state (the controllers input): its header and its problems
+CONTROLLER_SCHEMA = _schema(
+    ("kind", STRING),
+    ("node_id", INT),
+    ("dir", STRING),
+    ("cluster_id", STRING),
+    ("snapshot", STRING),
+    ("snapshot_end_offset", LONG),
+    ("snapshot_epoch", INT),
+    ("log_start_offset", LONG),
+    ("log_end_offset", LONG),
+    ("quorum_leader_id", INT),
+    ("quorum_leader_epoch", INT),
+    ("quorum_voted_id", INT),
+    ("last_leader_change_epoch", INT),
+    ("log_torn_tail", BOOL),
+    ("log_tail_error", STRING),
+    ("log_crc_errors", LONG),
+    ("log_first_crc_error_offset", LONG),
+    ("snapshot_gap", BOOL),
+    ("error", STRING),
+    ("file", STRING),
+    ("offset", LONG),
+    ("position", LONG),
+    ("problem", STRING),
+    ("message", STRING),
+)
 
 
 @dataclass
@@ -78,14 +111,44 @@ class Frames:
     fleet_version: str | None = None  # the newest Kafka version among the brokers (None: none known)
     fleet_version_num: int | None = None
     probed_brokers: tuple[int, ...] = ()  # brokers with probe output
-    zk_registered: tuple[int, ...] = ()  # /brokers/ids in the ZooKeeper snapshot
+    zk_registered: tuple[int, ...] = ()  # /brokers/ids in the ZooKeeper snapshot; KRaft: registered, not fenced
     zk_cluster_id: str | None = None
+    # where the cluster facts come from: "zookeeper" or "kraft" (None: no cluster facts given)
+    metadata_source: str | None = None
+    metadata_node: int | None = None  # KRaft: the node whose metadata log the facts were decoded from
+    metadata_snapshot: str | None = None  # KRaft: the snapshot file the facts start from
+    fenced_brokers: tuple[int, ...] = ()  # KRaft: registered but fenced (ZooKeeper: none)
+    running_brokers: tuple[int, ...] = ()  # brokers whose facts say they run
+    # KRaft: each controller's metadata log header and its problems (the controllers input; None: not given)
+    controllers: DataFrame | None = None
     stopped_logdirs: tuple[str, ...] = ()  # "<broker_id>/<logdir>" without clean shutdown, no broker on it
     deep_logdirs: tuple[str, ...] = ()  # log dirs with deep-mode segment facts (batch offsets)
 
     @property
     def has_zk(self) -> bool:
+        """Cluster facts were given (a ZooKeeper snapshot, or the image decoded from a KRaft metadata log)."""
         return self.zk_topics is not None
+
+    @property
+    def stopped_kraft_cluster(self) -> bool:
+        """The KRaft image shows every registered broker fenced and no broker runs: the facts are a stopped cluster's
+        (a clean shutdown leaves every partition leaderless, its ISR the last replica to stop), so partition liveness
+        cannot be judged from them."""
+        return (
+            self.metadata_source == "kraft"
+            and bool(self.fenced_brokers)
+            and not self.zk_registered
+            and not self.running_brokers
+        )
+
+    @property
+    def kraft(self) -> bool:
+        """The cluster is a KRaft one: its facts came from a metadata log, or controllers' metadata logs were given."""
+        return self.metadata_source == "kraft" or self.controllers is not None
+
+    def metadata_log(self) -> str:
+        """How messages name the KRaft cluster facts: "the metadata log" (of controller N, when known)."""
+        return "the metadata log" + (f" of controller {self.metadata_node}" if self.metadata_node is not None else "")
 
     def fleet_tagged(self, df: DataFrame) -> DataFrame:
         """Cluster-level findings (no single broker) take the newest broker's Kafka version."""
@@ -118,6 +181,7 @@ ZK_KINDS = {
     "partition_state": ZK_STATE_SCHEMA,
     "broker": ZK_BROKER_SCHEMA,
     "cluster": ZK_CLUSTER_SCHEMA,
+    "cluster_metadata": KRAFT_HEADER_SCHEMA,
 }
 UNLOADED_DIR_RE = r"-[0-9]+\.[0-9A-Za-z_-]+-(delete|stray)\z"  # partition dir names Kafka never loads
 ZK_RECORD_SCHEMA = _merged_schema(*ZK_KINDS.values())
@@ -192,6 +256,7 @@ def load_frames(
     probe_dir: str,
     brokers_path: str | None = None,
     zk_snapshot_path: str | None = None,
+    controllers_path: str | None = None,
 ) -> Frames:
     """Read the staged inputs once each: the JSON records parsed once (each with its kind's schema) and
     checkpointed, the Parquet records read (never parsed) and unioned with the JSON ones of their kind. The few
@@ -320,6 +385,7 @@ def load_frames(
         fleet_version=versions[-1][1] if versions else None,
         fleet_version_num=versions[-1][0] if versions else None,
         probed_brokers=tuple(probed_ids),
+        running_brokers=tuple(sorted(b for b in running if b is not None)),
         stopped_logdirs=keys(lambda r: r.unclean and r.broker_id not in running),
         deep_logdirs=keys(lambda r: r.deep),
     )
@@ -331,15 +397,52 @@ def load_frames(
         frames.zk_states = _of_kind(zk, "partition_state", ZK_STATE_SCHEMA)
         frames.zk_brokers = _of_kind(zk, "broker", ZK_BROKER_SCHEMA)
         frames.zk_cluster = _of_kind(zk, "cluster", ZK_CLUSTER_SCHEMA)
-        small = zk.where(F.col("kind").isin("broker", "cluster")).select("kind", "broker_id", "cluster_id", "error")
+        small = zk.where(F.col("kind").isin("broker", "cluster", "cluster_metadata")).select(
+            "kind", "broker_id", "cluster_id", "error", "fenced", "node_id", "snapshot"
+        )
         small_rows = small.collect()
+        # a KRaft broker that is registered but fenced is not alive (ZooKeeper's records have no fenced: null)
         frames.zk_registered = tuple(
             sorted(
-                r.broker_id for r in small_rows if r.kind == "broker" and r.error is None and r.broker_id is not None
+                r.broker_id
+                for r in small_rows
+                if r.kind == "broker" and r.error is None and r.broker_id is not None and not r.fenced
             )
         )
+        frames.fenced_brokers = tuple(
+            sorted(r.broker_id for r in small_rows if r.kind == "broker" and r.error is None and r.fenced)
+        )
         frames.zk_cluster_id = next((r.cluster_id for r in small_rows if r.kind == "cluster" and r.cluster_id), None)
+        header = next((r for r in small_rows if r.kind == "cluster_metadata"), None)
+        frames.metadata_source = "zookeeper" if header is None else "kraft"
+        if header is not None:
+            frames.metadata_node, frames.metadata_snapshot = header.node_id, header.snapshot
+    if controllers_path:
+        frames.controllers = load_controllers(spark, controllers_path)
     return frames
+
+
+def load_controllers(spark: SparkSession, path: str) -> DataFrame:
+    """The controllers input (a few rows per controller), read to the driver once: each ``metadata_problem`` takes
+    the ``node_id`` and ``dir`` of the ``cluster_metadata`` record before it (the decoder prints a node's problems
+    after its header) unless it names its own; then a small DataFrame for the rules."""
+    rows = (
+        spark.read.text(path)
+        .select(F.from_json("value", CONTROLLER_SCHEMA).alias("r"))
+        .where(F.col("r.kind").isin("cluster_metadata", "metadata_problem"))
+        .select("r.*")
+        .collect()
+    )
+    out, node, where = [], None, None
+    for r in rows:
+        d = r.asDict()
+        if d["kind"] == "cluster_metadata":
+            node, where = d["node_id"], d["dir"]
+        else:
+            d["node_id"] = node if d["node_id"] is None else d["node_id"]
+            d["dir"] = where if d["dir"] is None else d["dir"]
+        out.append(tuple(d[n] for n in CONTROLLER_SCHEMA.fieldNames()))
+    return spark.createDataFrame(out, CONTROLLER_SCHEMA)
 
 
 # ---- the partition dirs rules look at

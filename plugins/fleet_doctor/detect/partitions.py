@@ -71,7 +71,9 @@ def leader_epoch_ahead(f: Frames) -> list[Check | DataFrame]:
         ahead,
         "leader-epoch-ahead",
         F.format_string(
-            "%s: latest leader epoch %d is above ZooKeeper's leader_epoch %d",
+            "%s: latest leader epoch %d is above "
+            + ("the leader epoch in " + f.metadata_log() if f.kraft else "ZooKeeper's leader_epoch")
+            + " %d",
             path,
             "latest_leader_epoch",
             "zk_leader_epoch",
@@ -84,4 +86,16 @@ def leader_epoch_ahead(f: Frames) -> list[Check | DataFrame]:
 @detector("stray-dir")
 def stray_dir(f: Frames) -> list[Check]:
     msg = F.format_string("%s: lingering -%s partition directory", "path", "dir_state")
+    # what a -stray dir is (KRaft 3.7+, ref §2.1 item 6): said where one is, whatever the cluster's mode
+    msg = F.when(
+        F.col("dir_state") == "stray",
+        F.concat(
+            msg,
+            F.lit(
+                ": KRaft (3.7+) found this replica stray at a start (no topic ID, an ID the metadata image does not "
+                "know, or an assignment without this broker) and renamed it instead of deleting it; Kafka never "
+                "reads or deletes it again"
+            ),
+        ),
+    ).otherwise(msg)
     return [Check("partitions", "stray-dir", F.col("dir_state") != "live", msg, path=F.col("path"))]
