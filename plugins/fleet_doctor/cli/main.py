@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Any
 
-from fleet_doctor import probe
+from fleet_doctor import cluster_metadata, probe
 from fleet_doctor.cli.probe_table import read_records, render_table, summarize
 from fleet_doctor.rules import severity_rank
 from fleet_doctor.store import atomic_file
@@ -21,6 +21,13 @@ ZK_SNAPSHOT_HELP = (
     "Print Kafka's ZooKeeper metadata (topics, assignments, partition states, brokers, controller, cluster id, topic "
     "configs) as JSON Lines, read from a live ZooKeeper or offline from a ZooKeeper data-dir snapshot file. Never "
     "writes to ZooKeeper.",
+)
+CLUSTER_METADATA_HELP = (
+    "a KRaft cluster's metadata (latest snapshot + log) as JSON Lines (docs/cluster-metadata-schema.md)",
+    "Replay a KRaft __cluster_metadata-0 dir (its latest snapshot, then the metadata log after it) and print the "
+    "cluster's metadata (topics with IDs and assignments, partition states, registered brokers, the active controller "
+    "from quorum-state, topic and broker configs) as JSON Lines in the shape of zk-snapshot, plus the metadata log's "
+    "own facts and problems. Reads files only; never changes anything.",
 )
 SCAN_HELP = (
     "probe log dirs, snapshot ZooKeeper, run the detection app locally and print findings",
@@ -82,6 +89,27 @@ def _cmd_zk_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cluster_metadata(args: argparse.Namespace) -> int:
+    try:
+        text = cluster_metadata.format_records(cluster_metadata.read_cluster_metadata(args.dir))
+        if args.output is None or args.output == "-":
+            sys.stdout.write(text)
+        else:
+            with atomic_file(args.output) as f:  # a reader never sees a half-written file
+                f.write(text.encode("utf-8"))
+    except (OSError, cluster_metadata.ClusterMetadataError) as e:
+        print(f"fleet-doctor cluster-metadata: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _add_cluster_metadata(sub: Any) -> None:
+    cp = sub.add_parser("cluster-metadata", help=CLUSTER_METADATA_HELP[0], description=CLUSTER_METADATA_HELP[1])
+    cp.add_argument("dir", metavar="DIR", help="a __cluster_metadata-0 dir, or a KRaft log dir holding one")
+    cp.add_argument("--output", metavar="FILE", help="write the records to FILE (atomically) instead of stdout")
+    cp.set_defaults(func=_cmd_cluster_metadata, parser=cp)
+
+
 def _add_zk_snapshot(sub: Any) -> None:
     zp = sub.add_parser("zk-snapshot", help=ZK_SNAPSHOT_HELP[0], description=ZK_SNAPSHOT_HELP[1])
     src = zp.add_mutually_exclusive_group(required=True)
@@ -119,6 +147,9 @@ def _cmd_scan(args: argparse.Namespace) -> int:
         if not paths:
             print(f"fleet-doctor scan: error: no Kafka log dir under {', '.join(args.paths)}", file=sys.stderr)
             return 2
+    extra: dict[str, Any] = {}
+    if args.cluster_metadata:
+        extra["cluster_metadata"] = args.cluster_metadata
     try:
         result = scan(
             paths,
@@ -130,6 +161,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
             verify_crc=args.verify_crc,
             master=args.master,
             keep=args.keep_workdir,
+            **extra,
         )
     except ScanError as e:
         print(f"fleet-doctor scan: error: {e}", file=sys.stderr)
@@ -151,6 +183,13 @@ def _add_scan(sub: Any) -> None:
     zk = sp.add_mutually_exclusive_group()
     zk.add_argument("--zookeeper", metavar="HOST:PORT[/chroot]", help="snapshot this ZooKeeper live")
     zk.add_argument("--zk-snapshot-file", metavar="PATH", help="a ZooKeeper snapshot file or data dir (offline)")
+    zk.add_argument(
+        "--cluster-metadata",
+        action="append",
+        metavar="DIR",
+        help="KRaft: a __cluster_metadata-0 dir (or a log dir holding one) to decode; repeatable. Log dirs given as "
+        "PATH that hold one are decoded anyway",
+    )
     sp.add_argument("--kafka-version", metavar="V", help="the brokers' Kafka version (severities depend on it)")
     sp.add_argument("--broker-id", type=int, metavar="N", help="broker id (default: from meta.properties)")
     sp.add_argument("--deep", action="store_true", help="also walk .log batch headers (torn tails, index entries)")
@@ -186,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pp.set_defaults(func=_cmd_probe)
     _add_zk_snapshot(sub)
+    _add_cluster_metadata(sub)
     _add_scan(sub)
     return p
 
