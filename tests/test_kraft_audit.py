@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from fleet_doctor import inventory as inv
-from fleet_doctor.audit import history
+from fleet_doctor.audit import history, kraft, steps
 from fleet_doctor.repair import tasks
 from fleet_doctor.settings import Settings
 from harness.findings import finding
@@ -56,7 +58,7 @@ KRAFT = {
 }
 
 
-def kraft(**changes: Any) -> dict[str, Any]:
+def kraft_data(**changes: Any) -> dict[str, Any]:
     data = copy.deepcopy(KRAFT)
     data.update(changes)
     return data
@@ -65,7 +67,7 @@ def kraft(**changes: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # inventory
 def test_a_kraft_inventory_lists_its_controllers_in_order() -> None:
-    i = inv.parse(kraft())
+    i = inv.parse(kraft_data())
     assert i.kraft and i.metadata_mode == "kraft" and i.zookeeper == ""
     assert [c.id for c in i.controllers] == [2, 1, 9000]  # the order the audit tries them in
     assert [c.combined for c in i.controllers] == [True, True, False]
@@ -110,7 +112,7 @@ def test_a_zookeeper_inventory_is_unchanged() -> None:
 
 
 def controllers_with(i: int, **fields: Any) -> dict[str, Any]:
-    data = kraft()
+    data = kraft_data()
     data["controllers"][i] = {**data["controllers"][i], **fields}
     return data
 
@@ -118,22 +120,22 @@ def controllers_with(i: int, **fields: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "data,message",
     [
-        (kraft(metadata_mode="raft"), "metadata_mode must be one of zookeeper, kraft"),
+        (kraft_data(metadata_mode="raft"), "metadata_mode must be one of zookeeper, kraft"),
         ({k: v for k, v in KRAFT.items() if k != "controllers"}, "missing field 'controllers'"),
-        (kraft(controllers=[]), "at least one entry in controllers"),
-        (kraft(controllers=[{"id": 1}, {"id": 1}]), "duplicate controller id 1"),
-        (kraft(controllers=[{"id": "1"}]), "field 'id' has the wrong type"),
-        (kraft(controllers=["kafka1"]), r"controllers\[0\]: not an object"),
+        (kraft_data(controllers=[]), "at least one entry in controllers"),
+        (kraft_data(controllers=[{"id": 1}, {"id": 1}]), "duplicate controller id 1"),
+        (kraft_data(controllers=[{"id": "1"}]), "field 'id' has the wrong type"),
+        (kraft_data(controllers=["kafka1"]), r"controllers\[0\]: not an object"),
         (controllers_with(0, host="elsewhere"), "controller 2 is broker 2 of the inventory"),
         (controllers_with(2, host=None), "field 'host' has the wrong type"),
-        (kraft(controllers=[{"id": 7, "metadata_log_dir": "/m"}]), "controller-only node needs host"),
+        (kraft_data(controllers=[{"id": 7, "metadata_log_dir": "/m"}]), "controller-only node needs host"),
         (controllers_with(2, host_key="AAAA"), "pinned public host key"),
         (controllers_with(2, host="ctl1; reboot"), "invalid host"),
         (controllers_with(1, metadata_log_dir="var/lib/kafka"), "metadata_log_dir must be an absolute path"),
         (controllers_with(1, metadata_log_dir="/d/__cluster_metadata-0"), "not __cluster_metadata-0 itself"),
         (controllers_with(1, metadata_log_dir="/d\nx"), "metadata_log_dir must be an absolute path"),
         (controllers_with(2, sshport=22), r"unknown field\(s\) \['sshport'\]"),
-        (kraft(zookeeper=7), "field 'zookeeper' has the wrong type"),
+        (kraft_data(zookeeper=7), "field 'zookeeper' has the wrong type"),
         (
             {**{k: v for k, v in KRAFT.items() if k != "metadata_mode"}, "zookeeper": "zk:2181"},
             "controllers are for metadata_mode kraft",
@@ -238,3 +240,189 @@ def test_no_controller_read_is_reported_and_alerted(tmp_path: Path) -> None:
     assert "Not read: the cluster-wide rules did not run" in Path(summary["report"]).read_text()
     message = alerts.alert_message(summary)
     assert message and "the decoder exited 2: boom" in message
+
+
+# --------------------------------------------------------------------------------------------
+# over real SSH: the fleet lab's sshd per broker, serving copies of a real KRaft quorum's metadata log dirs
+GREENLEMON = "kraft-3.5-3broker-greenlemon"  # Kafka 3.5.1, 3 combined nodes, snapshots, divergent quorum-state
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A 3-broker fleet lab (its real sshd per broker) whose nodes 1..3 hold copies of greenlemon's kafka1..3 as
+    their metadata log dirs (meta.properties node.id 1..3): the KRaft inventory names them as combined controllers."""
+    from fleet_lab import fleet
+    from harness.corpus import CORPUS, copy_writable
+
+    root = tmp_path_factory.mktemp("kraft-audit")
+    state = fleet.up(root / "lab", brokers=3)
+    try:
+        meta = {n: copy_writable(CORPUS / GREENLEMON / f"kafka{n}", root / f"node-{n}") for n in (1, 2, 3)}
+        yield {"state": state, "root": root, "meta": meta, "zk": inv.load(state.inventory_path)}
+    finally:
+        fleet.down(root / "lab")
+
+
+def kraft_inventory(lab: dict[str, Any], controllers: list[dict[str, Any]] | None = None) -> inv.Inventory:
+    data = lab["zk"].to_dict()
+    del data["zookeeper"]
+    default = [{"id": n, "metadata_log_dir": str(lab["meta"][n])} for n in (1, 2, 3)]
+    return inv.parse({**data, "metadata_mode": "kraft", "controllers": controllers or default}, "lab inventory")
+
+
+def connect(endpoint: dict[str, Any], trust_any_host_key: bool = False) -> Any:
+    """SSH to a controller as the product does (paramiko, the endpoint's pinned host key)."""
+    from harness.ssh import ssh_client
+
+    node = SimpleNamespace(**{k: endpoint[k] for k in inv.SSH_FIELDS})
+    return ssh_client(node, trust_any_host_key=trust_any_host_key)  # type: ignore[arg-type]
+
+
+def decoded_here(path: Path) -> list[dict[str, Any]]:
+    from fleet_doctor.cluster_metadata import read_cluster_metadata
+
+    return [{k: v for k, v in r.items() if k not in ("taken_at_ms", "dir")} for r in read_cluster_metadata(str(path))]
+
+
+def test_discover_reads_the_first_controller_over_ssh(lab: dict[str, Any]) -> None:
+    i = kraft_inventory(lab)
+    found = steps.discover(i, connect=connect)
+    assert found["metadata_mode"] == "kraft" and found["zookeeper"] is None and found["zookeeper_error"] is None
+    assert found["metadata_error"] is None and found["controller_errors"] == []
+    source = found["metadata_source"]
+    assert source["controller"] == 1 and source["metadata_log_dir"] == str(lab["meta"][1])
+    assert source["snapshot"] == "00000000000000028869-0000000189.checkpoint" and source["log_end_offset"] == 30638
+    assert (source["quorum_leader_id"], source["quorum_leader_epoch"]) == (1, 190)  # kafka1's quorum-state
+    assert source["cluster_id"] == "EpwKlK0lR6qKZW0cGwZz8w"
+    # a cleanly stopped KRaft cluster: its brokers stay registered, fenced, so none counts as registered
+    assert found["registered"] == [] and found["only_in_inventory"] == [1, 2, 3]
+    assert [c["controller_id"] for c in found["controllers"]] == [1, 2, 3]
+    assert all(not b["registered"] for b in found["brokers"])
+    part = steps.discover(i, only=[2], connect=connect)
+    assert [b["broker_id"] for b in part["brokers"]] == [2] and part["out_of_scope"] == [1, 3]
+
+
+def test_snapshot_metadata_stages_the_first_controller_and_every_controllers_header(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    discovered = steps.discover(kraft_inventory(lab), connect=connect)
+    n = steps.snapshot_metadata(discovered, s.store, "staging/r1", connect=connect)
+    staged = s.store.read_jsonl("staging/r1/zk.jsonl")
+    assert n == len(staged) and staged[-1] == {**staged[-1], "kind": "cluster_metadata_end", "complete": True}
+    # what came over SSH is what the decoder says here, record for record
+    assert [{k: v for k, v in r.items() if k not in ("taken_at_ms", "dir")} for r in staged] == decoded_here(
+        lab["meta"][1]
+    )
+    headers = s.store.read_jsonl("staging/r1/controllers.jsonl")
+    assert [(h["kind"], h["controller_id"], h["node_id"]) for h in headers] == [
+        ("cluster_metadata", 1, 1),
+        ("cluster_metadata", 2, 2),
+        ("cluster_metadata", 3, 3),
+    ]
+    # each controller's own quorum-state (they diverge in this real quorum: detection judges it)
+    assert [(h["quorum_leader_id"], h["quorum_leader_epoch"]) for h in headers] == [(1, 190), (3, 189), (1, 190)]
+    source = s.store.read_json("staging/r1/metadata-source.json")
+    assert source["source"]["controller"] == 1 and source["controllers_read"] == [1, 2, 3] and source["error"] is None
+    facts = steps.write_broker_facts(discovered, s.store, "staging/r1")
+    assert facts["metadata_mode"] == "kraft" and facts["controllers"] == s.store.url("staging/r1/controllers.jsonl")
+    assert facts["zk_snapshot"] == s.store.url("staging/r1/zk.jsonl") and facts["metadata_source"]["controller"] == 1
+    args = steps.detect_args(s, "r1", facts, "staging/r1")
+    assert args[args.index("--controllers") + 1] == facts["controllers"]
+    assert args[args.index("--zk-snapshot") + 1] == facts["zk_snapshot"]
+
+
+def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], tmp_path: Path) -> None:
+    """Controller 1's host is gone (its sshd killed): discover and the snapshot read controller 2, and say so."""
+    from fleet_lab import fleet
+
+    s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    i = kraft_inventory(lab)
+    fleet.kill_sshd(lab["state"], 1)
+    try:
+        found = steps.discover(i, connect=connect)
+        n = steps.snapshot_metadata(found, s.store, "staging/r2", connect=connect)
+    finally:
+        fleet.start_sshd(lab["state"], 1)
+    assert found["metadata_source"]["controller"] == 2 and found["metadata_error"] is None
+    assert found["metadata_source"]["quorum_leader_id"] == 3  # kafka2's own view
+    [failed] = found["controller_errors"]
+    assert failed["controller"] == 1 and "controller 1 (127.0.0.1:" in failed["error"]
+    assert "cannot connect" in failed["error"]
+    source = s.store.read_json("staging/r2/metadata-source.json")
+    assert source["source"]["controller"] == 2 and source["controllers_read"] == [2, 3]
+    assert [e["controller"] for e in source["controller_errors"]] == [1]
+    assert n == len(s.store.read_jsonl("staging/r2/zk.jsonl"))
+    facts = steps.write_broker_facts(found, s.store, "staging/r2")
+    s.store.write_jsonl(f"{s.run_key('r2')}/findings.jsonl", [])
+    summary = history.publish(s, "r2", found, facts)
+    page = Path(summary["report"]).read_text()
+    assert "From controller 2&#x27;s metadata log" in page and "00000000000000028869-0000000189.checkpoint" in page
+    assert "Controllers not read" in page and "controller 1 (127.0.0.1:" in page
+
+
+def test_a_controller_that_is_not_what_the_inventory_says_is_skipped(lab: dict[str, Any]) -> None:
+    """Identity as for a broker: the pinned host key, then node.id in the metadata log dir's meta.properties."""
+    b1, b2 = lab["zk"].broker(1), lab["zk"].broker(2)
+    elsewhere = {  # a controller-only node 7 whose inventory entry points at broker 1's host, pinning broker 2's key
+        "id": 7,
+        "metadata_log_dir": str(lab["meta"][1]),
+        **{k: getattr(b1, k) for k in ("host", "ssh_port", "ssh_user", "ssh_key_file")},
+        "host_key": b2.host_key,
+    }
+    wrong_dir = {"id": 1, "metadata_log_dir": str(lab["meta"][2])}  # node 2's dir on controller 1
+    i = kraft_inventory(lab, [elsewhere, wrong_dir, {"id": 3, "metadata_log_dir": str(lab["meta"][3])}])
+    found = steps.discover(i, connect=lambda e: connect(e, trust_any_host_key=True))  # the check itself refuses
+    assert found["metadata_source"]["controller"] == 3
+    key, node = found["controller_errors"]
+    assert key["controller"] == 7 and "presented host key" in key["error"] and "pins" in key["error"]
+    assert node["controller"] == 1 and "says it is broker 2, not broker 1" in node["error"]
+
+
+def test_a_failing_decoder_or_garbage_output_names_the_controller(lab: dict[str, Any], tmp_path: Path) -> None:
+    """Bad input is a clear error naming the controller, never a crash: the next controller is read."""
+    empty = tmp_path / "formatted-empty"
+    empty.mkdir()
+    (empty / "meta.properties").write_text("version=1\nnode.id=2\ncluster.id=EpwKlK0lR6qKZW0cGwZz8w\n")
+    i = kraft_inventory(
+        lab,
+        [{"id": 2, "metadata_log_dir": str(empty)}, {"id": 3, "metadata_log_dir": str(lab["meta"][3])}],
+    )
+    found = steps.discover(i, connect=connect)
+    assert found["metadata_source"]["controller"] == 3
+    [failed] = found["controller_errors"]
+    assert failed["controller"] == 2 and "the decoder exited 2" in failed["error"] and str(empty) in failed["error"]
+
+    endpoints = [i.controller_endpoint(3)]
+    header = json.dumps({"kind": "cluster_metadata", "source": "kraft", "node_id": 3})
+    for program, said in (
+        (b"print('not json at all')", "not JSON Lines (line 1"),
+        (b"print('[1, 2]')", "line 1 is not a record with a kind"),
+        (b"", "the decoder printed nothing"),
+        (f"print({header!r})".encode(), "ends without a complete cluster_metadata_end record"),
+        (b"import sys; sys.stderr.write('Traceback: boom'); sys.exit(3)", "the decoder exited 3: Traceback: boom"),
+        (b'print(\'{"kind": "zk_snapshot"}\')', "does not start with a KRaft cluster_metadata record"),
+    ):
+        reads, errors = kraft.read_controllers(endpoints, connect, first_only=True, program=program)
+        assert reads == [] and len(errors) == 1, program
+        assert (
+            errors[0]["error"].startswith(f"controller 3 (127.0.0.1:{i.broker(3).ssh_port}, ")
+            and said in (errors[0]["error"])
+        ), errors[0]["error"]
+
+
+def test_no_controller_readable_is_an_error_not_a_crash(lab: dict[str, Any], tmp_path: Path) -> None:
+    s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    nothing = tmp_path / "nothing-here"
+    i = kraft_inventory(lab, [{"id": n, "metadata_log_dir": str(nothing)} for n in (1, 2)])
+    found = steps.discover(i, connect=connect)
+    assert found["metadata_source"] is None and found["registered"] == [] and found["only_in_inventory"] == []
+    assert found["metadata_error"].startswith("no controller's metadata log could be read: controller 1 (")
+    assert "no meta.properties" in found["metadata_error"] and "controller 2 (" in found["metadata_error"]
+    with pytest.raises(kraft.MetadataReadError, match="no controller's metadata log could be read"):
+        steps.snapshot_metadata(found, s.store, "staging/r3", connect=connect)
+    assert s.store.read_json("staging/r3/metadata-source.json")["error"] == found["metadata_error"]
+    assert not s.store.is_file("staging/r3/zk.jsonl")
+    facts = steps.write_broker_facts(found, s.store, "staging/r3")
+    assert facts["zk_snapshot"] is None and facts["controllers"] is None and facts["metadata_source"] is None
+    assert facts["metadata_error"] == found["metadata_error"]

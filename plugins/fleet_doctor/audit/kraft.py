@@ -163,7 +163,8 @@ def read_controller(
                 raise MetadataReadError(f"{who}: the decoder printed more than {max_bytes} bytes: not its output")
             out.write(data)
 
-        command, stdin = decode_command(endpoint["metadata_log_dir"]), program or decoder_program()
+        command = decode_command(endpoint["metadata_log_dir"])
+        stdin = decoder_program() if program is None else program
         try:
             done = remote.stream(command, stdin, sink, timeout)
         except Exception as e:  # RemoteError: a dropped session, a timeout, the size limit
@@ -190,7 +191,8 @@ def read_controllers(
     each controller's own log is a fact for detection). Returns the reads (only the first keeps every record; the
     others keep their header and problems) and, per controller that failed, ``{"controller", "error"}``."""
     connect = connect or airflow_connect
-    program = program or decoder_program()  # a decoder that cannot be built here is this worker's problem, raised
+    # a decoder that cannot be built here is this worker's problem: raised, not blamed on a controller
+    program = decoder_program() if program is None else program
     reads: list[ControllerRead] = []
     errors: list[dict[str, Any]] = []
     for endpoint in endpoints:
