@@ -53,6 +53,7 @@ from fleet_doctor.rules import KafkaVersion
 INDEX_INTERVAL_BYTES = 4096  # index.interval.bytes default
 DEFAULT_SEGMENT_BYTES = 1 << 30  # log.segment.bytes default
 NO_TIMESTAMP = -1  # RecordBatch.NO_TIMESTAMP
+CONTROL_BATCH = 0x20  # batch attributes bit 5: a control batch (kraft-reference.md §2)
 
 
 @dataclass(frozen=True)
@@ -212,8 +213,11 @@ def encode_v2_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    attributes: int = 0,
 ) -> bytes:
-    """One uncompressed magic-2 record batch (R/DefaultRecordBatch.java), CRC-32C over [21, end)."""
+    """One uncompressed magic-2 record batch (R/DefaultRecordBatch.java), CRC-32C over [21, end). ``attributes``:
+    the batch attributes (0: no compression, CreateTime, not transactional; ``CONTROL_BATCH`` for KRaft's control
+    batches)."""
     if not records:
         raise ValueError("a record batch holds at least one record")
     base_ts = records[0].timestamp
@@ -225,7 +229,7 @@ def encode_v2_batch(
         leader_epoch,
         2,
         0,  # crc, filled in below
-        0,  # attributes: no compression, CreateTime, not transactional
+        attributes,
         len(records) - 1,
         base_ts,
         max_ts,
@@ -285,6 +289,17 @@ def encode_meta_properties(broker_id: int, cluster_id: str | None, features: Kaf
     if cluster_id and features.meta_properties_has_cluster_id:
         lines.append(f"cluster.id={cluster_id}")
     lines.append("version=0")
+    return ("\n".join(lines) + "\n").encode("ascii")
+
+
+def encode_meta_properties_kraft(node_id: int, cluster_id: str, directory_id: str | None) -> bytes:
+    """meta.properties as ``kafka-storage format`` writes it for a KRaft node (version=1; ``directory.id`` from 3.7,
+    one per log dir), in the order of the real 3.7 file (kraft-3.7-ldipoc)."""
+    stamp = time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime())
+    lines = ["#", f"#{stamp}", f"node.id={node_id}"]
+    if directory_id:
+        lines.append(f"directory.id={directory_id}")
+    lines += ["version=1", f"cluster.id={cluster_id}"]
     return ("\n".join(lines) + "\n").encode("ascii")
 
 
@@ -530,6 +545,20 @@ def recover_segment(
 ) -> RecoveryResult:
     """Rebuild the segment's indexes from its .log and truncate everything after the last valid batch."""
     log = directory / segment_file_name(base_offset, "log")
+    res, idx = _indexes_of(log, base_offset, features)
+    batches = res["batches"]
+    valid = res["valid_bytes"]
+    total = log.stat().st_size
+    if total > valid:
+        os.truncate(log, valid)
+    idx.finish()
+    idx.write(directory, features, preallocate)
+    return RecoveryResult(res["next_offset"], total - valid, len(batches))
+
+
+def _indexes_of(log: Path, base_offset: int, features: KafkaFeatures) -> tuple[dict, SegmentIndexes]:
+    """Walk a segment's valid batches (CRC checked) and build its in-memory indexes as LogSegment.recover does.
+    Returns the walk's result (with "batches": the (position, first, last, size) of each) and the indexes."""
     batches: list[tuple[int, int, int, int]] = []
     res = walk_log(str(log), base_offset, verify_crc=True, on_batch=lambda *b: batches.append(b))
     idx = SegmentIndexes(base_offset)
@@ -538,10 +567,10 @@ def recover_segment(
             max_ts = _batch_max_timestamp(f, pos)
             index_offset = last if features.at_least("0.9") else first  # 0.8 recovery indexed the first offset
             idx.on_batch(index_offset, pos, size, max_ts, last)
-    valid = res["valid_bytes"]
-    total = log.stat().st_size
-    if total > valid:
-        os.truncate(log, valid)
-    idx.finish()
-    idx.write(directory, features, preallocate)
-    return RecoveryResult(res["next_offset"], total - valid, len(batches))
+    return dict(res, batches=batches), idx
+
+
+def segment_indexes(directory: Path, base_offset: int, features: KafkaFeatures) -> SegmentIndexes:
+    """The in-memory indexes of a segment as a broker holds them after loading it (the active segment's state the
+    next append continues from); nothing is written."""
+    return _indexes_of(directory / segment_file_name(base_offset, "log"), base_offset, features)[1]
