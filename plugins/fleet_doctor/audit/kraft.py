@@ -15,7 +15,7 @@ import json
 import shlex
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fleet_doctor.identity import verify_identity
@@ -59,7 +59,6 @@ class ControllerRead:
     records: list[dict[str, Any]]
     identity: str
     stderr: str = ""
-    problems: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def controller_id(self) -> int:
