@@ -83,8 +83,6 @@ def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
     )
     for rule, why in sorted((summary.get("rules_skipped") or {}).items()):
         out.write(f"  not evaluated: {rule} ({why})\n")
-    if summary.get("metadata_source"):
-        out.write(f"cluster metadata: {metadata_source_text(summary['metadata_source'])}\n")
 
 
 _CSS = """
