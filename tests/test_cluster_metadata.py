@@ -1018,3 +1018,30 @@ def test_scan_accepts_cluster_metadata_dirs() -> None:
     args = build_parser().parse_args(["scan", "/x", "--cluster-metadata", "/a", "--cluster-metadata", "/b"])
     assert args.cluster_metadata == ["/a", "/b"]
     assert build_parser().parse_args(["scan", "/x"]).cluster_metadata is None
+
+
+def test_batches_whose_offsets_go_back_are_skipped(tmp_path: Path) -> None:
+    log = ke.data_batch(0, [topic("a", TOPIC_A), topic("b", TOPIC_B)]) + ke.data_batch(1, [topic("c", TOPIC_C)])
+    log += ke.data_batch(2, [topic("d", TOPIC_D)])
+    mdir = make_dir(tmp_path, segments={0: log})
+    records = decode(tmp_path)
+    (p,) = problems(records)
+    assert (p["problem"], p["offset"], p["file"]) == ("inconsistent", 1, str(mdir / "00000000000000000000.log"))
+    assert set(topics(records)) == {"a", "b", "d"} and records[0]["log_end_offset"] == 3
+
+
+def test_bundle_ignores_another_fleet_doctor_on_the_host(corpus: Path, tmp_path: Path) -> None:
+    """A controller with some other fleet_doctor package importable: the bundle still uses its own probe."""
+    fake = tmp_path / "site" / "fleet_doctor"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise SystemExit('the host fleet_doctor was imported')\n")
+    path = corpus / NURLAN / "kafka1"
+    res = subprocess.run(
+        ["python3", "-", str(path)],
+        input=cm.bundle(),
+        capture_output=True,
+        cwd="/",
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "site")},
+    )
+    assert res.returncode == 0, res.stderr
+    assert same_but_clock(res.stdout, cm.format_records(decode(path)).encode("utf-8"))

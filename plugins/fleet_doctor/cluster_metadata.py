@@ -16,6 +16,7 @@ tables. Facts are cited as in ../shared/docs/kraft-reference.md ("kraft-ref §n"
 """
 
 import base64
+import errno
 import json
 import os
 import struct
@@ -877,6 +878,7 @@ class _Replay:
         self.leader_change = None  # (leader id, epoch) of the last LEADER_CHANGE
         self.voters = None  # [voter id] of the last KRAFT_VOTERS control record
         self.kraft_version = None
+        self.log_next = None  # the offset after the last log batch read: offsets only go up
 
     def problem(self, path, offset, position, kind, message):
         assert kind in PROBLEM_KINDS, kind
@@ -966,6 +968,14 @@ class _FileWalk:
         self.batches += 1
         if self.first_offset is None:
             self.first_offset = first
+        rp = self.replay
+        if not self.snapshot:
+            if rp.log_next is not None and first < rp.log_next:
+                msg = "batch offsets %d..%d go back below %d, where the log already is; skipped"
+                msg %= (first, last, rp.log_next)
+                rp.problem(self.path, first, position, "inconsistent", msg)
+                return
+            rp.log_next = last + 1
         self.next_offset = last + 1
         if last < self.min_offset:
             self._before_snapshot(position, size)
@@ -1087,7 +1097,7 @@ def read_quorum_state(path):
     try:
         data = probe._read_small(path, 1 << 20)
     except OSError as e:
-        if getattr(e, "errno", None) == 2:
+        if e.errno == errno.ENOENT:
             return None
         raise ValueError("%s cannot be read: %s" % (path, probe._err(e)))
     try:
@@ -1154,6 +1164,7 @@ def read_cluster_metadata(metadata_dir):
         "metadata_version_level": None,
         "features": {},
         "kraft_version": None,
+        "zk_migration_state": None,
         "quorum_leader_id": None,
         "quorum_leader_epoch": None,
         "quorum_voted_id": None,
@@ -1296,6 +1307,7 @@ def read_cluster_metadata(metadata_dir):
     head["features"] = dict(sorted(img.features.items()))
     head["metadata_version_level"] = img.features.get("metadata.version")
     head["kraft_version"] = rp.kraft_version
+    head["zk_migration_state"] = img.zk_migration_state
     if rp.leader_change is not None:
         head["last_leader_change_leader_id"], head["last_leader_change_epoch"] = rp.leader_change
     if head["quorum_voters"] is None and rp.voters is not None:
@@ -1477,17 +1489,21 @@ def main(argv=None):
         sys.stderr.write(USAGE + "\n")
         return 2
     try:
-        text = format_records(read_cluster_metadata(argv[0]))
+        records = read_cluster_metadata(argv[0])
     except ClusterMetadataError as e:
         sys.stderr.write("cluster-metadata: error: %s\n" % e)
         return 2
     out = getattr(sys.stdout, "buffer", None)
-    if out is not None:
-        out.write(text.encode("utf-8"))
-        out.flush()
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    try:
+        for i in range(0, len(records), 1000):  # in slices: the text of a big cluster is never in memory twice
+            text = format_records(records[i : i + 1000])
+            if out is not None:
+                out.write(text.encode("utf-8"))
+            else:
+                sys.stdout.write(text)
+        (out or sys.stdout).flush()
+    except BrokenPipeError:
+        return 1
     return 0
 
 
@@ -1500,7 +1516,12 @@ def _module(name, source):
     sys.modules[name] = m
     exec(compile(source, m.__file__, "exec"), m.__dict__)
     return m
-_module("probe", %r)
+_probe = _module("probe", %r)
+_pkg = types.ModuleType("fleet_doctor")  # so that "from fleet_doctor import probe" finds this probe, not another
+_pkg.__path__ = []
+_pkg.probe = _probe
+sys.modules["fleet_doctor"] = _pkg
+sys.modules["fleet_doctor.probe"] = _probe
 _cm = _module("cluster_metadata", %r)
 sys.exit(_cm.main(sys.argv[1:]))
 """
