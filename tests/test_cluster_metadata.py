@@ -1045,3 +1045,35 @@ def test_bundle_ignores_another_fleet_doctor_on_the_host(corpus: Path, tmp_path:
     )
     assert res.returncode == 0, res.stderr
     assert same_but_clock(res.stdout, cm.format_records(decode(path)).encode("utf-8"))
+
+
+def test_schema_doc_lists_every_field_of_every_record_kind(real: dict, tmp_path: Path) -> None:
+    """docs/cluster-metadata-schema.md documents exactly the fields the decoder prints, kind by kind."""
+    doc = (REPO / "docs" / "cluster-metadata-schema.md").read_text()
+    documented: dict[str, set[str]] = {}
+    problem_kinds: list[str] = []
+    kind = table = None
+    lines = doc.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"## `([a-z_]+)`", line)
+        if m:
+            kind = m.group(1)
+            documented[kind] = set()
+        elif line.startswith("## "):
+            kind = None
+        elif line.startswith("|---"):
+            continue
+        elif i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            table = line.split("|")[1].strip()  # a table's header row: "field" or "`problem`"
+        elif kind and line.startswith("| `") and table == "field":
+            documented[kind].update(re.findall(r"`([a-z_]+)`", line.split("|")[1]))
+        elif kind == "metadata_problem" and line.startswith("| `"):
+            problem_kinds += re.findall(r"`([a-z-]+)`", line.split("|")[1])
+    assert tuple(problem_kinds) == cm.PROBLEM_KINDS
+    make_dir(tmp_path, segments={0: b"".join(story())})
+    printed: dict[str, set[str]] = {}
+    for records in [*real.values(), decode(tmp_path)]:
+        for r in records:
+            printed.setdefault(r["kind"], set()).update(k for k in r if k != "kind")
+    assert "broker_config" in printed and "metadata_problem" in printed
+    assert {k: documented.get(k) for k in printed} == printed
