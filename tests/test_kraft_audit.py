@@ -295,7 +295,7 @@ def test_discover_reads_the_first_controller_over_ssh(lab: dict[str, Any]) -> No
     assert (source["quorum_leader_id"], source["quorum_leader_epoch"]) == (1, 190)  # kafka1's quorum-state
     assert source["cluster_id"] == "EpwKlK0lR6qKZW0cGwZz8w"
     # a cleanly stopped KRaft cluster: its brokers stay registered, fenced, so none counts as registered
-    assert found["registered"] == [] and found["only_in_inventory"] == [1, 2, 3]
+    assert found["registered"] == [] and found["only_in_inventory"] == [1, 2, 3] and found["fenced"] == [1, 2, 3]
     assert [c["controller_id"] for c in found["controllers"]] == [1, 2, 3]
     assert all(not b["registered"] for b in found["brokers"])
     part = steps.discover(i, only=[2], connect=connect)
@@ -359,6 +359,7 @@ def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], t
     page = Path(summary["report"]).read_text()
     assert "From controller 2&#x27;s metadata log" in page and "00000000000000028869-0000000189.checkpoint" in page
     assert "Controllers not read" in page and "controller 1 (127.0.0.1:" in page
+    assert summary["fenced"] == [1, 2, 3] and "Fenced by the controller" in page
 
 
 def test_a_controller_that_is_not_what_the_inventory_says_is_skipped(lab: dict[str, Any]) -> None:

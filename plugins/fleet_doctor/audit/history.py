@@ -34,6 +34,7 @@ def metadata_summary(discovered: dict[str, Any], facts: dict[str, Any]) -> dict[
     errors = facts.get("controller_errors") if staged else discovered.get("controller_errors")
     return {
         "metadata_mode": mode,
+        "fenced": list(discovered.get("fenced") or []),
         "metadata_source": source,
         "metadata_error": error,
         "controller_errors": list(errors or []),

@@ -84,17 +84,22 @@ class ControllerRead:
             "problems": sum(1 for r in self.records if r.get("kind") == PROBLEM),
         }
 
-    def registrations(self) -> dict[int, dict[str, Any]]:
-        """Brokers the metadata registers and does not fence (KRaft's equivalent of ``/brokers/ids``: a broker that
-        stopped stays registered, fenced)."""
+    def brokers(self) -> dict[int, dict[str, Any]]:
+        """Every broker the metadata registers (readable records only)."""
         return {
             int(r["broker_id"]): r
             for r in self.records
-            if r.get("kind") == "broker"
-            and isinstance(r.get("broker_id"), int)
-            and not r.get("error")
-            and not r.get("fenced")
+            if r.get("kind") == "broker" and isinstance(r.get("broker_id"), int) and not r.get("error")
         }
+
+    def registrations(self) -> dict[int, dict[str, Any]]:
+        """Brokers the metadata registers and does not fence (KRaft's equivalent of ``/brokers/ids``: a broker that
+        stopped stays registered, fenced)."""
+        return {b: r for b, r in self.brokers().items() if not r.get("fenced")}
+
+    def fenced(self) -> list[int]:
+        """Registered brokers the controller fenced: stopped, or not heartbeating, or not caught up."""
+        return sorted(b for b, r in self.brokers().items() if r.get("fenced"))
 
     def controller_records(self) -> list[dict[str, Any]]:
         """The controller's own facts (its log's header and problems) for detection, each with its ``controller_id``."""

@@ -233,6 +233,7 @@ def render_audit_html(
     for label, key in (
         (f"In the inventory, not registered in {registry}", "only_in_inventory"),
         (f"Registered in {registry}, not in the inventory", "only_in_zookeeper"),
+        ("Fenced by the controller (stopped, not heartbeating or not caught up)", "fenced"),
     ):
         if summary.get(key):
             out.write(f"<h2>{e(label)}</h2><p>broker(s) {e(', '.join(map(str, summary[key])))}</p>")

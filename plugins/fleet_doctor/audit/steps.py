@@ -68,7 +68,8 @@ def discover(
     (``fleet_doctor.zookeeper.credentials``). KRaft: the brokers the metadata log registers and does not fence, read
     from the first controller that can be read, in the inventory's order (``connect(endpoint) -> SSH client``,
     default the Airflow connection); ``metadata_source`` names it, ``controller_errors`` the ones that failed, and
-    ``metadata_error`` says why none could be (``only_in_zookeeper`` then means "only in the metadata log").
+    ``metadata_error`` says why none could be, ``fenced`` the brokers registered but fenced (``only_in_zookeeper``
+    then means "only in the metadata log").
     Each broker carries what ``stage_broker`` checks its identity against (pinned host key, log dirs)."""
     known = {b.id for b in inventory.brokers}
     scope = {int(b) for b in only}
@@ -78,13 +79,14 @@ def discover(
     zk_error = metadata_error = None
     source: dict[str, Any] | None = None
     controller_errors: list[dict[str, Any]] = []
+    fenced: list[int] = []
     zk_connect: str | None = zookeeper or inventory.zookeeper
     if inventory.kraft:
         zk_connect = None
         endpoints = [inventory.controller_endpoint(c.id) for c in inventory.controllers]
         reads, controller_errors = kraft.read_controllers(endpoints, connect, first_only=True, timeout=metadata_timeout)
         if reads:
-            registered, source = reads[0].registrations(), reads[0].source()
+            registered, fenced, source = reads[0].registrations(), reads[0].fenced(), reads[0].source()
         else:
             metadata_error = kraft.error_text(controller_errors)
     else:
@@ -119,6 +121,7 @@ def discover(
         "registered": sorted(registered),
         "only_in_inventory": sorted(known - set(registered)) if not unknown else [],
         "only_in_zookeeper": sorted(set(registered) - known),
+        "fenced": fenced,  # KRaft: registered but fenced (in only_in_inventory when in the inventory)
         "zookeeper_error": zk_error,
         "metadata_source": source,
         "metadata_error": metadata_error,
