@@ -577,9 +577,9 @@ def decode_control_record(key, value):
     schema = CONTROL_RECORDS.get(ctype)
     if schema is None:
         raise UnknownRecord("unknown control record type %d (key version %d)" % (ctype, kversion), ctype, kversion)
-    # the value's first field is its own version; read at version 0 and leave newer fields' bytes unread (exact
-    # False) only where Kafka's reader would take a newer version: LeaderChangeMessage v1
-    body = decode_message(schema, value, CONTROL_RECORD_VERSION)
+    # Kafka's ControlRecordUtils reads every control record value at version 0 whatever its leading Version field
+    # says, and does not look at bytes after it: so does this
+    body = decode_message(schema, value, CONTROL_RECORD_VERSION, exact=False)
     return ctype, schema["name"], body
 
 
