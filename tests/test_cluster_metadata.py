@@ -210,6 +210,7 @@ def test_greenlemon_logs_snapshots_and_last_leader_change(real: dict) -> None:
         "kafka2": (3, 189),
         "kafka3": (3, 189),
     }
+    assert {n: h["log_max_epoch"] for n, h in heads.items()} == {"kafka1": 190, "kafka2": 189, "kafka3": 189}
     assert all(h["log_start_offset"] == 0 and h["log_segments"] == 1 for h in heads.values())
     assert heads["kafka1"]["last_applied_offset"] == 30637
     assert all(h["metadata_version_level"] == 11 for h in heads.values())  # 3.5-IV2
@@ -268,6 +269,7 @@ def test_kscan_snapshot_only(real: dict) -> None:
     assert head["snapshot"] == "00000000000005072231-0000000193.checkpoint"
     assert (head["snapshot_end_offset"], head["snapshot_epoch"]) == (5072231, 193)
     assert head["log_segments"] == 0 and head["log_start_offset"] is None and head["log_end_offset"] is None
+    assert head["log_max_epoch"] is None
     assert head["last_applied_offset"] == 5072230 and not head["snapshot_gap"]
     assert head["metadata_version_level"] == 25 and head["features"]["transaction.version"] == 2
     t = topics(records)

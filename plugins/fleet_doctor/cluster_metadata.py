@@ -1172,6 +1172,7 @@ def read_cluster_metadata(metadata_dir):
         "quorum_data_version": None,
         "last_leader_change_leader_id": None,
         "last_leader_change_epoch": None,
+        "log_max_epoch": None,
         "log_torn_tail": False,
         "log_tail_error": None,
         "log_crc_errors": 0,
@@ -1245,6 +1246,8 @@ def read_cluster_metadata(metadata_dir):
             break
         if log_first is None:
             log_first = fw.first_offset if fw.first_offset is not None else base
+        if res["max_leader_epoch"] is not None:
+            head["log_max_epoch"] = max(head["log_max_epoch"] or 0, res["max_leader_epoch"])
         if fw.next_offset is not None:
             head["log_end_offset"] = fw.next_offset
         elif head["log_end_offset"] is None or base > head["log_end_offset"]:
