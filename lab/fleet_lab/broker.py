@@ -42,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,8 @@ from fleet_lab.kafka_files import (
 )
 from fleet_lab.zk_server import pid_alive, process_mentions
 
+METADATA_DIR = "__cluster_metadata-0"  # KRaft's metadata log (fleet_lab.kraft), loaded by the raft role, not here
+
 LOG = logging.getLogger("kafka.server.KafkaServer")
 LOG_MANAGER = logging.getLogger("kafka.log.LogManager")
 LOG_LOADER = logging.getLogger("kafka.log.LogLoader")
@@ -90,6 +93,8 @@ PARTITION = logging.getLogger("kafka.cluster.Partition")
 CONTROLLER = logging.getLogger("kafka.controller.KafkaController")
 RECONCILE_MIN_INTERVAL_S = 0.05  # passes run when a watched znode changes, at most this often ...
 RECONCILE_SAFETY_S = 2.0  # ... and at least this often
+KRAFT_CATCH_UP_S = 10.0  # KRaft: how long a starting broker waits for the metadata log to catch up with the leader's
+KRAFT_SHUTDOWN_S = 15.0  # KRaft: how long a stopping broker waits for the controller to move its partitions
 EXIT_FATAL = 1
 
 
@@ -107,6 +112,9 @@ class BrokerConfig:
     session_timeout_s: float = 4.0
     segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
     log_load_delay_ms: int = 0  # per partition: makes a big broker's slow log load reproducible
+    # KRaft (combined broker and controller, no ZooKeeper): node_id, voters [{id, run_dir, metadata_log_dir}],
+    # quorum_lock, directory_ids {log dir: directory.id}, segment_bytes, snapshot_bytes, session_timeout_ms
+    kraft: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BrokerConfig:
@@ -340,6 +348,8 @@ class LogLoader:
                 )
             if parsed is None or not entry.is_dir(follow_symlinks=False) or parsed["dir_state"] != "live":
                 continue
+            if self.cfg.kraft is not None and entry.name == METADATA_DIR:
+                continue  # LogManager skips it: the raft manager owns the metadata log (fleet_lab.quorum)
             tp = (parsed["topic"], parsed["partition"])
             LOG_MANAGER.info("Loading log '%s'", entry.name)
             logs.append(
@@ -516,12 +526,17 @@ class LabBroker:
         self.listener: socket.socket | None = None
         self.reported_mismatch: dict[tuple[str, int], str] = {}
         self.broker_epoch = 0
+        self.quorum: Any = None  # KRaft: the node's fleet_lab.quorum.QuorumNode
+        self.kraft_image: Any = None  # KRaft: the metadata image last read from this node's metadata log
+        self.kraft_image_offset = -1
 
     # ---- startup
     def startup(self) -> None:
         LOG.info("[KafkaServer id=%d] starting (lab broker, Kafka %s behaviour)", self.cfg.broker_id, self.f.version)
         self._lock_log_dirs()
         self._check_meta_properties()
+        if self.cfg.kraft is not None:
+            self._start_quorum()
         loader = LogLoader(self.cfg, self.f)
         markers_to_delete = []
         for d in map(Path, self.cfg.log_dirs):
@@ -542,9 +557,16 @@ class LabBroker:
         for m in markers_to_delete:  # 0.8.2-2.7: the marker goes only once every log of the dir loaded
             with contextlib.suppress(FileNotFoundError):
                 m.unlink()
+        if self.quorum is not None:
+            self._read_kraft_image()
+            self._rename_stray_logs()
         self.write_checkpoints()
         self._listen()
-        self._connect_zookeeper()
+        if self.quorum is not None:
+            self._kraft_pass()
+            self.quorum.set_state("running")
+        else:
+            self._connect_zookeeper()
         LOG.info("[KafkaServer id=%d] started", self.cfg.broker_id)
 
     def _lock_log_dirs(self) -> None:
@@ -565,6 +587,10 @@ class LabBroker:
         seen: dict[str, Any] = {}
         for d in map(Path, self.cfg.log_dirs):
             p = d / META_PROPERTIES
+            if not p.exists() and self.cfg.kraft is not None:
+                raise StartupFatal(
+                    f"No `meta.properties` found in {d} (have you run `kafka-storage.sh` to format the directory?)"
+                )
             if not p.exists():
                 if self.f.at_least("0.9"):
                     write_meta_properties(d, self.cfg.broker_id, self.cfg.cluster_id, self.f)
@@ -667,7 +693,9 @@ class LabBroker:
 
         while not self.stop_event.is_set():
             try:
-                if self.zk.connected:
+                if self.quorum is not None:
+                    self._kraft_pass()
+                elif self.zk.connected:
                     if not self.zk.exists(f"/brokers/ids/{self.cfg.broker_id}", watch=self._poke):
                         self._register()  # a new session after expiry: register again
                     self._elect()
@@ -927,6 +955,132 @@ class LabBroker:
         if log.epochs is not None and self.f.becoming_leader_assigns_leader_epoch:
             log.epochs.assign(log.leader_epoch, log.log_end_offset)
 
+    # ---- KRaft (combined mode): the broker role over the metadata log (fleet_lab.quorum runs the raft role)
+    def _start_quorum(self) -> None:
+        """KafkaRaftServer: the raft manager loads the metadata log and joins the quorum; the broker registers and
+        waits until its metadata log has caught up with the leader's before LogManager loads the logs (bounded: with
+        no quorum the lab broker goes on with the metadata it has)."""
+        from fleet_lab.quorum import QuorumNode
+
+        node = QuorumNode(self.cfg.kraft or {}, self.f, Path(self.cfg.run_dir), self.cfg.listener_port)
+        if not node.take_liveness():
+            raise StartupFatal(f"Another process of node {self.cfg.broker_id} holds {self.cfg.run_dir}/kraft.lock")
+        self.quorum = node
+        node.on_change = self._poke
+        node.open_log()
+        node.start()
+        deadline = time.monotonic() + KRAFT_CATCH_UP_S
+        while not node.caught_up() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not node.caught_up():
+            LOG.warning(
+                "[BrokerServer id=%d] No quorum leader within %.0f s: loading the logs with the metadata on disk",
+                self.cfg.broker_id,
+                KRAFT_CATCH_UP_S,
+            )
+
+    def _read_kraft_image(self) -> Any:
+        """The image of this node's metadata log, read by the product's decoder (what BrokerMetadataPublisher
+        holds); re-read only when the log grew."""
+        from fleet_lab.kraft import read_image
+
+        end = self.quorum.end_offset()
+        if end != self.kraft_image_offset or self.kraft_image is None:
+            _head, self.kraft_image = read_image(self.quorum.mdir)
+            self.kraft_image_offset = end
+        return self.kraft_image
+
+    def _rename_stray_logs(self) -> None:
+        """LogManager.loadLogs with isStrayKraftReplica (3.7.1+; 3.7.0's deleteStrayKRaftReplicas renames the same
+        way): a log with no topic ID, a topic ID the image does not hold, or a partition whose replicas exclude this
+        broker is renamed <topic>-<partition>.<uuid>-stray and kept (kafka-reference.md §2.1 item 6, kraft-ref §7)."""
+        image = self.kraft_image
+        me = self.cfg.broker_id
+        for tp, log in sorted(self.logs.items()):
+            topic = image.topics.get(log.topic_id) if log.topic_id else None
+            reg = topic["partitions"].get(log.partition) if topic else None
+            if reg is not None and me in reg["Replicas"]:
+                continue
+            dst = log.path.with_name(f"{log.topic}-{log.partition}.{uuid.uuid4().hex}-stray")
+            os.rename(log.path, dst)
+            del self.logs[tp]
+            LOG_MANAGER.warning(
+                "Found stray log dir %s: %s. Renamed it to %s",
+                log.path,
+                "it has no topic ID"
+                if not log.topic_id
+                else f"topic ID {log.topic_id} is not in the metadata image"
+                if topic is None
+                else f"the replicas of {log.topic}-{log.partition} do not include broker {me}",
+                dst.name,
+            )
+
+    def _kraft_pass(self) -> None:
+        """ReplicaManager.applyDelta for this broker: a log for every replica the image assigns to it (its
+        partition.metadata from the TopicRecord), leader epochs as it becomes leader, and the partitions it cannot
+        serve (an inconsistent topic ID, an offline log dir) reported to the controller."""
+        image = self._read_kraft_image()
+        me = self.cfg.broker_id
+        mine = image.brokers.get(me)
+        if mine is not None and mine["IncarnationId"] == self.quorum.incarnation_id:
+            self.broker_epoch = mine["BrokerEpoch"]
+        offline = []
+        for tid, topic in sorted(image.topics.items(), key=lambda kv: kv[1]["name"]):
+            for p, reg in sorted(topic["partitions"].items()):
+                if me not in reg["Replicas"]:
+                    continue
+                tp = (topic["name"], p)
+                log = self.logs.get(tp)
+                if log is None:
+                    log = self._create_log(topic["name"], p)
+                    if log is None:
+                        offline.append(tp)
+                        continue
+                if log.topic_id is None:
+                    log.topic_id = tid
+                    write_partition_metadata(log.path, tid)
+                elif log.topic_id != tid and self.reported_mismatch.get(tp) != tid:
+                    self.reported_mismatch[tp] = tid
+                    log.inconsistent_topic_id = True
+                    STATE_CHANGE.error(
+                        "[Broker id=%d] Topic Id in memory: %s does not match the topic Id for partition %s-%d "
+                        "provided in the request: %s.",
+                        me,
+                        log.topic_id,
+                        topic["name"],
+                        p,
+                        tid,
+                    )
+                if log.inconsistent_topic_id or log.log_dir in self.offline_dirs:
+                    offline.append(tp)
+                    continue
+                if reg["LeaderEpoch"] > log.leader_epoch:
+                    self._become_leader_or_follower(log, {"leader": reg["Leader"], "leader_epoch": reg["LeaderEpoch"]})
+        self.quorum.set_offline(offline)
+
+    def _kraft_controlled_shutdown(self) -> None:
+        """BrokerLifecycleManager's controlled shutdown: the broker asks for it and waits until the controller has
+        moved its leaderships and ISR memberships (its own metadata log shows InControlledShutdown), unless there is
+        no quorum to ask; then the raft role stops and the metadata log is closed cleanly."""
+        from fleet_lab.kraft import read_image
+
+        node = self.quorum
+        node.set_state("shutting-down")
+        deadline = time.monotonic() + KRAFT_SHUTDOWN_S
+        while time.monotonic() < deadline and node.has_quorum():
+            try:
+                _head, image = read_image(node.mdir)
+            except Exception:  # a batch being appended: look again
+                time.sleep(0.02)
+                continue
+            reg = image.brokers.get(self.cfg.broker_id)
+            if reg is None or reg["IncarnationId"] != node.incarnation_id:
+                break  # not registered in this incarnation: nothing to move
+            if reg["Fenced"] or reg["InControlledShutdown"]:
+                break
+            time.sleep(0.02)
+        node.stop()
+
     # ---- shutdown
     def write_checkpoints(self) -> None:
         for d in map(Path, self.cfg.log_dirs):
@@ -942,6 +1096,8 @@ class LabBroker:
 
     def shutdown(self) -> None:
         LOG.info("[KafkaServer id=%d] shutting down", self.cfg.broker_id)
+        if self.quorum is not None:
+            self._kraft_controlled_shutdown()
         if self.zk is not None:
             with contextlib.suppress(Exception):
                 self.zk.stop()
@@ -963,6 +1119,8 @@ class LabBroker:
                 write_clean_shutdown(d, self.f, self.broker_epoch)
         for fd in self.lock_fds:
             os.close(fd)
+        if self.quorum is not None:
+            self.quorum.release()
         LOG.info("[KafkaServer id=%d] shut down completed", self.cfg.broker_id)
 
 
@@ -1022,6 +1180,10 @@ def run(cfg: BrokerConfig) -> int:
         with contextlib.suppress(Exception):
             if broker.zk is not None:
                 broker.zk.stop()
+        with contextlib.suppress(Exception):
+            if broker.quorum is not None:
+                broker.quorum.stop()
+                broker.quorum.release()
         return EXIT_FATAL
     _set_state(cfg, "running")
     broker.run()

@@ -1,6 +1,7 @@
 """`fleet-lab`: bring the fleet lab up and down, show it, inject incidents, replay the seed reports.
 
     fleet-lab up [--brokers N] [--kafka-version V] [--log-dirs-per-broker K] [--dir DIR] [--cluster NAME]
+                 [--metadata zookeeper|kraft]
     fleet-lab down [--dir DIR]
     fleet-lab status [--dir DIR] [--json]
     fleet-lab inject INCIDENT [INCIDENT ...] [--broker N] [--topic T] [--partition P] [--partitions N]
@@ -31,10 +32,15 @@ def _print_status(st: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(st, indent=2))
         return
-    zk = "running" if st["zookeeper_running"] else "stopped"
     print(f"fleet lab {st['cluster']} at {st['dir']} (Kafka {st['kafka_version']} behaviour)")
-    print(f"  zookeeper   {st['zookeeper']}  {zk}, pid {st['zookeeper_pid']}")
-    print(f"  controller  {st['controller']}")
+    if st.get("metadata_mode") == "kraft":
+        voters = ", ".join(str(c["id"]) for c in st["controllers"])
+        print(f"  metadata    KRaft, combined nodes, voters {voters}")
+        print(f"  controller  {st['controller']} (quorum leader, epoch {st['quorum_leader_epoch']})")
+    else:
+        zk = "running" if st["zookeeper_running"] else "stopped"
+        print(f"  zookeeper   {st['zookeeper']}  {zk}, pid {st['zookeeper_pid']}")
+        print(f"  controller  {st['controller']}")
     for b in st["brokers"]:
         state = f"running, pid {b['pid']}" if b["running"] else "stopped"
         ssh = "" if b["ssh_running"] else "  (sshd down)"
@@ -53,9 +59,18 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--json", action="store_true", help="machine-readable output")
         return sp
 
-    up = add("up", "start ZooKeeper, one sshd and one lab broker per broker")
+    up = add("up", "start ZooKeeper (or a KRaft quorum), one sshd and one lab broker per broker")
     up.add_argument("--brokers", type=int, default=3)
-    up.add_argument("--kafka-version", default=fleet.DEFAULT_VERSION, help=f"default {fleet.DEFAULT_VERSION}")
+    up.add_argument(
+        "--kafka-version",
+        help=f"default {fleet.DEFAULT_VERSION} (ZooKeeper), {fleet.DEFAULT_KRAFT_VERSION} (KRaft: 3.7.x)",
+    )
+    up.add_argument(
+        "--metadata",
+        choices=fleet.METADATA_MODES,
+        default="zookeeper",
+        help="zookeeper (default) or kraft: no ZooKeeper, every broker a combined KRaft node and voter",
+    )
     up.add_argument("--log-dirs-per-broker", type=int, default=1)
     up.add_argument("--cluster", default="lab", help="cluster name in the inventory and connection ids")
     add("down", "stop every process of the lab")
@@ -81,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 kafka_version=args.kafka_version,
                 log_dirs_per_broker=args.log_dirs_per_broker,
                 cluster=args.cluster,
+                metadata=args.metadata,
             )
             st = fleet.status(d)
             if not args.json:

@@ -46,7 +46,7 @@ from fleet_doctor.probe import (
     parse_partition_dir_name,
     parse_partition_metadata,
 )
-from fleet_lab import python_path
+from fleet_lab import kraft, python_path
 from fleet_lab.broker import BrokerConfig, running_pid
 from fleet_lab.kafka_files import (
     KafkaFeatures,
@@ -68,6 +68,12 @@ REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("FLEET_DOCTOR_CORPUS", REPO.parent / "shared" / "kafka-real-data"))
 DEFAULT_DIR = REPO / ".lab"
 DEFAULT_VERSION = "3.6.2"
+DEFAULT_KRAFT_VERSION = "3.7.1"  # a KRaft lab writes Kafka 3.7's metadata (fleet_lab.kraft)
+METADATA_MODES = ("zookeeper", "kraft")
+# KRaft: the metadata log's segment.bytes (Kafka's minimum is 8 MiB outside tests; small here, like the partitions' 16
+# KiB, so that a lab's metadata log has several segments), metadata.log.max.record.bytes.between.snapshots (20 MiB)
+METADATA_SEGMENT_BYTES = 4096
+METADATA_SNAPSHOT_BYTES = 8192
 CHROOT = "/kafka"
 SSHD = "/usr/sbin/sshd"
 LAB_SEGMENT_BYTES = 16384  # small segments: every partition has several
@@ -122,10 +128,15 @@ class LabState:
     zk_pid: int | None
     user: str
     brokers: list[LabBrokerState] = field(default_factory=list)
+    metadata_mode: str = "zookeeper"  # or "kraft": no ZooKeeper, every broker a combined KRaft node and voter
+
+    @property
+    def kraft(self) -> bool:
+        return self.metadata_mode == "kraft"
 
     @property
     def zookeeper(self) -> str:
-        return f"127.0.0.1:{self.zk_port}{CHROOT}"
+        return "" if self.kraft else f"127.0.0.1:{self.zk_port}{CHROOT}"
 
     @property
     def path(self) -> Path:
@@ -338,6 +349,14 @@ def _corpus_leader_epoch(partition: int) -> int:
 
 def _write_data(state: LabState) -> list[tuple[str, dict[int, list[int]], str, int]]:
     """Write every broker's log dirs as a cleanly stopped broker leaves them; returns the topic layout."""
+    return _write_log_dirs(state)[0]
+
+
+def _write_log_dirs(
+    state: LabState,
+) -> tuple[list[tuple[str, dict[int, list[int]], str, int]], dict[tuple[str, int, int], str]]:
+    """The topic layout, and the log dir of each replica ((topic, partition, broker) -> log dir). A KRaft lab's
+    meta.properties and clean-shutdown markers are written with its metadata (``_write_kraft_metadata``)."""
     f = state.features
     topics, _ = _layout(state, f)
     replicas: dict[int, list[tuple[str, int, Path, int]]] = {b.id: [] for b in state.brokers}
@@ -369,13 +388,56 @@ def _write_data(state: LabState) -> list[tuple[str, dict[int, list[int]], str, i
     for b in state.brokers:
         for d in map(Path, b.log_dirs):
             mine = sorted((t, p, leo) for t, p, ld, leo in replicas[b.id] if ld == d)
-            write_meta_properties(d, b.id, state.cluster_id, f)
+            if not state.kraft:
+                write_meta_properties(d, b.id, state.cluster_id, f)
             write_atomic(d / "recovery-point-offset-checkpoint", encode_offset_checkpoint(mine))
             write_atomic(d / "replication-offset-checkpoint", encode_offset_checkpoint(mine))
             if f.has_log_start_offset_checkpoint:
                 write_atomic(d / "log-start-offset-checkpoint", encode_offset_checkpoint([]))
-            write_clean_shutdown(d, f, 0)
-    return topics
+            if not state.kraft:
+                write_clean_shutdown(d, f, 0)
+    placement = {(t, p, bid): str(ld) for bid, rs in replicas.items() for t, p, ld, _leo in rs}
+    return topics, placement
+
+
+def _topic_configs(topic: str, min_isr: int) -> dict[str, str]:
+    cfg = {"min.insync.replicas": str(min_isr)}
+    if topic == "__consumer_offsets":
+        cfg.update({"cleanup.policy": "compact", "compression.type": "producer"})
+    return cfg
+
+
+def _write_kraft_metadata(
+    state: LabState,
+    topics: list[tuple[str, dict[int, list[int]], str, int]],
+    placement: dict[tuple[str, int, int], str],
+) -> dict[str, str]:
+    """A KRaft lab's metadata as a cluster whose nodes all stopped together leaves it (fleet_lab.kraft
+    .write_stopped_cluster): every node's __cluster_metadata-0 in its first log dir, meta.properties version 1 with a
+    directory.id per log dir, the clean-shutdown markers with each broker's epoch. Returns {log dir: directory.id}."""
+    f = state.features
+    dir_ids = {d: kraft.random_directory_id() for b in state.brokers for d in b.log_dirs}
+    nodes = [
+        kraft.NodeFiles(b.id, Path(b.log_dirs[0]), b.listener_port, {d: dir_ids[d] for d in b.log_dirs})
+        for b in state.brokers
+    ]
+    specs = [
+        kraft.TopicSpec(
+            topic,
+            topic_id,
+            assignment,
+            _topic_configs(topic, min_isr),
+            {p: [dir_ids[placement[(topic, p, r)]] for r in rs] for p, rs in assignment.items()},
+            {p: _corpus_leader_epoch(p) for p in assignment} if topic == THILLAI_TOPIC else {},
+        )
+        for topic, assignment, topic_id, min_isr in topics
+    ]
+    written = kraft.write_stopped_cluster(nodes, specs, f, METADATA_SEGMENT_BYTES)
+    for b in state.brokers:
+        for d in map(Path, b.log_dirs):
+            kraft.write_kraft_meta_properties(d, b.id, state.cluster_id, dir_ids[str(d)])
+            write_clean_shutdown(d, f, written["broker_epochs"][b.id])
+    return dir_ids
 
 
 def _write_zookeeper(state: LabState, topics: list[tuple[str, dict[int, list[int]], str, int]]) -> None:
@@ -460,12 +522,18 @@ def write_inventory(state: LabState) -> inv.Inventory:
         )
         for b in state.brokers
     ]
-    inventory = inv.Inventory(
-        cluster=state.cluster,
-        zookeeper=state.zookeeper,
-        brokers=brokers,
-        extra={"lab_dir": state.dir, "known_hosts": str(state.path / "ssh" / "known_hosts")},
-    )
+    extra = {"lab_dir": state.dir, "known_hosts": str(state.path / "ssh" / "known_hosts")}
+    if state.kraft:  # combined nodes: each controller is a broker of the inventory, reached through its entry
+        inventory = inv.Inventory(
+            cluster=state.cluster,
+            zookeeper="",
+            brokers=brokers,
+            extra=extra,
+            metadata_mode="kraft",
+            controllers=[inv.ControllerEntry(id=b.id, metadata_log_dir=b.log_dirs[0]) for b in state.brokers],
+        )
+    else:
+        inventory = inv.Inventory(cluster=state.cluster, zookeeper=state.zookeeper, brokers=brokers, extra=extra)
     inventory.save(state.inventory_path)
     conns = inventory.airflow_connections()
     write_atomic(state.path / "airflow-connections.json", (json.dumps(conns, indent=2) + "\n").encode())
@@ -533,7 +601,8 @@ def is_up(directory: Path) -> bool:
 
 
 def _lab_pids(state: LabState) -> dict[str, int | None]:
-    pids: dict[str, int | None] = {"zookeeper": state.zk_pid if process_mentions(state.zk_pid, state.dir) else None}
+    zk = state.zk_pid if not state.kraft and process_mentions(state.zk_pid, state.dir) else None
+    pids: dict[str, int | None] = {"zookeeper": zk}
     for b in state.brokers:
         pids[f"sshd-{b.id}"] = b.sshd_pid if process_mentions(b.sshd_pid, b.run_dir) else None
         with contextlib.suppress(OSError, ValueError, TypeError):
@@ -545,14 +614,23 @@ def up(
     directory: str | os.PathLike[str] = DEFAULT_DIR,
     *,
     brokers: int = 3,
-    kafka_version: str = DEFAULT_VERSION,
+    kafka_version: str | None = None,
     log_dirs_per_broker: int = 1,
     cluster: str = "lab",
+    metadata: str = "zookeeper",
 ) -> LabState:
     lab_dir = Path(directory).resolve()
     if brokers < 1 or log_dirs_per_broker < 1:
         raise LabError("--brokers and --log-dirs-per-broker must be at least 1")
+    if metadata not in METADATA_MODES:
+        raise LabError(f"--metadata must be one of {', '.join(METADATA_MODES)} ({metadata!r})")
+    if kafka_version is None:
+        kafka_version = DEFAULT_KRAFT_VERSION if metadata == "kraft" else DEFAULT_VERSION
     features = KafkaFeatures.of(kafka_version)  # validates the version
+    if metadata == "kraft":
+        if not kraft.supports_kraft(features):
+            raise LabError(f"the KRaft lab writes Kafka 3.7's metadata: --kafka-version 3.7.x ({kafka_version})")
+        return _up_kraft(lab_dir, brokers, str(kafka_version), log_dirs_per_broker, cluster)
     if is_up(lab_dir):
         raise LabError(f"a fleet lab is already up at {lab_dir}: run `fleet-lab down --dir {lab_dir}` first")
     if lab_dir.exists():
@@ -610,10 +688,148 @@ def up(
     return state
 
 
+def _up_kraft(lab_dir: Path, n: int, kafka_version: str, log_dirs_per_broker: int, cluster: str) -> LabState:
+    """``up --metadata kraft``: no ZooKeeper; every broker a combined node (process.roles=broker,controller) and a
+    voter of the quorum (fleet_lab.quorum), its metadata log in its first log dir."""
+    if is_up(lab_dir):
+        raise LabError(f"a fleet lab is already up at {lab_dir}: run `fleet-lab down --dir {lab_dir}` first")
+    if lab_dir.exists():
+        shutil.rmtree(lab_dir)
+    (lab_dir / "ssh").mkdir(parents=True)
+    user = getpass.getuser()
+    client_pub = _keygen(lab_dir / "ssh" / "id_ed25519", f"fleet-doctor@{cluster}")
+    (lab_dir / "ssh" / "authorized_keys").write_text(client_pub + "\n")
+    state = LabState(str(lab_dir), cluster, random_topic_id(), kafka_version, 0, None, user, metadata_mode="kraft")
+    try:
+        for i in range(n):
+            bid = i + 1
+            run = lab_dir / f"broker-{bid}"
+            run.mkdir()
+            host_key = _keygen(run / "ssh_host_ed25519_key", f"broker-{bid}")
+            log_dirs = [str(run / f"data-{k}") for k in range(log_dirs_per_broker)]
+            for d in log_dirs:
+                Path(d).mkdir()
+            b = LabBrokerState(bid, free_port(), free_port(), None, str(run), log_dirs, host_key)
+            state.brokers.append(b)
+            b.sshd_pid = _start_sshd(b, lab_dir, user)
+        state.save()
+        topics, placement = _write_log_dirs(state)
+        dir_ids = _write_kraft_metadata(state, topics, placement)
+        voters = [{"id": b.id, "run_dir": b.run_dir, "metadata_log_dir": b.log_dirs[0]} for b in state.brokers]
+        for b in state.brokers:
+            BrokerConfig(
+                broker_id=b.id,
+                zookeeper="",
+                log_dirs=b.log_dirs,
+                kafka_version=state.kafka_version,
+                listener_port=b.listener_port,
+                run_dir=b.run_dir,
+                cluster_id=state.cluster_id,
+                session_timeout_s=BROKER_SESSION_TIMEOUT_S,
+                kraft={
+                    "node_id": b.id,
+                    "voters": voters,
+                    "quorum_lock": str(lab_dir / "kraft-quorum.lock"),
+                    "directory_ids": {d: dir_ids[d] for d in b.log_dirs},
+                    "segment_bytes": METADATA_SEGMENT_BYTES,
+                    "snapshot_bytes": METADATA_SNAPSHOT_BYTES,
+                    "session_timeout_ms": int(BROKER_SESSION_TIMEOUT_S * 1000),
+                },
+            ).save(b.config_path)
+            b.service_script.write_text(_service_script(b))
+            b.service_script.chmod(0o755)
+        write_inventory(state)
+        for b in state.brokers:
+            _wait_ssh_banner(b.ssh_port, b.sshd_pid or 0, Path(b.run_dir) / "sshd.log")
+        with ThreadPoolExecutor(max_workers=len(state.brokers)) as pool:
+            results = list(pool.map(lambda b: run_service(b, "start"), state.brokers))
+        failed = [(b, r) for b, r in zip(state.brokers, results, strict=True) if r.returncode != 0]
+        if failed:
+            b, r = failed[0]
+            raise LabError(f"broker {b.id} did not start: {r.stdout}{r.stderr}")
+        wait_healthy(state, timeout=30)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            down(lab_dir)
+        raise
+    return state
+
+
+def quorum_leader(state: LabState) -> tuple[int, int] | None:
+    """(node id, epoch) of the KRaft quorum's leader: the running node that leads at the highest epoch, by the
+    nodes' own views (fleet_lab.quorum); None when no running node leads."""
+    from fleet_lab.quorum import alive_view
+
+    leaders = []
+    for b in state.brokers:
+        view = alive_view(Path(b.run_dir))
+        if view is not None and view.get("leader_id") == b.id:
+            leaders.append((int(view["leader_epoch"]), b.id))
+    if not leaders:
+        return None
+    epoch, node = max(leaders)
+    return node, epoch
+
+
+def read_metadata(state: LabState, broker_id: int | None = None) -> list[dict[str, Any]]:
+    """The cluster metadata as the product's decoder reads it from a node's metadata log (the quorum leader's by
+    default)."""
+    from fleet_doctor.cluster_metadata import read_cluster_metadata
+
+    if broker_id is None:
+        leader = quorum_leader(state)
+        if leader is None:
+            raise LabError(f"the KRaft lab at {state.dir} has no quorum leader")
+        broker_id = leader[0]
+    return read_cluster_metadata(state.broker(broker_id).log_dirs[0])
+
+
+def _kraft_health_problem(state: LabState, expect_down: frozenset[int]) -> str | None:
+    from fleet_lab.quorum import alive_view
+
+    if quorum_leader(state) is None:
+        return "no quorum leader"
+    records = read_metadata(state)
+    views = {b.id: alive_view(Path(b.run_dir)) for b in state.brokers}
+    registered = {r["broker_id"]: r for r in records if r["kind"] == "broker"}
+    want = {b.id for b in state.brokers} - set(expect_down)
+    for bid in sorted(want):
+        view, reg = views[bid], registered.get(bid)
+        if view is None:
+            return f"broker {bid} is not running"
+        if reg is None or reg["incarnation_id"] != view["incarnation_id"]:
+            return f"broker {bid} is not registered (incarnation {view['incarnation_id']})"
+        if reg["fenced"]:
+            return f"broker {bid} is fenced"
+    live = {bid for bid in want if not registered[bid]["fenced"]}
+    for r in records:
+        if r["kind"] != "partition_state":
+            continue
+        name = f"{r['topic']}-{r['partition']}"
+        if r["leader"] not in live:
+            return f"{name} has no live leader (leader {r['leader']}, ISR {r['isr']})"
+        missing = {x for x in r["replicas"] if x in want} - set(r["isr"])
+        if missing:
+            return f"{name}: replicas {sorted(missing)} not in ISR {r['isr']}"
+    return None
+
+
 def wait_healthy(state: LabState, timeout: float = 30.0, expect_down: frozenset[int] = frozenset()) -> None:
     """Until every running broker is registered, a controller is elected and every partition has a
-    leader and its full replica set in ISR (brokers in ``expect_down`` excepted)."""
+    leader and its full replica set in ISR (brokers in ``expect_down`` excepted). KRaft: read from the metadata log
+    by the product's decoder (registered in its current incarnation and unfenced)."""
     deadline = time.monotonic() + timeout
+    if state.kraft:
+        problem: str | None = "not checked"
+        while time.monotonic() < deadline:
+            try:
+                problem = _kraft_health_problem(state, expect_down)
+            except (OSError, ValueError, LabError) as e:
+                problem = str(e)
+            if problem is None:
+                return
+            time.sleep(0.05)
+        raise LabError(f"lab not healthy after {timeout:.0f} s: {problem}")
     zk = state.zk_client()
     problem = "not checked"
     try:
@@ -667,7 +883,7 @@ def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[str]:
         if process_mentions(b.sshd_pid, b.run_dir):
             _terminate(b.sshd_pid, b.run_dir, group=True)
             stopped.append(f"sshd-{b.id} ({b.sshd_pid})")
-    if process_mentions(state.zk_pid, state.dir):
+    if not state.kraft and process_mentions(state.zk_pid, state.dir):
         _terminate(state.zk_pid, state.dir)
         stopped.append(f"zookeeper ({state.zk_pid})")
     return stopped
@@ -681,7 +897,8 @@ def status(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any]:
         "cluster": state.cluster,
         "cluster_id": state.cluster_id,
         "kafka_version": state.kafka_version,
-        "zookeeper": state.zookeeper,
+        "metadata_mode": state.metadata_mode,
+        "zookeeper": state.zookeeper or None,
         "zookeeper_pid": pids["zookeeper"],
         "zookeeper_running": pids["zookeeper"] is not None,
         "inventory": str(state.inventory_path),
@@ -691,7 +908,12 @@ def status(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any]:
         "controller": None,
         "brokers": [],
     }
-    if pids["zookeeper"]:
+    if state.kraft:
+        leader = quorum_leader(state)
+        out["controller"] = leader[0] if leader else None
+        out["quorum_leader_epoch"] = leader[1] if leader else None
+        out["controllers"] = [{"id": b.id, "metadata_log_dir": b.log_dirs[0]} for b in state.brokers]
+    elif pids["zookeeper"]:
         with contextlib.suppress(Exception):
             zk = state.zk_client(timeout=3)
             try:
