@@ -588,6 +588,7 @@ def test_partition_change_merge_rules(tmp_path: Path) -> None:
     assert t["adding_replicas"] == {"0": [3]} and t["removing_replicas"] == {"0": [1]}
     assert t["replication_factor"] == 2  # 3 replicas, one of them being added
     (s,) = kinds(records, "partition_state")
+    assert (s["adding_replicas"], s["removing_replicas"]) == ([3], [1])
     assert (s["replicas"], s["directories"], s["leader"], s["leader_epoch"], s["partition_epoch"]) == (
         [1, 2, 3],
         [DIR_1, DIR_2, DIR_2],

@@ -1432,6 +1432,8 @@ def _records(head, img, rp):
                     "zk_version": p["PartitionEpoch"],
                     "partition_epoch": p["PartitionEpoch"],
                     "replicas": list(p["Replicas"]),
+                    "adding_replicas": list(p["AddingReplicas"]),
+                    "removing_replicas": list(p["RemovingReplicas"]),
                     "directories": list(p["Directories"]),
                     "eligible_leader_replicas": list(p["EligibleLeaderReplicas"]),
                     "last_known_elr": list(p["LastKnownElr"]),
