@@ -382,6 +382,7 @@ def register(broker_id: int, epoch: int, host: str) -> bytes:
 
 
 def partition(topic_id: str, pid: int, replicas: list[int], version: int = 1) -> bytes:
+    fields: dict[str, Any] = {"Directories": [DIR_1 if r == 1 else DIR_2 for r in replicas]} if version >= 1 else {}
     return ke.metadata_value(
         "PartitionRecord",
         version,
@@ -392,7 +393,7 @@ def partition(topic_id: str, pid: int, replicas: list[int], version: int = 1) ->
         Leader=replicas[0],
         LeaderEpoch=0,
         PartitionEpoch=0,
-        Directories=[DIR_1 if r == 1 else DIR_2 for r in replicas],
+        **fields,
     )
 
 
