@@ -1,6 +1,7 @@
 """The KRaft metadata decoder (fleet_doctor.cluster_metadata): real Kafka 3.2 / 3.5 / 3.7 / 4.0 metadata dirs from
 the corpus (checked against the partition.metadata files Kafka wrote independently, and against MANIFEST.md), the
-replay rules on logs written by the test encoder (harness/kraft_encode.py), hostile input, the CLI and the bundle."""
+replay rules on logs written by the lab's encoder (fleet_lab.kraft, through harness/kraft_encode.py), hostile input,
+the CLI and the bundle."""
 
 from __future__ import annotations
 
