@@ -17,6 +17,7 @@ tables. Facts are cited as in ../shared/docs/kraft-reference.md ("kraft-ref §n"
 
 import base64
 import errno
+import itertools
 import json
 import os
 import struct
@@ -1135,6 +1136,18 @@ def read_quorum_state(path):
 def read_cluster_metadata(metadata_dir):
     """Replay a KRaft metadata dir (a ``__cluster_metadata-0`` dir, or a log dir holding one) into JSON-ready records
     (docs/cluster-metadata-schema.md). Raises ClusterMetadataError when the dir cannot be read at all."""
+    return list(iter_cluster_metadata(metadata_dir))
+
+
+def iter_cluster_metadata(metadata_dir):
+    """read_cluster_metadata's records one by one: the replay is done (and ClusterMetadataError raised) by this call,
+    the records are made as they are taken, so a big cluster's output is never all in memory beside the image."""
+    head, img, rp = _replay(metadata_dir)
+    return _records(head, img, rp)
+
+
+def _replay(metadata_dir):
+    """(the cluster_metadata header, the Image, the _Replay with its problems) of a metadata dir."""
     taken_at_ms = int(time.time() * 1000)
     mdir, logdir = resolve_metadata_dir(metadata_dir)
     try:
@@ -1316,7 +1329,7 @@ def read_cluster_metadata(metadata_dir):
     if head["quorum_voters"] is None and rp.voters is not None:
         head["quorum_voters"] = rp.voters
     head["error"] = "; ".join(errors) or None
-    return _records(head, img, rp)
+    return head, img, rp
 
 
 # --------------------------------------------------------------------------------------------
@@ -1369,13 +1382,21 @@ def _int_config(conf, name, where):
 
 
 def _records(head, img, rp):
-    out = [head]
+    """The output records, made one by one (a generator), in the documented order."""
+    with_errors = [0]
+
+    def out(rec):
+        if rec.get("error"):
+            with_errors[0] += 1
+        return rec
+
+    yield out(head)
     controller_id = controller_epoch = None
     if head["quorum_leader_id"] is not None and head["quorum_leader_id"] >= 0:
         controller_id, controller_epoch = head["quorum_leader_id"], head["quorum_leader_epoch"]
     elif head["last_leader_change_leader_id"] is not None:
         controller_id, controller_epoch = head["last_leader_change_leader_id"], head["last_leader_change_epoch"]
-    out.append(
+    yield out(
         {
             "kind": "cluster",
             "kafka_tree_found": True,
@@ -1388,8 +1409,8 @@ def _records(head, img, rp):
             "error": None,
         }
     )
-    brokers = [_broker_record(img.brokers[i]) for i in sorted(img.brokers)]
-    out.extend(brokers)
+    for i in sorted(img.brokers):
+        yield out(_broker_record(img.brokers[i]))
     n_topics = n_states = 0
     for topic_id, t in sorted(img.topics.items(), key=lambda kv: (kv[1]["name"], kv[0])):
         name = t["name"]
@@ -1399,7 +1420,7 @@ def _records(head, img, rp):
         adding = dict((str(pid), p["AddingReplicas"]) for pid, p in parts if p["AddingReplicas"])
         removing = dict((str(pid), p["RemovingReplicas"]) for pid, p in parts if p["RemovingReplicas"])
         counts = [len(p["Replicas"]) - len([r for r in p["AddingReplicas"] if r in p["Replicas"]]) for _pid, p in parts]
-        out.append(
+        yield out(
             {
                 "kind": "topic",
                 "topic": name,
@@ -1417,7 +1438,7 @@ def _records(head, img, rp):
         )
         n_topics += 1
         for pid, p in parts:
-            out.append(
+            yield out(
                 {
                     "kind": "partition_state",
                     "topic": name,
@@ -1461,22 +1482,23 @@ def _records(head, img, rp):
             }
         )
     broker_configs.sort(key=lambda r: (r["broker_id"] is not None, r["broker_id"] or 0, r["resource_name"]))
-    out.extend(broker_configs)
-    out.extend(rp.problems)
-    out.append(
+    for rec in broker_configs:
+        yield out(rec)
+    for rec in rp.problems:
+        yield out(rec)
+    yield out(
         {
             "kind": "cluster_metadata_end",
             "complete": True,
             "topics": n_topics,
-            "brokers": len(brokers),
+            "brokers": len(img.brokers),
             "partition_states": n_states,
             "broker_configs": len(broker_configs),
-            "records_with_errors": sum(1 for r in out if r.get("error")),
+            "records_with_errors": with_errors[0],
             "problems": len(rp.problems),
             "problems_suppressed": rp.suppressed,
         }
     )
-    return out
 
 
 def format_records(records):
@@ -1494,14 +1516,17 @@ def main(argv=None):
         sys.stderr.write(USAGE + "\n")
         return 2
     try:
-        records = read_cluster_metadata(argv[0])
+        records = iter_cluster_metadata(argv[0])
     except ClusterMetadataError as e:
         sys.stderr.write("cluster-metadata: error: %s\n" % e)
         return 2
     out = getattr(sys.stdout, "buffer", None)
     try:
-        for i in range(0, len(records), 1000):  # in slices: the text of a big cluster is never in memory twice
-            text = format_records(records[i : i + 1000])
+        while True:  # in slices of records: the text of a big cluster is never all in memory
+            chunk = list(itertools.islice(records, 1000))
+            if not chunk:
+                break
+            text = format_records(chunk)
             if out is not None:
                 out.write(text.encode("utf-8"))
             else:
