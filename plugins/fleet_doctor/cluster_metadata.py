@@ -48,14 +48,8 @@ METADATA_DIR_NAME = "__cluster_metadata-0"
 # Each struct (the message itself, every array element of struct type, every nested struct) ends with a tagged
 # section: uvarint count, then per field uvarint tag, uvarint size, value; tags ascending; only values that differ
 # from the field's default are written. A reader skips tags it does not know.
-SCALAR_TYPES = {
-    "int8": struct.Struct(">b"),
-    "int16": struct.Struct(">h"),
-    "int32": struct.Struct(">i"),
-    "int64": struct.Struct(">q"),
-    "uint16": struct.Struct(">H"),
-    "float64": struct.Struct(">d"),
-}
+SCALAR_CODES = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", "float64": "d"}  # struct codes
+SCALAR_TYPES = dict((t, struct.Struct(">" + code)) for t, code in SCALAR_CODES.items())
 TYPES = tuple(sorted(SCALAR_TYPES)) + ("bool", "uuid", "string", "bytes")  # plus "[]T" and struct types
 STRING_MAX_BYTES = 0x7FFF  # generated readers: "string field X had invalid length N"
 ZERO_UUID_BYTES = b"\0" * 16
@@ -483,6 +477,9 @@ def _read_value(f, t, r, version):
                 "Tried to allocate a collection of size %d, but there are only %d bytes remaining (field %s)"
                 % (n, r.remaining(), f["name"])
             )
+        code = SCALAR_CODES.get(et)
+        if code is not None:  # an array of numbers in one unpack
+            return list(struct.unpack(">%d%s" % (n, code), r.take(n * SCALAR_TYPES[et].size, f["name"])))
         if et in TYPES:
             return [_read_value(f, et, r, version) for _ in range(n)]
         return [_read_struct(f["fields"], r, version) for _ in range(n)]
