@@ -212,7 +212,14 @@ def metadata_snapshot_gap(f: Frames) -> DataFrame:
 
 @detector("metadata-record-unknown")
 def metadata_record_unknown(f: Frames) -> DataFrame:
-    found = _problems(f, UNKNOWN)
+    # records a node could not apply after a snapshot gap (a partition change of a topic whose TopicRecord is in the
+    # gap) are the gap's consequence: metadata-snapshot-gap says it once
+    gapped = (
+        _controllers(f, "cluster_metadata")
+        .where(F.coalesce("snapshot_gap", F.lit(False)))
+        .select("node_id", "c_logdir", F.lit("inconsistent").alias("problem"))
+    )
+    found = _problems(f, UNKNOWN).join(gapped, ["node_id", "c_logdir", "problem"], "left_anti")
     msg = F.format_string(
         "controller %d: %s%s: the record was skipped, the audit's cluster facts may miss what it changes",
         "node_id",
@@ -325,6 +332,8 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
         .where(
             (F.col("quorum_leader_epoch") < F.col("top_epoch"))
             & (F.coalesce("log_epoch", F.lit(-1)) < F.col("top_epoch"))
+            # a log ahead of its own quorum-state is the warning above, not lag
+            & (F.coalesce("log_epoch", F.lit(-1)) <= F.col("quorum_leader_epoch"))
         )
     )
     behind_f = _controller_findings(

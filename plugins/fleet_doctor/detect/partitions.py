@@ -72,8 +72,7 @@ def leader_epoch_ahead(f: Frames) -> list[Check | DataFrame]:
         "leader-epoch-ahead",
         F.format_string(
             "%s: latest leader epoch %d is above "
-            + ("the leader epoch in " + f.metadata_log() if f.kraft else "ZooKeeper's leader_epoch")
-            + " %d",
+            + ("%d, the leader epoch in " + f.metadata_log() if f.kraft else "ZooKeeper's leader_epoch %d"),
             path,
             "latest_leader_epoch",
             "zk_leader_epoch",
