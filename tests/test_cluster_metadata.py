@@ -1124,3 +1124,16 @@ def test_fuzzed_real_log_never_crashes(corpus: Path, tmp_path: Path, reseal: boo
             assert p["file"] == str(seg) and p["message"].startswith(str(seg))
             seen.add(p["problem"])
     assert seen >= ({"undecodable"} if reseal else {"crc"})
+
+
+def test_an_oversized_transaction_is_dropped_with_a_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cm, "TXN_RECORDS_MAX", 3)
+    ids = [TOPIC_A, TOPIC_B, TOPIC_C, TOPIC_D]
+    values = [ke.metadata_value("BeginTransactionRecord")] + [topic(f"t{i}", tid) for i, tid in enumerate(ids)]
+    values.append(ke.metadata_value("EndTransactionRecord"))
+    make_dir(tmp_path, segments={0: ke.data_batch(0, values)})
+    records = decode(tmp_path)
+    ps = problems(records)
+    assert [(p["problem"], p["offset"]) for p in ps] == [("undecodable", 4), ("inconsistent", 5)]
+    assert "begun at offset 0 holds more than 3 records; dropped" in ps[0]["message"]
+    assert set(topics(records)) == {"t3"} and records[0]["open_transaction"] is False

@@ -695,8 +695,7 @@ class Image:
         topic = self.topics.pop(r["TopicId"], None)
         if topic is None:
             return "RemoveTopicRecord for topic ID %s, which the image does not hold" % r["TopicId"]
-        if not any(t["name"] == topic["name"] for t in self.topics.values()):
-            self.configs.pop((CONFIG_TOPIC, topic["name"]), None)
+        self.configs.pop((CONFIG_TOPIC, topic["name"]), None)  # ConfigurationsDelta: the topic's configs go with it
         return None
 
     def replay_PartitionRecord(self, r):
@@ -869,8 +868,8 @@ class _Replay:
         self.problems = []
         self.problem_counts = {}
         self.suppressed = 0
-        self.txn = None  # None, or [(offset, name, fields, file)] since BeginTransactionRecord
-        self.txn_begin = None  # (file, offset) of the open BeginTransactionRecord
+        self.txn = None  # None, or [(offset, name, fields, file, position)] since BeginTransactionRecord
+        self.txn_begin = None  # (file, offset, position) of the open BeginTransactionRecord
         self.records_replayed = 0
         self.last_applied_offset = None
         self.leader_change = None  # (leader id, epoch) of the last LEADER_CHANGE
@@ -921,14 +920,20 @@ class _Replay:
             self.last_applied_offset = offset
             return
         if self.txn is not None:
-            if len(self.txn) > TXN_RECORDS_MAX:
-                raise DecodeError("a metadata transaction holds more than %d records" % TXN_RECORDS_MAX)
-            self.txn.append((offset, name, fields_, path, position))
-            return
+            if len(self.txn) >= TXN_RECORDS_MAX:
+                msg = "the metadata transaction begun at offset %d holds more than %d records; dropped"
+                self.problem(path, offset, position, "undecodable", msg % (self.txn_begin[1], TXN_RECORDS_MAX))
+                self.txn = self.txn_begin = None
+            else:
+                self.txn.append((offset, name, fields_, path, position))
+                return
         self._apply_now(offset, name, fields_, path, position)
 
     def _apply_now(self, offset, name, fields_, path, position):
-        err = self.image.replay(name, fields_)
+        try:
+            err = self.image.replay(name, fields_)
+        except (KeyError, TypeError, ValueError, IndexError) as e:  # a record of a shape the image cannot take
+            err = "%s could not be applied: %s: %s" % (name, type(e).__name__, e)
         if err:
             self.problem(path, offset, position, "inconsistent", err + "; skipped")
         self.records_replayed += 1
@@ -978,7 +983,6 @@ class _FileWalk:
         if last < self.min_offset:
             self._before_snapshot(position, size)
             return
-        rp = self.replay
         if size > MAX_BATCH_BYTES:
             rp.problem(
                 self.path,
