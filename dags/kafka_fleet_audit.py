@@ -4,17 +4,18 @@
 Audits every broker of the cluster inventory and tells the on-call what is wrong before the next restart hurts.
 
 1. **discover**: brokers from the inventory (`FLEET_DOCTOR_INVENTORY`) and their registrations: ZooKeeper
-   `/brokers/ids`, or on a KRaft cluster the brokers registered and unfenced in the metadata log of the first
-   controller that can be read (over SSH, in the inventory's order); a broker known to only one of them is
-   reported, never dropped. A manual run may audit only some brokers (param `brokers`); the others' earlier
-   findings are then carried as unverified, not resolved.
+   `/brokers/ids`, or on a KRaft cluster the brokers registered and unfenced in the most up-to-date metadata log of
+   the controllers (read over SSH); a broker known to only one of them is reported, never dropped. A manual run
+   may audit only some brokers (param `brokers`); the others' earlier findings are then carried as unverified, not
+   resolved.
 2. **stage** (one mapped task per broker, pool `kafka_fleet_audit`): the probe is streamed over the broker's SSH
    connection (`kafka_ssh_<cluster>_<id>`, host key pinned) and run with `nice -n 19` / `ionice -c 3`; its output
    is staged gzip'd and renamed into place only when complete. Retries with exponential backoff; a broker that
    stays unreachable fails its own task only and the report lists it as **not audited**.
 3. **snapshot_metadata**: topics, partition states, brokers, controller: from ZooKeeper (kazoo, read-only), or on
-   a KRaft cluster decoded from each controller's `__cluster_metadata` log over SSH (host key pinned); the first
-   controller read in the inventory's order gives the cluster facts, the report names it and its snapshot.
+   a KRaft cluster decoded from each controller's `__cluster_metadata` log over SSH (host key pinned); the most
+   up-to-date log gives the cluster facts (the report names its controller and snapshot), every controller's own
+   log header and problems go to the KRaft rules.
 4. **detect**: `spark_apps/detect.py` through `SparkSubmitOperator` (connection `spark_default`).
 5. **publish**: findings history (new / persisting / resolved), the HTML report, a compact summary in XCom, and
    the `kafka_fleet_findings` asset for the repair DAG.

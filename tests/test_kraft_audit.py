@@ -243,31 +243,31 @@ def test_no_controller_read_is_reported_and_alerted(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# over real SSH: the fleet lab's sshd per broker, serving copies of a real KRaft quorum's metadata log dirs
+# over real SSH: the KRaft fleet lab (`fleet-lab up --metadata kraft`: combined nodes, a real sshd each), and copies
+# of a real KRaft quorum's metadata log dirs served by the same sshd
 GREENLEMON = "kraft-3.5-3broker-greenlemon"  # Kafka 3.5.1, 3 combined nodes, snapshots, divergent quorum-state
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A 3-broker fleet lab (its real sshd per broker) whose nodes 1..3 hold copies of greenlemon's kafka1..3 as
-    their metadata log dirs (meta.properties node.id 1..3): the KRaft inventory names them as combined controllers."""
+    """A 3-node KRaft fleet lab, and copies of greenlemon's kafka1..3 (meta.properties node.id 1..3) that an
+    inventory may name as the metadata log dirs of controllers 1..3 instead of the lab's own."""
     from fleet_lab import fleet
     from harness.corpus import CORPUS, copy_writable
 
     root = tmp_path_factory.mktemp("kraft-audit")
-    state = fleet.up(root / "lab", brokers=3)
+    state = fleet.up(root / "lab", brokers=3, metadata="kraft")
     try:
         meta = {n: copy_writable(CORPUS / GREENLEMON / f"kafka{n}", root / f"node-{n}") for n in (1, 2, 3)}
-        yield {"state": state, "root": root, "meta": meta, "zk": inv.load(state.inventory_path)}
+        yield {"state": state, "root": root, "meta": meta, "inv": inv.load(state.inventory_path)}
     finally:
         fleet.down(root / "lab")
 
 
 def kraft_inventory(lab: dict[str, Any], controllers: list[dict[str, Any]] | None = None) -> inv.Inventory:
-    data = lab["zk"].to_dict()
-    del data["zookeeper"]
+    """The lab's inventory with other controllers (default: greenlemon's metadata log dirs on nodes 1..3)."""
     default = [{"id": n, "metadata_log_dir": str(lab["meta"][n])} for n in (1, 2, 3)]
-    return inv.parse({**data, "metadata_mode": "kraft", "controllers": controllers or default}, "lab inventory")
+    return inv.parse({**lab["inv"].to_dict(), "controllers": controllers or default}, "lab inventory")
 
 
 def connect(endpoint: dict[str, Any], trust_any_host_key: bool = False) -> Any:
@@ -284,7 +284,7 @@ def decoded_here(path: Path) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k not in ("taken_at_ms", "dir")} for r in read_cluster_metadata(str(path))]
 
 
-def test_discover_reads_the_first_controller_over_ssh(lab: dict[str, Any]) -> None:
+def test_discover_reads_the_controllers_over_ssh(lab: dict[str, Any]) -> None:
     i = kraft_inventory(lab)
     found = steps.discover(i, connect=connect)
     assert found["metadata_mode"] == "kraft" and found["zookeeper"] is None and found["zookeeper_error"] is None
@@ -302,7 +302,7 @@ def test_discover_reads_the_first_controller_over_ssh(lab: dict[str, Any]) -> No
     assert [b["broker_id"] for b in part["brokers"]] == [2] and part["out_of_scope"] == [1, 3]
 
 
-def test_snapshot_metadata_stages_the_first_controller_and_every_controllers_header(
+def test_snapshot_metadata_stages_the_chosen_controller_and_every_controllers_header(
     lab: dict[str, Any], tmp_path: Path
 ) -> None:
     s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
@@ -330,6 +330,24 @@ def test_snapshot_metadata_stages_the_first_controller_and_every_controllers_hea
     args = steps.detect_args(s, "r1", facts, "staging/r1")
     assert args[args.index("--controllers") + 1] == facts["controllers"]
     assert args[args.index("--zk-snapshot") + 1] == facts["zk_snapshot"]
+
+
+def test_the_most_up_to_date_metadata_log_is_used_whatever_the_order(lab: dict[str, Any], tmp_path: Path) -> None:
+    """greenlemon's kafka2 and kafka3 stopped at epoch 189, offset 30637; kafka1 went on to epoch 190, 30638. Listed
+    first, a controller whose log stopped short (a stopped node on a running host) must not give the cluster's facts:
+    Raft's comparison of logs (newest epoch, then end offset) picks kafka1; equal logs go by the inventory's order."""
+    s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    order = [2, 3, 1]
+    i = kraft_inventory(lab, [{"id": n, "metadata_log_dir": str(lab["meta"][n])} for n in order])
+    found = steps.discover(i, connect=connect)
+    assert found["metadata_source"]["controller"] == 1 and found["metadata_source"]["log_max_epoch"] == 190
+    steps.snapshot_metadata(found, s.store, "staging/r4", connect=connect)
+    source = s.store.read_json("staging/r4/metadata-source.json")
+    assert source["source"]["controller"] == 1 and source["controllers_read"] == order
+    assert [h["controller_id"] for h in s.store.read_jsonl("staging/r4/controllers.jsonl")] == order
+    assert s.store.read_jsonl("staging/r4/zk.jsonl")[0]["node_id"] == 1
+    tie = kraft_inventory(lab, [{"id": n, "metadata_log_dir": str(lab["meta"][n])} for n in (3, 2)])
+    assert steps.discover(tie, connect=connect)["metadata_source"]["controller"] == 3  # equal logs: the first
 
 
 def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], tmp_path: Path) -> None:
@@ -364,7 +382,7 @@ def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], t
 
 def test_a_controller_that_is_not_what_the_inventory_says_is_skipped(lab: dict[str, Any]) -> None:
     """Identity as for a broker: the pinned host key, then node.id in the metadata log dir's meta.properties."""
-    b1, b2 = lab["zk"].broker(1), lab["zk"].broker(2)
+    b1, b2 = lab["inv"].broker(1), lab["inv"].broker(2)
     elsewhere = {  # a controller-only node 7 whose inventory entry points at broker 1's host, pinning broker 2's key
         "id": 7,
         "metadata_log_dir": str(lab["meta"][1]),
@@ -404,7 +422,7 @@ def test_a_failing_decoder_or_garbage_output_names_the_controller(lab: dict[str,
         (b"import sys; sys.stderr.write('Traceback: boom'); sys.exit(3)", "the decoder exited 3: Traceback: boom"),
         (b'print(\'{"kind": "zk_snapshot"}\')', "does not start with a KRaft cluster_metadata record"),
     ):
-        reads, errors = kraft.read_controllers(endpoints, connect, first_only=True, program=program)
+        reads, errors = kraft.read_controllers(endpoints, connect, program=program)
         assert reads == [] and len(errors) == 1, program
         assert (
             errors[0]["error"].startswith(f"controller 3 (127.0.0.1:{i.broker(3).ssh_port}, ")
@@ -427,3 +445,58 @@ def test_no_controller_readable_is_an_error_not_a_crash(lab: dict[str, Any], tmp
     facts = steps.write_broker_facts(found, s.store, "staging/r3")
     assert facts["zk_snapshot"] is None and facts["controllers"] is None and facts["metadata_source"] is None
     assert facts["metadata_error"] == found["metadata_error"]
+
+
+# --------------------------------------------------------------------------------------------
+# the KRaft lab's own quorum, live
+def test_discover_and_snapshot_on_the_live_kraft_lab(lab: dict[str, Any], tmp_path: Path) -> None:
+    from fleet_lab import fleet
+
+    i = lab["inv"]
+    assert i.kraft and [c.id for c in i.controllers] == [1, 2, 3]
+    found = steps.discover(i, connect=connect)
+    assert found["registered"] == [1, 2, 3] and found["fenced"] == [] and found["only_in_inventory"] == []
+    assert found["controller_errors"] == [] and found["metadata_error"] is None
+    source = found["metadata_source"]
+    assert source["controller"] == 1 and source["cluster_id"] == lab["state"].cluster_id  # equal logs: the first
+    assert (source["quorum_leader_id"], source["quorum_leader_epoch"]) == fleet.quorum_leader(lab["state"])
+    mdir = Path(i.controller(1).metadata_log_dir) / inv.CLUSTER_METADATA_DIR
+    assert source["snapshot"] and (mdir / source["snapshot"]).is_file()
+    s = Settings(inventory=lab["state"].inventory_path, data_root=tmp_path / "data")
+    steps.snapshot_metadata(found, s.store, "staging/live", connect=connect)
+    staged = s.store.read_jsonl("staging/live/zk.jsonl")
+    assert {r["topic"] for r in staged if r["kind"] == "topic"} >= {"orders", "payments", "clickstream"}
+    assert sorted(r["broker_id"] for r in staged if r["kind"] == "broker" and not r["fenced"]) == [1, 2, 3]
+    headers = s.store.read_jsonl("staging/live/controllers.jsonl")
+    assert [h["controller_id"] for h in headers if h["kind"] == "cluster_metadata"] == [1, 2, 3]
+
+
+def test_live_fallback_when_a_controllers_host_is_gone(lab: dict[str, Any]) -> None:
+    from fleet_lab import fleet
+
+    fleet.kill_sshd(lab["state"], 1)
+    try:
+        found = steps.discover(lab["inv"], connect=connect)
+    finally:
+        fleet.start_sshd(lab["state"], 1)
+    assert found["metadata_source"]["controller"] == 2 and found["registered"] == [1, 2, 3]
+    assert [e["controller"] for e in found["controller_errors"]] == [1]
+
+
+def test_a_stopped_broker_is_fenced_and_its_stale_log_not_used(lab: dict[str, Any]) -> None:
+    """Broker 2 stopped (combined: its controller too): the quorum fences it, and its own metadata log stops where it
+    left; listed first in the inventory, its log is still not the one the audit takes the cluster's facts from."""
+    from fleet_lab import fleet
+
+    state = lab["state"]
+    assert fleet.run_service(state.broker(2), "stop").returncode == 0
+    try:
+        fleet.wait_healthy(state, timeout=30, expect_down=frozenset({2}))
+        i = kraft_inventory(lab, [{"id": n, "metadata_log_dir": state.broker(n).log_dirs[0]} for n in (2, 1, 3)])
+        found = steps.discover(i, connect=connect)
+        assert found["registered"] == [1, 3] and found["fenced"] == [2] and found["only_in_inventory"] == [2]
+        assert found["metadata_source"]["controller"] in (1, 3)
+        assert [b["registered"] for b in found["brokers"]] == [True, False, True]
+    finally:
+        assert fleet.run_service(state.broker(2), "start").returncode == 0
+        fleet.wait_healthy(state, timeout=60)

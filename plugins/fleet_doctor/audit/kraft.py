@@ -4,9 +4,14 @@ On a controller the decoder (``fleet_doctor.cluster_metadata``, sent on stdin as
 the latest snapshot and the metadata log of its ``metadata_log_dir`` and prints JSON Lines in the ZooKeeper snapshot's
 shape (docs/cluster-metadata-schema.md): ``cluster_metadata`` first, ``cluster_metadata_end`` last. Before that the
 host proves it is that controller (``fleet_doctor.identity``: the pinned host key, ``node.id`` in the metadata log
-dir's ``meta.properties``). Controllers are tried in the inventory's order; whatever goes wrong with one (unreachable,
-another host, a decoder that exits non-zero, output that is not what the decoder prints) is a ``MetadataReadError``
-naming it, and the next one is read.
+dir's ``meta.properties``). Every controller of the inventory is read, in its order; whatever goes wrong with one
+(unreachable, another host, a decoder that exits non-zero, output that is not what the decoder prints) is a
+``MetadataReadError`` naming it, and the others are read all the same.
+
+The cluster's facts are taken from the most up-to-date metadata log read, as Raft compares logs (the epoch of the
+newest batch, then the log end offset), the inventory's order breaking ties: in a healthy quorum every log ends
+alike and the first controller is used; a controller that was stopped (its host still up) or cut off has a log that
+stopped where it left the quorum, and its registrations would say that brokers started since are not there.
 """
 
 from __future__ import annotations
@@ -68,6 +73,14 @@ class ControllerRead:
     def header(self) -> dict[str, Any]:
         return self.records[0]
 
+    def position(self) -> tuple[int, int]:
+        """How far this controller's metadata goes, as Raft compares logs: the newest epoch, then the end offset (a
+        log that holds only a snapshot: the snapshot's)."""
+        h = self.header
+        epochs = [e for e in (h.get("log_max_epoch"), h.get("snapshot_epoch")) if isinstance(e, int)]
+        ends = [o for o in (h.get("log_end_offset"), h.get("snapshot_end_offset")) if isinstance(o, int)]
+        return (max(epochs, default=-1), max(ends, default=-1))
+
     def source(self) -> dict[str, Any]:
         """What the report names: which controller, which snapshot file, how far the log goes."""
         h = self.header
@@ -79,6 +92,7 @@ class ControllerRead:
             "snapshot": h.get("snapshot"),
             "snapshot_end_offset": h.get("snapshot_end_offset"),
             "log_end_offset": h.get("log_end_offset"),
+            "log_max_epoch": h.get("log_max_epoch"),
             "quorum_leader_id": h.get("quorum_leader_id"),
             "quorum_leader_epoch": h.get("quorum_leader_epoch"),
             "problems": sum(1 for r in self.records if r.get("kind") == PROBLEM),
@@ -101,9 +115,13 @@ class ControllerRead:
         """Registered brokers the controller fenced: stopped, or not heartbeating, or not caught up."""
         return sorted(b for b, r in self.brokers().items() if r.get("fenced"))
 
+    def own_records(self) -> list[dict[str, Any]]:
+        """The controller's own facts: its log's header and problems."""
+        return [r for r in self.records if r.get("kind") in (HEADER, PROBLEM)]
+
     def controller_records(self) -> list[dict[str, Any]]:
-        """The controller's own facts (its log's header and problems) for detection, each with its ``controller_id``."""
-        return [{**r, "controller_id": self.controller_id} for r in self.records if r.get("kind") in (HEADER, PROBLEM)]
+        """The controller's own facts for detection, each with its ``controller_id``."""
+        return [{**r, "controller_id": self.controller_id} for r in self.own_records()]
 
 
 def _parse(who: str, out: Any, nbytes: int) -> list[dict[str, Any]]:
@@ -187,19 +205,19 @@ def read_controllers(
     endpoints: Iterable[dict[str, Any]],
     connect: Connect | None = None,
     *,
-    first_only: bool,
     timeout: float = DECODE_TIMEOUT_S,
     program: bytes | None = None,
 ) -> tuple[list[ControllerRead], list[dict[str, Any]]]:
-    """Read the controllers in order: until one succeeds (``first_only``, discovery) or every one (the snapshot:
-    each controller's own log is a fact for detection). Returns the reads (only the first keeps every record; the
-    others keep their header and problems) and, per controller that failed, ``{"controller", "error"}``."""
+    """Read every controller, in order. Returns the reads, the chosen one first (the most up-to-date log, the
+    inventory's order breaking ties: the module docstring), the others in the inventory's order keeping only their
+    header and problems, and, per controller that could not be read, ``{"controller", "error"}``."""
     connect = connect or airflow_connect
     # a decoder that cannot be built here is this worker's problem: raised, not blamed on a controller
     program = decoder_program() if program is None else program
     reads: list[ControllerRead] = []
     errors: list[dict[str, Any]] = []
-    for endpoint in endpoints:
+    endpoints_seen = list(endpoints)
+    for endpoint in endpoints_seen:
         cid = int(endpoint["controller_id"])
         try:
             try:
@@ -214,11 +232,15 @@ def read_controllers(
         except MetadataReadError as e:
             errors.append({"controller": cid, "error": str(e)})
             continue
-        if reads:  # only the chosen controller's image is staged: the others' headers and problems are enough
-            read.records = [r for r in read.records if r.get("kind") in (HEADER, PROBLEM)]
-        reads.append(read)
-        if first_only:
-            break
+        if reads and read.position() > reads[0].position():
+            reads[0].records = reads[0].own_records()  # only the chosen one's image is kept
+            reads.insert(0, read)
+        else:
+            if reads:
+                read.records = read.own_records()
+            reads.append(read)
+    order = [int(e["controller_id"]) for e in endpoints_seen]
+    reads[1:] = sorted(reads[1:], key=lambda r: order.index(r.controller_id))  # the others in the inventory's order
     return reads, errors
 
 

@@ -6,8 +6,8 @@ connected ``paramiko.SSHClient`` (the DAG gets it from the SSH provider's hook),
 own.
 
 The cluster metadata comes from ZooKeeper (``metadata_mode`` ``zookeeper``) or, on a KRaft cluster, from the
-controllers' metadata log (``fleet_doctor.audit.kraft``: the decoder run on a controller over SSH, the first reachable
-controller in the inventory's order). Both give the same records (docs/zk-snapshot-schema.md,
+controllers' metadata log (``fleet_doctor.audit.kraft``: the decoder run on each controller over SSH, the most
+up-to-date log of those read giving the cluster's facts). Both give the same records (docs/zk-snapshot-schema.md,
 docs/cluster-metadata-schema.md), staged as ``zk.jsonl``: detection reads one shape of cluster facts.
 
 Storage layout under the data root (``FLEET_DOCTOR_DATA``: a local directory, or ``s3a://bucket/prefix`` or
@@ -66,10 +66,10 @@ def discover(
     scope), with its registration. A broker known to only one of the two is reported, never dropped.
     ZooKeeper: ``/brokers/ids``, read as ``auth``, by default the cluster's credentials
     (``fleet_doctor.zookeeper.credentials``). KRaft: the brokers the metadata log registers and does not fence, read
-    from the first controller that can be read, in the inventory's order (``connect(endpoint) -> SSH client``,
-    default the Airflow connection); ``metadata_source`` names it, ``controller_errors`` the ones that failed, and
-    ``metadata_error`` says why none could be, ``fenced`` the brokers registered but fenced (``only_in_zookeeper``
-    then means "only in the metadata log").
+    from every controller (``connect(endpoint) -> SSH client``, default the Airflow connection) and taken from the
+    most up-to-date log, the inventory's order breaking ties (``fleet_doctor.audit.kraft``); ``metadata_source``
+    names it, ``controller_errors`` the controllers that could not be read, ``metadata_error`` says why none could
+    be, ``fenced`` the brokers registered but fenced (``only_in_zookeeper`` then means "only in the metadata log").
     Each broker carries what ``stage_broker`` checks its identity against (pinned host key, log dirs)."""
     known = {b.id for b in inventory.brokers}
     scope = {int(b) for b in only}
@@ -84,7 +84,7 @@ def discover(
     if inventory.kraft:
         zk_connect = None
         endpoints = [inventory.controller_endpoint(c.id) for c in inventory.controllers]
-        reads, controller_errors = kraft.read_controllers(endpoints, connect, first_only=True, timeout=metadata_timeout)
+        reads, controller_errors = kraft.read_controllers(endpoints, connect, timeout=metadata_timeout)
         if reads:
             registered, fenced, source = reads[0].registrations(), reads[0].fenced(), reads[0].source()
         else:
@@ -242,24 +242,26 @@ def snapshot_metadata(
     metadata_timeout: float = kraft.DECODE_TIMEOUT_S,
 ) -> int:
     """The cluster's metadata as JSON Lines at ``<run_key>/zk.jsonl`` (the number of records). ZooKeeper: exactly
-    ``snapshot_zookeeper``. KRaft: every controller of ``discovered`` is decoded (``connect(endpoint)``); the first
-    one read, in the inventory's order, gives ``zk.jsonl``, each one read its header and problems to
-    ``controllers.jsonl``, and ``metadata-source.json`` says which controller was used and why others were not.
+    ``snapshot_zookeeper``. KRaft: every controller of ``discovered`` is decoded (``connect(endpoint)``); the most
+    up-to-date log (the inventory's order breaking ties) gives ``zk.jsonl``, each one read its header and problems
+    to ``controllers.jsonl`` (in the inventory's order), and ``metadata-source.json`` says which controller was used
+    and why others were not.
     Raises MetadataReadError when no controller could be read (detection then runs without cluster facts)."""
     if discovered.get("metadata_mode", "zookeeper") != "kraft":
         return snapshot_zookeeper(discovered["zookeeper"], store, f"{run_key}/zk.jsonl", timeout=timeout, auth=auth)
-    reads, errors = kraft.read_controllers(
-        discovered["controllers"], connect, first_only=False, timeout=metadata_timeout
-    )
+    endpoints = discovered["controllers"]
+    reads, errors = kraft.read_controllers(endpoints, connect, timeout=metadata_timeout)
+    order = [int(e["controller_id"]) for e in endpoints]
+    in_order = sorted(reads, key=lambda r: order.index(r.controller_id))
     source = {
         "metadata_mode": "kraft",
         "source": reads[0].source() if reads else None,
-        "controllers_read": [r.controller_id for r in reads],
+        "controllers_read": [r.controller_id for r in in_order],
         "controller_errors": errors,
         "error": None if reads else kraft.error_text(errors),
     }
     if reads:
-        store.write_jsonl(f"{run_key}/controllers.jsonl", [r for read in reads for r in read.controller_records()])
+        store.write_jsonl(f"{run_key}/controllers.jsonl", [r for read in in_order for r in read.controller_records()])
         store.write_jsonl(f"{run_key}/zk.jsonl", reads[0].records)
     store.write_text(f"{run_key}/{METADATA_SOURCE}", json.dumps(source, indent=2) + "\n")
     if not reads:
