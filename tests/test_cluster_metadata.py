@@ -1137,3 +1137,27 @@ def test_an_oversized_transaction_is_dropped_with_a_problem(tmp_path: Path, monk
     assert [(p["problem"], p["offset"]) for p in ps] == [("undecodable", 4), ("inconsistent", 5)]
     assert "begun at offset 0 holds more than 3 records; dropped" in ps[0]["message"]
     assert set(topics(records)) == {"t3"} and records[0]["open_transaction"] is False
+
+
+def test_a_damaged_newest_snapshot_gives_way_to_the_one_before(tmp_path: Path) -> None:
+    older = snapshot_bytes([topic("old", TOPIC_A)], epoch=1)
+    newer = bytearray(snapshot_bytes([topic("new", TOPIC_B), topic("newer", TOPIC_C)], epoch=2))
+    newer[-30] ^= 0xFF  # inside the footer batch: a CRC failure
+    log = ke.data_batch(0, [topic("zero", TOPIC_D)]) + ke.data_batch(1, [topic("one", TOPIC_E)])
+    mdir = make_dir(tmp_path, segments={0: log}, snapshots={(1, 1): older, (3, 2): bytes(newer)})
+    records = decode(tmp_path)
+    head = records[0]
+    assert (head["snapshot"], head["snapshot_end_offset"], head["snapshot_epoch"]) == (
+        "00000000000000000001-0000000001.checkpoint",
+        1,
+        1,
+    )
+    assert set(topics(records)) == {"old", "one"}  # the older snapshot, then the log from its end offset
+    (p,) = problems(records)
+    assert (p["problem"], p["file"]) == ("crc", str(mdir / "00000000000000000003-0000000002.checkpoint"))
+    # when no snapshot is intact, the newest is used as far as it is valid
+    (mdir / "00000000000000000001-0000000001.checkpoint").write_bytes(older[:-10])
+    records = decode(tmp_path)
+    assert records[0]["snapshot"] == "00000000000000000003-0000000002.checkpoint"
+    assert set(topics(records)) == {"new", "newer"}
+    assert sorted(p["problem"] for p in problems(records)) == ["crc", "torn-tail"]

@@ -1069,6 +1069,22 @@ class _FileWalk:
         rp.apply(rec.offset, name, body, self.path, position)
 
 
+def _snapshot_intact(rp, path, res, fw):
+    """True if a snapshot file walked whole, from its SnapshotHeader to its SnapshotFooter; else False, with a
+    problem for a missing header / footer (CRC failures and torn tails have theirs already)."""
+    ctl = fw.control_names
+    intact = not (res["torn_tail"] or res["crc_errors"])
+    if not ctl or ctl[0] != "SNAPSHOT_HEADER":
+        rp.problem(path, 0, 0, "undecodable", "the snapshot does not start with a SnapshotHeader control record")
+        intact = False
+    if not ctl or ctl[-1] != "SNAPSHOT_FOOTER":
+        if intact:
+            msg = "the snapshot has no SnapshotFooter: it is incomplete"
+            rp.problem(path, fw.next_offset, res["valid_bytes"], "torn-tail", msg)
+        intact = False
+    return intact
+
+
 def _walk_file(replay, path, min_offset, snapshot):
     """Walk one file; returns (walk_log result, _FileWalk) or (None, None) when it cannot be read (a problem)."""
     try:
@@ -1222,33 +1238,29 @@ def _replay(metadata_dir):
         head["quorum_voters"] = qs["voters"]
         head["quorum_data_version"] = qs["data_version"]
 
-    # 1. the latest snapshot (by epoch, then end offset); an unreadable one gives way to the one before it
+    # 1. the latest snapshot (by epoch, then end offset). One that cannot be opened, or is damaged (a CRC failure, a
+    # torn tail, no SnapshotHeader / SnapshotFooter), gives way to the one before it, with its problems; when none is
+    # intact, the newest damaged one is used as far as it is valid.
     snapshot_end = 0
+    chosen = damaged = None
     for end_offset, epoch, name in reversed(snapshots):
         path = os.path.join(mdir, name)
+        rp.image, rp.records_replayed, rp.kraft_version, rp.voters = Image(), 0, None, None
         res, fw = _walk_file(rp, path, 0, snapshot=True)
         if res is None:
             continue
-        head["snapshot"] = name
-        head["snapshot_end_offset"] = end_offset
-        head["snapshot_epoch"] = epoch
-        snapshot_end = end_offset
-        ctl = fw.control_names
-        if not ctl or ctl[0] != "SNAPSHOT_HEADER":
-            rp.problem(path, 0, 0, "undecodable", "the snapshot does not start with a SnapshotHeader control record")
-        if not ctl or ctl[-1] != "SNAPSHOT_FOOTER":
-            if not (res["torn_tail"] or res["crc_errors"]):
-                rp.problem(
-                    path,
-                    fw.next_offset,
-                    res["valid_bytes"],
-                    "torn-tail",
-                    "the snapshot has no SnapshotFooter: it is incomplete",
-                )
-        rp.last_applied_offset = end_offset - 1 if rp.txn is None else rp.last_applied_offset
-        break
-    if rp.txn is not None:  # a snapshot never holds an open transaction; do not carry one into the log
-        rp.txn = None
+        attempt = (name, end_offset, epoch, rp.image, rp.records_replayed, rp.kraft_version, rp.voters)
+        if _snapshot_intact(rp, path, res, fw):
+            chosen = attempt
+            break
+        damaged = damaged or attempt
+    chosen = chosen or damaged
+    if chosen is None:
+        rp.image, rp.records_replayed, rp.kraft_version, rp.voters = Image(), 0, None, None
+    else:
+        name, snapshot_end, epoch, rp.image, rp.records_replayed, rp.kraft_version, rp.voters = chosen
+        head["snapshot"], head["snapshot_end_offset"], head["snapshot_epoch"] = name, snapshot_end, epoch
+        rp.last_applied_offset = snapshot_end - 1
 
     # 2. the log from the snapshot's end offset on; recovery stops at the first invalid batch (LogSegment.recover)
     log_first = None
