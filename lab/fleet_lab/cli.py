@@ -5,6 +5,7 @@
     fleet-lab down [--dir DIR]
     fleet-lab status [--dir DIR] [--json]
     fleet-lab inject INCIDENT [INCIDENT ...] [--broker N] [--topic T] [--partition P] [--partitions N]
+                     [--suffix delete|stray] [--crc] [--unknown-topic-id]
     fleet-lab scenario seed-000|seed-004 [--broker N]
 
 The lab dir defaults to $FLEET_LAB_DIR, else .lab/ in the repository. Exit status: 0 done, 1 a scenario
@@ -81,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     inj.add_argument("--topic")
     inj.add_argument("--partition", type=int)
     inj.add_argument("--partitions", type=int, help="old-client-add-partitions: the new partition count")
+    inj.add_argument(
+        "--suffix", choices=("delete", "stray"), default="delete", help="stray-dir: a -delete (default) or -stray dir"
+    )
+    inj.add_argument("--crc", action="store_true", help="metadata-log-torn: flip a byte inside a batch instead")
+    inj.add_argument(
+        "--unknown-topic-id",
+        action="store_true",
+        help="kraft-stray-replica: a replica of a topic ID the metadata does not hold (default: not assigned there)",
+    )
     sc = add("scenario", "replay a seed report end to end (brings a lab up first if none is)")
     sc.add_argument("name", choices=sorted(SCENARIOS))
     sc.add_argument("--broker", type=int, help="the broker to restart (seed-004) or kill (seed-000)")
@@ -117,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                     topic=args.topic,
                     partition=args.partition,
                     partitions=args.partitions,
+                    suffix=args.suffix,
+                    crc=args.crc,
+                    unknown_topic_id=args.unknown_topic_id,
                 )
                 rec = done.to_dict()
                 if args.json:

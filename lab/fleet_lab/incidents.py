@@ -20,16 +20,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.cluster_metadata import read_quorum_state
 from fleet_doctor.probe import (
     CLEAN_SHUTDOWN_FILE,
+    KRAFT_SNAPSHOT_RE,
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
+    QUORUM_STATE,
     ZERO_UUID,
+    parse_partition_metadata,
     segment_file_name,
 )
 from fleet_lab.broker import BrokerConfig, running_pid
-from fleet_lab.fleet import LabError, LabState, live_replica_dirs, partition_topic_ids, run_service, wait_healthy
-from fleet_lab.kafka_files import log_batches, segment_bases
+from fleet_lab.fleet import (
+    LabBrokerState,
+    LabError,
+    LabState,
+    live_replica_dirs,
+    partition_topic_ids,
+    quorum_leader,
+    read_metadata,
+    run_service,
+    wait_healthy,
+)
+from fleet_lab.kafka_files import log_batches, random_topic_id, segment_bases, write_partition_metadata
+from fleet_lab.kraft import METADATA_DIR, read_batch, read_batch_refs, write_quorum_state
 
 
 @dataclass
@@ -260,18 +275,282 @@ def checkpoint_malformed(state: LabState, t: Target) -> Injected:
     return inj
 
 
-def stray_dir(state: LabState, t: Target) -> Injected:
-    dst = t.log_dir / f"{t.topic}-{t.partition}.{uuid.uuid4().hex}-delete"
+def stray_dir(state: LabState, t: Target, suffix: str = "delete") -> Injected:
+    if suffix not in ("delete", "stray"):
+        raise LabError(f"--suffix must be delete or stray ({suffix!r})")
+    dst = t.log_dir / f"{t.topic}-{t.partition}.{uuid.uuid4().hex}-{suffix}"
     shutil.copytree(t.path, dst)
-    return _base(
-        t,
-        "stray-dir",
-        "stray-dir",
-        "topic deletion renamed the replica to <topic>-<partition>.<uuid>-delete and the broker died before the "
-        "asynchronous delete: a lingering -delete directory (reference §2.1)",
+    if suffix == "stray":
+        mechanism = (
+            "a KRaft broker (3.7+) found the replica stray at startup (no topic ID, a topic ID the metadata does not "
+            "hold, or an assignment without this broker: LogManager.isStrayKraftReplica) and renamed it "
+            "<topic>-<partition>.<uuid>-stray; Kafka keeps it, nobody serves it, it is left for an operator "
+            "(reference §2.1 item 6, kraft-reference §7)"
+        )
+    else:
+        mechanism = (
+            "topic deletion renamed the replica to <topic>-<partition>.<uuid>-delete and the broker died before the "
+            "asynchronous delete: a lingering -delete directory (reference §2.1)"
+        )
+    inj = _base(t, "stray-dir", "stray-dir", mechanism, None, dst)
+    inj.details = {"suffix": suffix}
+    return inj
+
+
+def topic_id_mismatch(state: LabState, t: Target) -> Injected:
+    pm = t.path / PARTITION_METADATA
+    old = None
+    with contextlib.suppress(OSError, ValueError):
+        old = parse_partition_metadata(pm.read_bytes(), str(pm))["topic_id"]
+    new = random_topic_id()
+    write_partition_metadata(t.path, new)
+    if state.kraft:
+        mechanism = (
+            "a replica whose partition.metadata holds a topic ID the metadata log's TopicRecord does not (restored "
+            "from another cluster's backup, or a topic deleted and re-created while the broker was away): a running "
+            "broker keeps the ID it loaded; at its next start Kafka 3.7.1+ finds the ID absent from the image and "
+            "renames the replica -stray (LogManager.isStrayKraftReplica), then creates it empty and re-replicates"
+        )
+    else:
+        mechanism = (
+            "a replica whose partition.metadata holds another topic ID than ZooKeeper's /brokers/topics/<t>: at its "
+            "next start the broker logs InconsistentTopicIdException and keeps the replica out of ISR"
+        )
+    inj = _base(t, "topic-id-mismatch", "topic-id-mismatch", mechanism, None, pm)
+    inj.details = {"topic_id_before": old, "topic_id_written": new}
+    return inj
+
+
+# --------------------------------------------------------------------------------------------
+# KRaft incidents (a lab up with --metadata kraft)
+def _need_kraft(state: LabState, incident: str) -> None:
+    if not state.kraft:
+        raise LabError(f"{incident} needs a KRaft lab (fleet-lab up --metadata kraft); this one runs ZooKeeper")
+
+
+def _follower(state: LabState, broker: int | None) -> LabBrokerState:
+    """``--broker``, else the highest node id that does not lead the quorum."""
+    if broker is not None:
+        return state.broker(broker)
+    leader = quorum_leader(state)
+    others = [b for b in state.brokers if leader is None or b.id != leader[0]]
+    return (others or state.brokers)[-1]
+
+
+def _metadata_dir(b: LabBrokerState) -> Path:
+    return Path(b.log_dirs[0]) / METADATA_DIR
+
+
+def kraft_stray_replica(
+    state: LabState, broker: int | None, topic: str | None, partition: int | None, unknown_topic_id: bool
+) -> Injected:
+    """A replica dir on a broker the assignment does not place it on (or, ``unknown_topic_id``, of a topic the
+    metadata does not know), copied from a real replica with its partition.metadata."""
+    _need_kraft(state, "kraft-stray-replica")
+    records = read_metadata(state)
+    assignment = {(r["topic"], r["partition"]): r["replicas"] for r in records if r["kind"] == "partition_state"}
+    ids = {r["topic"]: r["topic_id"] for r in records if r["kind"] == "topic"}
+    want_topic = topic or ("orders" if unknown_topic_id else None)
+    choice = None
+    for (t, p), replicas in sorted(assignment.items()):
+        if (want_topic and t != want_topic) or (partition is not None and p != partition) or t.startswith("__"):
+            continue
+        hosts = [b for b in state.brokers if b.id in replicas]
+        if unknown_topic_id:
+            target = state.broker(broker) if broker is not None else hosts[0]
+        else:
+            outside = [b for b in state.brokers if b.id not in replicas and (broker is None or b.id == broker)]
+            if not outside:
+                continue
+            target = outside[0]
+        choice = (t, p, replicas, hosts[0], target)
+        break
+    if choice is None:
+        raise LabError(
+            "no partition"
+            + (f" of {want_topic}" if want_topic else "")
+            + (f" {partition}" if partition is not None else "")
+            + (f" that broker {broker} does not host" if broker is not None and not unknown_topic_id else "")
+            + " to place a stray replica of (every broker hosts it?)"
+        )
+    t, p, replicas, source_broker, target = choice
+    src = find_target(state, source_broker.id, t, p).path
+    log_dir = Path(target.log_dirs[0])
+    if unknown_topic_id:
+        name = f"{t}-retired"
+        dst = log_dir / f"{name}-{p}"
+        shutil.copytree(src, dst)
+        topic_id = random_topic_id()
+        write_partition_metadata(dst, topic_id)
+        why = f"its topic ID {topic_id} is not in the metadata (a topic deleted while the broker was away)"
+    else:
+        name = t
+        dst = log_dir / f"{t}-{p}"
+        shutil.copytree(src, dst)
+        topic_id = ids.get(t)
+        why = f"the assignment of {t}-{p} is {replicas}, without broker {target.id}"
+    inj = Injected(
+        "kraft-stray-replica",
+        "stray-replica",
+        "a replica left on a KRaft broker that the metadata no longer places there (a reassignment or topic deletion "
+        "it missed while offline, a dir copied by hand): Kafka 3.7.1+ finds it stray at the next start "
+        "(LogManager.isStrayKraftReplica) and renames it <topic>-<partition>.<uuid>-stray; 3.0-3.6 delete it "
+        "(reference §2.1 item 6, kraft-reference §7). " + why,
+        target.id,
+        str(log_dir),
+        name,
+        p,
         None,
-        dst,
+        [str(dst)],
     )
+    inj.details = {"topic_id": topic_id, "assignment": replicas, "copied_from_broker": source_broker.id}
+    return inj
+
+
+def metadata_log_torn(state: LabState, broker: int | None, crc: bool) -> Injected:
+    _need_kraft(state, "metadata-log-torn")
+    b = _follower(state, broker)
+    mdir = _metadata_dir(b)
+    details: dict[str, Any] = {}
+    if not crc:
+        # a crash in the middle of an append: the node dies (kill -9), half a batch stays at the log's end
+        if running_pid(b.config()):
+            r = run_service(b, "kill")
+            if r.returncode != 0:
+                raise LabError(f"kill of broker {b.id} failed: {r.stdout}{r.stderr}")
+            details["killed"] = True
+        refs = read_batch_refs(mdir)
+        if not refs:
+            raise LabError(f"{mdir} holds no batch to tear")
+        last = refs[-1]
+        data = read_batch(last)
+        with open(last.segment, "ab") as f:
+            f.write(data[: len(data) // 2])
+        path = last.segment
+        details.update({"torn_after_offset": last.header.last_offset, "bytes_appended": len(data) // 2})
+        mechanism = (
+            "the node was killed in the middle of an append to its metadata log: half a batch after the last "
+            "complete one. At the next start KafkaMetadataLog recovers the log from offset 0 and truncates it; "
+            "meanwhile the file fails Kafka's own reading (kraft-reference §1, kafka-reference §2.5)"
+        )
+    else:
+        refs = read_batch_refs(mdir)
+        data_refs = [r for r in refs if not r.header.control and r.header.last_offset + 1 < refs[-1].header.base_offset]
+        if not data_refs:
+            raise LabError(f"{mdir} holds no closed data batch to damage")
+        ref = data_refs[len(data_refs) // 2]
+        flip_at = ref.position + ref.header.size - 2  # inside the last record's value: covered by the CRC
+        with open(ref.segment, "r+b") as f:
+            f.seek(flip_at)
+            byte = f.read(1)
+            f.seek(flip_at)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        path = ref.segment
+        details.update({"batch_offset": ref.header.base_offset, "byte_flipped_at": flip_at})
+        mechanism = (
+            "bit rot in the node's metadata log: a batch's CRC-32C no longer matches; Kafka's recovery at the next "
+            "start truncates the log at that batch and the node fetches the rest from the leader again "
+            "(kraft-reference §2, kafka-reference §3)"
+        )
+    inj = Injected(
+        "metadata-log-torn", "metadata-log-torn", mechanism, b.id, b.log_dirs[0], METADATA_DIR.rsplit("-", 1)[0], 0
+    )
+    inj.segment = int(path.name.split(".")[0])
+    inj.paths = [str(path)]
+    inj.details = {"crc": crc, **details}
+    return inj
+
+
+def quorum_state_divergent(state: LabState, broker: int | None) -> Injected:
+    _need_kraft(state, "quorum-state-divergent")
+    if len(state.brokers) < 2:
+        raise LabError("quorum-state-divergent needs at least 2 voters")
+    b = _follower(state, broker)
+    qs_path = _metadata_dir(b) / QUORUM_STATE
+    before = read_quorum_state(str(qs_path))
+    if before is None:
+        raise LabError(f"{qs_path} does not exist")
+    voters = [x.id for x in state.brokers]
+    other = (
+        next(v for v in voters if v != before["leader_id"] and v != b.id)
+        if len(voters) > 2
+        else next(v for v in voters if v != before["leader_id"])
+    )
+    write_quorum_state(qs_path.parent, other, before["leader_epoch"], -1, voters)
+    inj = Injected(
+        "quorum-state-divergent",
+        "quorum-state-divergent",
+        "a node's quorum-state naming another leader at the same epoch (a file restored from a backup or edited by "
+        "hand; Raft allows one leader per epoch): Kafka reads it only at startup and rewrites it at its next "
+        "election transition (kraft-reference §6)",
+        b.id,
+        b.log_dirs[0],
+        paths=[str(qs_path)],
+    )
+    inj.details = {
+        "leader_before": before["leader_id"],
+        "leader_written": other,
+        "epoch": before["leader_epoch"],
+    }
+    return inj
+
+
+def metadata_snapshot_gap(state: LabState, broker: int | None) -> Injected:
+    _need_kraft(state, "metadata-snapshot-gap")
+    b = _follower(state, broker)
+    mdir = _metadata_dir(b)
+    bases = segment_bases(mdir)
+    if len(bases) < 2:
+        raise LabError(f"{mdir} has a single segment: nothing to delete before the log's head")
+    removed = []
+    for name in sorted(os.listdir(mdir)):
+        if KRAFT_SNAPSHOT_RE.fullmatch(name) or any(
+            name == segment_file_name(bases[0], ext) for ext in ("log", "index", "timeindex")
+        ):
+            os.unlink(mdir / name)
+            removed.append(str(mdir / name))
+    inj = Injected(
+        "metadata-snapshot-gap",
+        "metadata-snapshot-gap",
+        "the metadata log's first segment and every snapshot gone (deleted by hand or by a cleanup tool that took "
+        "the .checkpoint files for junk): the log starts at offset "
+        f"{bases[1]}, and no snapshot covers the records before it, so the node cannot rebuild the image "
+        "(KafkaMetadataLog keeps segments only behind a snapshot; kraft-reference §1, §5)",
+        b.id,
+        b.log_dirs[0],
+        paths=removed,
+    )
+    inj.details = {"log_start_offset": bases[1]}
+    return inj
+
+
+def kraft_controller_failover(state: LabState) -> Injected:
+    """KRaft: the active controller restarted (a clean stop and start): the others elect a new leader in a new
+    epoch."""
+    before = quorum_leader(state)
+    if before is None:
+        raise LabError("the quorum has no leader")
+    b = state.broker(before[0])
+    for cmd in ("stop", "start"):
+        r = run_service(b, cmd)
+        if r.returncode != 0:
+            raise LabError(f"{cmd} of broker {b.id} failed: {r.stdout}{r.stderr}")
+    _wait(lambda: (quorum_leader(state) or (0, 0))[1] > before[1], 20, "no new quorum leader was elected")
+    after = quorum_leader(state)
+    inj = Injected(
+        "controller-failover",
+        None,
+        "the active controller restarted: the remaining voters elect a new leader in a new epoch (quorum-state "
+        "rewritten, a LEADER_CHANGE control batch), which fences the old broker incarnation and registers the new "
+        "one (kraft-reference §6)",
+    )
+    inj.details = {
+        "controller_before": before[0],
+        "epoch_before": before[1],
+        "controller_after": after[0] if after else None,
+        "epoch_after": after[1] if after else None,
+    }
+    return inj
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,8 +690,17 @@ FILE_INCIDENTS: dict[str, Callable[[LabState, Target], Injected]] = {
     "leader-epoch-malformed": leader_epoch_malformed,
     "checkpoint-malformed": checkpoint_malformed,
     "stray-dir": stray_dir,
+    "topic-id-mismatch": topic_id_mismatch,
 }
-INCIDENTS = ("kill9-untrimmed-index", "old-client-add-partitions", "controller-failover", *FILE_INCIDENTS)
+KRAFT_INCIDENTS = ("kraft-stray-replica", "metadata-log-torn", "quorum-state-divergent", "metadata-snapshot-gap")
+ZOOKEEPER_INCIDENTS = ("old-client-add-partitions",)
+INCIDENTS = (
+    "kill9-untrimmed-index",
+    "old-client-add-partitions",
+    "controller-failover",
+    *FILE_INCIDENTS,
+    *KRAFT_INCIDENTS,
+)
 
 
 def inject(
@@ -423,16 +711,32 @@ def inject(
     topic: str | None = None,
     partition: int | None = None,
     partitions: int | None = None,
+    suffix: str = "delete",
+    crc: bool = False,
+    unknown_topic_id: bool = False,
 ) -> Injected:
+    if incident in ZOOKEEPER_INCIDENTS and state.kraft:
+        raise LabError(f"{incident} needs ZooKeeper; this lab runs KRaft")
     if incident == "kill9-untrimmed-index":
         return kill9_untrimmed_index(state, broker)
     if incident == "old-client-add-partitions":
         return old_client_add_partitions(state, topic, partitions)
     if incident == "controller-failover":
-        return controller_failover(state)
+        return kraft_controller_failover(state) if state.kraft else controller_failover(state)
+    if incident == "kraft-stray-replica":
+        return kraft_stray_replica(state, broker, topic, partition, unknown_topic_id)
+    if incident == "metadata-log-torn":
+        return metadata_log_torn(state, broker, crc)
+    if incident == "quorum-state-divergent":
+        return quorum_state_divergent(state, broker)
+    if incident == "metadata-snapshot-gap":
+        return metadata_snapshot_gap(state, broker)
     if incident not in FILE_INCIDENTS:
         raise LabError(f"unknown incident {incident!r}; known: {', '.join(INCIDENTS)}")
-    return FILE_INCIDENTS[incident](state, find_target(state, broker, topic, partition))
+    target = find_target(state, broker, topic, partition)
+    if incident == "stray-dir":
+        return stray_dir(state, target, suffix)
+    return FILE_INCIDENTS[incident](state, target)
 
 
 # --------------------------------------------------------------------------------------------
@@ -659,5 +963,7 @@ SCENARIOS: dict[str, tuple[str, Callable[..., list[Step]]]] = {
 def run_scenario(state: LabState, name: str, broker: int | None = None) -> list[Step]:
     if name not in SCENARIOS:
         raise LabError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    if state.kraft:
+        raise LabError(f"scenario {name} replays a ZooKeeper-mode seed report; this lab runs KRaft")
     wait_healthy(state, timeout=30)
     return SCENARIOS[name][1](state, broker=broker)

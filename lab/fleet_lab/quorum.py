@@ -72,6 +72,9 @@ CONTROLLER = logging.getLogger("org.apache.kafka.controller.QuorumController")
 NODE_FILE = "kraft-node.json"
 LOCK_NAME = "kraft.lock"
 POLL_S = 0.05
+# quorum.election.timeout.ms stand-in: with a voter not running, a candidate waits this long after it found no leader
+# (so that the nodes of a lab started together elect the lowest id, and a restarting node gets to stand)
+ELECTION_WAIT_S = 0.5
 STATES = ("starting", "registering", "running", "shutting-down")
 
 
@@ -133,6 +136,8 @@ class QuorumNode:
         self.lock_fd: int | None = None
         self.dead_since: dict[int, float] = {}
         self.bytes_since_snapshot = 0
+        self.no_leader_since: float | None = None
+        self.snapshot_end = 0  # the end offset of the newest snapshot this node has taken (written or fetched)
         self.on_change: Callable[[], None] = lambda: None
         self._mutex = threading.RLock()
         self._stop = threading.Event()
@@ -171,6 +176,7 @@ class QuorumNode:
         if qs is not None:
             self.epoch = qs["leader_epoch"]
         snaps = snapshot_ids(self.mdir)
+        self.snapshot_end = max([end for end, _ in snaps] + [self.log.log_start_offset])
         if self.log.log_start_offset > 0 and not any(end >= self.log.log_start_offset for end, _ in snaps):
             RAFT.error(
                 "[RaftManager id=%d] The log starts at offset %d but no snapshot covers the records before it",
@@ -283,6 +289,7 @@ class QuorumNode:
                 self._lead(alive)
                 return
         if leader is not None and leader[0] != self.node_id and leader[1] >= self.epoch:
+            self.no_leader_since = None
             if (self.leader_id, self.epoch) != leader:
                 self._follow(*leader)
             self._fetch(leader[0])
@@ -303,10 +310,21 @@ class QuorumNode:
     def _maybe_elect(self, alive: dict[int, dict[str, Any]]) -> None:
         if len(alive) * 2 <= len(self.voters) or self.log is None:
             return
-        candidates = [  # a node shutting down stands only if no other can
-            (v.get("state") == "shutting-down", -int(v.get("last_epoch", -1)), -int(v.get("end_offset") or 0), n)
+        now = time.monotonic()
+        if self.no_leader_since is None:
+            self.no_leader_since = now
+        if len(alive) < len(self.voters) and now - self.no_leader_since < ELECTION_WAIT_S:
+            return
+        # a node shutting down stands only if no other can; a node still loading its log stands by its id alone (its
+        # log is taken as up to date until it tells), so that the nodes of a lab started together elect the lowest id
+        candidates = [
+            (
+                v.get("state") == "shutting-down",
+                -int(v.get("last_epoch", -1)) if v.get("end_offset") is not None else -(1 << 31),
+                -int(v.get("end_offset") or 0) if v.get("end_offset") is not None else -(1 << 62),
+                n,
+            )
             for n, v in alive.items()
-            if v.get("state") != "starting" and v.get("end_offset") is not None
         ]
         if not candidates or min(candidates)[3] != self.node_id:
             return
@@ -340,6 +358,7 @@ class QuorumNode:
         change = leader_change(self.node_id, self.voters, granting)
         self.log.append(control_batch(self.log.next_offset, epoch, "LEADER_CHANGE", change, now_ms()))
         self.dead_since = {}
+        self.no_leader_since = None
         snaps = snapshot_ids(self.mdir)
         latest_end = snaps[-1][0] if snaps else 0
         self.bytes_since_snapshot = sum(r.header.size for r in self.log.batch_refs(latest_end))
@@ -414,10 +433,11 @@ class QuorumNode:
         self.log.truncate_fully(end)
 
     def _copy_snapshots(self, lmdir: Path) -> None:
+        """The leader's snapshots newer than this node's newest, once this node's log reaches them (what this node's
+        own snapshot generator would have written at the same offsets); an older one is never taken again."""
         assert self.log is not None
-        mine = set(snapshot_ids(self.mdir))
         for end, epoch in snapshot_ids(lmdir):
-            if (end, epoch) not in mine and end <= self.log.next_offset:
+            if self.snapshot_end < end <= self.log.next_offset:
                 self._copy_snapshot(lmdir, end, epoch)
 
     def _copy_snapshot(self, lmdir: Path, end: int, epoch: int) -> None:
@@ -428,6 +448,7 @@ class QuorumNode:
             with open(part, "rb+") as f:
                 os.fsync(f.fileno())
             os.replace(part, self.mdir / name)
+            self.snapshot_end = max(self.snapshot_end, end)
 
     # ---- the active controller
     def _append(self, records: list[MetadataRecord]) -> None:
@@ -498,6 +519,7 @@ class QuorumNode:
         )
         write_snapshot(self.mdir, end, epoch, data)
         self.bytes_since_snapshot = 0
+        self.snapshot_end = end
         CONTROLLER.info("[SnapshotGenerator id=%d] Wrote snapshot %s", self.node_id, snapshot_file_name(end, epoch))
 
 
