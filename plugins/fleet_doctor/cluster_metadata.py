@@ -73,7 +73,7 @@ def in_range(rng, version):
     return rng is not None and version >= rng[0] and (rng[1] is None or version <= rng[1])
 
 
-def field(name, type_, versions="0+", nullable=None, tag=None, default=None, fields=None, struct_name=None):
+def field(name, type_, versions="0+", nullable=None, tag=None, default=None, fields=None):
     """One field of a schema, as data: Kafka's JSON schema attributes under their meaning.
 
     versions / nullable: version ranges ("0+", "1-2"); nullable None = never nullable. tag: the tagged-field tag
@@ -89,7 +89,6 @@ def field(name, type_, versions="0+", nullable=None, tag=None, default=None, fie
         "tag": tag,
         "default": default,
         "fields": fields,
-        "struct": struct_name,
     }
 
 
@@ -335,12 +334,6 @@ CONTROL_RECORD_VERSION = 0  # the value is written at version 0 (LeaderChangeMes
 def element_type(type_):
     """ "[]int32" -> "int32"; None for a non-array type."""
     return type_[2:] if type_.startswith("[]") else None
-
-
-def is_struct_type(type_):
-    """A struct type name (capitalised, as in Kafka's schemas), array or not."""
-    t = element_type(type_) or type_
-    return t not in TYPES
 
 
 def field_default(f, version=None):
