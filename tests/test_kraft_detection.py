@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.cli.scan import KraftMetadata, decode_kraft, metadata_dirs, stage_probe
+from fleet_doctor.cli.scan import KraftMetadata, ScanError, decode_kraft, metadata_dirs, scan, stage_probe
 from fleet_doctor.detect import LIVENESS_RULES, detect, load_frames
 from fleet_doctor.rules import RULES, Needs
 from harness import kraft_encode as enc
@@ -474,7 +474,8 @@ def test_the_mutations_cause_nothing_else(mutated, mutated_nurlan_pristine):
 def mutated2(spark, corpus, tmp_path_factory) -> Run:
     """Another copy of nurlan: kafka1's metadata log gets a batch of records the decoder does not know (an apiKey
     and a TopicRecord version), kafka2's quorum-state is rolled back to epoch 2 while its log holds epoch 3, and
-    kafka3's metadata log loses its first 50 records (no snapshot covers them)."""
+    kafka3's metadata log loses its first 50 records (no snapshot covers them); and a fourth node, kafka4, whose
+    __cluster_metadata-0 holds nothing to decode."""
     root = tmp_path_factory.mktemp("mutated2") / NURLAN
     dirs = [copy_writable(corpus / NURLAN / d, root / d) for d in ("kafka1", "kafka2", "kafka3")]
     k1, k2, k3 = dirs
@@ -488,17 +489,23 @@ def mutated2(spark, corpus, tmp_path_factory) -> Run:
     _write(cut, log3.read_bytes()[first[1] :])
     for leaf in (".log", ".index", ".timeindex"):
         (log3.parent / f"{0:020d}{leaf}").unlink()
-    return kraft_run(spark, tmp_path_factory.mktemp("mutated2-work"), root, dirs, "3.2.0")
+    k4 = root / "kafka4"
+    (k4 / "__cluster_metadata-0").mkdir(parents=True)
+    (k4 / "meta.properties").write_text((k1 / "meta.properties").read_text().replace("node.id=1", "node.id=4"))
+    return kraft_run(spark, tmp_path_factory.mktemp("mutated2-work"), root, [*dirs, k4], "3.2.0")
 
 
 def test_records_the_decoder_does_not_know(mutated2):
     assert mutated2.kraft.source["dir"] == str(mutated2.root / "kafka1" / "__cluster_metadata-0")
-    got = sorted(
-        (r["broker_id"], r["severity"], mutated2.rel(r["path"])) for r in mutated2.of("metadata-record-unknown")
-    )
-    assert got == [(1, "warning", f"kafka1/{METADATA_LOG}")] * 2
-    messages = " ".join(r["message"] for r in mutated2.of("metadata-record-unknown"))
-    assert "offset 188" in messages and "offset 189" in messages
+    hits = mutated2.of("metadata-record-unknown")
+    got = sorted((r["broker_id"], r["severity"], mutated2.rel(r["path"])) for r in hits)
+    assert got == [(1, "warning", f"kafka1/{METADATA_LOG}")] * 2 + [(4, "warning", "kafka4/__cluster_metadata-0")]
+    messages = " ".join(r["message"] for r in hits if r["broker_id"] == 1)
+    assert "offset 188" in messages and "unknown metadata record type (apiKey 99" in messages
+    assert "offset 189" in messages and "TopicRecord version 9" in messages
+    # kafka3's records after its gap that could not be applied are the gap's finding, not these
+    (k4,) = [r for r in hits if r["broker_id"] == 4]
+    assert "could not be decoded" in k4["message"] and "neither a metadata snapshot" in k4["message"]
 
 
 def test_a_quorum_state_behind_its_own_log_is_a_warning(mutated2):
@@ -552,3 +559,34 @@ def test_fleet_doctor_scan_on_a_real_kraft_sample(corpus, sample_runs):
     run = sample_runs["nurlan"]
     assert {run.key(r) for r in report["findings"]} == run.keys()
     assert set(report["summary"]["rules_skipped"]) == LIVENESS_RULES
+
+
+# ------------------------------------------------------------------------------------------- scan's decoding
+def test_scan_decodes_each_kraft_log_dir_once(corpus):
+    nurlan = corpus / NURLAN
+    zk_dir = corpus / "zk-3.1-single-aryan" / "kafka-logs"
+    explicit = [str(nurlan / "kafka3" / "__cluster_metadata-0")]
+    dirs = metadata_dirs([str(zk_dir), str(nurlan / "kafka1"), str(nurlan / "kafka3")], explicit)
+    # the ZooKeeper log dir has no metadata; kafka3 is the explicit dir already
+    assert dirs == [explicit[0], str(nurlan / "kafka1")]
+
+
+def test_an_unreadable_metadata_dir_of_a_scanned_log_dir_is_a_finding_not_an_exit(corpus, tmp_path):
+    """A log dir's own __cluster_metadata-0 that cannot be decoded becomes a controller header with the error (the
+    metadata-record-unknown finding names it); the cluster facts come from a node that could be read, or are absent
+    when none could. A --cluster-metadata dir that cannot be read is a usage error naming it."""
+    broken = copy_writable(corpus / NURLAN / "kafka2", tmp_path / "kafka2")
+    for f in (broken / "__cluster_metadata-0").iterdir():
+        if f.suffix in (".log", ".index", ".timeindex"):
+            f.unlink()
+    good = corpus / NURLAN / "kafka1"
+    kraft = decode_kraft([str(broken), str(good)])
+    assert kraft.cluster is not None and kraft.source["dir"] == str(good / "__cluster_metadata-0")
+    bad = [r for r in kraft.controllers if r["kind"] == "cluster_metadata" and r["error"]]
+    assert [(r["node_id"], r["dir"]) for r in bad] == [(2, str(broken / "__cluster_metadata-0"))]
+    assert "neither a metadata snapshot" in bad[0]["error"]
+    assert decode_kraft([str(broken)]).cluster is None
+    with pytest.raises(ScanError, match=str(broken)):
+        decode_kraft([str(broken)], [str(broken)])
+    with pytest.raises(ScanError, match="not both"):
+        scan([str(good)], zk_snapshot_file="x", cluster_metadata=[str(good)])

@@ -69,6 +69,7 @@ KRAFT_HEADER_SCHEMA = _schema(("node_id", INT), ("dir", STRING), ("snapshot", ST
 CONTROLLER_SCHEMA = _schema(
     ("kind", STRING),
     ("node_id", INT),
+    ("controller_id", INT),  # the audit's: the inventory's controller the records were read on
     ("dir", STRING),
     ("cluster_id", STRING),
     ("snapshot", STRING),
@@ -423,9 +424,10 @@ def load_frames(
 
 
 def load_controllers(spark: SparkSession, path: str) -> DataFrame:
-    """The controllers input (a few rows per controller), read to the driver once: each ``metadata_problem`` takes
-    the ``node_id`` and ``dir`` of the ``cluster_metadata`` record before it (the decoder prints a node's problems
-    after its header) unless it names its own; then a small DataFrame for the rules."""
+    """The controllers input (a few rows per controller), read to the driver once: a header's node is its
+    meta.properties ``node_id``, else the ``controller_id`` the audit read it as; each ``metadata_problem`` takes the
+    node and ``dir`` of the ``cluster_metadata`` record before it (the decoder prints a node's problems after its
+    header) unless it names its own; then a small DataFrame for the rules."""
     rows = (
         spark.read.text(path)
         .select(F.from_json("value", CONTROLLER_SCHEMA).alias("r"))
@@ -437,6 +439,7 @@ def load_controllers(spark: SparkSession, path: str) -> DataFrame:
     for r in rows:
         d = r.asDict()
         if d["kind"] == "cluster_metadata":
+            d["node_id"] = d["controller_id"] if d["node_id"] is None else d["node_id"]
             node, where = d["node_id"], d["dir"]
         else:
             d["node_id"] = node if d["node_id"] is None else d["node_id"]
