@@ -1161,3 +1161,23 @@ def test_a_damaged_newest_snapshot_gives_way_to_the_one_before(tmp_path: Path) -
     assert records[0]["snapshot"] == "00000000000000000003-0000000002.checkpoint"
     assert set(topics(records)) == {"new", "newer"}
     assert sorted(p["problem"] for p in problems(records)) == ["crc", "torn-tail"]
+
+
+@pytest.mark.parametrize("node", ["kafka1", "kafka2", "kafka3"])
+def test_greenlemon_whole_log_replay_equals_kafkas_snapshot_plus_tail(corpus: Path, tmp_path: Path, node: str) -> None:
+    """greenlemon's logs start at offset 0: replaying all 30,000-odd records without the snapshot gives exactly the
+    image of Kafka's own snapshot plus the log after it (partition and leader epochs, ISRs, fencing, configs), which
+    checks the replay rules against what Kafka itself wrote."""
+    src = corpus / GREENLEMON / node / cm.METADATA_DIR_NAME
+    dst = tmp_path / cm.METADATA_DIR_NAME
+    shutil.copytree(src, dst)
+    for p in dst.glob("*.checkpoint"):
+        p.unlink()
+    with_snapshot, whole = decode(src), decode(dst)
+    assert whole[0]["snapshot"] is None and whole[0]["records_replayed"] > 30000 and problems(whole) == []
+
+    def image(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in records if r["kind"] in ("broker", "topic", "partition_state", "broker_config")]
+
+    assert image(whole) == image(with_snapshot)
+    assert whole[0]["last_applied_offset"] == with_snapshot[0]["last_applied_offset"]
