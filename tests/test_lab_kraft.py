@@ -215,7 +215,7 @@ def test_up_is_fast_and_status_names_the_quorum_leader(klab: dict[str, Any]) -> 
 def test_inventory_is_a_kraft_inventory_the_product_reads(klab: dict[str, Any]) -> None:
     raw = json.loads(Path(klab["inventory"]).read_text())
     assert raw["metadata_mode"] == "kraft"
-    assert not raw.get("zookeeper")
+    assert "zookeeper" not in raw
     assert raw["controllers"] == [{"id": b["id"], "metadata_log_dir": b["log_dirs"][0]} for b in klab["brokers"]]
     parsed = inv.load(klab["inventory"])
     assert parsed.kraft and [c.id for c in parsed.controllers] == [1, 2, 3]
@@ -554,3 +554,30 @@ def test_lab_writes_batches_that_follow_kraft_framing(ilab: dict[str, Any]) -> N
                     assert all(r.key is None for r in records)
                 assert struct.unpack_from(">i", batch, 12)[0] == h[2]
                 pos += len(batch)
+
+
+def test_the_leader_snapshots_every_so_many_bytes_and_followers_take_it(ilab: dict[str, Any]) -> None:
+    """metadata.log.max.record.bytes.between.snapshots (8 KiB in the lab): leader restarts write records until the
+    active controller writes a new snapshot; the followers hold the same file once their logs reach it, and it holds
+    what replaying the log up to it gives."""
+
+    def newest(broker: int) -> tuple[int, int]:
+        return max(kraft.snapshot_ids(metadata_dir(ilab, broker)), key=lambda s: (s[1], s[0]), default=(0, 0))
+
+    first = newest(leader_of(ilab))
+    for _ in range(12):
+        if newest(leader_of(ilab)) != first:
+            break
+        inject(ilab, "controller-failover")
+        wait_for(lambda: healthy(ilab), 15, "healthy after the failover")
+    leader = leader_of(ilab)
+    end, epoch = newest(leader)
+    assert (end, epoch) != first, "no new snapshot after 12 leader restarts"
+    name = kraft.snapshot_file_name(end, epoch)
+    data = (metadata_dir(ilab, leader) / name).read_bytes()
+    for b in ilab["brokers"]:
+        if b["id"] != leader:
+            wait_for(lambda b=b: (metadata_dir(ilab, b["id"]) / name).exists(), 10, f"node {b['id']} takes {name}")
+            assert (metadata_dir(ilab, b["id"]) / name).read_bytes() == data
+    records = cm.read_cluster_metadata(str(metadata_dir(ilab, leader)))
+    assert records[0]["snapshot"] == name and not kinds(records, "metadata_problem")

@@ -534,7 +534,11 @@ def write_inventory(state: LabState) -> inv.Inventory:
         )
     else:
         inventory = inv.Inventory(cluster=state.cluster, zookeeper=state.zookeeper, brokers=brokers, extra=extra)
-    inventory.save(state.inventory_path)
+    if state.kraft:  # a KRaft cluster has no ZooKeeper: the file leaves the field out (docs/inventory.md)
+        data = {k: v for k, v in inventory.to_dict().items() if k != "zookeeper"}
+        write_atomic(state.inventory_path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))
+    else:
+        inventory.save(state.inventory_path)
     conns = inventory.airflow_connections()
     write_atomic(state.path / "airflow-connections.json", (json.dumps(conns, indent=2) + "\n").encode())
     env = "".join(
