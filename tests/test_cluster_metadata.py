@@ -1181,3 +1181,27 @@ def test_greenlemon_whole_log_replay_equals_kafkas_snapshot_plus_tail(corpus: Pa
 
     assert image(whole) == image(with_snapshot)
     assert whole[0]["last_applied_offset"] == with_snapshot[0]["last_applied_offset"]
+
+
+def _python36() -> str | None:
+    """A real Python 3.6 (the oldest a controller may have), if this machine has one."""
+    candidates = [os.environ.get("FLEET_DOCTOR_PYTHON36", "")]
+    candidates += sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.6*/bin/python3.6"))
+    candidates.append(shutil.which("python3.6") or "")
+    for c in candidates:
+        if c and subprocess.run([c, "-c", "import sys; assert sys.version_info[:2] == (3, 6)"]).returncode == 0:
+            return c
+    return None
+
+
+@pytest.mark.parametrize(
+    ("sample", "node"), [(GREENLEMON, "kafka1"), (KSCAN, "kafka-1"), (LDIPOC, "kraft-combined-logs")]
+)
+def test_bundle_runs_on_python36(corpus: Path, sample: str, node: str) -> None:
+    py36 = _python36()
+    if py36 is None:
+        pytest.skip("no Python 3.6 on this machine (set FLEET_DOCTOR_PYTHON36)")
+    path = corpus / sample / node
+    res = subprocess.run([py36, "-", str(path)], input=cm.bundle(), capture_output=True, cwd="/", env={})
+    assert res.returncode == 0 and res.stderr == b"", res.stderr
+    assert same_but_clock(res.stdout, cm.format_records(decode(path)).encode("utf-8"))
