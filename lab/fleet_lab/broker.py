@@ -26,6 +26,13 @@ does, in this order, what a ZooKeeper-mode Kafka broker of the configured versio
    and no marker, exactly as a crashed Kafka does.
 
 It writes no records while running; the lab writes them before it starts (``fleet_lab.fleet``).
+
+In KRaft mode (``BrokerConfig.kraft``: a combined broker and controller, Kafka 3.7) steps 3 and 4 are the node's
+instead: it runs its quorum role (``fleet_lab.quorum``: the metadata log, elections, the active controller), waits for
+its metadata log to catch up, skips ``__cluster_metadata-0`` when it loads the logs, renames stray replicas
+``-stray`` with the image the product's decoder reads from its metadata log (LogManager.isStrayKraftReplica, 3.7.1),
+creates the logs the image assigns to it, and at a clean stop asks for a controlled shutdown before it stops the
+quorum role and closes the metadata log.
 """
 
 from __future__ import annotations
