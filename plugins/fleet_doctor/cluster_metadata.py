@@ -13,6 +13,11 @@ The metadata record schemas are written down once, here, as data: ``METADATA_REC
 name, versions, fields) and ``CONTROL_RECORDS`` (control record type -> name, fields), with the type
 vocabulary ``TYPES``. ``decode_message`` reads any of them; the lab's encoder writes from the same
 tables. Facts are cited as in ../shared/docs/kraft-reference.md ("kraft-ref §n").
+
+Public API: ``read_cluster_metadata(dir) -> [record]`` / ``iter_cluster_metadata(dir)`` (ClusterMetadataError when
+the dir cannot be read at all), ``format_records(records) -> str``, ``bundle() -> bytes``, ``main(argv)``; the
+tables and ``decode_message`` / ``decode_metadata_record`` / ``decode_control_record`` / ``batch_records``; ``Image``
+(the replayed state, Kafka's field names) and ``snapshot_files`` / ``log_segments`` (file names as Kafka orders them).
 """
 
 import base64
