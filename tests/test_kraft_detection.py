@@ -91,13 +91,15 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
     return str(path)
 
 
-def kraft_run(spark, work: Path, root: Path, dirs: list[Path], version: str) -> Run:
-    """Stage, decode and detect as ``fleet-doctor scan`` does, in-process."""
+def kraft_run(spark, work: Path, root: Path, dirs: list[Path], version: str | dict[int, str]) -> Run:
+    """Stage, decode and detect as ``fleet-doctor scan`` does, in-process (``version``: every broker's, or each
+    one's by id)."""
     work.mkdir(parents=True, exist_ok=True)
     paths = [str(d) for d in dirs]
     brokers = stage_probe(paths, work, deep=False, verify_crc=False, broker_id=None)
     kraft = decode_kraft(metadata_dirs(paths, None))
-    facts = [{"broker_id": b, "kafka_version": version, "running": False} for b in sorted(brokers)]
+    versions = version if isinstance(version, dict) else dict.fromkeys(brokers, version)
+    facts = [{"broker_id": b, "kafka_version": versions[b], "running": False} for b in sorted(brokers)]
     frames = load_frames(
         spark,
         str(work / "probe"),
@@ -375,6 +377,26 @@ def mutated(spark, corpus, tmp_path_factory) -> Run:
     return kraft_run(spark, tmp_path_factory.mktemp("mutated-work"), root, dirs, "3.2.0")
 
 
+def test_stray_replicas_by_kafka_version(spark, mutated, tmp_path):
+    """The same stray dirs on brokers of other versions: 3.7.1+ renames every stray log -stray (warning); 3.7.0
+    renames, but a log without a topic ID still fails its start (critical); 3.6 deletes (critical)."""
+    versions = {1: "3.7.1", 2: "3.7.0", 3: "3.6.2"}
+    run = kraft_run(spark, tmp_path, mutated.root, mutated.dirs, versions)
+    got = {(r["broker_id"], r["topic"], r["partition"]): r for r in run.of("stray-replica")}
+    renamed, deleted = "renames it <topic>-<p>.<uuid>-stray at the next start", "Kafka deletes it at the next start"
+    expected = {
+        (1, "iot-sensors", 7): ("warning", renamed),
+        (1, "_schemas", 0): ("warning", renamed),
+        (2, "ghost", 0): ("warning", renamed),
+        (2, "iot-sensors", 1): ("critical", "the broker's start fails"),
+        (3, "__consumer_offsets", 29): ("critical", deleted),
+    }
+    assert set(got) == set(expected)
+    for k, (severity, text) in expected.items():
+        assert got[k]["severity"] == severity and text in got[k]["message"], got[k]
+        assert got[k]["kafka_version"] == versions[k[0]]
+
+
 @pytest.fixture(scope="module")
 def mutated_nurlan_pristine(sample_runs) -> Run:
     return sample_runs["nurlan"]
@@ -430,8 +452,13 @@ def test_stray_replicas_of_every_kind(mutated):
     }
     for k, r in got.items():
         assert why[k] in r["message"], r["message"]
-        # Kafka 3.2 deletes a stray log at startup (3.7+ would rename it -stray)
-        assert r["severity"] == "critical" and "Kafka deletes it at the next start" in r["message"]
+        assert r["severity"] == "critical", r
+        if k[1:3] == ("iot-sensors", 1):
+            # before 3.7.1 a log without a topic ID fails the broker's start (findStrayPartitions throws)
+            assert "the broker's start fails" in r["message"], r["message"]
+        else:
+            # Kafka 3.2 deletes a stray log at startup (3.7+ would rename it -stray)
+            assert "Kafka deletes it at the next start" in r["message"], r["message"]
 
 
 def test_the_existing_rules_on_the_mutated_kraft_copy(mutated):

@@ -458,7 +458,9 @@ stray-replica: Replica KRaft will treat as stray at the next start
                 is absent from the metadata image, or whose partition's replicas in the image exclude the broker
     why         At startup the broker compares every log with the metadata image (LogManager.isStrayKraftReplica):
                 3.0-3.6 delete a stray log, 3.7+ rename it <topic>-<p>.<uuid>-stray and keep it. A replica whose
-                topic ID differs from the TopicRecord is stray too: its data is not the topic's any more.
+                topic ID differs from the TopicRecord is stray too: its data is not the topic's any more. Before
+                3.7.1 a log without a topic ID fails the start ('does not have a topic ID, which is not allowed when
+                running in KRaft mode'): critical on those versions.
     3.0.0+      critical: deleted at the next start (BrokerMetadataPublisher.deleteStrayReplicas)
     3.7.0+      warning: renamed -stray at the next start and kept: disk held, no automatic cleanup
 

@@ -80,13 +80,22 @@ def stray_replica(f: Frames) -> DataFrame:
         )
     )
     version = F.col("kafka_version_num")
+    renamed = "Kafka renames it <topic>-<p>.<uuid>-stray at the next start and keeps it"
     fate = (
-        F.when(version.isNull(), "Kafka 3.0-3.6 deletes it at the next start, 3.7+ renames it -stray")
-        .when(version >= 3_007_000, "Kafka renames it <topic>-<p>.<uuid>-stray at the next start and keeps it")
+        F.when(
+            no_id,
+            F.when(version.isNull(), "before Kafka 3.7.1 the broker's start fails, from 3.7.1 it is renamed -stray")
+            .when(version >= 3_007_001, renamed)
+            .otherwise("the broker's start fails (a log without a topic ID is not allowed in KRaft mode before 3.7.1)"),
+        )
+        .when(version.isNull(), "Kafka 3.0-3.6 deletes it at the next start, 3.7+ renames it -stray")
+        .when(version >= 3_007_000, renamed)
         .otherwise("Kafka deletes it at the next start")
     )
     msg = F.format_string("%s: the replica is stray: %s", why, fate)
-    return findings(hit, "stray-replica", msg, path=F.col("path"))
+    # a log without a topic ID fails the start before 3.7.1 (findStrayPartitions throws), on 3.7.0 too
+    fails = F.when(no_id & F.coalesce(version < 3_007_001, F.lit(True)), F.lit("critical"))
+    return findings(hit, "stray-replica", msg, path=F.col("path"), severity=fails)
 
 
 # ---- the controllers' own metadata logs and quorum-state
