@@ -617,3 +617,29 @@ def test_an_unreadable_metadata_dir_of_a_scanned_log_dir_is_a_finding_not_an_exi
         decode_kraft([str(broken)], [str(broken)])
     with pytest.raises(ScanError, match="not both"):
         scan([str(good)], zk_snapshot_file="x", cluster_metadata=[str(good)])
+
+
+def test_scan_takes_its_cluster_facts_from_a_node_whose_image_is_whole(corpus, tmp_path):
+    """All nurlan nodes are at epoch 3 with the same log: a node whose log lost its head (no snapshot covers it) or
+    fails a CRC comes first but is passed over for the cluster facts; its header still goes to the controllers."""
+    gapped = copy_writable(corpus / NURLAN / "kafka1", tmp_path / "kafka1")
+    log = gapped / METADATA_LOG
+    base, pos = next((b, p) for b, p, _ in _batches(log) if b >= 50)
+    _write(log.parent / f"{base:020d}.log", log.read_bytes()[pos:])
+    log.unlink()
+    crc = copy_writable(corpus / NURLAN / "kafka2", tmp_path / "kafka2")
+    log = crc / METADATA_LOG
+    data = bytearray(log.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    _write(log, bytes(data))
+    whole = corpus / NURLAN / "kafka3"
+    kraft = decode_kraft([str(gapped), str(crc), str(whole)])
+    assert kraft.source["dir"] == str(whole / "__cluster_metadata-0")
+    heads = [r for r in kraft.controllers if r["kind"] == "cluster_metadata"]
+    assert [(h["node_id"], h["snapshot_gap"], h["log_crc_errors"] > 0) for h in heads] == [
+        (1, True, False),
+        (2, False, True),
+        (3, False, False),
+    ]
+    # none whole: the highest epoch, then the most records applied
+    assert decode_kraft([str(gapped), str(crc)]).cluster is not None

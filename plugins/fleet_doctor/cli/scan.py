@@ -4,8 +4,9 @@ exactly as the audit stages.
 
 KRaft: every given log dir holding a ``__cluster_metadata-0`` (and every ``--cluster-metadata`` dir) is decoded
 (fleet_doctor.cluster_metadata). The cluster facts are the records of the node with the highest quorum epoch (then
-the most records applied, then the first given); every node's ``cluster_metadata`` header and ``metadata_problem``
-records are the controllers input (the KRaft rules of the controller scope)."""
+the most records applied, then the first given) among those whose image misses no record (no snapshot gap, no CRC
+failure), or among all when none is whole; every node's ``cluster_metadata`` header and ``metadata_problem`` records
+are the controllers input (the KRaft rules of the controller scope)."""
 
 from __future__ import annotations
 
@@ -85,8 +86,11 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
         nodes.append(records)
 
     def rank(k: int) -> tuple:
+        # a node whose image misses records (a snapshot gap, a CRC failure before the end) only when no other can
         head = nodes[k][0]
-        return (_decoded(nodes[k]), _int(head.get("quorum_leader_epoch")), _int(head.get("last_applied_offset")), -k)
+        whole = not head.get("snapshot_gap") and not head.get("log_crc_errors")
+        epoch, applied = _int(head.get("quorum_leader_epoch")), _int(head.get("last_applied_offset"))
+        return (_decoded(nodes[k]), whole, epoch, applied, -k)
 
     chosen = max(range(len(nodes)), key=rank)
     controllers = [r for records in nodes for r in records if r.get("kind") in ("cluster_metadata", "metadata_problem")]
