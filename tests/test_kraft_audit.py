@@ -483,6 +483,26 @@ def test_live_fallback_when_a_controllers_host_is_gone(lab: dict[str, Any]) -> N
     assert [e["controller"] for e in found["controller_errors"]] == [1]
 
 
+def test_a_controller_of_another_cluster_is_not_used(lab: dict[str, Any], tmp_path: Path) -> None:
+    """An inventory that names another cluster's metadata log dir (greenlemon's node 3) as controller 3: identity
+    holds (host key, node.id 3), but its cluster.id is not the other controllers'; the most up-to-date log overall
+    would be greenlemon's (epoch 189), yet the lab's are used and controller 3 is reported."""
+    state = lab["state"]
+    mixed = [{"id": n, "metadata_log_dir": state.broker(n).log_dirs[0]} for n in (1, 2)]
+    i = kraft_inventory(lab, [*mixed, {"id": 3, "metadata_log_dir": str(lab["meta"][3])}])
+    found = steps.discover(i, connect=connect)
+    assert found["metadata_source"]["controller"] == 1 and found["metadata_source"]["cluster_id"] == state.cluster_id
+    [foreign] = found["controller_errors"]
+    assert foreign["controller"] == 3 and "names cluster.id 'EpwKlK0lR6qKZW0cGwZz8w'" in foreign["error"]
+    assert f"controller(s) 1, 2 name {state.cluster_id!r}: not the same cluster" in foreign["error"]
+    s = Settings(inventory=state.inventory_path, data_root=tmp_path / "data")
+    steps.snapshot_metadata(found, s.store, "staging/mixed", connect=connect)
+    assert [h["controller_id"] for h in s.store.read_jsonl("staging/mixed/controllers.jsonl")] == [1, 2]
+    greenlemon_first = kraft_inventory(lab, [{"id": 3, "metadata_log_dir": str(lab["meta"][3])}, mixed[0]])
+    tie = steps.discover(greenlemon_first, connect=connect)  # one each: the first controller's cluster
+    assert tie["metadata_source"]["controller"] == 3 and [e["controller"] for e in tie["controller_errors"]] == [1]
+
+
 def test_a_stopped_broker_is_fenced_and_its_stale_log_not_used(lab: dict[str, Any]) -> None:
     """Broker 2 stopped (combined: its controller too): the quorum fences it, and its own metadata log stops where it
     left; listed first in the inventory, its log is still not the one the audit takes the cluster's facts from."""

@@ -210,11 +210,14 @@ def read_controllers(
 ) -> tuple[list[ControllerRead], list[dict[str, Any]]]:
     """Read every controller, in order. Returns the reads, the chosen one first (the most up-to-date log, the
     inventory's order breaking ties: the module docstring), the others in the inventory's order keeping only their
-    header and problems, and, per controller that could not be read, ``{"controller", "error"}``."""
+    header and problems, and, per controller that could not be read, ``{"controller", "error"}``. Controllers whose
+    metadata names another cluster.id than most of them (the first one's, on a tie) are such errors too: an inventory
+    that mixes two clusters' controllers must not take one cluster's facts for the other's."""
     connect = connect or airflow_connect
     # a decoder that cannot be built here is this worker's problem: raised, not blamed on a controller
     program = decoder_program() if program is None else program
     reads: list[ControllerRead] = []
+    best: dict[Any, ControllerRead] = {}  # per cluster.id, the most up-to-date read: the only ones kept whole
     errors: list[dict[str, Any]] = []
     endpoints_seen = list(endpoints)
     for endpoint in endpoints_seen:
@@ -232,16 +235,35 @@ def read_controllers(
         except MetadataReadError as e:
             errors.append({"controller": cid, "error": str(e)})
             continue
-        if reads and read.position() > reads[0].position():
-            reads[0].records = reads[0].own_records()  # only the chosen one's image is kept
-            reads.insert(0, read)
+        reads.append(read)
+        cluster = read.header.get("cluster_id")
+        if cluster not in best or read.position() > best[cluster].position():
+            if cluster in best:
+                best[cluster].records = best[cluster].own_records()
+            best[cluster] = read
         else:
-            if reads:
-                read.records = read.own_records()
-            reads.append(read)
+            read.records = read.own_records()
+    if not reads:
+        return [], errors
+    size = {c: sum(1 for r in reads if r.header.get("cluster_id") == c) for c in best}
+    cluster = max(best, key=lambda c: (size[c], c == reads[0].header.get("cluster_id")))
+    same = [r for r in reads if r.header.get("cluster_id") == cluster]
+    names = ", ".join(str(r.controller_id) for r in same)
+    for r in reads:
+        if r.header.get("cluster_id") != cluster:
+            where = f"{r.endpoint.get('host')}:{r.endpoint.get('ssh_port')}, {r.endpoint.get('metadata_log_dir')}"
+            errors.append(
+                {
+                    "controller": r.controller_id,
+                    "error": f"controller {r.controller_id} ({where}): its metadata log names cluster.id "
+                    f"{r.header.get('cluster_id')!r}, controller(s) {names} name {cluster!r}: not the same cluster "
+                    "(check the inventory's controllers); not used",
+                }
+            )
     order = [int(e["controller_id"]) for e in endpoints_seen]
-    reads[1:] = sorted(reads[1:], key=lambda r: order.index(r.controller_id))  # the others in the inventory's order
-    return reads, errors
+    errors.sort(key=lambda e: order.index(e["controller"]))
+    chosen = best[cluster]
+    return [chosen, *(r for r in same if r is not chosen)], errors
 
 
 def error_text(errors: list[dict[str, Any]]) -> str:
