@@ -350,6 +350,29 @@ def test_the_most_up_to_date_metadata_log_is_used_whatever_the_order(lab: dict[s
     assert steps.discover(tie, connect=connect)["metadata_source"]["controller"] == 3  # equal logs: the first
 
 
+def test_a_log_that_misses_records_gives_way_to_a_whole_one(lab: dict[str, Any], tmp_path: Path) -> None:
+    """kafka1's log is the most up-to-date, but with a batch failing its CRC its image misses records: kafka2's
+    whole one is used; kafka1's header (log_crc_errors) still goes to detection."""
+    from harness.corpus import CORPUS, copy_writable
+
+    damaged = copy_writable(CORPUS / GREENLEMON / "kafka1", tmp_path / "kafka1")
+    log = damaged / inv.CLUSTER_METADATA_DIR / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[-20] ^= 0xFF  # inside the last batch's records
+    log.write_bytes(bytes(data))
+    i = kraft_inventory(
+        lab, [{"id": 1, "metadata_log_dir": str(damaged)}, {"id": 2, "metadata_log_dir": str(lab["meta"][2])}]
+    )
+    s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    found = steps.discover(i, connect=connect)
+    assert found["metadata_source"]["controller"] == 2 and found["controller_errors"] == []
+    steps.snapshot_metadata(found, s.store, "staging/crc", connect=connect)
+    heads = [h for h in s.store.read_jsonl("staging/crc/controllers.jsonl") if h["kind"] == "cluster_metadata"]
+    assert [(h["controller_id"], h["log_crc_errors"] > 0) for h in heads] == [(1, True), (2, False)]
+    alone = kraft_inventory(lab, [{"id": 1, "metadata_log_dir": str(damaged)}])
+    assert steps.discover(alone, connect=connect)["metadata_source"]["controller"] == 1  # none whole: still used
+
+
 def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], tmp_path: Path) -> None:
     """Controller 1's host is gone (its sshd killed): discover and the snapshot read controller 2, and say so."""
     from fleet_lab import fleet

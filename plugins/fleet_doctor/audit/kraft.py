@@ -11,7 +11,8 @@ dir's ``meta.properties``). Every controller of the inventory is read, in its or
 The cluster's facts are taken from the most up-to-date metadata log read, as Raft compares logs (the epoch of the
 newest batch, then the log end offset), the inventory's order breaking ties: in a healthy quorum every log ends
 alike and the first controller is used; a controller that was stopped (its host still up) or cut off has a log that
-stopped where it left the quorum, and its registrations would say that brokers started since are not there.
+stopped where it left the quorum, and its registrations would say that brokers started since are not there. A log
+whose image misses records (a snapshot gap, a batch failing its CRC) is used only when no whole one was read.
 """
 
 from __future__ import annotations
@@ -73,13 +74,18 @@ class ControllerRead:
     def header(self) -> dict[str, Any]:
         return self.records[0]
 
-    def position(self) -> tuple[int, int]:
-        """How far this controller's metadata goes, as Raft compares logs: the newest epoch, then the end offset (a
-        log that holds only a snapshot: the snapshot's)."""
+    def whole(self) -> bool:
+        """The image misses no record: no gap between the snapshot and the log, no batch failing its CRC (a torn
+        tail is what Kafka's recovery truncates too)."""
+        return not self.header.get("snapshot_gap") and not self.header.get("log_crc_errors")
+
+    def position(self) -> tuple[bool, int, int]:
+        """How good this controller's metadata is: whole first, then how far it goes as Raft compares logs (the
+        newest epoch, then the end offset; a log that holds only a snapshot: the snapshot's)."""
         h = self.header
         epochs = [e for e in (h.get("log_max_epoch"), h.get("snapshot_epoch")) if isinstance(e, int)]
         ends = [o for o in (h.get("log_end_offset"), h.get("snapshot_end_offset")) if isinstance(o, int)]
-        return (max(epochs, default=-1), max(ends, default=-1))
+        return (self.whole(), max(epochs, default=-1), max(ends, default=-1))
 
     def source(self) -> dict[str, Any]:
         """What the report names: which controller, which snapshot file, how far the log goes."""
