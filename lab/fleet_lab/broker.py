@@ -993,8 +993,14 @@ class LabBroker:
 
         end = self.quorum.end_offset()
         if end != self.kraft_image_offset or self.kraft_image is None:
-            _head, self.kraft_image = read_image(self.quorum.mdir)
-            self.kraft_image_offset = end
+            try:
+                _head, image = read_image(self.quorum.mdir)
+            except Exception as e:  # the dir unreadable right now: keep the image we have
+                if self.kraft_image is None:
+                    raise StartupFatal(f"Cannot read the metadata log {self.quorum.mdir}: {e}") from e
+                LOG.warning("[BrokerServer id=%d] metadata log not readable: %s", self.cfg.broker_id, e)
+                return self.kraft_image
+            self.kraft_image, self.kraft_image_offset = image, end
         return self.kraft_image
 
     def _rename_stray_logs(self) -> None:

@@ -137,6 +137,7 @@ class QuorumNode:
         self.dead_since: dict[int, float] = {}
         self.bytes_since_snapshot = 0
         self.no_leader_since: float | None = None
+        self._fetched: tuple[Any, ...] | None = None  # what the leader's log looked like at the last fetch
         self.snapshot_end = 0  # the end offset of the newest snapshot this node has taken (written or fetched)
         self.on_change: Callable[[], None] = lambda: None
         self._mutex = threading.RLock()
@@ -279,6 +280,12 @@ class QuorumNode:
             self._stop.wait(POLL_S)
 
     def _pass(self) -> None:
+        if self.controller is None and self.leader_id not in (-1, self.node_id):
+            # a follower whose leader still leads at its epoch only fetches (one view read, not every voter's)
+            view = self._view(self.leader_id)
+            if view is not None and (view.get("leader_id"), view.get("leader_epoch")) == (self.leader_id, self.epoch):
+                self._fetch(self.leader_id)
+                return
         views = {v: self._view(v) for v in self.voters}
         alive = {v: view for v, view in views.items() if view is not None}
         leader = self._find_leader(alive)
@@ -344,6 +351,7 @@ class QuorumNode:
 
     def _become_leader(self, epoch: int, granting: list[int]) -> None:
         assert self.log is not None
+        _head, image = read_image(self.mdir)  # what a reader of this node's log sees: the product's decoder
         self.epoch, self.leader_id = epoch, self.node_id
         write_quorum_state(self.mdir, self.node_id, epoch, -1, self.voters)
         QUORUM.info(
@@ -353,7 +361,6 @@ class QuorumNode:
             epoch,
             self.log.next_offset,
         )
-        _head, image = read_image(self.mdir)  # what a reader of this node's log sees: the product's decoder
         self.controller = Controller(image)
         change = leader_change(self.node_id, self.voters, granting)
         self.log.append(control_batch(self.log.next_offset, epoch, "LEADER_CHANGE", change, now_ms()))
@@ -385,6 +392,15 @@ class QuorumNode:
     def _fetch(self, leader_id: int) -> None:
         assert self.log is not None
         lmdir = Path(self.voters[leader_id]["metadata_log_dir"]) / METADATA_DIR
+        try:  # nothing new since the last fetch: the leader's dir and its newest segment as they were
+            names = sorted(os.listdir(lmdir))
+            newest = max((n for n in names if n.endswith(".log")), default="")
+            sig = (leader_id, self.log.next_offset, tuple(names), os.stat(lmdir / newest).st_size if newest else 0)
+        except OSError:
+            sig = None
+        if sig is not None and sig == self._fetched:
+            return
+        self._fetched = sig
         last = self.log.last
         refs = read_batch_refs(lmdir, last.base_offset if last else self.log.next_offset)
         if last is not None and not (refs and refs[0].header == last):
