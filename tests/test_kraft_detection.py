@@ -643,3 +643,50 @@ def test_scan_takes_its_cluster_facts_from_a_node_whose_image_is_whole(corpus, t
     ]
     # none whole: the highest epoch, then the most records applied
     assert decode_kraft([str(gapped), str(crc)]).cluster is not None
+
+
+def test_fleet_doctor_scan_with_cluster_metadata_of_other_nodes(corpus, sample_runs):
+    """`scan kafka1 --cluster-metadata kafka2/__cluster_metadata-0`: the metadata of a node not scanned is decoded
+    too (its header is a controller's); findings are those of the three-node run that belong to broker 1 or the
+    cluster."""
+    nurlan = corpus / NURLAN
+    proc = subprocess.run(
+        [
+            str(REPO / "bin" / "fleet-doctor"),
+            "scan",
+            str(nurlan / "kafka1"),
+            "--cluster-metadata",
+            str(nurlan / "kafka2" / "__cluster_metadata-0"),
+            "--kafka-version",
+            "3.2.0",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    run = sample_runs["nurlan"]
+    assert {run.key(r) for r in report["findings"]} == {k for k in run.keys() if k[1] in (1, None)}
+    assert set(report["summary"]["rules_skipped"]) == LIVENESS_RULES
+
+
+def test_fleet_doctor_scan_with_an_unreadable_cluster_metadata_dir(corpus, tmp_path):
+    proc = subprocess.run(
+        [
+            str(REPO / "bin" / "fleet-doctor"),
+            "scan",
+            str(corpus / NURLAN / "kafka1"),
+            "--cluster-metadata",
+            str(tmp_path),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert str(tmp_path) in proc.stderr and "fleet-doctor scan: error: cluster metadata:" in proc.stderr
