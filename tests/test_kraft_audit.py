@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from fleet_doctor import inventory as inv
-from fleet_doctor.audit import history, kraft, steps
+from fleet_doctor.audit import history, kraft, report, steps
 from fleet_doctor.repair import tasks
 from fleet_doctor.settings import Settings
 from harness.findings import finding
@@ -185,6 +185,8 @@ SOURCE = {
     "snapshot": "00000000000000000150-0000000003.checkpoint",
     "snapshot_end_offset": 150,
     "log_end_offset": 188,
+    "log_max_epoch": 3,
+    "whole": True,
     "quorum_leader_id": 3,
     "quorum_leader_epoch": 3,
     "problems": 0,
@@ -370,7 +372,9 @@ def test_a_log_that_misses_records_gives_way_to_a_whole_one(lab: dict[str, Any],
     heads = [h for h in s.store.read_jsonl("staging/crc/controllers.jsonl") if h["kind"] == "cluster_metadata"]
     assert [(h["controller_id"], h["log_crc_errors"] > 0) for h in heads] == [(1, True), (2, False)]
     alone = kraft_inventory(lab, [{"id": 1, "metadata_log_dir": str(damaged)}])
-    assert steps.discover(alone, connect=connect)["metadata_source"]["controller"] == 1  # none whole: still used
+    source = steps.discover(alone, connect=connect)["metadata_source"]
+    assert source["controller"] == 1 and source["whole"] is False  # none whole: still used, and the report says so
+    assert "its image misses records" in report.metadata_source_text(source)
 
 
 def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], tmp_path: Path) -> None:

@@ -99,6 +99,7 @@ class ControllerRead:
             "snapshot_end_offset": h.get("snapshot_end_offset"),
             "log_end_offset": h.get("log_end_offset"),
             "log_max_epoch": h.get("log_max_epoch"),
+            "whole": self.whole(),
             "quorum_leader_id": h.get("quorum_leader_id"),
             "quorum_leader_epoch": h.get("quorum_leader_epoch"),
             "problems": sum(1 for r in self.records if r.get("kind") == PROBLEM),

@@ -41,6 +41,8 @@ def metadata_source_text(source: dict[str, Any]) -> str:
     text += f", log end offset {source.get('log_end_offset')}"
     if source.get("quorum_leader_id") is not None:
         text += f"; quorum leader {source['quorum_leader_id']} (epoch {source.get('quorum_leader_epoch')})"
+    if source.get("whole") is False:
+        text += "; its image misses records (a snapshot gap or a CRC failure) and no whole one could be read"
     return text
 
 
