@@ -547,3 +547,24 @@ def test_a_stopped_broker_is_fenced_and_its_stale_log_not_used(lab: dict[str, An
     finally:
         assert fleet.run_service(state.broker(2), "start").returncode == 0
         fleet.wait_healthy(state, timeout=60)
+
+
+def test_the_dags_own_connections_reach_the_controllers(
+    lab: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the DAG's discover and snapshot_metadata use without a ``connect``: the SSH provider's hook on the
+    connections the inventory generates (a combined controller's is its broker's), host key pinned in their extras."""
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    conns = json.loads((lab["state"].path / "airflow-connections.json").read_text())
+    assert sorted(conns) == ["kafka_ssh_lab_1", "kafka_ssh_lab_2", "kafka_ssh_lab_3"]  # no ZooKeeper in KRaft
+    for cid, conn in conns.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_{cid.upper()}", json.dumps(conn))
+    wrong = {**conns["kafka_ssh_lab_1"], "extra": {**conns["kafka_ssh_lab_1"]["extra"]}}
+    wrong["extra"]["host_key"] = conns["kafka_ssh_lab_2"]["extra"]["host_key"]
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_SSH_LAB_1", json.dumps(wrong))  # broker 1's connection pins 2's key
+    found = steps.discover(lab["inv"])
+    assert found["registered"] == [1, 2, 3] and found["metadata_source"]["controller"] == 2
+    [refused] = found["controller_errors"]
+    assert refused["controller"] == 1 and "cannot connect" in refused["error"]
+    s = Settings(inventory=lab["state"].inventory_path, data_root=tmp_path / "data")
+    assert steps.snapshot_metadata(found, s.store, "staging/af") > 0
