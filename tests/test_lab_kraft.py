@@ -581,3 +581,59 @@ def test_the_leader_snapshots_every_so_many_bytes_and_followers_take_it(ilab: di
             assert (metadata_dir(ilab, b["id"]) / name).read_bytes() == data
     records = cm.read_cluster_metadata(str(metadata_dir(ilab, leader)))
     assert records[0]["snapshot"] == name and not kinds(records, "metadata_problem")
+
+
+# --------------------------------------------------------------------------------------------
+# MetadataLog on its own: appends, rolls, truncation, recovery at open
+def _noop_batches(log: kraft.MetadataLog, n: int, epoch: int) -> None:
+    for _ in range(n):
+        rec = kraft.MetadataRecord("NoOpRecord", 0, {})
+        log.append(kraft.data_batch(log.next_offset, epoch, [rec.encode()] * 20, kraft.now_ms()))
+
+
+def _check_index_files(mdir: Path) -> None:
+    """Every index entry points inside its segment at a batch start, entries ascend; zeros only after them."""
+    for seg in sorted(mdir.glob("*.log")):
+        base = int(seg.stem)
+        starts = {pos for pos, *_ in kraft.log_batches(seg, base)}
+        raw = (mdir / f"{seg.stem}.index").read_bytes()
+        entries = [struct.unpack_from(">ii", raw, i) for i in range(0, len(raw) - len(raw) % 8, 8)]
+        while entries and entries[-1] == (0, 0) and len(entries) > 1:
+            entries.pop()
+        if entries == [(0, 0)]:
+            entries = []
+        assert all(pos in starts for _rel, pos in entries), (seg, entries)
+        assert [rel for rel, _ in entries] == sorted(rel for rel, _ in entries)
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_metadata_log_appends_rolls_and_truncates(tmp_path: Path, running: bool) -> None:
+    from fleet_lab.kafka_files import KafkaFeatures
+
+    f = KafkaFeatures.of("3.7.1")
+    mdir = tmp_path / cm.METADATA_DIR_NAME
+    log = kraft.MetadataLog(mdir, f, 4096, running=running).create()
+    _noop_batches(log, 30, 1)
+    _noop_batches(log, 30, 2)
+    assert len(log.bases) >= 3 and log.next_offset == 60 * 20
+    assert (mdir / "leader-epoch-checkpoint").read_text() == "0\n2\n1 0\n2 600\n"
+    _check_index_files(mdir)
+    log.truncate_to(500)  # inside epoch 1, at a batch boundary
+    assert log.next_offset == 500 and log.last is not None and log.last.last_offset == 499
+    assert (mdir / "leader-epoch-checkpoint").read_text() == "0\n1\n1 0\n"
+    assert walk_log(str(sorted(mdir.glob("*.log"))[-1]), log.bases[-1])["next_offset"] == 500
+    _check_index_files(mdir)
+    _noop_batches(log, 5, 3)
+    assert log.next_offset == 600 and log.epochs[-1] == (3, 500)
+    log.close()
+    # a torn tail: recovered at open (every segment, from offset 0), as KafkaMetadataLog loads it
+    last_seg = sorted(mdir.glob("*.log"))[-1]
+    with open(last_seg, "ab") as fh:
+        fh.write(last_seg.read_bytes()[:30])
+    reopened = kraft.MetadataLog(mdir, f, 4096, running=running).open()
+    assert reopened.next_offset == 600 and any("truncated 30 bytes" in r for r in reopened.recovery)
+    # a snapshot beyond the log end truncates it fully
+    kraft.write_snapshot(mdir, 700, 3, kraft.encode_snapshot([], 3, 0))
+    again = kraft.MetadataLog(mdir, f, 4096, running=running).open()
+    assert again.next_offset == 700 and again.bases == [700]
+    assert not [p for p in mdir.glob("*.log") if p.name != "00000000000000000700.log"]

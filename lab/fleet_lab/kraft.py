@@ -483,25 +483,24 @@ class MetadataLog:
 
     # ---- truncation (a follower whose log diverged from the leader's, or a snapshot beyond the log)
     def truncate_to(self, offset: int) -> None:
-        """UnifiedLog.truncateTo at a batch boundary: later segments deleted, the segment holding ``offset`` cut
-        there, its indexes rebuilt, the epoch cache cut (truncateFromEnd)."""
+        """UnifiedLog.truncateTo at a batch boundary: the segments from ``offset`` on deleted, the segment holding
+        it cut there, its indexes rebuilt (zeros after the entries, as a truncated mmap'd index), the epoch cache cut
+        (truncateFromEnd)."""
         if offset >= self.next_offset:
             return
         if not self.bases or offset <= self.bases[0]:
             self.truncate_fully(offset)
             return
-        refs = self.batch_refs()
-        cut = next((r for r in refs if r.header.base_offset >= offset), None)
-        if cut is None:
-            return
-        for base in [b for b in self.bases if b > cut.header.base_offset or (b >= offset and b != self.bases[0])]:
-            if base > self.bases[0] and base >= offset:
-                for ext in ("log", "index", "timeindex"):
-                    (self.path / segment_file_name(base, ext)).unlink(missing_ok=True)
-        self.bases = [b for b in self.bases if b < offset or b == self.bases[0]]
+        cut = next((r for r in self.batch_refs(offset) if r.header.base_offset >= offset), None)
+        for base in [b for b in self.bases if b >= offset]:
+            for ext in ("log", "index", "timeindex"):
+                (self.path / segment_file_name(base, ext)).unlink(missing_ok=True)
+        self.bases = [b for b in self.bases if b < offset]
         seg = self.path / segment_file_name(self.bases[-1], "log")
-        if cut.segment == seg:
+        if cut is not None and cut.segment == seg:
             os.truncate(seg, cut.position)
+        for ext in ("index", "timeindex"):
+            (self.path / segment_file_name(self.bases[-1], ext)).unlink(missing_ok=True)
         self.epochs = [e for e in self.epochs if e[1] < offset]
         write_leader_epoch_checkpoint(self.path, self.epochs)
         self._load_tail()
