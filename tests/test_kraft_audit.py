@@ -405,6 +405,10 @@ def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], t
     assert "From controller 2&#x27;s metadata log" in page and "00000000000000028869-0000000189.checkpoint" in page
     assert "Controllers not read" in page and "controller 1 (127.0.0.1:" in page
     assert summary["fenced"] == [1, 2, 3] and "Fenced by the controller" in page
+    from fleet_doctor.audit import alerts
+
+    message = alerts.alert_message(summary)  # no finding, but controller 1's own log went unchecked
+    assert message and "NOT READ (KRaft controllers' metadata logs): 1." in message
 
 
 def test_a_controller_that_is_not_what_the_inventory_says_is_skipped(lab: dict[str, Any]) -> None:

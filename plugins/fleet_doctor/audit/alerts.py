@@ -25,10 +25,12 @@ def report_url(summary: dict[str, Any], base: str = "") -> str:
 
 
 def alert_message(summary: dict[str, Any], report_url: str | None = None) -> str | None:
-    """The on-call message when there are critical findings or brokers that could not be audited, else None."""
+    """The on-call message when there are critical findings or brokers (KRaft: controllers) that could not be
+    audited, else None."""
     crit = summary["by_severity"]["critical"]
     unread = summary.get("zookeeper_error") or summary.get("metadata_error")  # no cluster facts this run
-    if not crit and not summary["not_audited"] and not unread:
+    controllers = sorted({e["controller"] for e in summary.get("controller_errors") or []})  # their logs unchecked
+    if not crit and not summary["not_audited"] and not unread and not controllers:
         return None
     parts = [f"Kafka Fleet Doctor, cluster {summary['cluster']}, audit {summary['audit_run']}:"]
     parts.append(
@@ -43,6 +45,8 @@ def alert_message(summary: dict[str, Any], report_url: str | None = None) -> str
         parts.append(summary["zookeeper_error"])
     if summary.get("metadata_error"):  # KRaft: no controller's metadata log could be read
         parts.append(summary["metadata_error"])
+    elif controllers:
+        parts.append(f"NOT READ (KRaft controllers' metadata logs): {', '.join(map(str, controllers))}.")
     parts.append(f"Report: {report_url or summary['report']}")
     return " ".join(parts)
 
