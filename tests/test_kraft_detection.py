@@ -1,8 +1,8 @@
 """KRaft detection on the real KRaft samples and on copies of them mutated here (issue 18).
 
 Each run stages the log dirs exactly as ``fleet-doctor scan`` does (``stage_probe``), decodes their
-``__cluster_metadata-0`` as scan does (``metadata_dirs`` + ``decode_kraft``: the cluster facts from the node with the
-highest quorum epoch, every node's header and problems as the controllers input), and runs the detection rules
+``__cluster_metadata-0`` as scan does (``metadata_dirs`` + ``decode_kraft``: the cluster facts from the node whose
+log goes furthest, every node's header and problems as the controllers input), and runs the detection rules
 in-process on the shared Spark session.
 
 - **the samples**: every finding must be one MANIFEST.md explains, computed here from the sample's files, MANIFEST.md
@@ -227,7 +227,7 @@ def test_every_kraft_sample_was_decoded_from_its_own_metadata(sample_runs):
         head = run.kraft.cluster[0]
         assert head["kind"] == "cluster_metadata" and head["error"] is None, (name, head)
         assert [r["kind"] for r in run.kraft.controllers].count("cluster_metadata") == len(run.dirs)
-    # greenlemon: the facts come from a node at the highest quorum epoch (190), the one with the most records
+    # greenlemon: the facts come from the node whose log goes furthest (kafka1: epoch 190, offset 30638)
     assert sample_runs["greenlemon"].kraft.source["dir"].endswith("kafka1/__cluster_metadata-0")
     assert sample_runs["greenlemon"].kraft.source["quorum_leader_epoch"] == 190
 
@@ -403,7 +403,7 @@ def mutated_nurlan_pristine(sample_runs) -> Run:
 
 
 def test_the_cluster_facts_of_the_mutated_copy(mutated):
-    # every node at epoch 3; kafka1 and kafka3 applied every record (kafka2 stops at its CRC failure): the first
+    # every log at epoch 3, offset 188; kafka2's fails a CRC (its image misses records): the first whole one
     assert mutated.kraft.source["dir"] == str(mutated.root / "kafka1" / "__cluster_metadata-0")
     ids = {t["topic"]: t["topic_id"] for t in mutated.facts("topic")}
     assert ids == {

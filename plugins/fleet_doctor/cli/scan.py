@@ -3,10 +3,10 @@ log, and run the Spark detection app (spark_apps/detect.py, the ``local`` Spark 
 exactly as the audit stages.
 
 KRaft: every given log dir holding a ``__cluster_metadata-0`` (and every ``--cluster-metadata`` dir) is decoded
-(fleet_doctor.cluster_metadata). The cluster facts are the records of the node with the highest quorum epoch (then
-the most records applied, then the first given) among those whose image misses no record (no snapshot gap, no CRC
-failure), or among all when none is whole; every node's ``cluster_metadata`` header and ``metadata_problem`` records
-are the controllers input (the KRaft rules of the controller scope)."""
+(fleet_doctor.cluster_metadata). The cluster facts are the records of the node whose log goes furthest (the newest
+epoch, then the end offset, then the first given) among those whose image misses no record (no snapshot gap, no CRC
+failure), or among all when none is whole, as the audit picks its controller; every node's ``cluster_metadata``
+header and ``metadata_problem`` records are the controllers input (the KRaft rules of the controller scope)."""
 
 from __future__ import annotations
 
@@ -86,11 +86,14 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
         nodes.append(records)
 
     def rank(k: int) -> tuple:
-        # a node whose image misses records (a snapshot gap, a CRC failure before the end) only when no other can
+        # as the audit picks its controller (fleet_doctor.audit.kraft): a node whose image misses records (a snapshot
+        # gap, a CRC failure) only when no other can; then as Raft compares logs: the newest epoch, then the end
+        # offset (a node holding only a snapshot: the snapshot's); then the first given
         head = nodes[k][0]
         whole = not head.get("snapshot_gap") and not head.get("log_crc_errors")
-        epoch, applied = _int(head.get("quorum_leader_epoch")), _int(head.get("last_applied_offset"))
-        return (_decoded(nodes[k]), whole, epoch, applied, -k)
+        epoch = max(_int(head.get("log_max_epoch")), _int(head.get("snapshot_epoch")))
+        end = max(_int(head.get("log_end_offset")), _int(head.get("snapshot_end_offset")))
+        return (_decoded(nodes[k]), whole, epoch, end, -k)
 
     chosen = max(range(len(nodes)), key=rank)
     controllers = [r for records in nodes for r in records if r.get("kind") in ("cluster_metadata", "metadata_problem")]

@@ -81,6 +81,7 @@ CONTROLLER_SCHEMA = _schema(
     ("quorum_leader_epoch", INT),
     ("quorum_voted_id", INT),
     ("last_leader_change_epoch", INT),
+    ("log_max_epoch", INT),
     ("log_torn_tail", BOOL),
     ("log_tail_error", STRING),
     ("log_crc_errors", LONG),

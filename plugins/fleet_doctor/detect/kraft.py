@@ -253,8 +253,9 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
     epoch (critical); a log holding batches of an epoch above its own quorum-state's (warning: the file was rolled
     back); a node behind the highest epoch whose log holds no batch of it (info: a missed election or lag).
 
-    A node's log epoch is the newest of: its last LEADER_CHANGE (each leader writes one first in its epoch), its
-    newest snapshot's epoch, and the probe's leader-epoch-checkpoint of its ``__cluster_metadata-0`` when probed."""
+    A node's log epoch is the newest of: the newest epoch of its log's batches, its last LEADER_CHANGE (each leader
+    writes one first in its epoch), its newest snapshot's epoch, and the probe's leader-epoch-checkpoint of its
+    ``__cluster_metadata-0`` when probed."""
     h = _controllers(f, "cluster_metadata").where(F.col("quorum_leader_epoch").isNotNull())
     checkpoint = (
         f.partitions.where((F.col("topic") == METADATA_TOPIC) & (F.col("dir_state") == "live"))
@@ -270,6 +271,7 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
         "*",
         F.coalesce("cluster_id", F.lit("")).alias("cluster"),
         F.greatest(
+            F.col("log_max_epoch").cast("long"),
             F.col("last_leader_change_epoch").cast("long"),
             F.col("snapshot_epoch").cast("long"),
             F.col("checkpoint_epoch").cast("long"),
