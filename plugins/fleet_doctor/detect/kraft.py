@@ -14,11 +14,15 @@ from pyspark.sql import functions as F
 
 from fleet_doctor.detect.findings import detector, findings
 from fleet_doctor.detect.frames import Frames, live_partitions
+from fleet_doctor.rules import KafkaVersion
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_DIR = METADATA_TOPIC + "-0"
 TORN, CRC = "torn-tail", "crc"
 UNKNOWN = ("unknown-record", "unsupported-version", "undecodable", "inconsistent", "unreadable")
+# stray logs renamed -stray instead of deleted (3.7.0); a log without a topic ID stray, not a failed start (3.7.1)
+RENAMES_STRAY = KafkaVersion.parse("3.7.0").number
+NO_TOPIC_ID_IS_STRAY = KafkaVersion.parse("3.7.1").number
 
 
 # ---- stray replicas (kraft-ref §7, ref §2.1 item 6)
@@ -85,16 +89,16 @@ def stray_replica(f: Frames) -> DataFrame:
         F.when(
             no_id,
             F.when(version.isNull(), "before Kafka 3.7.1 the broker's start fails, from 3.7.1 it is renamed -stray")
-            .when(version >= 3_007_001, renamed)
+            .when(version >= NO_TOPIC_ID_IS_STRAY, renamed)
             .otherwise("the broker's start fails (a log without a topic ID is not allowed in KRaft mode before 3.7.1)"),
         )
         .when(version.isNull(), "Kafka 3.0-3.6 deletes it at the next start, 3.7+ renames it -stray")
-        .when(version >= 3_007_000, renamed)
+        .when(version >= RENAMES_STRAY, renamed)
         .otherwise("Kafka deletes it at the next start")
     )
     msg = F.format_string("%s: the replica is stray: %s", why, fate)
     # a log without a topic ID fails the start before 3.7.1 (findStrayPartitions throws), on 3.7.0 too
-    fails = F.when(no_id & F.coalesce(version < 3_007_001, F.lit(True)), F.lit("critical"))
+    fails = F.when(no_id & F.coalesce(version < NO_TOPIC_ID_IS_STRAY, F.lit(True)), F.lit("critical"))
     return findings(hit, "stray-replica", msg, path=F.col("path"), severity=fails)
 
 
