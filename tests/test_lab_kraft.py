@@ -637,3 +637,33 @@ def test_metadata_log_appends_rolls_and_truncates(tmp_path: Path, running: bool)
     again = kraft.MetadataLog(mdir, f, 4096, running=running).open()
     assert again.next_offset == 700 and again.bases == [700]
     assert not [p for p in mdir.glob("*.log") if p.name != "00000000000000000700.log"]
+
+
+def test_a_node_with_an_uncommitted_tail_truncates_it_to_the_new_leaders_log(ilab: dict[str, Any]) -> None:
+    """An old leader restarting with a batch nobody fetched (appended in its epoch just before it died) finds that
+    the new leader's log holds another batch at that offset: it truncates to the last batch both hold and fetches."""
+    from fleet_lab.kafka_files import KafkaFeatures
+
+    old = leader_of(ilab)
+    epoch = status(Path(ilab["dir"]))["quorum_leader_epoch"]
+    assert service(ilab, old, "stop").returncode == 0
+    wait_for(lambda: leader_of(ilab) not in (None, old), 10, "a new leader")
+    mdir = metadata_dir(ilab, old)
+    log = kraft.MetadataLog(mdir, KafkaFeatures.of("3.7.1"), 4096).open()
+    offset = log.next_offset
+    log.append(kraft.data_batch(offset, epoch, [kraft.MetadataRecord("NoOpRecord", 0, {}).encode()], kraft.now_ms()))
+    log.close()
+    assert service(ilab, old, "start").returncode == 0
+    wait_for(lambda: healthy(ilab), 15, f"broker {old} back")
+
+    def same_batches() -> bool:  # from the offset both logs hold on (incidents above cut some nodes' first segments)
+        leader = metadata_dir(ilab, leader_of(ilab))
+        start = max(kraft.read_batch_refs(d)[0].header.base_offset for d in (mdir, leader))
+        mine, theirs = ([r.header for r in kraft.read_batch_refs(d, start)] for d in (mdir, leader))
+        return mine == theirs
+
+    wait_for(same_batches, 10, f"node {old}'s metadata log equal to the leader's again")
+    holding = next(r.header for r in kraft.read_batch_refs(mdir, offset))
+    assert holding.base_offset == offset and holding.epoch > epoch  # the new leader's batch replaced ours
+    server_log = (Path(ilab["dir"]) / f"broker-{old}" / "server.log").read_text()
+    assert f"Truncating the metadata log to offset {offset}" in server_log

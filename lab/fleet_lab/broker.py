@@ -1044,6 +1044,9 @@ class LabBroker:
                     continue
                 tp = (topic["name"], p)
                 log = self.logs.get(tp)
+                if log is None and tp in self._offline_replicas():
+                    offline.append(tp)  # its log dir is offline: served by nobody here, not re-created elsewhere
+                    continue
                 if log is None:
                     log = self._create_log(topic["name"], p)
                     if log is None:
@@ -1071,6 +1074,17 @@ class LabBroker:
                     self._become_leader_or_follower(log, {"leader": reg["Leader"], "leader_epoch": reg["LeaderEpoch"]})
         self.quorum.set_offline(offline)
 
+    def _offline_replicas(self) -> set[tuple[str, int]]:
+        """(topic, partition) of the partition dirs in this broker's offline log dirs."""
+        out = set()
+        for d in self.offline_dirs:
+            with contextlib.suppress(OSError):
+                for name in os.listdir(d):
+                    parsed = parse_partition_dir_name(name)
+                    if parsed and parsed["dir_state"] == "live":
+                        out.add((parsed["topic"], parsed["partition"]))
+        return out
+
     def _kraft_controlled_shutdown(self) -> None:
         """BrokerLifecycleManager's controlled shutdown: the broker asks for it and waits until the controller has
         moved its leaderships and ISR memberships (its own metadata log shows InControlledShutdown), unless there is
@@ -1089,8 +1103,8 @@ class LabBroker:
             reg = image.brokers.get(self.cfg.broker_id)
             if reg is None or reg["IncarnationId"] != node.incarnation_id:
                 break  # not registered in this incarnation: nothing to move
-            if reg["Fenced"] or reg["InControlledShutdown"]:
-                break
+            if (reg["Fenced"] or reg["InControlledShutdown"]) and node.committed(node.end_offset()):
+                break  # the controller's records are committed: a new leader will have them
             time.sleep(0.02)
         node.stop()
 

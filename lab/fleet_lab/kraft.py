@@ -751,12 +751,13 @@ class Controller:
         return out
 
     def shrink_isr(self, broker_id: int, partitions: Iterable[tuple[str, int]]) -> list[MetadataRecord]:
-        """The leaders' AlterPartition for followers that stopped fetching (Partition.maybeShrinkIsr): the broker
-        removed from the ISR of those partitions it does not lead."""
+        """Replicas the broker cannot serve (an offline log dir, an inconsistent topic ID): out of the ISR, as the
+        leaders' AlterPartition drops a follower that stopped fetching (Partition.maybeShrinkIsr), and out of the
+        leadership, as the controller moves leaders off an offline directory (handleDirectoriesOffline)."""
         want = set(partitions)
         out: list[MetadataRecord] = []
         for name, p in self.partitions():
-            if (name, p["PartitionId"]) in want and broker_id in p["Isr"] and p["Leader"] != broker_id:
+            if (name, p["PartitionId"]) in want and broker_id in p["Isr"]:
                 change = self._elect(p, remove=broker_id)
                 if change:
                     self._apply(out, change)

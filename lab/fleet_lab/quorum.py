@@ -231,6 +231,13 @@ class QuorumNode:
             view = alive_view(Path(self.voters[self.leader_id]["run_dir"]))
             return view is not None and self.log.next_offset >= int(view.get("end_offset") or 0)
 
+    def committed(self, offset: int) -> bool:
+        """Whether a majority of the voters' logs reach ``offset`` (the high watermark is past it)."""
+        have = sum(
+            1 for v in self.voters if (view := self._view(v)) is not None and int(view.get("end_offset") or 0) >= offset
+        )
+        return have * 2 > len(self.voters)
+
     def has_quorum(self) -> bool:
         alive = {self.node_id} | {v for v in self.voters if v != self.node_id and self._view(v) is not None}
         return len(alive) * 2 > len(self.voters)
