@@ -476,6 +476,12 @@ def test_no_controller_readable_is_an_error_not_a_crash(lab: dict[str, Any], tmp
     facts = steps.write_broker_facts(found, s.store, "staging/r3")
     assert facts["zk_snapshot"] is None and facts["controllers"] is None and facts["metadata_source"] is None
     assert facts["metadata_error"] == found["metadata_error"]
+    # a retry that fails after an attempt that staged: the staged facts and their account stay together
+    steps.snapshot_metadata(steps.discover(lab["inv"], connect=connect), s.store, "staging/r3", connect=connect)
+    with pytest.raises(kraft.MetadataReadError):
+        steps.snapshot_metadata(found, s.store, "staging/r3", connect=connect)
+    facts = steps.write_broker_facts(found, s.store, "staging/r3")
+    assert facts["zk_snapshot"] and facts["metadata_error"] is None and facts["metadata_source"]["controller"] == 1
 
 
 # --------------------------------------------------------------------------------------------

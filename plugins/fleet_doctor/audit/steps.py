@@ -263,7 +263,8 @@ def snapshot_metadata(
     if reads:
         store.write_jsonl(f"{run_key}/controllers.jsonl", [r for read in in_order for r in read.controller_records()])
         store.write_jsonl(f"{run_key}/zk.jsonl", reads[0].records)
-    store.write_text(f"{run_key}/{METADATA_SOURCE}", json.dumps(source, indent=2) + "\n")
+    if reads or not store.is_file(f"{run_key}/zk.jsonl"):  # a retry that failed leaves an earlier attempt's account
+        store.write_text(f"{run_key}/{METADATA_SOURCE}", json.dumps(source, indent=2) + "\n")
     if not reads:
         raise kraft.MetadataReadError(source["error"])
     return len(reads[0].records)
