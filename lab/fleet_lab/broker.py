@@ -164,6 +164,13 @@ class SocketBindFatal(StartupFatal):
     during_log_loading = False
 
 
+class MetadataDirFatal(StartupFatal):
+    """KRaft: the metadata log dir went offline (KIP-858: the node shuts down)."""
+
+    java_class = "org.apache.kafka.common.errors.KafkaStorageException"
+    during_log_loading = False
+
+
 class LogDirOffline(Exception):
     """An IOException/KafkaStorageException that takes one log dir offline."""
 
@@ -561,6 +568,9 @@ class LabBroker:
                 self.logs[(log.topic, log.partition)] = log
         if self.offline_dirs and len(self.offline_dirs) == len(self.cfg.log_dirs):
             raise StartupFatal(f"Shutdown broker because all log dirs in {', '.join(self.cfg.log_dirs)} have failed")
+        if self.quorum is not None and Path(self.cfg.log_dirs[0]) in self.offline_dirs:
+            # KIP-858: a KRaft node whose metadata log dir fails shuts down
+            raise MetadataDirFatal(f"Shutdown broker because the metadata log dir {self.cfg.log_dirs[0]} has failed")
         for m in markers_to_delete:  # 0.8.2-2.7: the marker goes only once every log of the dir loaded
             with contextlib.suppress(FileNotFoundError):
                 m.unlink()
