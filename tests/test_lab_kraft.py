@@ -437,6 +437,21 @@ def ilab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         fleet_lab("down", "--dir", str(d), check=False)
 
 
+def replicated_more(st: dict[str, Any], node: int) -> None:
+    """Make the controller write (restart a broker that is neither ``node`` nor the leader) and wait until ``node``'s
+    log holds those records: proof that its quorum role ran on since."""
+    leader = leader_of(st)
+    other = next(b["id"] for b in st["brokers"] if b["id"] not in (node, leader))
+    before = node_view(st, leader)["end_offset"]
+    assert service(st, other, "stop").returncode == 0 and service(st, other, "start").returncode == 0
+    wait_for(lambda: healthy(st), 15, f"broker {other} back")
+    wait_for(
+        lambda: node_view(st, node)["end_offset"] == node_view(st, leader)["end_offset"] > before,
+        10,
+        f"node {node} replicating the records of broker {other}'s restart",
+    )
+
+
 def inject(st: dict[str, Any], *args: str) -> dict[str, Any]:
     out = fleet_lab("inject", *args, "--dir", st["dir"], "--json").stdout
     return json.loads(out.splitlines()[-1])
@@ -487,7 +502,7 @@ def test_quorum_state_divergent_stays_until_a_transition(ilab: dict[str, Any]) -
     assert done["rule"] == "quorum-state-divergent"
     node = done["broker_id"]
     assert node != leader_of(ilab)
-    time.sleep(0.5)  # the node runs on (many quorum passes) and does not rewrite it: Kafka never re-reads the file
+    replicated_more(ilab, node)  # the node runs on, replicating, and does not rewrite it: Kafka never re-reads it
     qs = {b["id"]: cm.read_quorum_state(str(metadata_dir(ilab, b["id"]) / "quorum-state")) for b in ilab["brokers"]}
     assert qs[node]["leader_epoch"] == qs[leader_of(ilab)]["leader_epoch"]
     assert qs[node]["leader_id"] == done["details"]["leader_written"] != qs[leader_of(ilab)]["leader_id"]
@@ -521,10 +536,12 @@ def test_metadata_snapshot_gap(ilab: dict[str, Any]) -> None:
     assert done["rule"] == "metadata-snapshot-gap"
     mdir = metadata_dir(ilab, done["broker_id"])
     assert not list(mdir.glob("*.checkpoint"))
-    time.sleep(0.5)  # a running follower does not fetch an old snapshot back
     head = decode(ilab, done["broker_id"])[0]
     assert head["snapshot"] is None and head["snapshot_gap"]
     assert head["log_start_offset"] == done["details"]["log_start_offset"] > 0
+    deleted = {Path(p).name for p in done["paths"] if p.endswith(".checkpoint")}
+    replicated_more(ilab, done["broker_id"])  # a running follower replicates on and fetches no old snapshot back
+    assert not deleted & {p.name for p in mdir.glob("*.checkpoint")}
 
 
 def test_controller_failover_in_kraft_and_zookeeper_incidents_refused(ilab: dict[str, Any]) -> None:
