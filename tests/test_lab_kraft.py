@@ -684,3 +684,19 @@ def test_a_node_with_an_uncommitted_tail_truncates_it_to_the_new_leaders_log(ila
     assert holding.base_offset == offset and holding.epoch > epoch  # the new leader's batch replaced ours
     server_log = (Path(ilab["dir"]) / f"broker-{old}" / "server.log").read_text()
     assert f"Truncating the metadata log to offset {offset}" in server_log
+
+
+def test_a_node_restarting_with_a_higher_epoch_moves_the_quorum_past_it(ilab: dict[str, Any]) -> None:
+    """Raft: no voter goes back in epochs. A node whose quorum-state holds an epoch above the leader's (restored from
+    elsewhere) makes the quorum elect again above it, and follows."""
+    leader = leader_of(ilab)
+    node = next(b["id"] for b in ilab["brokers"] if b["id"] != leader)
+    assert service(ilab, node, "stop").returncode == 0
+    high = status(Path(ilab["dir"]))["quorum_leader_epoch"] + 50
+    kraft.write_quorum_state(metadata_dir(ilab, node), -1, high, -1, [b["id"] for b in ilab["brokers"]])
+    assert service(ilab, node, "start").returncode == 0
+    wait_for(lambda: (status(Path(ilab["dir"]))["quorum_leader_epoch"] or 0) > high, 10, f"an epoch above {high}")
+    wait_for(lambda: healthy(ilab), 15, "healthy")
+    epoch = status(Path(ilab["dir"]))["quorum_leader_epoch"]
+    qs = cm.read_quorum_state(str(metadata_dir(ilab, node) / "quorum-state"))
+    assert qs["leader_epoch"] == epoch and qs["leader_id"] == leader_of(ilab)

@@ -39,7 +39,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +299,12 @@ class QuorumNode:
         if self.controller is not None:
             if leader is not None and leader[0] != self.node_id and leader[1] > self.epoch:
                 self._resign()
+            elif max(int(v.get("leader_epoch", 0)) for v in alive.values()) > self.epoch:
+                # a node has seen a higher epoch (it restarted with one): Raft moves every voter past it, so the
+                # leader stands again, in an epoch above all
+                with self._quorum_lock():
+                    self._become_leader(max(int(v.get("leader_epoch", 0)) for v in alive.values()) + 1, sorted(alive))
+                return
             else:
                 self._lead(alive)
                 return
@@ -342,17 +348,23 @@ class QuorumNode:
         ]
         if not candidates or min(candidates)[3] != self.node_id:
             return
-        lock_path = Path(self.k["quorum_lock"])
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with self._quorum_lock():
             views = {v: self._view(v) for v in self.voters}
             alive = {v: view for v, view in views.items() if view is not None}
-            if self._find_leader(alive) is not None:
+            found = self._find_leader(alive)
+            if found is not None and found[1] >= self.epoch:
                 return
             seen = [self.epoch, self.log.last.epoch if self.log.last else 0]
             seen += [int(v.get("leader_epoch", 0)) for v in alive.values()]
             self._become_leader(max(seen) + 1, sorted(alive))
+
+    @contextlib.contextmanager
+    def _quorum_lock(self) -> Iterator[None]:
+        """The lab-wide election lock: one election at a time, so two candidates never win the same epoch."""
+        fd = os.open(Path(self.k["quorum_lock"]), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
         finally:
             os.close(fd)
 
