@@ -128,6 +128,18 @@ def processes_mentioning(needle: str) -> list[int]:
     return out
 
 
+def listening_hosts(port: int) -> set[str]:
+    """Local addresses with a socket listening on ``port`` (/proc/net/tcp and tcp6; v4-mapped v6 as v4)."""
+    hosts = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if state == "0A" and int(p, 16) == port:
+                hosts.add(addr[-8:] if addr.startswith("0000000000000000FFFF0000") else addr)
+    return hosts
+
+
 def segment_files(mdir: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(mdir.glob("*.log"))}
 
@@ -208,6 +220,9 @@ def test_up_is_fast_and_status_names_the_quorum_leader(klab: dict[str, Any]) -> 
     assert klab["controller"] == 1 and klab["quorum_leader_epoch"] == 2  # history in epoch 1, this run's election
     assert klab["controllers"] == [{"id": b["id"], "metadata_log_dir": b["log_dirs"][0]} for b in klab["brokers"]]
     assert all(b["running"] and b["ssh_running"] for b in klab["brokers"])
+    for b in klab["brokers"]:  # the listener and sshd, on loopback only
+        for port in (b["ssh_port"], int(b["listener"].rsplit(":", 1)[1])):
+            assert listening_hosts(port) == {"0100007F"}, (b["id"], port)
     assert not [p for p in processes_mentioning(klab["dir"]) if "zookeeper" in Path(f"/proc/{p}/cmdline").read_text()]
     assert healthy(klab)
 
