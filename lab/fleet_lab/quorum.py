@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import cluster_metadata as cm
+from fleet_doctor.probe import V2_CRC_START, crc32c
 from fleet_lab.kafka_files import KafkaFeatures, segment_bases, write_atomic
 from fleet_lab.kraft import (
     METADATA_DIR,
@@ -138,6 +139,7 @@ class QuorumNode:
         self.bytes_since_snapshot = 0
         self.no_leader_since: float | None = None
         self._fetched: tuple[Any, ...] | None = None  # what the leader's log looked like at the last fetch
+        self._fetch_error: int | None = None  # the corrupt leader batch last reported
         self.snapshot_end = 0  # the end offset of the newest snapshot this node has taken (written or fetched)
         self.on_change: Callable[[], None] = lambda: None
         self._mutex = threading.RLock()
@@ -435,6 +437,18 @@ class QuorumNode:
                 break
             data = read_batch(ref)
             if len(data) != ref.header.size:
+                break
+            if crc32c(data[V2_CRC_START:]) != ref.header.crc:
+                # the follower validates what it appends (DefaultRecordBatch.ensureValid): a corrupt batch of the
+                # leader's log stops the fetch there
+                if self._fetch_error != ref.header.base_offset:
+                    RAFT.error(
+                        "[RaftManager id=%d] Fetched batch at offset %d of leader %d is corrupt (CRC mismatch)",
+                        self.node_id,
+                        ref.header.base_offset,
+                        leader_id,
+                    )
+                    self._fetch_error = ref.header.base_offset
                 break
             self.log.append(data)
         self._copy_snapshots(lmdir)
