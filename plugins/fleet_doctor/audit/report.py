@@ -83,6 +83,8 @@ def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
         f"{len(findings)} finding(s): {c['critical']} critical, {c['warning']} warning, {c['info']} info"
         f" on {len({f.get('broker_id') for f in findings if f.get('broker_id') is not None})} broker(s)\n"
     )
+    if summary.get("metadata_mode") == "kraft" and summary.get("metadata_source"):
+        out.write(f"  cluster metadata from {metadata_source_text(summary['metadata_source'])}\n")
     for rule, why in sorted((summary.get("rules_skipped") or {}).items()):
         out.write(f"  not evaluated: {rule} ({why})\n")
 

@@ -98,7 +98,18 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
     chosen = max(range(len(nodes)), key=rank)
     controllers = [r for records in nodes for r in records if r.get("kind") in ("cluster_metadata", "metadata_problem")]
     head = nodes[chosen][0]
-    source = {k: head.get(k) for k in ("node_id", "dir", "snapshot", "log_end_offset", "quorum_leader_epoch")}
+    source = {
+        k: head.get(k)
+        for k in (
+            "node_id",
+            "dir",
+            "snapshot",
+            "snapshot_end_offset",
+            "log_end_offset",
+            "quorum_leader_id",
+            "quorum_leader_epoch",
+        )
+    }
     return KraftMetadata(nodes[chosen] if _decoded(nodes[chosen]) else None, controllers, source)
 
 
@@ -188,4 +199,13 @@ def scan(
             found = spark.detect_locally(work, facts, records, master=master, controller_records=controllers)
         except spark.SparkError as e:
             raise ScanError(str(e)) from e
-        return ScanResult(found.findings, found.summary, brokers, source)
+        summary = dict(found.summary)
+        if source is not None:  # the report's headings and its "cluster metadata from" line (audit.report)
+            summary["metadata_mode"] = "kraft"
+            summary["metadata_source"] = {
+                "controller": source.get("node_id"),
+                "metadata_log_dir": source.get("dir"),
+                **{k: source.get(k) for k in ("snapshot", "snapshot_end_offset", "log_end_offset")},
+                **{k: source.get(k) for k in ("quorum_leader_id", "quorum_leader_epoch")},
+            }
+        return ScanResult(found.findings, summary, brokers, source)
