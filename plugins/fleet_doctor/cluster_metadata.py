@@ -1512,6 +1512,17 @@ def _records(head, img, rp):
     )
 
 
+def log_position(header):
+    """How far a node's metadata goes, from its ``cluster_metadata`` header, to choose the freshest of several nodes:
+    (whole, epoch, end offset), compared as a tuple. Whole first: an image that misses records (a snapshot gap, a CRC
+    failure: recovery truncates there) only when no other can be had; then as Raft compares logs, the newest epoch,
+    then the end offset (a node that holds only a snapshot: the snapshot's). -1 where nothing is known."""
+    whole = not header.get("snapshot_gap") and not header.get("log_crc_errors") and not header.get("error")
+    epochs = [e for e in (header.get("log_max_epoch"), header.get("snapshot_epoch")) if isinstance(e, int)]
+    ends = [o for o in (header.get("log_end_offset"), header.get("snapshot_end_offset")) if isinstance(o, int)]
+    return (whole, max(epochs) if epochs else -1, max(ends) if ends else -1)
+
+
 def format_records(records):
     """The JSON Lines text of the records: one compact object per line (the CLI and bundle() print the same bytes)."""
     return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)

@@ -65,7 +65,7 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
     """Decode each metadata dir. A ``--cluster-metadata`` dir that cannot be read at all is a ScanError; a log dir's
     own ``__cluster_metadata-0`` that cannot be read becomes a header with its error (a finding, not an exit)."""
     from fleet_doctor import probe
-    from fleet_doctor.cluster_metadata import ClusterMetadataError, read_cluster_metadata
+    from fleet_doctor.cluster_metadata import ClusterMetadataError, log_position, read_cluster_metadata
 
     nodes: list[list[dict[str, Any]]] = []
     for d in dirs:
@@ -86,14 +86,9 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
         nodes.append(records)
 
     def rank(k: int) -> tuple:
-        # as the audit picks its controller (fleet_doctor.audit.kraft): a node whose image misses records (a snapshot
-        # gap, a CRC failure) only when no other can; then as Raft compares logs: the newest epoch, then the end
-        # offset (a node holding only a snapshot: the snapshot's); then the first given
-        head = nodes[k][0]
-        whole = not head.get("snapshot_gap") and not head.get("log_crc_errors")
-        epoch = max(_int(head.get("log_max_epoch")), _int(head.get("snapshot_epoch")))
-        end = max(_int(head.get("log_end_offset")), _int(head.get("snapshot_end_offset")))
-        return (_decoded(nodes[k]), whole, epoch, end, -k)
+        # as the audit picks its controller (fleet_doctor.audit.kraft): a node that decoded, then the freshest
+        # (cluster_metadata.log_position), then the first given
+        return (_decoded(nodes[k]), *log_position(nodes[k][0]), -k)
 
     chosen = max(range(len(nodes)), key=rank)
     controllers = [r for records in nodes for r in records if r.get("kind") in ("cluster_metadata", "metadata_problem")]
@@ -116,10 +111,6 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
 def _decoded(records: list[dict[str, Any]]) -> bool:
     """The decoder read the dir (its records end with ``cluster_metadata_end``), errors in parts or not."""
     return records[-1].get("kind") == "cluster_metadata_end"
-
-
-def _int(v: Any) -> int:
-    return v if isinstance(v, int) else -1
 
 
 def stage_probe(
