@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from fleet_doctor import cluster_metadata
 from fleet_doctor.identity import verify_identity
 from fleet_doctor.remote import Remote, airflow_ssh_client
 
@@ -52,8 +53,6 @@ def decode_command(metadata_log_dir: str) -> str:
 
 
 def decoder_program() -> bytes:
-    from fleet_doctor import cluster_metadata
-
     return cluster_metadata.bundle()
 
 
@@ -74,18 +73,14 @@ class ControllerRead:
     def header(self) -> dict[str, Any]:
         return self.records[0]
 
-    def whole(self) -> bool:
-        """The image misses no record: no gap between the snapshot and the log, no batch failing its CRC (a torn
-        tail is what Kafka's recovery truncates too)."""
-        return not self.header.get("snapshot_gap") and not self.header.get("log_crc_errors")
-
     def position(self) -> tuple[bool, int, int]:
-        """How good this controller's metadata is: whole first, then how far it goes as Raft compares logs (the
-        newest epoch, then the end offset; a log that holds only a snapshot: the snapshot's)."""
-        h = self.header
-        epochs = [e for e in (h.get("log_max_epoch"), h.get("snapshot_epoch")) if isinstance(e, int)]
-        ends = [o for o in (h.get("log_end_offset"), h.get("snapshot_end_offset")) if isinstance(o, int)]
-        return (self.whole(), max(epochs, default=-1), max(ends, default=-1))
+        """How good this controller's metadata is (``cluster_metadata.log_position``, the one rule scan uses too):
+        a whole image first (no snapshot gap, no CRC failure), then how far it goes as Raft compares logs (the
+        newest epoch, then the end offset)."""
+        return tuple(cluster_metadata.log_position(self.header))  # type: ignore[return-value]
+
+    def whole(self) -> bool:
+        return bool(self.position()[0])
 
     def source(self) -> dict[str, Any]:
         """What the report names: which controller, which snapshot file, how far the log goes."""
