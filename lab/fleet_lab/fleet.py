@@ -614,6 +614,48 @@ def _lab_pids(state: LabState) -> dict[str, int | None]:
     return pids
 
 
+def _fresh_lab_dir(lab_dir: Path, cluster: str) -> str:
+    """An empty lab dir with the lab's SSH client key (refused while a lab is up there); the lab user."""
+    if is_up(lab_dir):
+        raise LabError(f"a fleet lab is already up at {lab_dir}: run `fleet-lab down --dir {lab_dir}` first")
+    if lab_dir.exists():
+        shutil.rmtree(lab_dir)
+    (lab_dir / "ssh").mkdir(parents=True)
+    client_pub = _keygen(lab_dir / "ssh" / "id_ed25519", f"fleet-doctor@{cluster}")
+    (lab_dir / "ssh" / "authorized_keys").write_text(client_pub + "\n")
+    return getpass.getuser()
+
+
+def _add_hosts(state: LabState, brokers: int, log_dirs_per_broker: int) -> None:
+    """One host per broker: its run dir, host key, empty log dirs, ports and running sshd."""
+    lab_dir = Path(state.dir)
+    for bid in range(1, brokers + 1):
+        run = lab_dir / f"broker-{bid}"
+        run.mkdir()
+        host_key = _keygen(run / "ssh_host_ed25519_key", f"broker-{bid}")
+        log_dirs = [str(run / f"data-{k}") for k in range(log_dirs_per_broker)]
+        for d in log_dirs:
+            Path(d).mkdir()
+        b = LabBrokerState(bid, free_port(), free_port(), None, str(run), log_dirs, host_key)
+        state.brokers.append(b)
+        b.sshd_pid = _start_sshd(b, lab_dir, state.user)
+    state.save()
+
+
+def _start_brokers(state: LabState) -> None:
+    """Write the inventory, start every broker through its sshd's service command and wait until healthy."""
+    write_inventory(state)
+    for b in state.brokers:
+        _wait_ssh_banner(b.ssh_port, b.sshd_pid or 0, Path(b.run_dir) / "sshd.log")
+    with ThreadPoolExecutor(max_workers=len(state.brokers)) as pool:
+        results = list(pool.map(lambda b: run_service(b, "start"), state.brokers))
+    failed = [(b, r) for b, r in zip(state.brokers, results, strict=True) if r.returncode != 0]
+    if failed:
+        b, r = failed[0]
+        raise LabError(f"broker {b.id} did not start: {r.stdout}{r.stderr}")
+    wait_healthy(state, timeout=30)
+
+
 def up(
     directory: str | os.PathLike[str] = DEFAULT_DIR,
     *,
@@ -635,31 +677,13 @@ def up(
         if not kraft.supports_kraft(features):
             raise LabError(f"the KRaft lab writes Kafka 3.7's metadata: --kafka-version 3.7.x ({kafka_version})")
         return _up_kraft(lab_dir, brokers, str(kafka_version), log_dirs_per_broker, cluster)
-    if is_up(lab_dir):
-        raise LabError(f"a fleet lab is already up at {lab_dir}: run `fleet-lab down --dir {lab_dir}` first")
-    if lab_dir.exists():
-        shutil.rmtree(lab_dir)
-    (lab_dir / "ssh").mkdir(parents=True)
-    user = getpass.getuser()
-    client_pub = _keygen(lab_dir / "ssh" / "id_ed25519", f"fleet-doctor@{cluster}")
-    (lab_dir / "ssh" / "authorized_keys").write_text(client_pub + "\n")
+    user = _fresh_lab_dir(lab_dir, cluster)
     zk = ZooKeeperServer(lab_dir / "zookeeper", tick_time_ms=ZK_TICK_MS)
     state = LabState(str(lab_dir), cluster, random_topic_id(), str(kafka_version), 0, None, user)
     try:
         zk.start()
         state.zk_port, state.zk_pid = zk.port or 0, zk.detach()
-        for i in range(brokers):
-            bid = i + 1
-            run = lab_dir / f"broker-{bid}"
-            run.mkdir()
-            host_key = _keygen(run / "ssh_host_ed25519_key", f"broker-{bid}")
-            log_dirs = [str(run / f"data-{k}") for k in range(log_dirs_per_broker)]
-            for d in log_dirs:
-                Path(d).mkdir()
-            b = LabBrokerState(bid, free_port(), free_port(), None, str(run), log_dirs, host_key)
-            state.brokers.append(b)
-            b.sshd_pid = _start_sshd(b, lab_dir, user)
-        state.save()
+        _add_hosts(state, brokers, log_dirs_per_broker)
         topics = _write_data(state)
         _write_zookeeper(state, topics)
         for b in state.brokers:
@@ -675,16 +699,7 @@ def up(
             ).save(b.config_path)
             b.service_script.write_text(_service_script(b))
             b.service_script.chmod(0o755)
-        write_inventory(state)
-        for b in state.brokers:
-            _wait_ssh_banner(b.ssh_port, b.sshd_pid or 0, Path(b.run_dir) / "sshd.log")
-        with ThreadPoolExecutor(max_workers=len(state.brokers)) as pool:
-            results = list(pool.map(lambda b: run_service(b, "start"), state.brokers))
-        failed = [(b, r) for b, r in zip(state.brokers, results, strict=True) if r.returncode != 0]
-        if failed:
-            b, r = failed[0]
-            raise LabError(f"broker {b.id} did not start: {r.stdout}{r.stderr}")
-        wait_healthy(state, timeout=30)
+        _start_brokers(state)
     except BaseException:
         with contextlib.suppress(Exception):
             down(lab_dir)
@@ -695,28 +710,10 @@ def up(
 def _up_kraft(lab_dir: Path, n: int, kafka_version: str, log_dirs_per_broker: int, cluster: str) -> LabState:
     """``up --metadata kraft``: no ZooKeeper; every broker a combined node (process.roles=broker,controller) and a
     voter of the quorum (fleet_lab.quorum), its metadata log in its first log dir."""
-    if is_up(lab_dir):
-        raise LabError(f"a fleet lab is already up at {lab_dir}: run `fleet-lab down --dir {lab_dir}` first")
-    if lab_dir.exists():
-        shutil.rmtree(lab_dir)
-    (lab_dir / "ssh").mkdir(parents=True)
-    user = getpass.getuser()
-    client_pub = _keygen(lab_dir / "ssh" / "id_ed25519", f"fleet-doctor@{cluster}")
-    (lab_dir / "ssh" / "authorized_keys").write_text(client_pub + "\n")
+    user = _fresh_lab_dir(lab_dir, cluster)
     state = LabState(str(lab_dir), cluster, random_topic_id(), kafka_version, 0, None, user, metadata_mode="kraft")
     try:
-        for i in range(n):
-            bid = i + 1
-            run = lab_dir / f"broker-{bid}"
-            run.mkdir()
-            host_key = _keygen(run / "ssh_host_ed25519_key", f"broker-{bid}")
-            log_dirs = [str(run / f"data-{k}") for k in range(log_dirs_per_broker)]
-            for d in log_dirs:
-                Path(d).mkdir()
-            b = LabBrokerState(bid, free_port(), free_port(), None, str(run), log_dirs, host_key)
-            state.brokers.append(b)
-            b.sshd_pid = _start_sshd(b, lab_dir, user)
-        state.save()
+        _add_hosts(state, n, log_dirs_per_broker)
         topics, placement = _write_log_dirs(state)
         dir_ids = _write_kraft_metadata(state, topics, placement)
         voters = [{"id": b.id, "run_dir": b.run_dir, "metadata_log_dir": b.log_dirs[0]} for b in state.brokers]
@@ -742,16 +739,7 @@ def _up_kraft(lab_dir: Path, n: int, kafka_version: str, log_dirs_per_broker: in
             ).save(b.config_path)
             b.service_script.write_text(_service_script(b))
             b.service_script.chmod(0o755)
-        write_inventory(state)
-        for b in state.brokers:
-            _wait_ssh_banner(b.ssh_port, b.sshd_pid or 0, Path(b.run_dir) / "sshd.log")
-        with ThreadPoolExecutor(max_workers=len(state.brokers)) as pool:
-            results = list(pool.map(lambda b: run_service(b, "start"), state.brokers))
-        failed = [(b, r) for b, r in zip(state.brokers, results, strict=True) if r.returncode != 0]
-        if failed:
-            b, r = failed[0]
-            raise LabError(f"broker {b.id} did not start: {r.stdout}{r.stderr}")
-        wait_healthy(state, timeout=30)
+        _start_brokers(state)
     except BaseException:
         with contextlib.suppress(Exception):
             down(lab_dir)
