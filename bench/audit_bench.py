@@ -45,17 +45,7 @@ from harness.airflow_live import LiveAirflow  # noqa: E402
 AUDIT = "kafka_fleet_audit"
 TARGET = 1.5
 BEGIN, END = "<!-- audit-bench:begin -->", "<!-- audit-bench:end -->"
-PHASES = (
-    "discover",
-    "brokers_to_stage",
-    "stage",
-    "snapshot_zookeeper",
-    "broker_facts",
-    "detect_args",
-    "detect",
-    "publish",
-    "alert",
-)
+PHASES = ("discover", "stage", "snapshot_metadata", "broker_facts", "detect", "publish", "alert")  # the DAG's tasks
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
