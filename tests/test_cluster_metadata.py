@@ -622,8 +622,21 @@ def test_partition_change_merge_rules(tmp_path: Path) -> None:
         1,
         3,
     )
-    assert s["directories"] == [probe.ZERO_UUID, probe.ZERO_UUID]  # replicas changed without directories
+    # replicas changed without directories: DirectoryId.createDirectoriesFrom keeps each kept replica's directory
+    assert s["directories"] == [DIR_2, DIR_2]
     assert kinds(records, "topic")[0]["adding_replicas"] == {}
+    # a new replica is UNASSIGNED (Uuid 0, 1), the others keep theirs whatever their position; no replicas: unchanged
+    later = [
+        ke.metadata_value("PartitionChangeRecord", PartitionId=0, TopicId=TOPIC_A, Replicas=[4, 3, 2]),
+        ke.metadata_value("PartitionChangeRecord", PartitionId=0, TopicId=TOPIC_A, Isr=[3]),
+    ]
+    shutil.rmtree(tmp_path / cm.METADATA_DIR_NAME)
+    segs = {0: ke.data_batch(0, values), 4: ke.data_batch(4, more), 5: ke.data_batch(5, later)}
+    make_dir(tmp_path, segments=segs, meta=None)
+    (s,) = kinds(decode(tmp_path), "partition_state")
+    assert s["replicas"] == [4, 3, 2] and s["isr"] == [3]
+    assert s["directories"] == [cm.UNASSIGNED_DIR, DIR_2, DIR_2]
+    assert cm.UNASSIGNED_DIR == cm.uuid_text(bytes(15) + b"\x01")
 
 
 def test_latest_snapshot_is_by_epoch_then_offset_and_the_log_resumes_after_it(tmp_path: Path) -> None:
@@ -1155,12 +1168,127 @@ def test_a_damaged_newest_snapshot_gives_way_to_the_one_before(tmp_path: Path) -
     assert set(topics(records)) == {"old", "one"}  # the older snapshot, then the log from its end offset
     (p,) = problems(records)
     assert (p["problem"], p["file"]) == ("crc", str(mdir / "00000000000000000003-0000000002.checkpoint"))
-    # when no snapshot is intact, the newest is used as far as it is valid
+    # Kafka loads only its newest snapshot: the node cannot load it, and the facts here are older ones, not whole
+    assert "the snapshot is unusable" in p["message"] and "fails to load a corrupt one" in p["message"]
+    assert "truncates" not in p["message"]
+    assert "come from the older snapshot 00000000000000000001-0000000001.checkpoint instead" in p["message"]
+    assert head["snapshot_fallback"] == ["00000000000000000003-0000000002.checkpoint"]
+    assert head["image_complete"] is False and head["snapshot_gap"] is False and head["error"] is None
+    assert cm.log_position(head) == (False, 1, 2)
+    # when no snapshot is intact, the newest is used as far as it is valid: not whole either
     (mdir / "00000000000000000001-0000000001.checkpoint").write_bytes(older[:-10])
     records = decode(tmp_path)
-    assert records[0]["snapshot"] == "00000000000000000003-0000000002.checkpoint"
+    head = records[0]
+    assert head["snapshot"] == "00000000000000000003-0000000002.checkpoint"
     assert set(topics(records)) == {"new", "newer"}
     assert sorted(p["problem"] for p in problems(records)) == ["crc", "torn-tail"]
+    assert head["snapshot_fallback"] == [] and head["image_complete"] is False
+    assert cm.log_position(head)[0] is False
+    (crc,) = [p for p in problems(records) if p["problem"] == "crc"]
+    assert "no snapshot is intact: the facts here come from this one as far as it is valid" in crc["message"]
+    (torn,) = [p for p in problems(records) if p["problem"] == "torn-tail"]
+    assert "the snapshot is incomplete, unusable" in torn["message"]
+
+
+def test_a_flipped_byte_in_kscans_newest_snapshot_is_not_whole(corpus: Path, tmp_path: Path) -> None:
+    """The review's case: kscan's newest snapshot with one byte flipped; the snapshot before it (end offset 5071582)
+    is whole, but the facts from it are older than the node's own: never the freshest on a tie, or silently."""
+    shutil.copytree(corpus / KSCAN / "kafka-1" / cm.METADATA_DIR_NAME, tmp_path / cm.METADATA_DIR_NAME)
+    newest = tmp_path / cm.METADATA_DIR_NAME / "00000000000005072231-0000000193.checkpoint"
+    newest.chmod(0o644)
+    data = bytearray(newest.read_bytes())
+    data[5000] ^= 0x01
+    newest.write_bytes(bytes(data))
+    records = decode(tmp_path)
+    head = records[0]
+    assert (head["snapshot"], head["snapshot_end_offset"]) == ("00000000000005071582-0000000193.checkpoint", 5071582)
+    assert head["snapshot_fallback"] == [newest.name] and head["image_complete"] is False
+    assert cm.log_position(head) == (False, 193, 5071582)
+    (p,) = problems(records)
+    assert p["problem"] == "crc" and p["file"] == str(newest) and "unusable" in p["message"]
+
+
+def test_segments_wholly_below_the_snapshot_are_not_opened(tmp_path: Path) -> None:
+    """Segment 0 ends below the snapshot's end offset (segment 3 starts at 3): nothing in it is needed, so it is not
+    opened (here it could not be: a directory), and the replay goes on with segment 3."""
+    snap = snapshot_bytes([topic("t", TOPIC_A)], epoch=1)
+    seg3 = ke.data_batch(3, [topic("u", TOPIC_B)], epoch=1)
+    mdir = make_dir(tmp_path, segments={3: seg3}, snapshots={(4, 1): snap})
+    (mdir / "00000000000000000000.log").mkdir()
+    records = decode(tmp_path)
+    head = records[0]
+    assert problems(records) == [] and head["image_complete"] is True
+    assert (head["log_start_offset"], head["log_end_offset"]) == (0, 4)
+    assert set(topics(records)) == {"t"}  # u (offset 3) is below the snapshot's end offset
+    (mdir / "00000000000000000003.log").write_bytes(seg3 + ke.data_batch(4, [topic("v", TOPIC_C)], epoch=1))
+    records = decode(tmp_path)
+    assert problems(records) == [] and set(topics(records)) == {"t", "v"}
+    assert cm.log_position(records[0]) == (True, 1, 5)
+
+
+def _stale_listdir(monkeypatch: pytest.MonkeyPatch, mdir: Path, stale: list[str], times: int) -> list[int]:
+    """os.listdir of mdir gives this stale listing the first ``times`` calls: files Kafka renamed meanwhile."""
+    real_listdir = os.listdir
+    calls = [0]
+
+    def listdir(path: Any = ".") -> list[str]:
+        if os.path.abspath(str(path)) == str(mdir):
+            calls[0] += 1
+            if calls[0] <= times:
+                return list(stale)
+        return real_listdir(path)
+
+    monkeypatch.setattr(cm.os, "listdir", listdir)
+    return calls
+
+
+def test_a_segment_deleted_during_the_read_lists_the_dir_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listed: snapshot 2, segments 0, 4, 6. Then Kafka wrote snapshot 6 and renamed segments 0 and 4 .deleted: the
+    replay meets segment 0 gone, lists the dir again, and replays snapshot 6 and segment 6."""
+    old = snapshot_bytes([topic("old", TOPIC_A)], epoch=1)
+    new = snapshot_bytes([topic("old", TOPIC_A), topic("new", TOPIC_B)], epoch=1)
+    mdir = make_dir(
+        tmp_path, segments={6: ke.data_batch(6, [topic("later", TOPIC_C)])}, snapshots={(2, 1): old, (6, 1): new}
+    )
+    (mdir / "00000000000000000000.log.deleted").write_bytes(b"gone")
+    stale = ["00000000000000000002-0000000001.checkpoint", "quorum-state"] + [
+        probe.segment_file_name(b, "log") for b in (0, 4, 6)
+    ]
+    calls = _stale_listdir(monkeypatch, mdir, stale, times=1)
+    records = decode(tmp_path)
+    head = records[0]
+    assert calls[0] == 2
+    assert problems(records) == [] and head["image_complete"] is True and head["log_tail_error"] is None
+    assert head["snapshot"] == "00000000000000000006-0000000001.checkpoint"
+    assert set(topics(records)) == {"old", "new", "later"}
+    assert cm.log_position(head) == (True, 1, 7)
+
+
+def test_a_needed_segment_gone_twice_leaves_the_image_not_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same, but the second listing is stale as well: the replay stops at the missing segment, names it, and the
+    image is not whole (before: the replay stopped silently, error null, and the stale image counted as whole)."""
+    old = snapshot_bytes([topic("old", TOPIC_A)], epoch=1)
+    mdir = make_dir(
+        tmp_path,
+        segments={2: ke.data_batch(2, [topic("two", TOPIC_B)]), 6: ke.data_batch(6, [topic("later", TOPIC_C)])},
+        snapshots={(2, 1): old},
+    )
+    stale = ["00000000000000000002-0000000001.checkpoint", "quorum-state"] + [
+        probe.segment_file_name(b, "log") for b in (2, 4, 6)
+    ]
+    calls = _stale_listdir(monkeypatch, mdir, stale, times=2)
+    records = decode(tmp_path)
+    head = records[0]
+    assert calls[0] == 2
+    seg4 = str(mdir / "00000000000000000004.log")
+    (p,) = problems(records)
+    assert (p["problem"], p["file"], p["offset"]) == ("unreadable", seg4, None)
+    assert "the image stops at offset 3" in p["message"] and "(1 later segment(s)) are not replayed" in p["message"]
+    assert head["image_complete"] is False and head["log_tail_error"] == seg4 + " cannot be read"
+    assert set(topics(records)) == {"old", "two"}
+    assert cm.log_position(head)[0] is False
 
 
 @pytest.mark.parametrize("node", ["kafka1", "kafka2", "kafka3"])

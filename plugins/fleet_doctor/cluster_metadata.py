@@ -667,6 +667,7 @@ PROBLEM_KINDS = (
 PROBLEMS_PER_FILE_MAX = 100  # a hostile file cannot flood the output: the rest are counted in problems_suppressed
 NO_LEADER_CHANGE = -2
 MIGRATING_DIR = probe.ZERO_UUID  # DirectoryId.MIGRATING: the replica's directory is not tracked
+UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"  # DirectoryId.UNASSIGNED (Uuid 0, 1): a new replica not yet placed
 
 
 class Image:
@@ -719,12 +720,16 @@ class Image:
                 r["TopicId"],
             )
         # PartitionRegistration.merge: null / -2 / -1 = unchanged; the partition epoch always moves on
+        old_replicas, old_dirs = p["Replicas"], p["Directories"]
         for k in ("Replicas", "Isr", "RemovingReplicas", "AddingReplicas", "EligibleLeaderReplicas", "LastKnownElr"):
             if r[k] is not None:
                 p[k] = r[k]
-        p["Directories"] = _directories(
-            r["Directories"] if r["Directories"] is not None else p["Directories"], len(p["Replicas"])
-        )
+        if r["Directories"]:
+            p["Directories"] = _directories(r["Directories"], len(p["Replicas"]))
+        elif r["Replicas"] is not None:
+            # DirectoryId.createDirectoriesFrom: a replica kept keeps its directory, a new one is UNASSIGNED
+            by_replica = {b: old_dirs[i] for i, b in enumerate(old_replicas)}
+            p["Directories"] = [by_replica.get(b, UNASSIGNED_DIR) for b in p["Replicas"]]
         if r["Leader"] != NO_LEADER_CHANGE:
             p["Leader"] = r["Leader"]
             p["LeaderEpoch"] += 1
@@ -1094,15 +1099,27 @@ def _walk_file(replay, path, min_offset, snapshot):
         return None, None
     if res["crc_errors"]:
         pos = res["first_crc_error_position"]
-        replay.problem(path, fw.next_offset, pos, "crc", "%s; the file is not read beyond it" % res["tail_error"])
+        if snapshot:
+            what = (
+                "; the snapshot is unusable: Kafka loads only its newest snapshot and checks every batch's CRC, so it"
+                " fails to load a corrupt one"
+            )
+        else:
+            what = "; the file is not read beyond it"
+        replay.problem(path, fw.next_offset, pos, "crc", res["tail_error"] + what)
     elif res["torn_tail"]:
         replay.problem(
             path,
             fw.next_offset,
             res["valid_bytes"],
             "torn-tail",
-            "%s; the %d bytes from byte %d on are not a complete batch"
-            % (res["tail_error"], os.path.getsize(path) - res["valid_bytes"], res["valid_bytes"]),
+            "%s; the %d bytes from byte %d on are not a complete batch%s"
+            % (
+                res["tail_error"],
+                os.path.getsize(path) - res["valid_bytes"],
+                res["valid_bytes"],
+                ": the snapshot is incomplete, unusable" if snapshot else "",
+            ),
         )
     return res, fw
 
@@ -1161,8 +1178,29 @@ def iter_cluster_metadata(metadata_dir):
     return _records(head, img, rp)
 
 
+def _note(rp, path, note):
+    """Add what the replay did about it to the first problem of a file."""
+    for p in rp.problems:
+        if p["file"] == path:
+            p["message"] += "; " + note
+            return
+
+
+class _SegmentVanished(Exception):
+    """A segment the replay needs was listed but is gone when opened: Kafka renamed it ``.deleted`` meanwhile."""
+
+
 def _replay(metadata_dir):
-    """(the cluster_metadata header, the Image, the _Replay with its problems) of a metadata dir."""
+    """(the cluster_metadata header, the Image, the _Replay with its problems) of a metadata dir. Kafka deletes the
+    segments a new snapshot covers (renamed ``.deleted`` first): when a segment the replay needs is gone by the time it
+    is opened, the dir is listed and read once more; when it is gone again, the image says it is not whole."""
+    try:
+        return _replay_once(metadata_dir, last_try=False)
+    except _SegmentVanished:
+        return _replay_once(metadata_dir, last_try=True)
+
+
+def _replay_once(metadata_dir, last_try):
     taken_at_ms = int(time.time() * 1000)
     mdir, logdir = resolve_metadata_dir(metadata_dir)
     try:
@@ -1207,6 +1245,8 @@ def _replay(metadata_dir):
         "log_first_crc_error_offset": None,
         "log_segments": len(segments),
         "snapshot_gap": False,
+        "snapshot_fallback": [],
+        "image_complete": True,
         "open_transaction": False,
         "taken_at_ms": taken_at_ms,
         "error": None,
@@ -1236,40 +1276,72 @@ def _replay(metadata_dir):
         head["quorum_voters"] = qs["voters"]
         head["quorum_data_version"] = qs["data_version"]
 
-    # 1. the latest snapshot (by epoch, then end offset). One that cannot be opened, or is damaged (a CRC failure, a
-    # torn tail, no SnapshotHeader / SnapshotFooter), gives way to the one before it, with its problems; when none is
-    # intact, the newest damaged one is used as far as it is valid.
+    # 1. the latest snapshot (by epoch, then end offset). Kafka loads only that one; when it cannot be opened or is
+    # damaged (a CRC failure, a torn tail, no SnapshotHeader / SnapshotFooter) the node cannot load it, and the image
+    # here falls back to the one before it (an older, maybe stale image: not whole, the skipped ones named in
+    # snapshot_fallback); when none is intact, the newest damaged one is used as far as it is valid (not whole).
     snapshot_end = 0
     chosen = damaged = None
+    skipped = []  # the snapshots newer than the one used, newest first
     for end_offset, epoch, name in reversed(snapshots):
         path = os.path.join(mdir, name)
         rp.image, rp.records_replayed, rp.kraft_version, rp.voters = Image(), 0, None, None
         res, fw = _walk_file(rp, path, 0, snapshot=True)
-        if res is None:
-            continue
-        attempt = (name, end_offset, epoch, rp.image, rp.records_replayed, rp.kraft_version, rp.voters)
-        if _snapshot_intact(rp, path, res, fw):
-            chosen = attempt
-            break
-        damaged = damaged or attempt
-    chosen = chosen or damaged
+        if res is None and not last_try and not os.path.lexists(path):
+            raise _SegmentVanished(path)  # a newer snapshot was written meanwhile, and this one deleted
+        if res is not None:
+            attempt = (name, end_offset, epoch, rp.image, rp.records_replayed, rp.kraft_version, rp.voters)
+            if _snapshot_intact(rp, path, res, fw):
+                chosen = attempt
+                break
+            damaged = damaged or attempt
+        skipped.append(name)
+    if chosen is None and damaged is not None:
+        chosen = damaged
+        skipped = skipped[: skipped.index(damaged[0])]
+        msg = "no snapshot is intact: the facts here come from this one as far as it is valid"
+        _note(rp, os.path.join(mdir, damaged[0]), msg)
+        head["image_complete"] = False
     if chosen is None:
         rp.image, rp.records_replayed, rp.kraft_version, rp.voters = Image(), 0, None, None
     else:
         name, snapshot_end, epoch, rp.image, rp.records_replayed, rp.kraft_version, rp.voters = chosen
         head["snapshot"], head["snapshot_end_offset"], head["snapshot_epoch"] = name, snapshot_end, epoch
         rp.last_applied_offset = snapshot_end - 1
+    head["snapshot_fallback"] = skipped
+    for name in skipped:
+        head["image_complete"] = False
+        _note(
+            rp,
+            os.path.join(mdir, name),
+            "the facts here come from the older snapshot %s instead and may be stale" % chosen[0]
+            if chosen is not None
+            else "no snapshot can be used: the facts here come from the log alone",
+        )
 
     # 2. the log from the snapshot's end offset on; recovery stops at the first invalid batch (LogSegment.recover)
-    log_first = None
+    # A segment wholly below the snapshot's end offset (the next one starts at or below it) holds nothing the image
+    # needs: it is not opened (Kafka deletes such segments after a snapshot, maybe while they are read).
+    log_first = segments[0][0] if segments else None
     for i, (base, name) in enumerate(segments):
+        if i + 1 < len(segments) and segments[i + 1][0] <= snapshot_end:
+            continue
         path = os.path.join(mdir, name)
         res, fw = _walk_file(rp, path, snapshot_end, snapshot=False)
         if res is None:
+            if not last_try and not os.path.lexists(path):
+                raise _SegmentVanished(path)
             head["log_tail_error"] = head["log_tail_error"] or "%s cannot be read" % path
+            head["image_complete"] = False
+            _note(
+                rp,
+                path,
+                "the image stops at offset %d: the records from there on (%d later segment(s)) are not replayed"
+                % (rp.last_applied_offset + 1 if rp.last_applied_offset is not None else 0, len(segments) - i - 1),
+            )
             break
-        if log_first is None:
-            log_first = fw.first_offset if fw.first_offset is not None else base
+        if i == 0 and fw.first_offset is not None:
+            log_first = fw.first_offset
         if res["max_leader_epoch"] is not None:
             head["log_max_epoch"] = max(head["log_max_epoch"] or 0, res["max_leader_epoch"])
         if fw.next_offset is not None:
@@ -1317,6 +1389,8 @@ def _replay(metadata_dir):
                     log_first - 1,
                 ),
             )
+    if head["snapshot_gap"] or head["log_crc_errors"]:
+        head["image_complete"] = False
     if rp.txn is not None:
         head["open_transaction"] = True
         t_path, t_offset, t_position = rp.txn_begin
@@ -1514,10 +1588,17 @@ def _records(head, img, rp):
 
 def log_position(header):
     """How far a node's metadata goes, from its ``cluster_metadata`` header, to choose the freshest of several nodes:
-    (whole, epoch, end offset), compared as a tuple. Whole first: an image that misses records (a snapshot gap, a CRC
-    failure: recovery truncates there) only when no other can be had; then as Raft compares logs, the newest epoch,
-    then the end offset (a node that holds only a snapshot: the snapshot's). -1 where nothing is known."""
-    whole = not header.get("snapshot_gap") and not header.get("log_crc_errors") and not header.get("error")
+    (whole, epoch, end offset), compared as a tuple. Whole first: an image that misses records (``image_complete``
+    false: a damaged newest snapshot, an older one used instead, a segment that could not be read; a snapshot gap; a
+    CRC failure: recovery truncates there) only when no other can be had; then as Raft compares logs, the newest
+    epoch, then the end offset (a node that holds only a snapshot: the snapshot's). -1 where nothing is known."""
+    whole = (
+        header.get("image_complete", True) is not False
+        and not header.get("snapshot_fallback")
+        and not header.get("snapshot_gap")
+        and not header.get("log_crc_errors")
+        and not header.get("error")
+    )
     epochs = [e for e in (header.get("log_max_epoch"), header.get("snapshot_epoch")) if isinstance(e, int)]
     ends = [o for o in (header.get("log_end_offset"), header.get("snapshot_end_offset")) if isinstance(o, int)]
     return (whole, max(epochs) if epochs else -1, max(ends) if ends else -1)
