@@ -2,12 +2,14 @@
 
     spark-submit --py-files fleet_doctor-<hash>.zip spark_apps/detect.py --probe-dir STAGING \
         --brokers brokers.jsonl \
-        [--zk-snapshot zk.jsonl] [--controllers controllers.jsonl] --output FINDINGS_DIR --audit-run RUN_ID \
+        [--zk-snapshot zk.jsonl] [--controllers controllers.jsonl] [--metadata-mode zookeeper|kraft] \
+        --output FINDINGS_DIR --audit-run RUN_ID \
         [--summary summary.json] [--findings-json findings.jsonl]
 
 The cluster facts (--zk-snapshot) are a ZooKeeper snapshot's records or, on a KRaft cluster, the same records decoded
 from its metadata log (fleet-doctor cluster-metadata); --controllers adds each KRaft controller's own metadata log
-header and problems (the KRaft rules of the controller scope).
+header and problems (the KRaft rules of the controller scope); --metadata-mode is the cluster's declared mode, so
+that a KRaft cluster none of whose controllers could be read still gets its rules reported as skipped, in KRaft words.
 
 Findings are written as Parquet under FINDINGS_DIR/audit_run=RUN_ID/ (that partition is replaced,
 so a rerun of the same audit run is idempotent). Paths may be local, hdfs:// or s3a://. The rules
@@ -47,6 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--controllers",
         help="KRaft: JSON Lines of every controller's cluster_metadata record, each followed by its metadata_problem "
         "records (fleet-doctor cluster-metadata)",
+    )
+    p.add_argument(
+        "--metadata-mode",
+        choices=("zookeeper", "kraft"),
+        help="the cluster's metadata mode as the inventory declares it (default: inferred from the cluster facts)",
     )
     p.add_argument("--output", required=True, help="findings dataset root (Parquet, partitioned by audit_run)")
     p.add_argument("--audit-run", required=True, help="audit run id, e.g. the Airflow run id")
@@ -113,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     # the findings are cached; without this AQE keeps the cached plan's shuffle partitions (spark.sql.shuffle.
     # partitions, 64 for big runs) instead of coalescing them, and every action on the cache runs that many tasks
     spark.conf.set("spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
-    frames = load_frames(spark, args.probe_dir, args.brokers, args.zk_snapshot, args.controllers)
+    frames = load_frames(
+        spark, args.probe_dir, args.brokers, args.zk_snapshot, args.controllers, metadata_mode=args.metadata_mode
+    )
     found, skipped = detect(frames, partial_scope=args.partial_scope)
     found = found.withColumn("audit_run", F.lit(args.audit_run)).dropDuplicates()
     found = found.cache()

@@ -91,21 +91,35 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
     return str(path)
 
 
-def kraft_run(spark, work: Path, root: Path, dirs: list[Path], version: str | dict[int, str]) -> Run:
+def kraft_run(
+    spark,
+    work: Path,
+    root: Path,
+    dirs: list[Path],
+    version: str | dict[int, str],
+    *,
+    deep: bool = False,
+    audit: bool = False,
+) -> Run:
     """Stage, decode and detect as ``fleet-doctor scan`` does, in-process (``version``: every broker's, or each
-    one's by id)."""
+    one's by id; ``deep``: the probe's --deep --verify-crc; ``audit``: the controllers' records as the audit reads
+    them from the running controllers, each with its ``controller_id``)."""
     work.mkdir(parents=True, exist_ok=True)
     paths = [str(d) for d in dirs]
-    brokers = stage_probe(paths, work, deep=False, verify_crc=False, broker_id=None)
+    brokers = stage_probe(paths, work, deep=deep, verify_crc=deep, broker_id=None)
     kraft = decode_kraft(metadata_dirs(paths, None))
     versions = version if isinstance(version, dict) else dict.fromkeys(brokers, version)
     facts = [{"broker_id": b, "kafka_version": versions[b], "running": False} for b in sorted(brokers)]
+    controllers = kraft.controllers
+    if audit:
+        controllers = [{**r, "controller_id": r["node_id"]} for r in controllers]
     frames = load_frames(
         spark,
         str(work / "probe"),
         _jsonl(work / "brokers.jsonl", facts),
         _jsonl(work / "zk.jsonl", kraft.cluster or []),
-        _jsonl(work / "controllers.jsonl", kraft.controllers),
+        _jsonl(work / "controllers.jsonl", controllers),
+        metadata_mode="kraft",
     )
     df, skipped = detect(frames)
     nodes = {Path(p): b for b, ps in brokers.items() for p in ps}
@@ -690,3 +704,127 @@ def test_fleet_doctor_scan_with_an_unreadable_cluster_metadata_dir(corpus, tmp_p
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert str(tmp_path) in proc.stderr and "fleet-doctor scan: error: cluster metadata:" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------- review fixes
+@pytest.fixture(scope="module")
+def mutated3(spark, corpus, tmp_path_factory) -> Run:
+    """A third copy of nurlan, probed in deep mode with CRCs: kafka1's metadata log torn (half its last batch
+    appended again); kafka2's __cluster_metadata-0/leader-epoch-checkpoint names epoch 5 (as the probe would read
+    it a moment after the decoder, the node having moved on): its quorum-state and log, as the decoder read them,
+    agree at epoch 3; kafka3's quorum-state is a candidate looping in elections (leaderId -1, epoch 7, as a voter
+    cut off from the quorum without pre-vote leaves it)."""
+    root = tmp_path_factory.mktemp("mutated3") / NURLAN
+    dirs = [copy_writable(corpus / NURLAN / d, root / d) for d in ("kafka1", "kafka2", "kafka3")]
+    k1, k2, k3 = dirs
+    log1 = k1 / METADATA_LOG
+    _, pos, size = _batches(log1)[-1]
+    _write(log1, log1.read_bytes() + log1.read_bytes()[pos : pos + size // 2])
+    lec = k2 / "__cluster_metadata-0" / "leader-epoch-checkpoint"
+    lines = lec.read_text().splitlines()
+    entries = [ln for ln in lines[2:] if ln.strip()] + ["5 188"]
+    lec.write_text("\n".join([lines[0], str(len(entries)), *entries]) + "\n")
+    _set_quorum(k3, leaderId=-1, leaderEpoch=7, votedId=-1)
+    return kraft_run(spark, tmp_path_factory.mktemp("mutated3-work"), root, dirs, "3.2.0", deep=True)
+
+
+def test_the_log_epoch_is_the_decoders_own_read(mutated3):
+    """A leader-epoch-checkpoint the probe read later than the decoder's read of the node is no rolled-back
+    quorum-state: only the decoder's header of that node (log_max_epoch, snapshot_epoch) counts."""
+    assert [r for r in mutated3.of("quorum-state-divergent") if r["broker_id"] == 2] == []
+
+
+def test_a_voter_stuck_in_elections_is_its_own_warning(mutated3):
+    """kafka3 at epoch 7 with no leader, above every log (epoch 3): kafka1 and kafka2 (leader 1, epoch 3) are not
+    "behind" it; kafka3 is the finding, a warning."""
+    got = [(r["broker_id"], r["severity"]) for r in mutated3.of("quorum-state-divergent")]
+    assert got == [(3, "warning")]
+    (r,) = mutated3.of("quorum-state-divergent")
+    assert "epoch 7 with no leader" in r["message"] and "stuck in elections" in r["message"], r["message"]
+    assert mutated3.rel(r["path"]) == "kafka3/__cluster_metadata-0/quorum-state"
+
+
+def test_deep_mode_leaves_the_metadata_log_to_metadata_log_torn(mutated3):
+    """A combined node's __cluster_metadata-0 walked in deep mode: its torn tail is metadata-log-torn's finding, not
+    also log-torn-tail's (nor log-crc's)."""
+    (torn,) = mutated3.of("metadata-log-torn")
+    assert (torn["broker_id"], mutated3.rel(torn["path"])) == (1, f"kafka1/{METADATA_LOG}")
+    on_metadata = [r for r in mutated3.rows if r["rule"] in ("log-torn-tail", "log-crc")]
+    assert on_metadata == []
+
+
+def test_deep_mode_still_reports_a_metadata_log_nothing_decoded(spark, mutated3, tmp_path):
+    """Without the controllers input (no node decoded: a broker-only node's copy of the metadata log, in an audit
+    that reads only the controllers), log-torn-tail keeps the torn metadata log."""
+    paths = [str(d) for d in mutated3.dirs]
+    brokers = stage_probe(paths, tmp_path, deep=True, verify_crc=True, broker_id=None)
+    facts = [{"broker_id": b, "kafka_version": "3.2.0", "running": False} for b in sorted(brokers)]
+    frames = load_frames(
+        spark,
+        str(tmp_path / "probe"),
+        _jsonl(tmp_path / "brokers.jsonl", facts),
+        _jsonl(tmp_path / "zk.jsonl", mutated3.kraft.cluster or []),
+    )
+    assert frames.metadata_logdirs == ()
+    df, _ = detect(frames)
+    # collected whole: a filter on the union of every rule's plan costs the optimizer more than the rows
+    hits = [(r.broker_id, r.topic) for r in df.collect() if r.rule == "log-torn-tail"]
+    assert hits == [(1, "__cluster_metadata")]
+
+
+def test_every_broker_crashed_under_live_controllers_is_offline(spark, corpus, tmp_path):
+    """nurlan's image (Kafka 3.2: every broker fenced, none in controlled shutdown) read by the audit from its
+    running controllers: the brokers crashed (or catch up), the controllers live: offline-partition is judged and
+    critical, not skipped as a stopped cluster."""
+    root = corpus / NURLAN
+    run = kraft_run(spark, tmp_path, root, [root / d for d in ("kafka1", "kafka2", "kafka3")], "3.2.0", audit=True)
+    assert not set(run.skipped) & LIVENESS_RULES, run.skipped
+    offline = run.of("offline-partition")
+    states = run.facts("partition_state")
+    assert len(offline) == len(states) > 0
+    assert {r["severity"] for r in offline} == {"critical"}
+
+
+def test_a_controlled_shutdown_of_every_broker_is_a_stopped_cluster(spark, corpus, tmp_path):
+    """greenlemon (3.5): every broker fenced after a controlled shutdown: skipped even when read from live
+    controllers."""
+    root = corpus / GREENLEMON
+    run = kraft_run(spark, tmp_path, root, [root / d for d in ("kafka1", "kafka2", "kafka3")], "3.5.1", audit=True)
+    assert set(run.skipped) == LIVENESS_RULES
+    assert "controlled shutdown" in run.skipped["offline-partition"]
+
+
+def test_a_kraft_run_without_any_controller_read_says_so(spark, corpus, tmp_path):
+    """The audit could read no controller: no cluster facts, no controllers input, but the metadata mode is told:
+    KRaft's rules and the cross-source ones are skipped in KRaft words, not dropped or blamed on ZooKeeper."""
+    root = corpus / NURLAN
+    paths = [str(root / d) for d in ("kafka1", "kafka2", "kafka3")]
+    brokers = stage_probe(paths, tmp_path, deep=False, verify_crc=False, broker_id=None)
+    facts = [{"broker_id": b, "kafka_version": "3.2.0", "running": True} for b in sorted(brokers)]
+    bfile = _jsonl(tmp_path / "brokers.jsonl", facts)
+    frames = load_frames(spark, str(tmp_path / "probe"), bfile, metadata_mode="kraft")
+    _, skipped = detect(frames)
+    needs_metadata = {r.id for r in RULES if r.needs in (Needs.ZOOKEEPER, Needs.METADATA_LOG)}
+    assert needs_metadata <= set(skipped)
+    for rule in needs_metadata:
+        assert skipped[rule] == "no controller's metadata log could be read", (rule, skipped[rule])
+    # a ZooKeeper run without a snapshot keeps its words, and no KRaft rule
+    _, zk_skipped = detect(load_frames(spark, str(tmp_path / "probe"), bfile, metadata_mode="zookeeper"))
+    assert not set(zk_skipped) & KRAFT_RULES
+    assert {zk_skipped[r.id] for r in RULES if r.needs is Needs.ZOOKEEPER} == {"no ZooKeeper snapshot given"}
+
+
+def test_the_metadata_mode_reaches_the_detection_app():
+    import importlib.util
+
+    from fleet_doctor import spark as spark_submit
+
+    args = spark_submit.detect_args("p", "b", "o", "r", "s", "f", None, metadata_mode="kraft")
+    assert args[args.index("--metadata-mode") + 1] == "kraft"
+    assert "--metadata-mode" not in spark_submit.detect_args("p", "b", "o", "r", "s", "f")
+    with pytest.raises(ValueError):
+        spark_submit.detect_args("p", "b", "o", "r", "s", "f", metadata_mode="zk")
+    spec = importlib.util.spec_from_file_location("detect_app", REPO / "spark_apps" / "detect.py")
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    assert app.parse_args([*args]).metadata_mode == "kraft"

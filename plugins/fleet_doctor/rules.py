@@ -300,14 +300,16 @@ segment-overlap: Segments overlap or are out of order
 log-torn-tail: Last batch of a log is incomplete or invalid
     scope segment, needs deep, remediation report-only
     reference   ref §2.5, §3.3
-    condition   the bytes after the last valid batch do not form a batch (incomplete write, zero fill, bad header)
+    condition   the bytes after the last valid batch do not form a batch (incomplete write, zero fill, bad header); on
+                KRaft not in a __cluster_metadata-0 the controllers input decoded (metadata-log-torn's)
     why         Recovery truncates the segment at the last valid batch and deletes every later segment of the partition.
     0.8.0+      warning: truncated by recovery at the next unclean start
 
 log-crc: Batch CRC mismatch
     scope segment, needs crc, remediation report-only
     reference   ref §3
-    condition   a batch's stored CRC differs from CRC-32C (v2) / CRC-32 (v0/v1) of its bytes
+    condition   a batch's stored CRC differs from CRC-32C (v2) / CRC-32 (v0/v1) of its bytes; on KRaft not in a
+                __cluster_metadata-0 the controllers input decoded (metadata-log-torn's)
     why         Corrupt data on disk: recovery truncates there; consumers of a replica serving it get CorruptRecord.
     0.8.0+      critical: recovery truncates at the corrupt batch; data after it is lost on this replica
 
@@ -410,7 +412,9 @@ under-replicated: Partition under-replicated
 offline-partition: Partition has no live leader
     scope cross-source, needs zookeeper, remediation report-only
     reference   ref §5
-    condition   the partition state has no leader (-1) or its leader is not registered
+    condition   the partition state has no leader (-1) or its leader is not registered; on KRaft not judged when the
+                metadata shows a deliberately stopped cluster (every broker fenced after a controlled shutdown, or
+                nothing of it running in a scan of copied dirs): brokers fenced under live controllers count
     why         Producers and consumers of the partition are down now.
     0.8.0+      critical: unavailable
 
@@ -468,7 +472,8 @@ metadata-log-torn: Controller's metadata log has a torn tail or a CRC failure
     scope controller, needs metadata-log, remediation report-only, from 3.0.0
     reference   kraft-ref §2, ref §2.5, §3.3
     condition   a batch of a node's __cluster_metadata-0 log (or snapshot) fails its CRC-32C, or the bytes after the
-                last valid batch do not form a batch
+                last valid batch do not form a batch (on a combined node, deep mode's log-torn-tail and log-crc leave
+                that log to this rule)
     why         Recovery truncates the metadata log at the last valid batch; the node then fetches the rest from the
                 quorum leader. A CRC failure before the end loses every later record on that node, and a leader
                 that holds it cannot serve them.
@@ -487,11 +492,16 @@ quorum-state-divergent: Controllers' quorum-state files disagree
     scope controller, needs metadata-log, remediation report-only, from 3.0.0
     reference   kraft-ref §6
     condition   two nodes of one cluster name different leaders for the same epoch (critical); a node's log holds
-                batches of an epoch above its own quorum-state's (warning); a node behind the highest epoch whose log
-                holds no batch of that epoch (info: it missed the election or has not replicated it yet)
+                batches of an epoch above its own quorum-state's, both from the decoder's read of that node
+                (warning); a node with no leader at an epoch above every node's log (warning: stuck in elections); a
+                node behind the highest epoch that names a leader, whose log holds no batch of that epoch (info: it
+                missed the election or has not replicated it yet)
     why         Raft allows one leader per epoch: two are a split brain or a file copied between nodes. A log ahead of
-                its quorum-state means the file was rolled back. A node one election behind is replication lag.
-    3.0.0+      critical: two leaders for one epoch, or a quorum-state rolled back
+                its quorum-state means the file was rolled back. A voter cut off from the quorum without pre-vote
+                (before Kafka 4.0) keeps raising its epoch as a candidate, leaderId -1; it rejoins as a follower once
+                it reaches the leader. A node one election behind is replication lag.
+    3.0.0+      critical: two leaders for one epoch (a quorum-state rolled back, a voter stuck in elections:
+                warning; a node behind: info)
 
 metadata-record-unknown: Metadata the decoder does not know or cannot read
     scope controller, needs metadata-log, remediation report-only, from 3.0.0

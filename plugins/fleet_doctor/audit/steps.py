@@ -320,6 +320,7 @@ def detect_args(
         settings.store.url(f"{run_key}/findings.jsonl"),
         facts.get("zk_snapshot"),
         partial_scope=bool(facts.get("out_of_scope")),
+        metadata_mode=facts.get("metadata_mode"),
         **controllers,
     )
 

@@ -37,6 +37,19 @@ __all__ = ["FINDING_COLUMNS", "Frames", "detect", "load_frames"]
 LIVENESS_RULES = frozenset({"under-replicated", "offline-partition"})
 
 
+NO_METADATA_LOG = "no controller's metadata log could be read"
+
+
+def _stopped_reason(f: Frames) -> str:
+    if set(f.shutdown_brokers) >= set(f.fenced_brokers):
+        why = "every broker fenced after a controlled shutdown"
+    else:
+        why = (
+            "every broker fenced, and nothing of the cluster runs (no broker running, no lock held, no live controller)"
+        )
+    return f"the metadata log shows {why}: a stopped cluster, whose partition leaders and ISR are those of its shutdown"
+
+
 def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str, str]]:
     """All findings, plus {rule id: reason} for rules that could not be evaluated. ``partial_scope``: the run
     staged only some of the fleet's brokers on purpose (the audit DAG's ``brokers`` param)."""
@@ -50,23 +63,20 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
                 skipped[rule.id] = skipped[EMITTED_BY[rule.id]]
             continue
         if rule.needs is Needs.ZOOKEEPER and not f.has_zk:
-            skipped[rule.id] = "no cluster metadata given" if f.kraft else "no ZooKeeper snapshot given"
+            skipped[rule.id] = NO_METADATA_LOG if f.kraft else "no ZooKeeper snapshot given"
             continue
         if rule.needs is Needs.METADATA_LOG:
             # KRaft's own rules: not for a ZooKeeper cluster (nor one whose mode nothing tells)
             if not f.kraft:
                 continue
             if rule.scope is Scope.CONTROLLER and f.controllers is None:
-                skipped[rule.id] = "no controllers' metadata logs given"
+                skipped[rule.id] = NO_METADATA_LOG
                 continue
             if rule.scope is not Scope.CONTROLLER and not f.has_zk:
-                skipped[rule.id] = "no cluster metadata given"
+                skipped[rule.id] = NO_METADATA_LOG
                 continue
         if rule.id in LIVENESS_RULES and f.stopped_kraft_cluster:
-            skipped[rule.id] = (
-                "the metadata log shows every broker fenced and none runs (a stopped cluster): partition "
-                "leaders and ISR are those of its shutdown"
-            )
+            skipped[rule.id] = _stopped_reason(f)
             continue
         # rules that compare brokers cannot judge from some of them (the odd replica may be out of scope, or a tie
         # blames the right one)

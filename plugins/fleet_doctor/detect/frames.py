@@ -61,7 +61,8 @@ ZK_STATE_SCHEMA = _schema(
     ("isr", T.ArrayType(INT)),
     ("error", STRING),
 )
-ZK_BROKER_SCHEMA = _schema(("broker_id", INT), ("error", STRING), ("fenced", BOOL))  # fenced: KRaft only
+# fenced, in_controlled_shutdown: KRaft only
+ZK_BROKER_SCHEMA = _schema(("broker_id", INT), ("error", STRING), ("fenced", BOOL), ("in_controlled_shutdown", BOOL))
 ZK_CLUSTER_SCHEMA = _schema(("cluster_id", STRING), ("controller_id", INT))
 # the first record of cluster facts decoded from a KRaft metadata log: the node and the snapshot they came from
 KRAFT_HEADER_SCHEMA = _schema(("node_id", INT), ("dir", STRING), ("snapshot", STRING), ("log_end_offset", LONG))
@@ -120,6 +121,16 @@ class Frames:
     metadata_node: int | None = None  # KRaft: the node whose metadata log the facts were decoded from
     metadata_snapshot: str | None = None  # KRaft: the snapshot file the facts start from
     fenced_brokers: tuple[int, ...] = ()  # KRaft: registered but fenced (ZooKeeper: none)
+    shutdown_brokers: tuple[int, ...] = ()  # KRaft: fenced after a controlled shutdown (in_controlled_shutdown)
+    # the cluster's metadata mode as the run declares it ("zookeeper" | "kraft"; None: not told, inferred from the
+    # facts): a KRaft run whose controllers could not be read still knows it is one
+    metadata_mode: str | None = None
+    # something of the cluster was seen alive: a process holds a probed log dir's lock, or the controllers' metadata
+    # was read by the audit from the running deployment (records with the audit's controller_id)
+    live_source: bool = False
+    # "<node_id>/<logdir>" of each node whose __cluster_metadata-0 the controllers input decoded (metadata-log-torn
+    # covers its torn tail and CRC failures)
+    metadata_logdirs: tuple[str, ...] = ()
     running_brokers: tuple[int, ...] = ()  # brokers whose facts say they run
     # KRaft: each controller's metadata log header and its problems (the controllers input; None: not given)
     controllers: DataFrame | None = None
@@ -133,20 +144,23 @@ class Frames:
 
     @property
     def stopped_kraft_cluster(self) -> bool:
-        """The KRaft image shows every registered broker fenced and no broker runs: the facts are a stopped cluster's
-        (a clean shutdown leaves every partition leaderless, its ISR the last replica to stop), so partition liveness
-        cannot be judged from them."""
-        return (
-            self.metadata_source == "kraft"
-            and bool(self.fenced_brokers)
-            and not self.zk_registered
-            and not self.running_brokers
-        )
+        """The KRaft facts are those of a deliberately stopped cluster (a clean shutdown leaves every partition
+        leaderless, its ISR the last replica to stop), so partition liveness cannot be judged from them: every
+        registered broker is fenced, and either every one of them after a controlled shutdown
+        (``in_controlled_shutdown``, recorded from Kafka 3.3), or nothing of the cluster runs at all (no broker
+        facts say running, no log dir lock is held, the metadata was not read from a live controller: a scan of
+        copied dirs). Brokers fenced because they crashed, or while they catch up, under live controllers are not a
+        stopped cluster: their partitions are offline."""
+        if self.metadata_source != "kraft" or not self.fenced_brokers or self.zk_registered:
+            return False
+        if set(self.shutdown_brokers) >= set(self.fenced_brokers):
+            return True
+        return not self.running_brokers and not self.live_source
 
     @property
     def kraft(self) -> bool:
         """The cluster is a KRaft one: its facts came from a metadata log, or controllers' metadata logs were given."""
-        return self.metadata_source == "kraft" or self.controllers is not None
+        return self.metadata_mode == "kraft" or self.metadata_source == "kraft" or self.controllers is not None
 
     def metadata_log(self) -> str:
         """How messages name the KRaft cluster facts: "the metadata log" (of controller N, when known)."""
@@ -259,6 +273,7 @@ def load_frames(
     brokers_path: str | None = None,
     zk_snapshot_path: str | None = None,
     controllers_path: str | None = None,
+    metadata_mode: str | None = None,
 ) -> Frames:
     """Read the staged inputs once each: the JSON records parsed once (each with its kind's schema) and
     checkpointed, the Parquet records read (never parsed) and unioned with the JSON ones of their kind. The few
@@ -390,6 +405,8 @@ def load_frames(
         running_brokers=tuple(sorted(b for b in running if b is not None)),
         stopped_logdirs=keys(lambda r: r.unclean and r.broker_id not in running),
         deep_logdirs=keys(lambda r: r.deep),
+        metadata_mode=metadata_mode,
+        live_source=bool(locked),
     )
     if zk_snapshot_path:
         # filtered after the checkpoint, as the probe records: one parse a line
@@ -400,7 +417,7 @@ def load_frames(
         frames.zk_brokers = _of_kind(zk, "broker", ZK_BROKER_SCHEMA)
         frames.zk_cluster = _of_kind(zk, "cluster", ZK_CLUSTER_SCHEMA)
         small = zk.where(F.col("kind").isin("broker", "cluster", "cluster_metadata")).select(
-            "kind", "broker_id", "cluster_id", "error", "fenced", "node_id", "snapshot"
+            "kind", "broker_id", "cluster_id", "error", "fenced", "in_controlled_shutdown", "node_id", "snapshot"
         )
         small_rows = small.collect()
         # a KRaft broker that is registered but fenced is not alive (ZooKeeper's records have no fenced: null)
@@ -414,6 +431,13 @@ def load_frames(
         frames.fenced_brokers = tuple(
             sorted(r.broker_id for r in small_rows if r.kind == "broker" and r.error is None and r.fenced)
         )
+        frames.shutdown_brokers = tuple(
+            sorted(
+                r.broker_id
+                for r in small_rows
+                if r.kind == "broker" and r.error is None and r.fenced and r.in_controlled_shutdown
+            )
+        )
         frames.zk_cluster_id = next((r.cluster_id for r in small_rows if r.kind == "cluster" and r.cluster_id), None)
         header = next((r for r in small_rows if r.kind == "cluster_metadata"), None)
         frames.metadata_source = "zookeeper" if header is None else "kraft"
@@ -421,7 +445,26 @@ def load_frames(
             frames.metadata_node, frames.metadata_snapshot = header.node_id, header.snapshot
     if controllers_path:
         frames.controllers = load_controllers(spark, controllers_path)
+        heads = (
+            frames.controllers.where(F.col("kind") == "cluster_metadata")
+            .select("node_id", "controller_id", "dir", "error")
+            .collect()
+        )
+        frames.live_source = frames.live_source or any(h.controller_id is not None for h in heads)
+        frames.metadata_logdirs = tuple(
+            sorted(
+                f"{h.node_id}/{metadata_logdir(h.dir)}"
+                for h in heads
+                if h.error is None and h.node_id is not None and h.dir
+            )
+        )
     return frames
+
+
+def metadata_logdir(path: str) -> str:
+    """The log dir holding ``__cluster_metadata-0``, from the dir the decoder read (either of the two)."""
+    bare = path.rstrip("/")
+    return bare[: -len("/__cluster_metadata-0")] if bare.endswith("/__cluster_metadata-0") else bare
 
 
 def load_controllers(spark: SparkSession, path: str) -> DataFrame:

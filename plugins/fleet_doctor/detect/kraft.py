@@ -257,29 +257,18 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
     epoch (critical); a log holding batches of an epoch above its own quorum-state's (warning: the file was rolled
     back); a node behind the highest epoch whose log holds no batch of it (info: a missed election or lag).
 
-    A node's log epoch is the newest of: the newest epoch of its log's batches, its last LEADER_CHANGE (each leader
-    writes one first in its epoch), its newest snapshot's epoch, and the probe's leader-epoch-checkpoint of its
-    ``__cluster_metadata-0`` when probed."""
+    A node's log epoch is the newest of its log's batch epochs (``log_max_epoch``) and its newest snapshot's epoch,
+    both from the decoder's own header of that node: read in the same pass as its quorum-state (the probe's
+    leader-epoch-checkpoint is read at another moment, so a live node may have moved on in between).
+
+    The highest epoch a node is "behind" counts only quorum-states naming a leader: a voter cut off from the quorum
+    without pre-vote (Kafka < 4.0) keeps raising its epoch as a candidate with leaderId -1. Such a node, at an epoch
+    above every node's log with no leader, is its own finding (warning: stuck in elections), not the others'."""
     h = _controllers(f, "cluster_metadata").where(F.col("quorum_leader_epoch").isNotNull())
-    checkpoint = (
-        f.partitions.where((F.col("topic") == METADATA_TOPIC) & (F.col("dir_state") == "live"))
-        .select(
-            F.col("broker_id").alias("node_id"),
-            _logdir(F.col("logdir")).alias("c_logdir"),
-            F.col("latest_leader_epoch").alias("checkpoint_epoch"),
-        )
-        .groupBy("node_id", "c_logdir")
-        .agg(F.max("checkpoint_epoch").alias("checkpoint_epoch"))
-    )
-    q = h.join(checkpoint, ["node_id", "c_logdir"], "left").select(
+    q = h.select(
         "*",
         F.coalesce("cluster_id", F.lit("")).alias("cluster"),
-        F.greatest(
-            F.col("log_max_epoch").cast("long"),
-            F.col("last_leader_change_epoch").cast("long"),
-            F.col("snapshot_epoch").cast("long"),
-            F.col("checkpoint_epoch").cast("long"),
-        ).alias("log_epoch"),
+        F.greatest(F.col("log_max_epoch").cast("long"), F.col("snapshot_epoch").cast("long")).alias("log_epoch"),
     )
     qs_path = F.concat(F.col("metadata_dir"), F.lit("/quorum-state"))
     has_leader = F.col("quorum_leader_id") >= 0
@@ -328,11 +317,31 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
         F.lit("warning"),
     )
 
-    # behind the highest epoch, with no batch of it
-    top = q.groupBy("cluster").agg(F.max("quorum_leader_epoch").alias("top_epoch"))
+    # a candidate looping in elections: no leader, at an epoch above every node's log
+    logs_top = q.groupBy("cluster").agg(F.max("log_epoch").alias("logs_epoch"))
+    looping = q.join(logs_top, "cluster").where(
+        ~has_leader & (F.col("quorum_leader_epoch") > F.coalesce(F.col("logs_epoch"), F.lit(-1)))
+    )
+    looping_f = _controller_findings(
+        looping,
+        "quorum-state-divergent",
+        F.format_string(
+            "controller %d: %s is at epoch %d with no leader, above every node's metadata log (newest epoch %s): "
+            "the node is stuck in elections (a candidate cut off from the quorum raises its epoch at each attempt)",
+            "node_id",
+            qs_path,
+            "quorum_leader_epoch",
+            F.coalesce(F.col("logs_epoch").cast("string"), F.lit("unknown")),
+        ),
+        qs_path,
+        F.lit("warning"),
+    )
+
+    # behind the highest epoch that names a leader, with no batch of it
+    top = q.where(has_leader).groupBy("cluster").agg(F.max("quorum_leader_epoch").alias("top_epoch"))
     at_top = (
         q.join(top, "cluster")
-        .where(F.col("quorum_leader_epoch") == F.col("top_epoch"))
+        .where(has_leader & (F.col("quorum_leader_epoch") == F.col("top_epoch")))
         .groupBy("cluster")
         .agg(
             F.array_join(F.sort_array(F.collect_set(F.col("node_id").cast("string"))), ", ").alias("top_nodes"),
@@ -370,4 +379,4 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
         qs_path,
         F.lit("info"),
     )
-    return split_f.unionByName(ahead_f).unionByName(behind_f)
+    return split_f.unionByName(ahead_f).unionByName(behind_f).unionByName(looping_f)

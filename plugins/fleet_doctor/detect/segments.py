@@ -238,17 +238,26 @@ def _log_check(rule_id: str, cond: Column, template: str, *fields: str) -> Check
     return _seg(rule_id, cond, F.format_string(f"%s: {template}", seg_file("log"), *map(F.col, fields)), "log")
 
 
+def _not_decoded_metadata_log(f: Frames) -> Column:
+    """Not a segment of a KRaft node's ``__cluster_metadata-0`` that the controllers input decoded: a torn tail or a
+    CRC failure there is metadata-log-torn's (one finding, with what it means for the metadata)."""
+    if not f.metadata_logdirs:
+        return F.lit(True)
+    return ~((F.col("topic") == "__cluster_metadata") & (F.col("partition") == 0) & in_logdirs(f.metadata_logdirs))
+
+
 @detector("log-torn-tail")
 def log_torn_tail(f: Frames) -> list[Check]:
     template = "%d of %d bytes form valid batches; recovery will truncate the rest (%s)"
-    torn = F.col("torn_tail") == F.lit(True)
+    torn = (F.col("torn_tail") == F.lit(True)) & _not_decoded_metadata_log(f)
     return [_log_check("log-torn-tail", torn, template, "valid_bytes", "log_bytes", "tail_error")]
 
 
 @detector("log-crc")
 def log_crc(f: Frames) -> list[Check]:
     template = "batch at byte %d fails its CRC (%s)"
-    return [_log_check("log-crc", F.col("crc_errors") > 0, template, "first_crc_error_position", "tail_error")]
+    bad = (F.col("crc_errors") > 0) & _not_decoded_metadata_log(f)
+    return [_log_check("log-crc", bad, template, "first_crc_error_position", "tail_error")]
 
 
 @detector("index-entry-mismatch")
