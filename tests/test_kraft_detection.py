@@ -828,3 +828,20 @@ def test_the_metadata_mode_reaches_the_detection_app():
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
     assert app.parse_args([*args]).metadata_mode == "kraft"
+
+
+def test_a_corrupt_snapshot_is_not_a_truncated_log(spark, corpus, tmp_path):
+    """A flipped byte in kafka2's only snapshot (greenlemon, 3.5.1): the finding names the .checkpoint and says Kafka
+    cannot load it, not that recovery truncates a log, and kafka2's image is not taken for the cluster's facts."""
+    root = tmp_path / GREENLEMON
+    dirs = [copy_writable(corpus / GREENLEMON / d, root / d) for d in ("kafka1", "kafka2", "kafka3")]
+    (snap,) = (dirs[1] / "__cluster_metadata-0").glob("*.checkpoint")
+    data = bytearray(snap.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    _write(snap, bytes(data))
+    run = kraft_run(spark, tmp_path / "work", root, dirs, "3.5.1")
+    hits = [r for r in run.of("metadata-log-torn") if r["broker_id"] == 2]
+    assert hits, run.rows
+    assert all(r["path"].endswith(".checkpoint") and r["severity"] == "critical" for r in hits), hits
+    assert all("cannot start with it" in r["message"] and "truncates" not in r["message"] for r in hits), hits
+    assert run.kraft.source["node_id"] != 2

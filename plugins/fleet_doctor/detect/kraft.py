@@ -194,9 +194,14 @@ def metadata_log_torn(f: Frames) -> DataFrame:
     told = from_problems.select("node_id", "c_logdir", "problem").distinct()
     from_headers = torn.unionByName(crc).join(told, ["node_id", "c_logdir", "problem"], "left_anti")
     rows = from_problems.unionByName(from_headers)
-    consequence = F.when(
-        F.col("problem") == CRC,
-        F.lit("recovery truncates the metadata log there: every later record is lost on this node"),
+    consequence = (
+        F.when(
+            F.col("where").endswith(".checkpoint"),  # a snapshot: never truncated, it cannot be loaded at all
+            F.lit("Kafka loads only the newest snapshot and fails on a corrupt one: this node cannot start with it"),
+        ).when(
+            F.col("problem") == CRC,
+            F.lit("recovery truncates the metadata log there: every later record is lost on this node"),
+        )
     ).otherwise(F.lit("recovery truncates it at the last valid batch; the node fetches the rest from the leader"))
     msg = F.format_string("controller %d: %s: %s", "node_id", "what", consequence)
     severity = F.when(F.col("problem") == CRC, F.lit("critical"))
