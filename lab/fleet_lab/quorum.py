@@ -457,8 +457,14 @@ class QuorumNode:
         """The follower's log diverged from the leader's: truncate to the last batch both hold."""
         assert self.log is not None
         theirs = {r.header.base_offset: r.header for r in read_batch_refs(lmdir, 0)}
+        # below the leader's log start there is nothing to compare (its snapshot holds those records, committed):
+        # Raft finds the divergence in the range both logs hold, never by a missing head of the leader's log
+        first = min(theirs, default=None)
         keep = self.log.log_start_offset
         for r in self.log.batch_refs(0):
+            if first is not None and r.header.last_offset < first:
+                keep = r.header.last_offset + 1
+                continue
             if theirs.get(r.header.base_offset) != r.header:
                 break
             keep = r.header.last_offset + 1
