@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -614,6 +615,17 @@ def _lab_pids(state: LabState) -> dict[str, int | None]:
     return pids
 
 
+@contextlib.contextmanager
+def _down_on_failure(lab_dir: Path) -> Iterator[None]:
+    """Whatever fails while a lab comes up (or Ctrl-C), everything started so far is stopped again."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            down(lab_dir)
+        raise
+
+
 def _fresh_lab_dir(lab_dir: Path, cluster: str) -> str:
     """An empty lab dir with the lab's SSH client key (refused while a lab is up there); the lab user."""
     if is_up(lab_dir):
@@ -643,7 +655,11 @@ def _add_hosts(state: LabState, brokers: int, log_dirs_per_broker: int) -> None:
 
 
 def _start_brokers(state: LabState) -> None:
-    """Write the inventory, start every broker through its sshd's service command and wait until healthy."""
+    """Write the service scripts and the inventory, start every broker through its sshd's service command and wait
+    until healthy."""
+    for b in state.brokers:
+        b.service_script.write_text(_service_script(b))
+        b.service_script.chmod(0o755)
     write_inventory(state)
     for b in state.brokers:
         _wait_ssh_banner(b.ssh_port, b.sshd_pid or 0, Path(b.run_dir) / "sshd.log")
@@ -680,7 +696,7 @@ def up(
     user = _fresh_lab_dir(lab_dir, cluster)
     zk = ZooKeeperServer(lab_dir / "zookeeper", tick_time_ms=ZK_TICK_MS)
     state = LabState(str(lab_dir), cluster, random_topic_id(), str(kafka_version), 0, None, user)
-    try:
+    with _down_on_failure(lab_dir):
         zk.start()
         state.zk_port, state.zk_pid = zk.port or 0, zk.detach()
         _add_hosts(state, brokers, log_dirs_per_broker)
@@ -697,13 +713,7 @@ def up(
                 cluster_id=state.cluster_id if features.meta_properties_has_cluster_id else None,
                 session_timeout_s=BROKER_SESSION_TIMEOUT_S,
             ).save(b.config_path)
-            b.service_script.write_text(_service_script(b))
-            b.service_script.chmod(0o755)
         _start_brokers(state)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            down(lab_dir)
-        raise
     return state
 
 
@@ -712,7 +722,7 @@ def _up_kraft(lab_dir: Path, n: int, kafka_version: str, log_dirs_per_broker: in
     voter of the quorum (fleet_lab.quorum), its metadata log in its first log dir."""
     user = _fresh_lab_dir(lab_dir, cluster)
     state = LabState(str(lab_dir), cluster, random_topic_id(), kafka_version, 0, None, user, metadata_mode="kraft")
-    try:
+    with _down_on_failure(lab_dir):
         _add_hosts(state, n, log_dirs_per_broker)
         topics, placement = _write_log_dirs(state)
         dir_ids = _write_kraft_metadata(state, topics, placement)
@@ -737,13 +747,7 @@ def _up_kraft(lab_dir: Path, n: int, kafka_version: str, log_dirs_per_broker: in
                     "session_timeout_ms": int(BROKER_SESSION_TIMEOUT_S * 1000),
                 },
             ).save(b.config_path)
-            b.service_script.write_text(_service_script(b))
-            b.service_script.chmod(0o755)
         _start_brokers(state)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            down(lab_dir)
-        raise
     return state
 
 
