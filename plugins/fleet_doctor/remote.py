@@ -140,6 +140,12 @@ class Remote:
         self.client.close()
 
 
+def lowest_priority(command: str) -> str:
+    """``command`` run at the lowest CPU and I/O priority the host offers: nice 19, and ionice's idle class where
+    ionice exists (the probe and the metadata decoder on a broker or controller)."""
+    return f"if command -v ionice >/dev/null 2>&1; then IO='ionice -c 3'; else IO=''; fi; exec nice -n 19 $IO {command}"
+
+
 def airflow_ssh_client(conn_id: str, timeout: float = 10.0) -> Any:
     """A connected ``paramiko.SSHClient`` for the Airflow SSH connection ``conn_id`` (its extras pin the broker's host
     key: ``fleet_doctor.inventory.Inventory.airflow_connections``). The SSH provider is imported here only."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from fleet_doctor import cluster_metadata
 from fleet_doctor.identity import verify_identity
-from fleet_doctor.remote import Remote, airflow_ssh_client
+from fleet_doctor.remote import Remote, airflow_ssh_client, lowest_priority
 
 DECODE_TIMEOUT_S = 600.0
 MAX_OUTPUT_BYTES = 1 << 30  # a 200,000-partition cluster prints ~100 MB; more is not the decoder's output
@@ -48,8 +48,7 @@ def airflow_connect(endpoint: dict[str, Any]) -> Any:
 def decode_command(metadata_log_dir: str) -> str:
     """The remote command: the decoder read from stdin by python3, at the lowest CPU and I/O priority the host offers
     (as the probe). The path is shell-quoted."""
-    decoder = "python3 - " + shlex.quote(metadata_log_dir)
-    return f"if command -v ionice >/dev/null 2>&1; then IO='ionice -c 3'; else IO=''; fi; exec nice -n 19 $IO {decoder}"
+    return lowest_priority("python3 - " + shlex.quote(metadata_log_dir))
 
 
 def decoder_program() -> bytes:

@@ -41,7 +41,7 @@ from fleet_doctor import spark
 from fleet_doctor.audit import history, kraft
 from fleet_doctor.audit.staging import StagingError, probe_key, stage_probe, staged_brokers
 from fleet_doctor.identity import verify_identity
-from fleet_doctor.remote import Remote
+from fleet_doctor.remote import Remote, lowest_priority
 from fleet_doctor.settings import Settings, safe_run_id
 from fleet_doctor.store import Store
 from fleet_doctor.zookeeper import ZkAuth, credentials, session
@@ -141,7 +141,7 @@ def probe_command(log_dirs: Iterable[str], *, deep: bool, verify_crc: bool) -> s
     elif deep:
         args.append("--deep")
     probe = "python3 - " + " ".join(shlex.quote(a) for a in [*args, *log_dirs])
-    return f"if command -v ionice >/dev/null 2>&1; then IO='ionice -c 3'; else IO=''; fi; exec nice -n 19 $IO {probe}"
+    return lowest_priority(probe)
 
 
 class StageError(StagingError):
