@@ -17,6 +17,7 @@ probe's or detection's output.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -491,3 +492,32 @@ def test_probe_lines_are_parsed_by_their_own_kind_wherever_kind_is(spark):
     assert rows[1].segment_rec.base_offset == 5 and rows[1].partition_rec is None
     assert rows[2].file_rec.file_type == "unknown"
     assert all(getattr(rows[3], f"{k}_rec") is None for k in ("segment", "partition", "file", "logdir"))
+
+
+# ------------------------------------------------------------------------------- plans change, findings do not
+# The findings of both runs as the rule plans of 95943f0 gave them (one plan per rule, before issue 19 fused them per
+# fact frame), every column, with the fleet's and the corpus's paths made relative. Re-record only for a change that
+# is meant to change findings (FLEET_DOCTOR_RECORD_FINDINGS=1 pytest tests/test_detection.py -k recorded), and say
+# why in the commit.
+RECORDED = Path(__file__).parent / "data" / "detection-findings"
+
+
+def _normalized(run: Run, corpus: Path) -> list[str]:
+    def text(v: Any) -> Any:
+        return v.replace(str(run.fleet.root), "$FLEET").replace(str(corpus), "$CORPUS") if isinstance(v, str) else v
+
+    return sorted(json.dumps({k: text(v) for k, v in r.items()}, sort_keys=True) for r in run.rows)
+
+
+@pytest.mark.parametrize("name", ["mutated", "pristine"])
+def test_findings_equal_those_recorded_before_the_plans_were_fused(request, corpus, name):
+    run: Run = request.getfixturevalue(name)
+    now = _normalized(run, corpus)
+    recorded = RECORDED / f"{name}.jsonl.gz"
+    if os.environ.get("FLEET_DOCTOR_RECORD_FINDINGS") == "1":
+        recorded.parent.mkdir(parents=True, exist_ok=True)
+        recorded.write_bytes(gzip.compress("".join(line + "\n" for line in now).encode(), mtime=0))
+    before = gzip.decompress(recorded.read_bytes()).decode().splitlines()
+    assert len(now) == len(before)
+    assert [line for line in now if line not in set(before)] == []
+    assert now == before
