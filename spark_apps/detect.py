@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(counts, skipped, args.audit_run)
     if args.findings_json:
         order = F.array_position(F.array(*map(F.lit, SEVERITY_ORDER)), F.col("severity"))
-        rows = found.orderBy(order, "broker_id", "log_dir", "topic", "partition", "segment", "rule").collect()
+        # a total order: the same findings always come out the same
+        keys = ("broker_id", "log_dir", "topic", "partition", "segment", "rule", "path", "message")
+        rows = found.orderBy(order, *keys).collect()
         write_text(spark, args.findings_json, "".join(json.dumps(r.asDict()) + "\n" for r in rows))
     if args.summary:
         write_text(spark, args.summary, json.dumps(summary, indent=2))

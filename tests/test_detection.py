@@ -521,3 +521,23 @@ def test_findings_equal_those_recorded_before_the_plans_were_fused(request, corp
     assert len(now) == len(before)
     assert [line for line in now if line not in set(before)] == []
     assert now == before
+
+
+def test_small_input_settings_give_the_recorded_findings(spark, mutated, corpus):
+    """A small input runs interpreted, without adaptive re-planning, on one shuffle partition (fleet_doctor.spark's
+    SMALL_INPUT_CONF, which ``scan``, the lab's audit and a repair's verify take): every rule gives exactly the
+    findings recorded from the compiled plans."""
+    from fleet_doctor.spark import SMALL_INPUT_CONF
+
+    sql = {k: v for k, v in SMALL_INPUT_CONF.items() if k.startswith("spark.sql.")}
+    before = {k: spark.conf.get(k, None) for k in sql}
+    for k, v in sql.items():
+        spark.conf.set(k, v)
+    try:
+        rows, skipped = run_detect(spark, mutated.fleet.root)
+    finally:
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+    assert skipped == mutated.skipped
+    recorded = gzip.decompress((RECORDED / "mutated.jsonl.gz").read_bytes()).decode().splitlines()
+    assert _normalized(Run(mutated.fleet, rows, skipped), corpus) == recorded

@@ -3,16 +3,25 @@
 Two named profiles of Spark settings, picked by the master: ``local`` (``local``, ``local[N]``: the CLI's ``scan``,
 the demo, the tests; the driver on 127.0.0.1) and ``cluster`` (``spark://``, ``yarn``, ``k8s://``: nothing pinned to
 one host). The audit DAG's master comes from its ``spark_default`` connection, so a cluster submit needs no override.
-Runs of seconds on small inputs (``scan``, the repair's post-verify and re-verify) also take ``SHORT_RUN_CONF``. The
-library (``fleet_doctor``) goes to the driver and the executors as a ``--py-files`` archive built from this package.
+The library (``fleet_doctor``) goes to the driver and the executors as a ``--py-files`` archive built from this
+package.
+
+On a small input (``scan`` of a few log dirs, the lab, a repair's verify: staged facts of a few MB) Spark's fixed
+costs are the whole run, so the settings are also chosen from the staged input's size (``input_conf``): the C1 JIT
+alone, expressions interpreted instead of compiled, no adaptive re-planning, one shuffle partition. A driver JVM on
+this machine (the ``local`` profile) also maps a class-data sharing archive of Spark's classes (``class_archive``),
+dumped by the first run. What each of these saves, measured: bench/README.md, "Detection in seconds".
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -22,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.store import atomic_file, write_atomic
+from fleet_doctor.store import atomic_file, temporary_name, write_atomic
 
 PACKAGE = Path(__file__).resolve().parent
 DETECT_APP = PACKAGE.parents[1] / "spark_apps" / "detect.py"
@@ -49,7 +58,21 @@ PROFILES: dict[str, dict[str, str]] = {
 # a driver JVM that lives seconds: the C1 compiler alone warms up much faster than tiered C2 (which pays off on big
 # inputs: bench/README.md, detection benchmark)
 SHORT_RUN_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
-LOCAL_SPARK_CONF = {**PROFILES["local"], **SHORT_RUN_CONF}  # scan's settings
+LOCAL_SPARK_CONF = {**PROFILES["local"], **SHORT_RUN_CONF}  # a short local run's settings
+# staged facts up to this size are a small input (the 16 corpus samples: 0.1-1.5 MB; the 3-broker lab: ~0.3 MB;
+# 100 000 segments: ~3 MB)
+SMALL_INPUT_BYTES = 16 << 20
+# a small input's plan runs once over a few thousand rows: compiling it costs more than it saves (Janino per stage
+# and expression), as do adaptive re-planning (a job per exchange) and shuffle partitions beyond one
+SMALL_INPUT_CONF = {
+    **SHORT_RUN_CONF,
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.shuffle.partitions": "1",
+}
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+CLASS_ARCHIVE_ENV = "FLEET_DOCTOR_SPARK_CLASS_ARCHIVE"  # "off": no class-data sharing archive
 
 
 class SparkError(RuntimeError):
@@ -85,14 +108,28 @@ def spark_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def library_archive(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def cache_dir() -> Path:
+    """``$TMPDIR/fleet-doctor-spark-<uid>``, created private (0700). What it caches runs as code (the library archive,
+    the class archive), so a directory someone else owns or can write to is not used: a fresh private one instead."""
+    directory = Path(tempfile.gettempdir()) / f"fleet-doctor-spark-{os.getuid()}"
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        st = directory.lstat()
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022:
+            return directory
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="fleet-doctor-spark-"))
+
+
+def library_archive(cache: str | os.PathLike[str] | None = None) -> Path:
     """``fleet_doctor`` as a zip for ``--py-files``, named by its content (built once per version of the library,
-    atomically; concurrent builders write the same bytes). Default cache: ``$TMPDIR/fleet-doctor-spark-<uid>``."""
+    atomically; concurrent builders write the same bytes). Default cache: ``cache_dir()``."""
     sources = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
     digest = hashlib.sha256()
     for p in sources:
         digest.update(str(p.relative_to(PACKAGE)).encode() + b"\0" + p.read_bytes() + b"\0")
-    directory = Path(cache_dir or Path(tempfile.gettempdir()) / f"fleet-doctor-spark-{os.getuid()}")
+    directory = Path(cache) if cache else cache_dir()
     archive = directory / f"fleet_doctor-{digest.hexdigest()[:16]}.zip"
     if archive.is_file():
         return archive
@@ -103,6 +140,112 @@ def library_archive(cache_dir: str | os.PathLike[str] | None = None) -> Path:
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, p.read_bytes())
     return archive
+
+
+def staged_bytes(probe_dir: str) -> int | None:
+    """The size of the staged input under ``probe_dir`` (a local path or ``file://`` URL); None where it cannot be
+    told from here (another filesystem's URL, or a directory that cannot be read)."""
+    if "://" in probe_dir and not probe_dir.startswith("file://"):
+        return None
+    total = 0
+    try:
+        for root, _dirs, files in os.walk(probe_dir.removeprefix("file://"), onerror=_raise):
+            total += sum(os.lstat(os.path.join(root, name)).st_size for name in files)
+    except OSError:
+        return None
+    return total
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def input_conf(probe_dir: str | None) -> dict[str, str]:
+    """The settings the staged input's size calls for: ``SMALL_INPUT_CONF`` for a small one, nothing for a big one or
+    one whose size is unknown (the nightly run of a big fleet wants the full JIT and compiled plans)."""
+    size = staged_bytes(probe_dir) if probe_dir else None
+    return dict(SMALL_INPUT_CONF) if size is not None and size <= SMALL_INPUT_BYTES else {}
+
+
+def probe_dir_arg(app_args: list[str]) -> str | None:
+    """The ``--probe-dir`` of the detection app's arguments."""
+    for flag, value in itertools.pairwise(app_args):
+        if flag == "--probe-dir":
+            return value
+    return None
+
+
+def _java() -> str | None:
+    """The java spark-submit runs (``$JAVA_HOME/bin/java``, else the one on PATH), its real path."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    return os.path.realpath(java) if java and os.path.isfile(java) else None
+
+
+def _class_archive_key() -> str | None:
+    """What a class-data sharing archive of the driver depends on: the JVM (its binary and ``release`` file) and
+    Spark's class path (every jar's name, size and time). None when there is no java to ask."""
+    java = _java()
+    if java is None:
+        return None
+    digest = hashlib.sha256()
+    st = os.stat(java)
+    digest.update(f"{java}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    release = Path(java).parents[1] / "release"
+    if release.is_file():
+        digest.update(release.read_bytes())
+    jars = Path(_spark_home()) / "jars"
+    for jar in sorted(jars.iterdir()) if jars.is_dir() else ():
+        js = jar.stat()
+        digest.update(f"{jar.name}\0{js.st_size}\0{js.st_mtime_ns}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ClassArchive:
+    """The driver JVM's class-data sharing archive for one run (``class_archive``): ``path`` is mapped, or, where
+    ``dumping``, dumped there at the JVM's exit and moved to ``archive`` by ``finish`` when the run succeeded."""
+
+    path: Path | None = None
+    archive: Path | None = None
+    dumping: bool = False
+
+    def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
+        """``conf`` with the archive's options added to the driver's Java options."""
+        if self.path is None:
+            return dict(conf)
+        flag = "ArchiveClassesAtExit" if self.dumping else "SharedArchiveFile"
+        options = f"-XX:{flag}={self.path} -Xlog:cds=off -Xlog:cds+dynamic=off"
+        return {**conf, JAVA_OPTIONS: f"{conf.get(JAVA_OPTIONS, '')} {options}".strip()}
+
+    def finish(self, succeeded: bool) -> None:
+        """After the run: a dumped archive goes into place (older ones are removed), or away if the run failed."""
+        if not self.dumping or self.path is None or self.archive is None:
+            return
+        if succeeded and self.path.is_file() and self.path.stat().st_size > 0:
+            os.replace(self.path, self.archive)
+            for old in self.archive.parent.glob("spark-driver-*.jsa"):
+                if old != self.archive:
+                    old.unlink(missing_ok=True)
+        else:
+            self.path.unlink(missing_ok=True)
+
+
+def class_archive(master: str) -> ClassArchive:
+    """The class-data sharing archive for a driver JVM on this machine (the ``local`` profile): it maps
+    ``spark-driver-<key>.jsa`` from ``cache_dir()`` (Spark's classes load in about half the time), or, where there is
+    none yet, the run dumps one at exit under a temporary name. The JVM runs on without it when the archive does not
+    fit (a JVM or Spark that changed since), and its ``cds`` log lines are off. None for a cluster master, where no
+    java here to ask, or with ``FLEET_DOCTOR_SPARK_CLASS_ARCHIVE=off``."""
+    if profile_for(master) != "local" or os.environ.get(CLASS_ARCHIVE_ENV, "on") == "off":
+        return ClassArchive()
+    key = _class_archive_key()
+    if key is None:
+        return ClassArchive()
+    archive = cache_dir() / f"spark-driver-{key}.jsa"
+    if archive.is_file():
+        return ClassArchive(archive, archive)
+    return ClassArchive(archive.parent / temporary_name(archive.name), archive, dumping=True)
 
 
 def detect_args(
@@ -155,8 +298,13 @@ def run_detect(
 ) -> None:
     """The detection app through spark-submit on this machine, with ``env`` on top of ``spark_env()``; SparkError
     with the end of its stderr when it fails."""
-    cmd = submit_command(DETECT_APP, master, conf, args, jars=jars)
-    proc = subprocess.run(cmd, env={**spark_env(), **(env or {})}, capture_output=True, text=True)
+    archive = class_archive(master)
+    cmd = submit_command(DETECT_APP, master, archive.conf(conf), args, jars=jars)
+    proc = None
+    try:
+        proc = subprocess.run(cmd, env={**spark_env(), **(env or {})}, capture_output=True, text=True)
+    finally:
+        archive.finish(proc is not None and proc.returncode == 0)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-25:])
         raise SparkError(f"detection app failed (exit {proc.returncode}):\n{tail}")
@@ -216,6 +364,6 @@ def detect_locally(
         controllers,
         metadata_mode,
     )
-    run_detect(master, {**conf_for(master), **SHORT_RUN_CONF}, args)
+    run_detect(master, {**conf_for(master), **SHORT_RUN_CONF, **input_conf(str(work / "probe"))}, args)
     findings = [json.loads(line) for line in (work / "findings.jsonl").read_text().splitlines() if line.strip()]
     return Detection(findings, json.loads((work / "summary.json").read_text()))

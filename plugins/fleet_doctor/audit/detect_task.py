@@ -3,6 +3,8 @@ the worker that runs it knows filled in when it runs:
 
 - the Spark profile of the master its connection (``spark_default``) names (``fleet_doctor.spark``: ``local`` for
   ``local[N]``, ``cluster`` for ``spark://``, YARN or Kubernetes), under the configured settings;
+- the settings the staged input's size calls for (``spark.input_conf``), and for a ``local`` master the driver's
+  class-data sharing archive (``spark.class_archive``): a lab or a handful of brokers is detected in seconds;
 - the library, shipped as a ``--py-files`` archive built from the worker's own copy;
 - for a ``local`` master, spark-submit's environment: this interpreter's Spark and Python, a loopback driver. A
   cluster master gets none of it (the provider would hand it on to YARN's application master or refuse it in
@@ -34,9 +36,12 @@ class DetectOperator(SparkSubmitOperator):
         return SparkSubmitHook(conn_id=self._conn_id)._connection["master"]
 
     def prepare(self) -> str:
-        """Fill in the profile, the library archive and (local master only) the environment; returns the master."""
+        """Fill in the profile, the settings the staged input's size calls for (``spark.input_conf``: a small input's
+        for a lab or a few brokers, none for a big fleet), the library archive and (local master only) the
+        environment; returns the master. The configured settings stay on top."""
         master = self.master()
-        self.conf = spark.conf_for(master, self.conf)
+        sized = spark.input_conf(spark.probe_dir_arg(list(self.application_args or [])))
+        self.conf = {**spark.conf_for(master, sized), **(self.conf or {})}
         self.py_files = self.py_files or str(spark.library_archive())
         if spark.profile_for(master) == "local":
             local = {k: v for k, v in spark.spark_env().items() if k.startswith(("SPARK", "PYSPARK", "PATH"))}
@@ -45,5 +50,12 @@ class DetectOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         master = self.prepare()
-        self.log.info("Spark master %s: profile %s", master, spark.profile_for(master))
-        super().execute(context)
+        archive = spark.class_archive(master)
+        self.conf = archive.conf(self.conf)
+        self.log.info("Spark master %s: profile %s, settings %s", master, spark.profile_for(master), self.conf)
+        succeeded = False
+        try:
+            super().execute(context)
+            succeeded = True
+        finally:
+            archive.finish(succeeded)

@@ -1,0 +1,187 @@
+"""Detection's start-up on small inputs (fleet_doctor.spark, issue 19): the settings chosen from the staged input's
+size, and the driver JVM's class-data sharing archive, checked on real spark-submit runs of the detection app over
+a genuine corpus log dir (zk-3.1-single-aryan and its ZooKeeper snapshot).
+
+What the settings change is how Spark evaluates the same plans (interpreted instead of compiled, no adaptive
+re-planning); that they give the same findings on every rule is tests/test_detection.py's
+``test_small_input_settings_give_the_recorded_findings``. What they save is measured in bench/ (bench/README.md,
+"Detection in seconds"), not timed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from fleet_doctor import spark
+from fleet_doctor.audit import staging
+from fleet_doctor.probe import Probe
+from fleet_doctor.zookeeper.snapshot import read_snapshot_file
+
+ARYAN = "zk-3.1-single-aryan"
+
+
+# ------------------------------------------------------------------------------------------- settings by input size
+def test_a_small_staged_input_gets_the_small_input_settings(tmp_path: Path) -> None:
+    probe = tmp_path / "probe" / "broker_id=1"
+    probe.mkdir(parents=True)
+    (probe / "logdir-0.jsonl").write_bytes(b"x" * 1000)
+    assert spark.staged_bytes(str(tmp_path / "probe")) == 1000
+    assert spark.staged_bytes(f"file://{tmp_path / 'probe'}") == 1000
+    assert spark.input_conf(str(tmp_path / "probe")) == spark.SMALL_INPUT_CONF
+    # a big one (sparse: its size is what counts) keeps Spark's defaults: compiled plans and the full JIT
+    with (probe / "logdir-0.segments.parquet").open("wb") as f:
+        f.truncate(spark.SMALL_INPUT_BYTES)
+    assert spark.input_conf(str(tmp_path / "probe")) == {}
+
+
+@pytest.mark.parametrize("where", ["s3a://bucket/run/probe", "hdfs://nn/run/probe", "/nonexistent/probe", None])
+def test_an_input_whose_size_cannot_be_told_keeps_sparks_defaults(where: str | None) -> None:
+    assert spark.input_conf(where) == {}
+
+
+def test_an_unreadable_staging_dir_is_not_taken_for_a_small_one(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root reads every directory")
+    locked = tmp_path / "probe" / "broker_id=1"
+    locked.mkdir(parents=True)
+    locked.chmod(0)
+    try:
+        assert spark.staged_bytes(str(tmp_path / "probe")) is None
+    finally:
+        locked.chmod(0o700)
+
+
+def test_the_probe_dir_is_read_off_the_apps_arguments() -> None:
+    args = spark.detect_args("/d/probe", "/d/b.jsonl", "/d/f", "run", "/d/s.json", "/d/f.jsonl")
+    assert spark.probe_dir_arg(args) == "/d/probe"
+    assert spark.probe_dir_arg(["--output", "x"]) is None
+
+
+def test_the_detect_task_takes_the_small_input_settings_under_the_configured_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleet_doctor.audit.detect_task import DetectOperator
+
+    (tmp_path / "probe").mkdir()
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+    args = ["--probe-dir", str(tmp_path / "probe"), "--output", "x"]
+    configured = {"spark.sql.shuffle.partitions": "3"}
+    op = DetectOperator(task_id="detect", conn_id="spark_default", conf=configured, application_args=args)
+    op.prepare()
+    assert op.conf == {**spark.PROFILES["local"], **spark.SMALL_INPUT_CONF, **configured}
+
+
+# ------------------------------------------------------------------------------------------- the class archive
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temp dir of its own, so that the cache (and its class archive) is this test's."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_the_cache_dir_is_private_and_one_someone_else_can_write_to_is_not_used(private_tmp: Path) -> None:
+    mine = spark.cache_dir()
+    assert mine == private_tmp / f"fleet-doctor-spark-{os.getuid()}" and (mine.stat().st_mode & 0o777) == 0o700
+    mine.chmod(0o777)
+    other = spark.cache_dir()
+    assert other != mine and other.is_dir() and (other.stat().st_mode & 0o777) == 0o700
+
+
+def test_no_class_archive_for_a_cluster_master_or_when_turned_off(
+    private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert spark.class_archive("spark://127.0.0.1:7077") == spark.ClassArchive()
+    assert spark.ClassArchive().conf({"a": "b"}) == {"a": "b"}
+    monkeypatch.setenv(spark.CLASS_ARCHIVE_ENV, "off")
+    assert spark.class_archive("local[2]") == spark.ClassArchive()
+
+
+def test_a_failed_run_leaves_no_half_dumped_archive(private_tmp: Path) -> None:
+    archive = spark.class_archive("local[2]")
+    assert archive.dumping and archive.path is not None and archive.archive is not None
+    options = archive.conf({spark.JAVA_OPTIONS: "-XX:TieredStopAtLevel=1"})[spark.JAVA_OPTIONS]
+    assert options.startswith("-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit=")
+    archive.path.write_bytes(b"half a dump")
+    archive.finish(False)
+    assert not archive.path.exists() and not archive.archive.exists()
+
+
+@pytest.fixture(scope="module")
+def aryan_staged(corpus, tmp_path_factory) -> tuple[Path, list[dict]]:
+    """The aryan log dir probed and staged as scan stages it, and its ZooKeeper snapshot's records."""
+    work = tmp_path_factory.mktemp("aryan")
+    dest = work / "probe" / "broker_id=0"
+    dest.mkdir(parents=True)
+    printed = work / "probe.jsonl"
+    with printed.open("w") as out:
+        Probe(out).run([str(corpus / ARYAN / "kafka-logs")])
+    with printed.open("rb") as src:
+        staging.split_to_dir(src, dest, "logdir-0.jsonl")
+    return work, read_snapshot_file(str(corpus / ARYAN / "zookeeper"))
+
+
+def _detect(work: Path, zk: list[dict], name: str, java_options: str = "") -> list[dict]:
+    """The detection app as ``scan`` submits it (``run_detect``: the small input's settings, the class archive),
+    with ``java_options`` for the driver added."""
+    run = work / name
+    run.mkdir()
+    (run / "brokers.jsonl").write_text(json.dumps({"broker_id": 0, "kafka_version": "3.1.0", "running": False}))
+    (run / "zk.jsonl").write_text("".join(json.dumps(r) + "\n" for r in zk))
+    args = spark.detect_args(
+        str(work / "probe"),
+        str(run / "brokers.jsonl"),
+        str(run / "findings"),
+        "test",
+        str(run / "summary.json"),
+        str(run / "findings.jsonl"),
+        str(run / "zk.jsonl"),
+    )
+    conf = {**spark.conf_for("local[2]"), **spark.input_conf(str(work / "probe"))}
+    assert conf[spark.JAVA_OPTIONS] == "-XX:TieredStopAtLevel=1"
+    conf[spark.JAVA_OPTIONS] += f" {java_options}"
+    spark.run_detect("local[2]", conf, args)
+    return [json.loads(line) for line in (run / "findings.jsonl").read_text().splitlines()]
+
+
+def test_the_first_run_dumps_the_archive_and_the_next_map_it_with_the_same_findings(
+    private_tmp: Path, aryan_staged: tuple[Path, list[dict]]
+) -> None:
+    work, zk = aryan_staged
+    first = spark.class_archive("local[2]")
+    assert first.dumping
+    dumped = _detect(work, zk, "first")
+    archive = first.archive
+    assert archive is not None and archive.is_file() and archive.stat().st_size > 1 << 20
+    assert not list(archive.parent.glob(".*jsa*")), "no temporary dump left"
+    second = spark.class_archive("local[2]")
+    assert not second.dumping and second.path == archive
+    # the driver JVM maps it: Spark's own classes come out of it (class+load says where each class came from)
+    log = private_tmp / "class-load.log"
+    assert _detect(work, zk, "mapped", f"-Xlog:class+load=info:file={log}") == dumped
+    loads = [line for line in log.read_text().splitlines() if "org.apache.spark.SparkContext " in line]
+    assert loads and "source: shared objects file (top)" in loads[0], loads
+    topic_ids = {f["topic"] for f in dumped if f["rule"] == "topic-id-mismatch"}
+    assert topic_ids == {"design1"}  # MANIFEST.md: the genuine drift of aryan's design1
+
+
+def test_a_damaged_archive_is_ignored_by_the_jvm(private_tmp: Path, aryan_staged: tuple[Path, list[dict]]) -> None:
+    """An archive that does not fit (here: garbage of the right name) costs only its speed: the JVM runs on without
+    it, silently (its cds log lines are off), and detection gives the same findings."""
+    work, zk = aryan_staged
+    archive = spark.class_archive("local[2]").archive
+    assert archive is not None
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(os.urandom(1 << 16))
+    found = _detect(work, zk, "damaged")
+    assert {f["topic"] for f in found if f["rule"] == "topic-id-mismatch"} == {"design1"}
+    assert archive.read_bytes() != b"" and not spark.class_archive("local[2]").dumping
+
+
+def test_spark_submit_runs_this_interpreter() -> None:
+    assert spark.spark_env()["PYSPARK_PYTHON"] == sys.executable
