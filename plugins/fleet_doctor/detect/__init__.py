@@ -10,6 +10,8 @@ DataFrame API (no Python UDFs; cross-source rules are joins). Run by spark_apps/
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from pyspark.sql import DataFrame
 
 from fleet_doctor.detect import (  # noqa: F401  (they register the detectors)
@@ -37,6 +39,7 @@ __all__ = ["FINDING_COLUMNS", "Frames", "detect", "load_frames"]
 LIVENESS_RULES = frozenset({"under-replicated", "offline-partition"})
 
 
+PLAN_THREADS = 4
 NO_METADATA_LOG = "no controller's metadata log could be read"
 
 
@@ -57,6 +60,7 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
     skipped: dict[str, str] = {}
     parts: list[DataFrame] = []
     checks: dict[str, list[Check]] = {}
+    runnable: list[str] = []
     for rule in RULES:
         if rule.id in EMITTED_BY:
             if EMITTED_BY[rule.id] in skipped:
@@ -83,12 +87,17 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
         if partial_scope and rule.needs is Needs.FLEET:
             skipped[rule.id] = "only some brokers audited in this run"
             continue
-        out = DETECTORS[rule.id](f)
-        for item in out if isinstance(out, list) else [out]:
-            if isinstance(item, Check):
-                checks.setdefault(item.on, []).append(item)
-            else:
-                parts.append(item)
-    bases = {"segments": f.segments, "partitions": f.partitions, "files": f.files, "logdirs": f.logdirs}
-    fused = [run_checks(bases[on], cs) for on, cs in checks.items()]
+        runnable.append(rule.id)
+    # each plan is built (and analyzed by Spark, eagerly) in its own thread: the driver spends most of it waiting on
+    # the JVM, whose analyzer runs the threads' plans side by side
+    with ThreadPoolExecutor(PLAN_THREADS) as pool:
+        outs = list(pool.map(lambda rule_id: DETECTORS[rule_id](f), runnable))
+        for out in outs:
+            for item in out if isinstance(out, list) else [out]:
+                if isinstance(item, Check):
+                    checks.setdefault(item.on, []).append(item)
+                else:
+                    parts.append(item)
+        bases = {"segments": f.segments, "partitions": f.partitions, "files": f.files, "logdirs": f.logdirs}
+        fused = list(pool.map(lambda on: run_checks(bases[on], checks[on]), list(checks)))
     return union_all(fused + parts), skipped

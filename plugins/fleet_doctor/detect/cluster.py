@@ -212,9 +212,10 @@ def unsafe_replication(f: Frames) -> DataFrame:
 @detector("meta-mismatch")
 def meta_mismatch(f: Frames) -> DataFrame:
     ld = f.logdirs.where(F.col("meta").isNotNull())
+    # distinct counts as set sizes: two distinct aggregates would expand every row and aggregate twice
     per_broker = ld.groupBy("broker_id").agg(
-        F.count_distinct("meta.broker_id").alias("n_ids"),
-        F.count_distinct("meta.cluster_id").alias("n_clusters"),
+        F.size(F.collect_set("meta.broker_id")).alias("n_ids"),
+        F.size(F.collect_set("meta.cluster_id")).alias("n_clusters"),
         F.array_sort(F.collect_set("meta.cluster_id")).alias("clusters"),
     )
     hit = ld.join(per_broker.where((F.col("n_ids") > 1) | (F.col("n_clusters") > 1)), "broker_id")

@@ -15,9 +15,10 @@ What detection reads of each probe record kind is ``fleet_doctor.records``' defi
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -134,6 +135,9 @@ class Frames:
     running_brokers: tuple[int, ...] = ()  # brokers whose facts say they run
     # KRaft: each controller's metadata log header and its problems (the controllers input; None: not given)
     controllers: DataFrame | None = None
+    # KRaft: the controllers' metadata_problem records grouped per node, log dir, file and problem: the first by
+    # offset (``first``: o, offset, message) and how many (``n``)
+    controller_problems: DataFrame | None = None
     stopped_logdirs: tuple[str, ...] = ()  # "<broker_id>/<logdir>" without clean shutdown, no broker on it
     deep_logdirs: tuple[str, ...] = ()  # log dirs with deep-mode segment facts (batch offsets)
 
@@ -192,6 +196,9 @@ def _merged_schema(*schemas: T.StructType) -> T.StructType:
     return T.StructType(list(fields.values()))
 
 
+LOAD_THREADS = 3  # the cluster facts, and the partition, file and log-dir facts checkpointed side by side
+METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log
+METADATA_DIR = METADATA_TOPIC + "-0"
 ZK_KINDS = {
     "topic": ZK_TOPIC_SCHEMA,
     "partition_state": ZK_STATE_SCHEMA,
@@ -281,6 +288,32 @@ def load_frames(
     deep-mode facts) come back to the driver in one small aggregation. Partition, file and log-dir facts are
     checkpointed on their own: many rule plans read them. Why each of these choices: bench/README.md, detection
     benchmark."""
+    with ThreadPoolExecutor(LOAD_THREADS) as pool:
+        # the cluster facts load beside the probe records (Spark runs the jobs of both threads side by side)
+        zk_facts = pool.submit(_cluster_facts, spark, zk_snapshot_path) if zk_snapshot_path else None
+        return _load(spark, pool, probe_dir, brokers_path, zk_facts, controllers_path, metadata_mode)
+
+
+def _cluster_facts(spark: SparkSession, path: str) -> tuple[DataFrame, list[Row]]:
+    """The cluster facts' records, parsed once and checkpointed (filtered after the checkpoint, as the probe
+    records: one parse a line), and the few the driver reads (brokers, cluster, a KRaft header)."""
+    zk = spark.read.text(path).select(F.from_json("value", ZK_RECORD_SCHEMA).alias("r"))
+    zk = zk.select("r.*").localCheckpoint().where(F.col("kind").isin(*ZK_KINDS))
+    small = zk.where(F.col("kind").isin("broker", "cluster", "cluster_metadata")).select(
+        "kind", "broker_id", "cluster_id", "error", "fenced", "in_controlled_shutdown", "node_id", "snapshot"
+    )
+    return zk, small.collect()
+
+
+def _load(
+    spark: SparkSession,
+    pool: ThreadPoolExecutor,
+    probe_dir: str,
+    brokers_path: str | None,
+    zk_facts: Future | None,
+    controllers_path: str | None,
+    metadata_mode: str | None,
+) -> Frames:
     raw = spark.read.option("pathGlobFilter", "*.jsonl*").text(probe_dir)
     if "broker_id" not in raw.columns:
         raise ValueError(f"{probe_dir}: expected broker_id=<N>/ subdirectories holding probe JSON Lines")
@@ -390,14 +423,15 @@ def load_frames(
 
     # a broker runs on this log dir: its facts say so, or a process holds the log dir's .lock
     locked = keys(lambda r: r.locked)
+    partitions, files, logdirs = pool.map(lambda kind: materialized(of_kind(kind)), ("partition", "file", "logdir"))
     frames = Frames(
         # live_active: the active segment of a running broker (its indexes are legitimately preallocated)
         segments=of_kind("segment").withColumn(
             "live_active", F.coalesce(F.col("active") & (F.col("running") | in_logdirs(locked)), F.lit(False))
         ),
-        partitions=materialized(of_kind("partition")),
-        files=materialized(of_kind("file")),
-        logdirs=materialized(of_kind("logdir")),
+        partitions=partitions,
+        files=files,
+        logdirs=logdirs,
         brokers=brokers,
         fleet_version=versions[-1][1] if versions else None,
         fleet_version_num=versions[-1][0] if versions else None,
@@ -408,18 +442,12 @@ def load_frames(
         metadata_mode=metadata_mode,
         live_source=bool(locked),
     )
-    if zk_snapshot_path:
-        # filtered after the checkpoint, as the probe records: one parse a line
-        zk = spark.read.text(zk_snapshot_path).select(F.from_json("value", ZK_RECORD_SCHEMA).alias("r"))
-        zk = zk.select("r.*").localCheckpoint().where(F.col("kind").isin(*ZK_KINDS))
+    if zk_facts is not None:
+        zk, small_rows = zk_facts.result()
         frames.zk_topics = _of_kind(zk, "topic", ZK_TOPIC_SCHEMA)
         frames.zk_states = _of_kind(zk, "partition_state", ZK_STATE_SCHEMA)
         frames.zk_brokers = _of_kind(zk, "broker", ZK_BROKER_SCHEMA)
         frames.zk_cluster = _of_kind(zk, "cluster", ZK_CLUSTER_SCHEMA)
-        small = zk.where(F.col("kind").isin("broker", "cluster", "cluster_metadata")).select(
-            "kind", "broker_id", "cluster_id", "error", "fenced", "in_controlled_shutdown", "node_id", "snapshot"
-        )
-        small_rows = small.collect()
         # a KRaft broker that is registered but fenced is not alive (ZooKeeper's records have no fenced: null)
         frames.zk_registered = tuple(
             sorted(
@@ -444,18 +472,16 @@ def load_frames(
         if header is not None:
             frames.metadata_node, frames.metadata_snapshot = header.node_id, header.snapshot
     if controllers_path:
-        frames.controllers = load_controllers(spark, controllers_path)
-        heads = (
-            frames.controllers.where(F.col("kind") == "cluster_metadata")
-            .select("node_id", "controller_id", "dir", "error")
-            .collect()
+        node_versions = {r[0]: (r[1], r[2]) for r in broker_rows}
+        frames.controllers, frames.controller_problems, heads = load_controllers(
+            spark, controllers_path, node_versions, (frames.fleet_version, frames.fleet_version_num)
         )
-        frames.live_source = frames.live_source or any(h.controller_id is not None for h in heads)
+        frames.live_source = frames.live_source or any(h["controller_id"] is not None for h in heads)
         frames.metadata_logdirs = tuple(
             sorted(
-                f"{h.node_id}/{metadata_logdir(h.dir)}"
+                f"{h['node_id']}/{metadata_logdir(h['dir'])}"
                 for h in heads
-                if h.error is None and h.node_id is not None and h.dir
+                if h["error"] is None and h["node_id"] is not None and h["dir"]
             )
         )
     return frames
@@ -464,14 +490,43 @@ def load_frames(
 def metadata_logdir(path: str) -> str:
     """The log dir holding ``__cluster_metadata-0``, from the dir the decoder read (either of the two)."""
     bare = path.rstrip("/")
-    return bare[: -len("/__cluster_metadata-0")] if bare.endswith("/__cluster_metadata-0") else bare
+    return bare[: -len("/" + METADATA_DIR)] if bare.endswith("/" + METADATA_DIR) else bare
 
 
-def load_controllers(spark: SparkSession, path: str) -> DataFrame:
+# what the controller rules read of each controller record beyond CONTROLLER_SCHEMA: its node's Kafka version, the
+# log dir holding its __cluster_metadata-0 and that dir
+CONTROLLER_FRAME_SCHEMA = T.StructType(
+    [
+        *CONTROLLER_SCHEMA.fields,
+        *_schema(
+            ("kafka_version", STRING), ("kafka_version_num", LONG), ("c_logdir", STRING), ("metadata_dir", STRING)
+        ).fields,
+    ]
+)
+
+
+PROBLEM_KEY = ("node_id", "c_logdir", "metadata_dir", "kafka_version", "kafka_version_num", "file", "problem")
+CONTROLLER_PROBLEMS_SCHEMA = T.StructType(
+    [
+        *(CONTROLLER_FRAME_SCHEMA[k] for k in PROBLEM_KEY),
+        T.StructField("first", _schema(("o", LONG), ("offset", LONG), ("message", STRING)), True),
+        T.StructField("n", LONG, True),
+    ]
+)
+
+
+def load_controllers(
+    spark: SparkSession,
+    path: str,
+    node_versions: dict[int, tuple[str | None, int | None]],
+    fleet_version: tuple[str | None, int | None],
+) -> tuple[DataFrame, DataFrame, list[dict]]:
     """The controllers input (a few rows per controller), read to the driver once: a header's node is its
     meta.properties ``node_id``, else the ``controller_id`` the audit read it as; each ``metadata_problem`` takes the
     node and ``dir`` of the ``cluster_metadata`` record before it (the decoder prints a node's problems after its
-    header) unless it names its own; then a small DataFrame for the rules."""
+    header) unless it names its own. Each record takes its node's Kafka version (``node_versions``, from the broker
+    facts; else the fleet's), ``c_logdir`` and ``metadata_dir``. Returns a small DataFrame of them for the rules, the
+    problems grouped (``Frames.controller_problems``) and the headers (``cluster_metadata`` records) as dicts."""
     rows = (
         spark.read.text(path)
         .select(F.from_json("value", CONTROLLER_SCHEMA).alias("r"))
@@ -479,17 +534,42 @@ def load_controllers(spark: SparkSession, path: str) -> DataFrame:
         .select("r.*")
         .collect()
     )
-    out, node, where = [], None, None
+    out, heads, node, where = [], [], None, None
     for r in rows:
         d = r.asDict()
         if d["kind"] == "cluster_metadata":
             d["node_id"] = d["controller_id"] if d["node_id"] is None else d["node_id"]
             node, where = d["node_id"], d["dir"]
+            heads.append(d)
         else:
             d["node_id"] = node if d["node_id"] is None else d["node_id"]
             d["dir"] = where if d["dir"] is None else d["dir"]
-        out.append(tuple(d[n] for n in CONTROLLER_SCHEMA.fieldNames()))
-    return spark.createDataFrame(out, CONTROLLER_SCHEMA)
+        version, version_num = node_versions.get(d["node_id"], (None, None))
+        d["kafka_version"] = fleet_version[0] if version is None else version
+        d["kafka_version_num"] = fleet_version[1] if version_num is None else version_num
+        d["c_logdir"] = None if d["dir"] is None else metadata_logdir(d["dir"])
+        d["metadata_dir"] = None if d["dir"] is None else f"{d['c_logdir']}/{METADATA_DIR}"
+        out.append(tuple(d[n] for n in CONTROLLER_FRAME_SCHEMA.fieldNames()))
+    # the problems grouped here, on the driver (a few rows): a grouping in the plan is a shuffle stage of its own
+    grouped: dict[tuple, list[dict]] = {}
+    for d in (dict(zip(CONTROLLER_FRAME_SCHEMA.fieldNames(), row, strict=True)) for row in out):
+        if d["kind"] == "metadata_problem":
+            grouped.setdefault(tuple(d[k] for k in PROBLEM_KEY), []).append(d)
+
+    def by_offset(d: dict) -> tuple:  # Spark's order of the struct (o, offset, message): nulls first
+        o = -1 if d["offset"] is None else d["offset"]
+        return (o, d["offset"] is not None, d["offset"] or 0, d["message"] is not None, d["message"] or "")
+
+    problems = []
+    for key, ds in grouped.items():
+        first = min(ds, key=by_offset)
+        o = -1 if first["offset"] is None else first["offset"]
+        problems.append((*key, (o, first["offset"], first["message"]), len(ds)))
+    return (
+        spark.createDataFrame(out, CONTROLLER_FRAME_SCHEMA),
+        spark.createDataFrame(problems, CONTROLLER_PROBLEMS_SCHEMA),
+        heads,
+    )
 
 
 # ---- the partition dirs rules look at

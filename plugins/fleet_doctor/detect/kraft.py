@@ -13,11 +13,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from fleet_doctor.detect.findings import detector, findings
-from fleet_doctor.detect.frames import Frames, live_partitions
+from fleet_doctor.detect.frames import METADATA_TOPIC, Frames, live_partitions
 from fleet_doctor.rules import KafkaVersion
 
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_DIR = METADATA_TOPIC + "-0"
 TORN, CRC = "torn-tail", "crc"
 UNKNOWN = ("unknown-record", "unsupported-version", "undecodable", "inconsistent", "unreadable")
 # stray logs renamed -stray instead of deleted (3.7.0); a log without a topic ID stray, not a failed start (3.7.1)
@@ -103,29 +101,11 @@ def stray_replica(f: Frames) -> DataFrame:
 
 
 # ---- the controllers' own metadata logs and quorum-state
-def _logdir(dir_col: Column) -> Column:
-    """The log dir holding ``__cluster_metadata-0``, from the dir the decoder read (either of the two)."""
-    bare = F.regexp_replace(dir_col, "/+$", "")
-    return F.regexp_replace(bare, "/" + METADATA_DIR + "$", "")
-
-
 def _controllers(f: Frames, kind: str) -> DataFrame:
-    """The controllers' ``kind`` records with their node's Kafka version (the broker facts of that id; a node no
-    broker facts name takes the fleet's), ``c_logdir`` and ``metadata_dir``."""
+    """The controllers' ``kind`` records, each with its node's Kafka version, ``c_logdir`` and ``metadata_dir``
+    (frames.load_controllers)."""
     assert f.controllers is not None
-    versions = f.brokers.select(
-        F.col("broker_id").alias("node_id"),
-        F.col("kafka_version").alias("node_version"),
-        F.col("kafka_version_num").alias("node_version_num"),
-    )
-    c = f.controllers.where(F.col("kind") == kind).join(versions, "node_id", "left")
-    return c.select(
-        "*",
-        F.coalesce("node_version", F.lit(f.fleet_version).cast("string")).alias("kafka_version"),
-        F.coalesce("node_version_num", F.lit(f.fleet_version_num).cast("long")).alias("kafka_version_num"),
-        _logdir(F.col("dir")).alias("c_logdir"),
-        F.concat(_logdir(F.col("dir")), F.lit("/" + METADATA_DIR)).alias("metadata_dir"),
-    )
+    return f.controllers.where(F.col("kind") == kind)
 
 
 def _controller_findings(df: DataFrame, rule_id: str, message: Column, path: Column, severity: Column | None = None):
@@ -147,10 +127,9 @@ _KEY = ["node_id", "c_logdir", "metadata_dir", "kafka_version", "kafka_version_n
 
 def _problems(f: Frames, kinds: tuple[str, ...]) -> DataFrame:
     """The controllers' problems of ``kinds``, one row per node, file and kind: the first (by offset) with its
-    message, and how many there are."""
-    p = _controllers(f, "metadata_problem").where(F.col("problem").isin(*kinds))
-    first = F.min(F.struct(F.coalesce("offset", F.lit(-1)).alias("o"), F.col("offset"), F.col("message")))
-    return p.groupBy(*_KEY, "file", "problem").agg(first.alias("first"), F.count("*").alias("n"))
+    message, and how many there are (frames.load_controllers groups them)."""
+    assert f.controller_problems is not None
+    return f.controller_problems.where(F.col("problem").isin(*kinds))
 
 
 def _more(n: Column, what: str) -> Column:
@@ -191,7 +170,7 @@ def metadata_log_torn(f: Frames) -> DataFrame:
             F.coalesce(F.col("log_first_crc_error_offset").cast("string"), F.lit("?")),
         ).alias("what"),
     )
-    told = from_problems.select("node_id", "c_logdir", "problem").distinct()
+    told = from_problems.select("node_id", "c_logdir", "problem")  # a left anti join: duplicates change nothing
     from_headers = torn.unionByName(crc).join(told, ["node_id", "c_logdir", "problem"], "left_anti")
     rows = from_problems.unionByName(from_headers)
     consequence = (
@@ -246,7 +225,7 @@ def metadata_record_unknown(f: Frames) -> DataFrame:
     )
     out = _controller_findings(found, "metadata-record-unknown", msg, F.coalesce("file", "metadata_dir"))
     # a header's error without any problem record of its node: the decoder could not read the dir at all
-    told = _controllers(f, "metadata_problem").select("node_id", "c_logdir").distinct()
+    told = _controllers(f, "metadata_problem").select("node_id", "c_logdir")
     failed = (
         _controllers(f, "cluster_metadata")
         .where(F.col("error").isNotNull())
@@ -284,7 +263,7 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
         q.where(has_leader)
         .groupBy("cluster", "quorum_leader_epoch")
         .agg(
-            F.count_distinct("quorum_leader_id").alias("n_leaders"),
+            F.size(F.collect_set("quorum_leader_id")).alias("n_leaders"),  # no distinct aggregate: one stage less
             F.array_join(F.sort_array(F.collect_list(view)), ", ").alias("views"),
         )
     )
