@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -127,14 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     found = found.withColumn("audit_run", F.lit(args.audit_run)).dropDuplicates()
     found = found.cache()
     found.write.mode("overwrite").partitionBy("audit_run").parquet(args.output)
-    counts = [r.asDict() for r in found.groupBy("severity", "rule", "broker_id").agg(F.count("*").alias("n")).collect()]
-    summary = summarize(counts, skipped, args.audit_run)
     if args.findings_json:
         order = F.array_position(F.array(*map(F.lit, SEVERITY_ORDER)), F.col("severity"))
         # a total order: the same findings always come out the same
         keys = ("broker_id", "log_dir", "topic", "partition", "segment", "rule", "path", "message")
-        rows = found.orderBy(order, *keys).collect()
-        write_text(spark, args.findings_json, "".join(json.dumps(r.asDict()) + "\n" for r in rows))
+        rows = [r.asDict() for r in found.orderBy(order, *keys).collect()]
+        write_text(spark, args.findings_json, "".join(json.dumps(r) + "\n" for r in rows))
+        # counted from the rows at hand: one job less
+        tally = Counter((r["severity"], r["rule"], r["broker_id"]) for r in rows)
+        counts = [{"severity": s, "rule": rule, "broker_id": b, "n": n} for (s, rule, b), n in tally.items()]
+    else:
+        by = found.groupBy("severity", "rule", "broker_id")
+        counts = [r.asDict() for r in by.agg(F.count("*").alias("n")).collect()]
+    summary = summarize(counts, skipped, args.audit_run)
     if args.summary:
         write_text(spark, args.summary, json.dumps(summary, indent=2))
     print(json.dumps(summary))

@@ -63,13 +63,15 @@ LOCAL_SPARK_CONF = {**PROFILES["local"], **SHORT_RUN_CONF}  # a short local run'
 # 100 000 segments: ~3 MB)
 SMALL_INPUT_BYTES = 16 << 20
 # a small input's plan runs once over a few thousand rows: compiling it costs more than it saves (Janino per stage
-# and expression), as do adaptive re-planning (a job per exchange) and shuffle partitions beyond one
+# and expression), as do adaptive re-planning (a job per exchange) and partitions beyond one (the union of the rules
+# runs a task per partition of every branch, each deserializing its part of the plan)
 SMALL_INPUT_CONF = {
     **SHORT_RUN_CONF,
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "1",
 }
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CLASS_ARCHIVE_ENV = "FLEET_DOCTOR_SPARK_CLASS_ARCHIVE"  # "off": no class-data sharing archive

@@ -9,7 +9,7 @@ A controller's finding carries its node id as ``broker_id`` (combined mode: the 
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from fleet_doctor.detect.findings import detector, findings
@@ -249,25 +249,37 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
     without pre-vote (Kafka < 4.0) keeps raising its epoch as a candidate with leaderId -1. Such a node, at an epoch
     above every node's log with no leader, is its own finding (warning: stuck in elections), not the others'."""
     h = _controllers(f, "cluster_metadata").where(F.col("quorum_leader_epoch").isNotNull())
+    qs_path = F.concat(F.col("metadata_dir"), F.lit("/quorum-state"))
+    has_leader = F.col("quorum_leader_id") >= 0
+    view = F.format_string("controller %d: leader %d", "node_id", "quorum_leader_id")
+    # the comparisons between nodes as windows over one cluster id (and one epoch): two sorts of a few rows instead
+    # of a grouping and a join for each
+    cluster, epoch = Window.partitionBy("cluster"), Window.partitionBy("cluster", "quorum_leader_epoch")
     q = h.select(
         "*",
         F.coalesce("cluster_id", F.lit("")).alias("cluster"),
         F.greatest(F.col("log_max_epoch").cast("long"), F.col("snapshot_epoch").cast("long")).alias("log_epoch"),
     )
-    qs_path = F.concat(F.col("metadata_dir"), F.lit("/quorum-state"))
-    has_leader = F.col("quorum_leader_id") >= 0
-    view = F.format_string("controller %d: leader %d", "node_id", "quorum_leader_id")
+    q = q.select(
+        "*",
+        F.size(F.collect_set(F.when(has_leader, F.col("quorum_leader_id"))).over(epoch)).alias("n_leaders"),
+        F.array_join(F.sort_array(F.collect_list(F.when(has_leader, view)).over(epoch)), ", ").alias("views"),
+        F.max("log_epoch").over(cluster).alias("logs_epoch"),
+        F.max(F.when(has_leader, F.col("quorum_leader_epoch"))).over(cluster).alias("top_epoch"),
+    )
+    at_top = has_leader & (F.col("quorum_leader_epoch") == F.col("top_epoch"))
+    q = q.select(
+        "*",
+        F.array_join(
+            F.sort_array(F.collect_set(F.when(at_top, F.col("node_id").cast("string"))).over(cluster)), ", "
+        ).alias("top_nodes"),
+        F.array_join(
+            F.sort_array(F.collect_set(F.when(at_top, F.col("quorum_leader_id").cast("string"))).over(cluster)), ", "
+        ).alias("top_leaders"),
+    )
 
     # two leaders for one epoch
-    per_epoch = (
-        q.where(has_leader)
-        .groupBy("cluster", "quorum_leader_epoch")
-        .agg(
-            F.size(F.collect_set("quorum_leader_id")).alias("n_leaders"),  # no distinct aggregate: one stage less
-            F.array_join(F.sort_array(F.collect_list(view)), ", ").alias("views"),
-        )
-    )
-    split = q.where(has_leader).join(per_epoch.where(F.col("n_leaders") > 1), ["cluster", "quorum_leader_epoch"])
+    split = q.where(has_leader & (F.col("n_leaders") > 1))
     split_f = _controller_findings(
         split,
         "quorum-state-divergent",
@@ -302,10 +314,7 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
     )
 
     # a candidate looping in elections: no leader, at an epoch above every node's log
-    logs_top = q.groupBy("cluster").agg(F.max("log_epoch").alias("logs_epoch"))
-    looping = q.join(logs_top, "cluster").where(
-        ~has_leader & (F.col("quorum_leader_epoch") > F.coalesce(F.col("logs_epoch"), F.lit(-1)))
-    )
+    looping = q.where(~has_leader & (F.col("quorum_leader_epoch") > F.coalesce(F.col("logs_epoch"), F.lit(-1))))
     looping_f = _controller_findings(
         looping,
         "quorum-state-divergent",
@@ -322,27 +331,11 @@ def quorum_state_divergent(f: Frames) -> DataFrame:
     )
 
     # behind the highest epoch that names a leader, with no batch of it
-    top = q.where(has_leader).groupBy("cluster").agg(F.max("quorum_leader_epoch").alias("top_epoch"))
-    at_top = (
-        q.join(top, "cluster")
-        .where(has_leader & (F.col("quorum_leader_epoch") == F.col("top_epoch")))
-        .groupBy("cluster")
-        .agg(
-            F.array_join(F.sort_array(F.collect_set(F.col("node_id").cast("string"))), ", ").alias("top_nodes"),
-            F.array_join(
-                F.sort_array(F.collect_set(F.when(has_leader, F.col("quorum_leader_id").cast("string")))), ", "
-            ).alias("top_leaders"),
-        )
-    )
-    behind = (
-        q.join(top, "cluster")
-        .join(at_top, "cluster")
-        .where(
-            (F.col("quorum_leader_epoch") < F.col("top_epoch"))
-            & (F.coalesce("log_epoch", F.lit(-1)) < F.col("top_epoch"))
-            # a log ahead of its own quorum-state is the warning above, not lag
-            & (F.coalesce("log_epoch", F.lit(-1)) <= F.col("quorum_leader_epoch"))
-        )
+    behind = q.where(
+        (F.col("quorum_leader_epoch") < F.col("top_epoch"))
+        & (F.coalesce("log_epoch", F.lit(-1)) < F.col("top_epoch"))
+        # a log ahead of its own quorum-state is the warning above, not lag
+        & (F.coalesce("log_epoch", F.lit(-1)) <= F.col("quorum_leader_epoch"))
     )
     behind_f = _controller_findings(
         behind,
