@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     found.write.mode("overwrite").partitionBy("audit_run").parquet(args.output)
     if args.findings_json:
         order = F.array_position(F.array(*map(F.lit, SEVERITY_ORDER)), F.col("severity"))
-        # a total order: the same findings always come out the same
+        # the same findings always come out in the same order
         keys = ("broker_id", "log_dir", "topic", "partition", "segment", "rule", "path", "message")
         rows = [r.asDict() for r in found.orderBy(order, *keys).collect()]
         write_text(spark, args.findings_json, "".join(json.dumps(r) + "\n" for r in rows))

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -27,22 +28,37 @@ ARYAN = "zk-3.1-single-aryan"
 
 
 # ------------------------------------------------------------------------------------------- settings by input size
+def _args(probe: str, zk: str | None = None) -> list[str]:
+    return spark.detect_args(probe, probe, "/out", "run", "/s.json", "/f.jsonl", zk)
+
+
 def test_a_small_staged_input_gets_the_small_input_settings(tmp_path: Path) -> None:
     probe = tmp_path / "probe" / "broker_id=1"
     probe.mkdir(parents=True)
     (probe / "logdir-0.jsonl").write_bytes(b"x" * 1000)
     assert spark.staged_bytes(str(tmp_path / "probe")) == 1000
     assert spark.staged_bytes(f"file://{tmp_path / 'probe'}") == 1000
-    assert spark.input_conf(str(tmp_path / "probe")) == spark.SMALL_INPUT_CONF
+    assert spark.staged_bytes(str(probe / "logdir-0.jsonl")) == 1000
+    assert spark.input_conf(_args(str(tmp_path / "probe"))) == spark.SMALL_INPUT_CONF
     # a big one (sparse: its size is what counts) keeps Spark's defaults: compiled plans and the full JIT
     with (probe / "logdir-0.segments.parquet").open("wb") as f:
-        f.truncate(spark.SMALL_INPUT_BYTES)
-    assert spark.input_conf(str(tmp_path / "probe")) == {}
+        f.truncate(spark.SMALL_INPUT_BYTES)  # with the 1000 bytes beside it: over
+    assert spark.input_conf(_args(str(tmp_path / "probe"))) == {}
 
 
-@pytest.mark.parametrize("where", ["s3a://bucket/run/probe", "hdfs://nn/run/probe", "/nonexistent/probe", None])
-def test_an_input_whose_size_cannot_be_told_keeps_sparks_defaults(where: str | None) -> None:
-    assert spark.input_conf(where) == {}
+def test_every_input_counts_the_cluster_facts_too(tmp_path: Path) -> None:
+    """One broker of a big cluster (a partial audit): the probe output is small, the cluster's facts are not."""
+    (tmp_path / "probe").mkdir()
+    with (tmp_path / "zk.jsonl").open("wb") as f:
+        f.truncate(spark.SMALL_INPUT_BYTES + 1)
+    assert spark.input_conf(_args(str(tmp_path / "probe"))) == spark.SMALL_INPUT_CONF
+    assert spark.input_conf(_args(str(tmp_path / "probe"), str(tmp_path / "zk.jsonl"))) == {}
+
+
+@pytest.mark.parametrize("where", ["s3a://bucket/run/probe", "hdfs://nn/run/probe", "/nonexistent/probe"])
+def test_an_input_whose_size_cannot_be_told_keeps_sparks_defaults(where: str) -> None:
+    assert spark.input_conf(_args(where)) == {}
+    assert spark.input_conf([]) == {}
 
 
 def test_an_unreadable_staging_dir_is_not_taken_for_a_small_one(tmp_path: Path) -> None:
@@ -55,12 +71,6 @@ def test_an_unreadable_staging_dir_is_not_taken_for_a_small_one(tmp_path: Path) 
         assert spark.staged_bytes(str(tmp_path / "probe")) is None
     finally:
         locked.chmod(0o700)
-
-
-def test_the_probe_dir_is_read_off_the_apps_arguments() -> None:
-    args = spark.detect_args("/d/probe", "/d/b.jsonl", "/d/f", "run", "/d/s.json", "/d/f.jsonl")
-    assert spark.probe_dir_arg(args) == "/d/probe"
-    assert spark.probe_dir_arg(["--output", "x"]) is None
 
 
 def test_the_detect_task_takes_the_small_input_settings_under_the_configured_ones(
@@ -81,16 +91,25 @@ def test_the_detect_task_takes_the_small_input_settings_under_the_configured_one
 @pytest.fixture
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A temp dir of its own, so that the cache (and its class archive) is this test's."""
+    if spark._java() is None:
+        pytest.skip("no java on this machine")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(spark, "_CACHE_DIR", None)
+    monkeypatch.delenv(spark.CLASS_ARCHIVE_ENV, raising=False)
     return tmp_path
 
 
-def test_the_cache_dir_is_private_and_one_someone_else_can_write_to_is_not_used(private_tmp: Path) -> None:
-    mine = spark.cache_dir()
-    assert mine == private_tmp / f"fleet-doctor-spark-{os.getuid()}" and (mine.stat().st_mode & 0o777) == 0o700
+def test_the_cache_dir_is_private_and_one_someone_else_could_write_to_is_not_used(private_tmp: Path) -> None:
+    mine = private_tmp / f"fleet-doctor-spark-{os.getuid()}"
+    mine.mkdir(mode=0o755)  # as an earlier version made it: made private
+    assert spark.cache_dir() == mine and (mine.stat().st_mode & 0o777) == 0o700
+    spark._CACHE_DIR = None
     mine.chmod(0o777)
-    other = spark.cache_dir()
-    assert other != mine and other.is_dir() and (other.stat().st_mode & 0o777) == 0o700
+    assert spark.cache_dir() is None
+    # then no class archive, and the library archive goes to a directory of this process's own
+    assert spark.class_archive("local[2]") == spark.ClassArchive()
+    zipped = spark.library_archive()
+    assert zipped.is_file() and zipped.parent != mine and (zipped.parent.stat().st_mode & 0o777) == 0o700
 
 
 def test_no_class_archive_for_a_cluster_master_or_when_turned_off(
@@ -102,11 +121,29 @@ def test_no_class_archive_for_a_cluster_master_or_when_turned_off(
     assert spark.class_archive("local[2]") == spark.ClassArchive()
 
 
+def test_the_configured_java_options_come_after_the_archives_and_a_configured_archive_wins(private_tmp: Path) -> None:
+    archive = spark.class_archive("local[2]")
+    options = archive.conf({spark.JAVA_OPTIONS: "-XX:TieredStopAtLevel=1"})[spark.JAVA_OPTIONS]
+    assert options.startswith("-XX:ArchiveClassesAtExit=") and options.endswith(" -XX:TieredStopAtLevel=1")
+    for own in ("-Xshare:off", "-XX:SharedArchiveFile=/opt/x.jsa"):
+        assert archive.conf({spark.JAVA_OPTIONS: own}) == {spark.JAVA_OPTIONS: own}
+
+
+def test_a_dump_left_by_a_killed_run_is_removed_after_an_hour(private_tmp: Path) -> None:
+    directory = spark.cache_dir()
+    assert directory is not None
+    old, fresh = directory / ".spark-driver-x.jsa.1.tmp", directory / ".spark-driver-x.jsa.2.tmp"
+    for p in (old, fresh):
+        p.write_bytes(b"half a dump")
+    hours_ago = time.time() - 2 * spark.ABANDONED_DUMP_S
+    os.utime(old, (hours_ago, hours_ago))
+    assert spark.class_archive("local[2]").dumping
+    assert not old.exists() and fresh.exists()  # another run may be dumping that one right now
+
+
 def test_a_failed_run_leaves_no_half_dumped_archive(private_tmp: Path) -> None:
     archive = spark.class_archive("local[2]")
     assert archive.dumping and archive.path is not None and archive.archive is not None
-    options = archive.conf({spark.JAVA_OPTIONS: "-XX:TieredStopAtLevel=1"})[spark.JAVA_OPTIONS]
-    assert options.startswith("-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit=")
     archive.path.write_bytes(b"half a dump")
     archive.finish(False)
     assert not archive.path.exists() and not archive.archive.exists()
@@ -142,8 +179,8 @@ def _detect(work: Path, zk: list[dict], name: str, java_options: str = "") -> li
         str(run / "findings.jsonl"),
         str(run / "zk.jsonl"),
     )
-    conf = {**spark.conf_for("local[2]"), **spark.input_conf(str(work / "probe"))}
-    assert conf[spark.JAVA_OPTIONS] == "-XX:TieredStopAtLevel=1"
+    conf = {**spark.conf_for("local[2]"), **spark.input_conf(args)}
+    assert conf == {**spark.PROFILES["local"], **spark.SMALL_INPUT_CONF}
     conf[spark.JAVA_OPTIONS] += f" {java_options}"
     spark.run_detect("local[2]", conf, args)
     return [json.loads(line) for line in (run / "findings.jsonl").read_text().splitlines()]
@@ -180,7 +217,6 @@ def test_a_damaged_archive_is_ignored_by_the_jvm(private_tmp: Path, aryan_staged
     archive.write_bytes(os.urandom(1 << 16))
     found = _detect(work, zk, "damaged")
     assert {f["topic"] for f in found if f["rule"] == "topic-id-mismatch"} == {"design1"}
-    assert archive.read_bytes() != b"" and not spark.class_archive("local[2]").dumping
 
 
 def test_spark_submit_runs_this_interpreter() -> None:

@@ -25,6 +25,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -57,7 +58,8 @@ PROFILES: dict[str, dict[str, str]] = {
 }
 # a driver JVM that lives seconds: the C1 compiler alone warms up much faster than tiered C2 (which pays off on big
 # inputs: bench/README.md, detection benchmark)
-SHORT_RUN_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+SHORT_RUN_CONF = {JAVA_OPTIONS: "-XX:TieredStopAtLevel=1"}
 LOCAL_SPARK_CONF = {**PROFILES["local"], **SHORT_RUN_CONF}  # a short local run's settings
 # staged facts up to this size are a small input (the 16 corpus samples: 0.1-1.5 MB; the 3-broker lab: ~0.3 MB;
 # 100 000 segments: ~3 MB)
@@ -68,12 +70,12 @@ SMALL_INPUT_BYTES = 16 << 20
 SMALL_INPUT_CONF = {
     **SHORT_RUN_CONF,
     "spark.sql.codegen.wholeStage": "false",
+    # an internal setting of Spark's (for its tests): expressions interpreted; check it on a Spark upgrade
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.shuffle.partitions": "1",
     "spark.default.parallelism": "1",
 }
-JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CLASS_ARCHIVE_ENV = "FLEET_DOCTOR_SPARK_CLASS_ARCHIVE"  # "off": no class-data sharing archive
 
 
@@ -110,28 +112,47 @@ def spark_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def cache_dir() -> Path:
-    """``$TMPDIR/fleet-doctor-spark-<uid>``, created private (0700). What it caches runs as code (the library archive,
-    the class archive), so a directory someone else owns or can write to is not used: a fresh private one instead."""
+_CACHE_DIR: Path | None = None
+_TEMP_DIR: tempfile.TemporaryDirectory | None = None
+
+
+def cache_dir() -> Path | None:
+    """``$TMPDIR/fleet-doctor-spark-<uid>``, made private (0700). What it holds runs as code (the library archive, the
+    class archive), so a directory someone else owns or could write to is not used: None (found once a process)."""
+    global _CACHE_DIR
     directory = Path(tempfile.gettempdir()) / f"fleet-doctor-spark-{os.getuid()}"
+    if _CACHE_DIR == directory:
+        return directory
     try:
         directory.mkdir(mode=0o700, exist_ok=True)
         st = directory.lstat()
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022:
-            return directory
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return None
+        if st.st_mode & 0o777 != 0o700:
+            directory.chmod(0o700)
     except OSError:
-        pass
-    return Path(tempfile.mkdtemp(prefix="fleet-doctor-spark-"))
+        return None
+    _CACHE_DIR = directory
+    return directory
+
+
+def _private_temp_dir() -> Path:
+    """Where this process keeps what it cannot cache (``cache_dir()`` refused): removed when the process exits."""
+    global _TEMP_DIR
+    if _TEMP_DIR is None:
+        _TEMP_DIR = tempfile.TemporaryDirectory(prefix="fleet-doctor-spark-")
+    return Path(_TEMP_DIR.name)
 
 
 def library_archive(cache: str | os.PathLike[str] | None = None) -> Path:
     """``fleet_doctor`` as a zip for ``--py-files``, named by its content (built once per version of the library,
-    atomically; concurrent builders write the same bytes). Default cache: ``cache_dir()``."""
+    atomically; concurrent builders write the same bytes). Default cache: ``cache_dir()``, else a directory of this
+    process's own."""
     sources = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
     digest = hashlib.sha256()
     for p in sources:
         digest.update(str(p.relative_to(PACKAGE)).encode() + b"\0" + p.read_bytes() + b"\0")
-    directory = Path(cache) if cache else cache_dir()
+    directory = Path(cache) if cache else (cache_dir() or _private_temp_dir())
     archive = directory / f"fleet_doctor-{digest.hexdigest()[:16]}.zip"
     if archive.is_file():
         return archive
@@ -144,37 +165,41 @@ def library_archive(cache: str | os.PathLike[str] | None = None) -> Path:
     return archive
 
 
-def staged_bytes(probe_dir: str) -> int | None:
-    """The size of the staged input under ``probe_dir`` (a local path or ``file://`` URL); None where it cannot be
-    told from here (another filesystem's URL, or a directory that cannot be read)."""
-    if "://" in probe_dir and not probe_dir.startswith("file://"):
+INPUT_FLAGS = ("--probe-dir", "--brokers", "--zk-snapshot", "--controllers")  # the detection app's inputs
+
+
+def staged_bytes(path: str) -> int | None:
+    """The size of a staged input (a file, or a directory's files; a local path or ``file://`` URL); None where it
+    cannot be told from here (another filesystem's URL, a path that is not there or cannot be read)."""
+    if "://" in path and not path.startswith("file://"):
         return None
-    total = 0
+    local = path.removeprefix("file://")
     try:
-        for root, _dirs, files in os.walk(probe_dir.removeprefix("file://"), onerror=_raise):
+        if os.path.isfile(local):
+            return os.stat(local).st_size
+        if not os.path.isdir(local):
+            return None
+        total = 0
+        for root, _dirs, files in os.walk(local, onerror=_raise):
             total += sum(os.lstat(os.path.join(root, name)).st_size for name in files)
+        return total
     except OSError:
         return None
-    return total
 
 
 def _raise(error: OSError) -> None:
     raise error
 
 
-def input_conf(probe_dir: str | None) -> dict[str, str]:
-    """The settings the staged input's size calls for: ``SMALL_INPUT_CONF`` for a small one, nothing for a big one or
+def input_conf(app_args: list[str]) -> dict[str, str]:
+    """The settings the detection app's input calls for (``app_args``: its arguments; every input it names counts,
+    the probe's staged output and the cluster facts): ``SMALL_INPUT_CONF`` for a small one, nothing for a big one or
     one whose size is unknown (the nightly run of a big fleet wants the full JIT and compiled plans)."""
-    size = staged_bytes(probe_dir) if probe_dir else None
-    return dict(SMALL_INPUT_CONF) if size is not None and size <= SMALL_INPUT_BYTES else {}
-
-
-def probe_dir_arg(app_args: list[str]) -> str | None:
-    """The ``--probe-dir`` of the detection app's arguments."""
-    for flag, value in itertools.pairwise(app_args):
-        if flag == "--probe-dir":
-            return value
-    return None
+    paths = [value for flag, value in itertools.pairwise(app_args) if flag in INPUT_FLAGS]
+    sizes = [staged_bytes(p) for p in paths]
+    if not paths or None in sizes:
+        return {}
+    return dict(SMALL_INPUT_CONF) if sum(s for s in sizes if s is not None) <= SMALL_INPUT_BYTES else {}
 
 
 def _java() -> str | None:
@@ -196,6 +221,9 @@ def _class_archive_key() -> str | None:
     release = Path(java).parents[1] / "release"
     if release.is_file():
         digest.update(release.read_bytes())
+    # what else spark-class puts on the driver's class path
+    for name in ("SPARK_DIST_CLASSPATH", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_CONF_DIR"):
+        digest.update(f"{name}={os.environ.get(name, '')}\0".encode())
     jars = Path(_spark_home()) / "jars"
     for jar in sorted(jars.iterdir()) if jars.is_dir() else ():
         js = jar.stat()
@@ -213,24 +241,41 @@ class ClassArchive:
     dumping: bool = False
 
     def conf(self, conf: Mapping[str, str]) -> dict[str, str]:
-        """``conf`` with the archive's options added to the driver's Java options."""
-        if self.path is None:
+        """``conf`` with the archive's options first in the driver's Java options (the configured ones after them
+        win); unchanged where the configured options already say how to share classes (``-Xshare``, an archive)."""
+        configured = conf.get(JAVA_OPTIONS, "")
+        if self.path is None or any(o in configured for o in ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")):
             return dict(conf)
         flag = "ArchiveClassesAtExit" if self.dumping else "SharedArchiveFile"
         options = f"-XX:{flag}={self.path} -Xlog:cds=off -Xlog:cds+dynamic=off"
-        return {**conf, JAVA_OPTIONS: f"{conf.get(JAVA_OPTIONS, '')} {options}".strip()}
+        return {**conf, JAVA_OPTIONS: f"{options} {configured}".strip()}
 
     def finish(self, succeeded: bool) -> None:
-        """After the run: a dumped archive goes into place (older ones are removed), or away if the run failed."""
+        """After the run: a dumped archive goes into place, or away if the run failed. Archives of other keys unused
+        for a day go too (another JVM or Spark under the same user may still use a recent one)."""
         if not self.dumping or self.path is None or self.archive is None:
             return
         if succeeded and self.path.is_file() and self.path.stat().st_size > 0:
             os.replace(self.path, self.archive)
-            for old in self.archive.parent.glob("spark-driver-*.jsa"):
-                if old != self.archive:
-                    old.unlink(missing_ok=True)
+            _remove_older(self.archive.parent.glob("spark-driver-*.jsa"), ARCHIVE_UNUSED_S, keep=self.archive)
         else:
             self.path.unlink(missing_ok=True)
+
+
+ARCHIVE_UNUSED_S = 86400  # another key's archive not used for this long is removed
+ABANDONED_DUMP_S = 3600  # a dump's temporary file this old was left by a run that was killed
+
+
+def _remove_older(paths: Iterable[Path], age_s: float, keep: Path | None = None) -> None:
+    """Remove the files among ``paths`` (but ``keep``) last used (accessed or modified) more than ``age_s`` ago."""
+    now = time.time()
+    for p in paths:
+        try:
+            st = p.stat()
+            if p != keep and now - max(st.st_atime, st.st_mtime) > age_s:
+                p.unlink()
+        except OSError:
+            pass
 
 
 def class_archive(master: str) -> ClassArchive:
@@ -238,16 +283,17 @@ def class_archive(master: str) -> ClassArchive:
     ``spark-driver-<key>.jsa`` from ``cache_dir()`` (Spark's classes load in about half the time), or, where there is
     none yet, the run dumps one at exit under a temporary name. The JVM runs on without it when the archive does not
     fit (a JVM or Spark that changed since), and its ``cds`` log lines are off. None for a cluster master, where no
-    java here to ask, or with ``FLEET_DOCTOR_SPARK_CLASS_ARCHIVE=off``."""
+    java here to ask, no private cache directory, or with ``FLEET_DOCTOR_SPARK_CLASS_ARCHIVE=off``."""
     if profile_for(master) != "local" or os.environ.get(CLASS_ARCHIVE_ENV, "on") == "off":
         return ClassArchive()
-    key = _class_archive_key()
-    if key is None:
+    key, directory = _class_archive_key(), cache_dir()
+    if key is None or directory is None:
         return ClassArchive()
-    archive = cache_dir() / f"spark-driver-{key}.jsa"
+    archive = directory / f"spark-driver-{key}.jsa"
     if archive.is_file():
         return ClassArchive(archive, archive)
-    return ClassArchive(archive.parent / temporary_name(archive.name), archive, dumping=True)
+    _remove_older(directory.glob(".spark-driver-*"), ABANDONED_DUMP_S)
+    return ClassArchive(directory / temporary_name(archive.name), archive, dumping=True)
 
 
 def detect_args(
@@ -401,6 +447,6 @@ def detect_locally(
         controllers,
         metadata_mode,
     )
-    run_detect(master, {**conf_for(master), **SHORT_RUN_CONF, **input_conf(str(work / "probe"))}, args)
+    run_detect(master, {**conf_for(master), **SHORT_RUN_CONF, **input_conf(args)}, args)
     findings = [json.loads(line) for line in (work / "findings.jsonl").read_text().splitlines() if line.strip()]
     return Detection(findings, json.loads((work / "summary.json").read_text()))

@@ -40,7 +40,7 @@ class DetectOperator(SparkSubmitOperator):
         for a lab or a few brokers, none for a big fleet), the library archive and (local master only) the
         environment; returns the master. The configured settings stay on top."""
         master = self.master()
-        sized = spark.input_conf(spark.probe_dir_arg(list(self.application_args or [])))
+        sized = spark.input_conf(list(self.application_args or []))
         self.conf = {**spark.conf_for(master, sized), **(self.conf or {})}
         self.py_files = self.py_files or str(spark.library_archive())
         if spark.profile_for(master) == "local":

@@ -373,8 +373,8 @@ def stage_and_detect(
         store.write_text(f"{run_key}/zk-error.txt", f"{type(e).__name__}: {e}\n")
     facts = write_broker_facts(discovered, store, run_key)
     output = store.url(f"{run_key}/findings") if own_area else None
-    conf = settings.detect_conf({**spark.conf_for(master), **spark.SHORT_RUN_CONF})
     args = detect_args(settings, run_id, facts, run_key, output)
+    conf = settings.detect_conf({**spark.conf_for(master), **spark.SHORT_RUN_CONF, **spark.input_conf(args)})
     # the store's settings (AWS_*) as the settings were read, for Spark as for the tasks
     spark.run_detect(master, conf, args, jars=settings.spark_jars, env=settings.aws_environ())
     return LocalRun(run_key, discovered, facts)

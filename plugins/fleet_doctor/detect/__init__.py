@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame
 
 from fleet_doctor.detect import (  # noqa: F401  (they register the detectors)
@@ -90,8 +91,9 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
         runnable.append(rule.id)
     # each plan is built (and analyzed by Spark, eagerly) in its own thread: the driver spends most of it waiting on
     # the JVM, whose analyzer runs the threads' plans side by side
+    in_thread = inheritable_thread_target(f.brokers.sparkSession)  # the job group and properties of this thread
     with ThreadPoolExecutor(PLAN_THREADS) as pool:
-        outs = list(pool.map(lambda rule_id: DETECTORS[rule_id](f), runnable))
+        outs = list(pool.map(in_thread(lambda rule_id: DETECTORS[rule_id](f)), runnable))
         for out in outs:
             for item in out if isinstance(out, list) else [out]:
                 if isinstance(item, Check):
@@ -99,5 +101,5 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
                 else:
                     parts.append(item)
         bases = {"segments": f.segments, "partitions": f.partitions, "files": f.files, "logdirs": f.logdirs}
-        fused = list(pool.map(lambda on: run_checks(bases[on], checks[on]), list(checks)))
+        fused = list(pool.map(in_thread(lambda on: run_checks(bases[on], checks[on])), list(checks)))
     return union_all(fused + parts), skipped

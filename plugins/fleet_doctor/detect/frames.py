@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from pyspark import inheritable_thread_target
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -196,7 +197,7 @@ def _merged_schema(*schemas: T.StructType) -> T.StructType:
     return T.StructType(list(fields.values()))
 
 
-LOAD_THREADS = 3  # the cluster facts, and the partition, file and log-dir facts checkpointed side by side
+LOAD_THREADS = 4  # the cluster facts, and the partition, file and log-dir facts checkpointed side by side
 METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log
 METADATA_DIR = METADATA_TOPIC + "-0"
 ZK_KINDS = {
@@ -288,10 +289,11 @@ def load_frames(
     deep-mode facts) come back to the driver in one small aggregation. Partition, file and log-dir facts are
     checkpointed on their own: many rule plans read them. Why each of these choices: bench/README.md, detection
     benchmark."""
+    in_thread = inheritable_thread_target(spark)  # the job group and properties of this thread
     with ThreadPoolExecutor(LOAD_THREADS) as pool:
         # the cluster facts load beside the probe records (Spark runs the jobs of both threads side by side)
-        zk_facts = pool.submit(_cluster_facts, spark, zk_snapshot_path) if zk_snapshot_path else None
-        return _load(spark, pool, probe_dir, brokers_path, zk_facts, controllers_path, metadata_mode)
+        zk_facts = pool.submit(in_thread(_cluster_facts), spark, zk_snapshot_path) if zk_snapshot_path else None
+        return _load(spark, pool, in_thread, probe_dir, brokers_path, zk_facts, controllers_path, metadata_mode)
 
 
 def _cluster_facts(spark: SparkSession, path: str) -> tuple[DataFrame, list[Row]]:
@@ -308,6 +310,7 @@ def _cluster_facts(spark: SparkSession, path: str) -> tuple[DataFrame, list[Row]
 def _load(
     spark: SparkSession,
     pool: ThreadPoolExecutor,
+    in_thread: Callable[[Callable], Callable],
     probe_dir: str,
     brokers_path: str | None,
     zk_facts: Future | None,
@@ -423,7 +426,8 @@ def _load(
 
     # a broker runs on this log dir: its facts say so, or a process holds the log dir's .lock
     locked = keys(lambda r: r.locked)
-    partitions, files, logdirs = pool.map(lambda kind: materialized(of_kind(kind)), ("partition", "file", "logdir"))
+    kinds = ("partition", "file", "logdir")
+    partitions, files, logdirs = pool.map(in_thread(lambda kind: materialized(of_kind(kind))), kinds)
     frames = Frames(
         # live_active: the active segment of a running broker (its indexes are legitimately preallocated)
         segments=of_kind("segment").withColumn(
@@ -505,7 +509,9 @@ CONTROLLER_FRAME_SCHEMA = T.StructType(
 )
 
 
-PROBLEM_KEY = ("node_id", "c_logdir", "metadata_dir", "kafka_version", "kafka_version_num", "file", "problem")
+# what a controller's finding is keyed by (detect/kraft.py), and a problem of its
+CONTROLLER_KEY = ("node_id", "c_logdir", "metadata_dir", "kafka_version", "kafka_version_num")
+PROBLEM_KEY = (*CONTROLLER_KEY, "file", "problem")
 CONTROLLER_PROBLEMS_SCHEMA = T.StructType(
     [
         *(CONTROLLER_FRAME_SCHEMA[k] for k in PROBLEM_KEY),

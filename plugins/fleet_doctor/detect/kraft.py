@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from fleet_doctor.detect.findings import detector, findings
-from fleet_doctor.detect.frames import METADATA_TOPIC, Frames, live_partitions
+from fleet_doctor.detect.frames import CONTROLLER_KEY, METADATA_TOPIC, Frames, live_partitions
 from fleet_doctor.rules import KafkaVersion
 
 TORN, CRC = "torn-tail", "crc"
@@ -122,7 +122,7 @@ def _controller_findings(df: DataFrame, rule_id: str, message: Column, path: Col
     )
 
 
-_KEY = ["node_id", "c_logdir", "metadata_dir", "kafka_version", "kafka_version_num"]
+_KEY = list(CONTROLLER_KEY)
 
 
 def _problems(f: Frames, kinds: tuple[str, ...]) -> DataFrame:
