@@ -845,3 +845,41 @@ def test_a_corrupt_snapshot_is_not_a_truncated_log(spark, corpus, tmp_path):
     assert all(r["path"].endswith(".checkpoint") and r["severity"] == "critical" for r in hits), hits
     assert all("cannot start with it" in r["message"] and "truncates" not in r["message"] for r in hits), hits
     assert run.kraft.source["node_id"] != 2
+
+
+# ------------------------------------------------------------------------------- plans change, findings do not
+# Every KRaft run's findings (and skipped rules) as the plans of 95943f0 gave them, before issue 19 reshaped the
+# controller rules (tagged and grouped on the driver, quorum-state-divergent as windows): every column, paths made
+# relative. Re-record only for a change meant to change findings (FLEET_DOCTOR_RECORD_FINDINGS=1 pytest
+# tests/test_kraft_detection.py -k recorded), and say why in the commit.
+RECORDED = Path(__file__).parent / "data" / "detection-findings" / "kraft.jsonl.gz"
+
+
+def test_kraft_findings_equal_those_recorded_before_issue_19(
+    corpus, sample_runs, greenlemon_whole, mutated, mutated2, mutated3
+):
+    import gzip
+
+    runs = {
+        **{f"sample {name}": run for name, run in sample_runs.items()},
+        "greenlemon whole": greenlemon_whole,
+        "mutated": mutated,
+        "mutated2": mutated2,
+        "mutated3": mutated3,
+    }
+    now = []
+    for name, run in runs.items():
+
+        def text(v: Any, run: Run = run) -> Any:
+            return v.replace(str(run.root), "$ROOT").replace(str(corpus), "$CORPUS") if isinstance(v, str) else v
+
+        now += sorted(json.dumps({"run": name, **{k: text(v) for k, v in r.items()}}, sort_keys=True) for r in run.rows)
+        now.append(json.dumps({"run": name, "skipped": run.skipped}, sort_keys=True))
+    assert any('"rule": "quorum-state-divergent"' in line for line in now)
+    assert any('"rule": "metadata-log-torn"' in line for line in now)
+    if os.environ.get("FLEET_DOCTOR_RECORD_FINDINGS") == "1":
+        RECORDED.parent.mkdir(parents=True, exist_ok=True)
+        RECORDED.write_bytes(gzip.compress("".join(line + "\n" for line in now).encode(), mtime=0))
+    before = gzip.decompress(RECORDED.read_bytes()).decode().splitlines()
+    assert [line for line in now if line not in set(before)] == []
+    assert now == before
