@@ -40,6 +40,7 @@ sys.path[:0] = [str(REPO / d) for d in ("plugins", "lab", "tests")]
 from readme_block import write_block  # noqa: E402
 
 from fleet_doctor import spark  # noqa: E402
+from fleet_doctor.cli.scan import prepare_class_archive  # noqa: E402
 from harness.corpus import CORPUS  # noqa: E402
 
 BEGIN, END = "<!-- start-bench:begin -->", "<!-- start-bench:end -->"
@@ -165,7 +166,7 @@ def main() -> int:
     args = p.parse_args()
     if spark.class_archive(MASTER).dumping:
         print("dumping the class archive first (bin/dev setup does this)", flush=True)
-        spark.prepare_class_archive(MASTER)
+        prepare_class_archive(MASTER)
     load = [os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="start-bench-", dir=args.tmpdir) as tmp:
         floor = Floor(Path(tmp))

@@ -1226,8 +1226,11 @@ def test_segments_wholly_below_the_snapshot_are_not_opened(tmp_path: Path) -> No
     assert cm.log_position(records[0]) == (True, 1, 5)
 
 
-def _stale_listdir(monkeypatch: pytest.MonkeyPatch, mdir: Path, stale: list[str], times: int) -> list[int]:
-    """os.listdir of mdir gives this stale listing the first ``times`` calls: files Kafka renamed meanwhile."""
+def _stale_listdir(monkeypatch: pytest.MonkeyPatch, mdir: Path, log_bases: tuple[int, ...], times: int) -> list[int]:
+    """os.listdir of mdir gives a stale listing the first ``times`` calls (files Kafka renamed meanwhile): snapshot
+    2's checkpoint, quorum-state and the log segments of ``log_bases``."""
+    stale = ["00000000000000000002-0000000001.checkpoint", "quorum-state"]
+    stale += [probe.segment_file_name(b, "log") for b in log_bases]
     real_listdir = os.listdir
     calls = [0]
 
@@ -1251,10 +1254,7 @@ def test_a_segment_deleted_during_the_read_lists_the_dir_again(tmp_path: Path, m
         tmp_path, segments={6: ke.data_batch(6, [topic("later", TOPIC_C)])}, snapshots={(2, 1): old, (6, 1): new}
     )
     (mdir / "00000000000000000000.log.deleted").write_bytes(b"gone")
-    stale = ["00000000000000000002-0000000001.checkpoint", "quorum-state"] + [
-        probe.segment_file_name(b, "log") for b in (0, 4, 6)
-    ]
-    calls = _stale_listdir(monkeypatch, mdir, stale, times=1)
+    calls = _stale_listdir(monkeypatch, mdir, (0, 4, 6), times=1)
     records = decode(tmp_path)
     head = records[0]
     assert calls[0] == 2
@@ -1275,10 +1275,7 @@ def test_a_needed_segment_gone_twice_leaves_the_image_not_whole(
         segments={2: ke.data_batch(2, [topic("two", TOPIC_B)]), 6: ke.data_batch(6, [topic("later", TOPIC_C)])},
         snapshots={(2, 1): old},
     )
-    stale = ["00000000000000000002-0000000001.checkpoint", "quorum-state"] + [
-        probe.segment_file_name(b, "log") for b in (2, 4, 6)
-    ]
-    calls = _stale_listdir(monkeypatch, mdir, stale, times=2)
+    calls = _stale_listdir(monkeypatch, mdir, (2, 4, 6), times=2)
     records = decode(tmp_path)
     head = records[0]
     assert calls[0] == 2

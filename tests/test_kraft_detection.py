@@ -361,17 +361,26 @@ FOREIGN_ID = base64.urlsafe_b64encode(bytes(range(7, 23))).decode().rstrip("=")
 STRAY_UID = "5b3f6c2a9d8e4f10a1b2c3d4e5f60718"
 
 
+def _nurlan_copy(corpus: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[Path, list[Path]]:
+    """A writable copy of nurlan's three nodes: (its root, the log dirs kafka1..kafka3)."""
+    root = tmp_path_factory.mktemp(name) / NURLAN
+    return root, [copy_writable(corpus / NURLAN / d, root / d) for d in ("kafka1", "kafka2", "kafka3")]
+
+
+def _tear_last_batch(log: Path) -> None:
+    """Half the log's last batch appended again: a torn tail."""
+    _, pos, size = _batches(log)[-1]
+    _write(log, log.read_bytes() + log.read_bytes()[pos : pos + size // 2])
+
+
 @pytest.fixture(scope="module")
 def mutated(spark, corpus, tmp_path_factory) -> Run:
     """A copy of nurlan (3.2.0): kafka1's metadata log torn (half its last batch appended again), kafka2's with a
     flipped byte in a middle batch, kafka3's quorum-state naming leader 2 for epoch 3 (kafka1/kafka2: leader 1); and
     stray replica dirs of every kind, a topic ID rewritten, a -stray dir."""
-    root = tmp_path_factory.mktemp("mutated") / NURLAN
-    dirs = [copy_writable(corpus / NURLAN / d, root / d) for d in ("kafka1", "kafka2", "kafka3")]
+    root, dirs = _nurlan_copy(corpus, tmp_path_factory, "mutated")
     k1, k2, k3 = dirs
-    log1 = k1 / METADATA_LOG
-    _, pos, size = _batches(log1)[-1]
-    _write(log1, log1.read_bytes() + log1.read_bytes()[pos : pos + size // 2])
+    _tear_last_batch(k1 / METADATA_LOG)
     log2 = k2 / METADATA_LOG
     batches = _batches(log2)
     _, pos, size = batches[len(batches) // 2]
@@ -517,8 +526,7 @@ def mutated2(spark, corpus, tmp_path_factory) -> Run:
     and a TopicRecord version), kafka2's quorum-state is rolled back to epoch 2 while its log holds epoch 3, and
     kafka3's metadata log loses its first 50 records (no snapshot covers them); and a fourth node, kafka4, whose
     __cluster_metadata-0 holds nothing to decode."""
-    root = tmp_path_factory.mktemp("mutated2") / NURLAN
-    dirs = [copy_writable(corpus / NURLAN / d, root / d) for d in ("kafka1", "kafka2", "kafka3")]
+    root, dirs = _nurlan_copy(corpus, tmp_path_factory, "mutated2")
     k1, k2, k3 = dirs
     log1 = k1 / METADATA_LOG
     extra = enc.data_batch(188, [enc.raw_metadata_value(99, 0), enc.raw_metadata_value(2, 9, b"\x00\x00")], epoch=3)
@@ -714,12 +722,9 @@ def mutated3(spark, corpus, tmp_path_factory) -> Run:
     it a moment after the decoder, the node having moved on): its quorum-state and log, as the decoder read them,
     agree at epoch 3; kafka3's quorum-state is a candidate looping in elections (leaderId -1, epoch 7, as a voter
     cut off from the quorum without pre-vote leaves it)."""
-    root = tmp_path_factory.mktemp("mutated3") / NURLAN
-    dirs = [copy_writable(corpus / NURLAN / d, root / d) for d in ("kafka1", "kafka2", "kafka3")]
+    root, dirs = _nurlan_copy(corpus, tmp_path_factory, "mutated3")
     k1, k2, k3 = dirs
-    log1 = k1 / METADATA_LOG
-    _, pos, size = _batches(log1)[-1]
-    _write(log1, log1.read_bytes() + log1.read_bytes()[pos : pos + size // 2])
+    _tear_last_batch(k1 / METADATA_LOG)
     lec = k2 / "__cluster_metadata-0" / "leader-epoch-checkpoint"
     lines = lec.read_text().splitlines()
     entries = [ln for ln in lines[2:] if ln.strip()] + ["5 188"]

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from fleet_doctor import spark
-from fleet_doctor.audit import staging
-from fleet_doctor.probe import Probe
+from fleet_doctor.cli.scan import stage_probe
 from fleet_doctor.zookeeper.snapshot import read_snapshot_file
 
 ARYAN = "zk-3.1-single-aryan"
@@ -153,13 +152,7 @@ def test_a_failed_run_leaves_no_half_dumped_archive(private_tmp: Path) -> None:
 def aryan_staged(corpus, tmp_path_factory) -> tuple[Path, list[dict]]:
     """The aryan log dir probed and staged as scan stages it, and its ZooKeeper snapshot's records."""
     work = tmp_path_factory.mktemp("aryan")
-    dest = work / "probe" / "broker_id=0"
-    dest.mkdir(parents=True)
-    printed = work / "probe.jsonl"
-    with printed.open("w") as out:
-        Probe(out).run([str(corpus / ARYAN / "kafka-logs")])
-    with printed.open("rb") as src:
-        staging.split_to_dir(src, dest, "logdir-0.jsonl")
+    stage_probe([str(corpus / ARYAN / "kafka-logs")], work, deep=False, verify_crc=False, broker_id=None)
     return work, read_snapshot_file(str(corpus / ARYAN / "zookeeper"))
 
 

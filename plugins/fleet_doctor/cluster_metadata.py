@@ -1592,13 +1592,7 @@ def log_position(header):
     false: a damaged newest snapshot, an older one used instead, a segment that could not be read; a snapshot gap; a
     CRC failure: recovery truncates there) only when no other can be had; then as Raft compares logs, the newest
     epoch, then the end offset (a node that holds only a snapshot: the snapshot's). -1 where nothing is known."""
-    whole = (
-        header.get("image_complete", True) is not False
-        and not header.get("snapshot_fallback")
-        and not header.get("snapshot_gap")
-        and not header.get("log_crc_errors")
-        and not header.get("error")
-    )
+    whole = header.get("image_complete") is True and not header.get("error")
     epochs = [e for e in (header.get("log_max_epoch"), header.get("snapshot_epoch")) if isinstance(e, int)]
     ends = [o for o in (header.get("log_end_offset"), header.get("snapshot_end_offset")) if isinstance(o, int)]
     return (whole, max(epochs) if epochs else -1, max(ends) if ends else -1)

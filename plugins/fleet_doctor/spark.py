@@ -358,41 +358,6 @@ def run_detect(
         raise SparkError(f"detection app failed (exit {proc.returncode}):\n{tail}")
 
 
-def prepare_class_archive(master: str = "local[2]") -> Path | None:
-    """Dump the driver's class archive now, if there is none for this JVM and Spark yet (``bin/dev setup`` calls
-    this, so that a user's first ``scan`` does not pay the dump, ~7 s): the detection app once over a tiny
-    broker, probed and staged as ``scan`` does. Returns the archive (None where class archives are not used)."""
-    archive = class_archive(master)
-    if not archive.dumping:
-        return archive.archive
-    from fleet_doctor.audit.staging import split_to_dir
-    from fleet_doctor.probe import Probe
-
-    with tempfile.TemporaryDirectory(prefix="fleet-doctor-warmup-") as tmp:
-        logdir = Path(tmp) / "kafka-logs"
-        partition = logdir / "warmup-0"
-        partition.mkdir(parents=True)
-        (logdir / "meta.properties").write_text("version=0\nbroker.id=0\n")
-        for ext in ("log", "index", "timeindex"):
-            (partition / f"{0:020d}.{ext}").write_bytes(b"")
-        work = Path(tmp) / "work"
-        dest = work / "probe" / "broker_id=0"
-        dest.mkdir(parents=True)
-        printed = Path(tmp) / "probe.jsonl"
-        with printed.open("w", encoding="utf-8") as out:
-            Probe(out).run([str(logdir)])
-        with printed.open("rb") as src:
-            split_to_dir(src, dest, "logdir-0.jsonl")
-        cluster = [
-            {"kind": "cluster", "cluster_id": "warmup", "controller_id": 0},
-            {"kind": "broker", "broker_id": 0},
-            {"kind": "topic", "topic": "warmup", "partitions": {"0": [0]}, "replication_factor": 1},
-            {"kind": "partition_state", "topic": "warmup", "partition": 0, "leader": 0, "isr": [0]},
-        ]
-        detect_locally(work, [{"broker_id": 0, "kafka_version": None, "running": False}], cluster, master=master)
-    return archive.archive if archive.archive is not None and archive.archive.is_file() else None
-
-
 @dataclass(frozen=True)
 class Detection:
     findings: list[dict[str, Any]]

@@ -200,3 +200,31 @@ def scan(
                 **{k: source.get(k) for k in ("quorum_leader_id", "quorum_leader_epoch")},
             }
         return ScanResult(found.findings, summary, brokers, source)
+
+
+def prepare_class_archive(master: str = "local[2]") -> Path | None:
+    """Dump the Spark driver's class archive now (``spark.class_archive``), if there is none for this JVM and Spark
+    yet (``bin/dev setup`` calls this, so that a user's first ``scan`` does not pay the dump, ~7 s): the detection
+    app once over a tiny broker, staged as ``scan`` stages. Returns the archive (None where none is used)."""
+    archive = spark.class_archive(master)
+    if not archive.dumping:
+        return archive.archive
+    with tempfile.TemporaryDirectory(prefix="fleet-doctor-warmup-") as tmp:
+        logdir = Path(tmp) / "kafka-logs"
+        partition = logdir / "warmup-0"
+        partition.mkdir(parents=True)
+        (logdir / "meta.properties").write_text("version=0\nbroker.id=0\n")
+        for ext in ("log", "index", "timeindex"):
+            (partition / f"{0:020d}.{ext}").write_bytes(b"")
+        work = Path(tmp) / "work"
+        work.mkdir()
+        stage_probe([str(logdir)], work, deep=False, verify_crc=False, broker_id=None)
+        cluster = [
+            {"kind": "cluster", "cluster_id": "warmup", "controller_id": 0},
+            {"kind": "broker", "broker_id": 0},
+            {"kind": "topic", "topic": "warmup", "partitions": {"0": [0]}, "replication_factor": 1},
+            {"kind": "partition_state", "topic": "warmup", "partition": 0, "leader": 0, "isr": [0]},
+        ]
+        facts = [{"broker_id": 0, "kafka_version": None, "running": False}]
+        spark.detect_locally(work, facts, cluster, master=master)
+    return archive.archive if archive.archive is not None and archive.archive.is_file() else None

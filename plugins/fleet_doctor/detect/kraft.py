@@ -122,9 +122,6 @@ def _controller_findings(df: DataFrame, rule_id: str, message: Column, path: Col
     )
 
 
-_KEY = list(CONTROLLER_KEY)
-
-
 def _problems(f: Frames, kinds: tuple[str, ...]) -> DataFrame:
     """The controllers' problems of ``kinds``, one row per node, file and kind: the first (by offset) with its
     message, and how many there are (frames.load_controllers groups them)."""
@@ -142,14 +139,14 @@ def metadata_log_torn(f: Frames) -> DataFrame:
     or CRC failures without such a problem record still counts (its own fields name them)."""
     found = _problems(f, (TORN, CRC))
     from_problems = found.select(
-        *_KEY,
+        *CONTROLLER_KEY,
         F.coalesce("file", "metadata_dir").alias("where"),
         "problem",
         F.concat(F.coalesce(F.col("first.message"), F.lit("")), _more(F.col("n"), "such batches")).alias("what"),
     )
     h = _controllers(f, "cluster_metadata")
     torn = h.where(F.coalesce("log_torn_tail", F.lit(False))).select(
-        *_KEY,
+        *CONTROLLER_KEY,
         F.col("metadata_dir").alias("where"),
         F.lit(TORN).alias("problem"),
         F.format_string(
@@ -160,7 +157,7 @@ def metadata_log_torn(f: Frames) -> DataFrame:
         ).alias("what"),
     )
     crc = h.where(F.coalesce("log_crc_errors", F.lit(0)) > 0).select(
-        *_KEY,
+        *CONTROLLER_KEY,
         F.col("metadata_dir").alias("where"),
         F.lit(CRC).alias("problem"),
         F.format_string(

@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from fleet_doctor.detect.findings import Check, at_least, cached, detector, findings
-from fleet_doctor.detect.frames import Frames, in_logdirs
+from fleet_doctor.detect.frames import METADATA_TOPIC, Frames, in_logdirs
 
 
 def seg_file(ext: str) -> Column:
@@ -243,7 +243,7 @@ def _not_decoded_metadata_log(f: Frames) -> Column:
     CRC failure there is metadata-log-torn's (one finding, with what it means for the metadata)."""
     if not f.metadata_logdirs:
         return F.lit(True)
-    return ~((F.col("topic") == "__cluster_metadata") & (F.col("partition") == 0) & in_logdirs(f.metadata_logdirs))
+    return ~((F.col("topic") == METADATA_TOPIC) & (F.col("partition") == 0) & in_logdirs(f.metadata_logdirs))
 
 
 @detector("log-torn-tail")
