@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fleet_doctor.spark import JAVA_OPTIONS, SHORT_RUN_CONF
 from harness.corpus import CORPUS
 
 
@@ -44,7 +45,7 @@ SPARK_TEST_CONF = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     # a short-lived test JVM: the C1 compiler alone warms up much faster than tiered C2
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    "spark.driver.extraJavaOptions": SHORT_RUN_CONF[JAVA_OPTIONS],
 }
 
 

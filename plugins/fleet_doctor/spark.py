@@ -59,7 +59,10 @@ PROFILES: dict[str, dict[str, str]] = {
 # a driver JVM that lives seconds: the C1 compiler alone warms up much faster than tiered C2 (which pays off on big
 # inputs: bench/README.md, detection benchmark)
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-SHORT_RUN_CONF = {JAVA_OPTIONS: "-XX:TieredStopAtLevel=1"}
+# The code cache is sized as tiered compilation sizes it (240 MB), not as C1 alone would (48 MB): a JVM that compiles
+# many generated classes (a long test session, a bigger input with codegen on) fills 48 MB, and a full code cache
+# stops the JIT and then fails tasks with "Out of space in CodeCache for adapters".
+SHORT_RUN_CONF = {JAVA_OPTIONS: "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"}
 LOCAL_SPARK_CONF = {**PROFILES["local"], **SHORT_RUN_CONF}  # a short local run's settings
 # staged facts up to this size are a small input (the 16 corpus samples: 0.1-1.5 MB; the 3-broker lab: ~0.3 MB;
 # 100 000 segments: ~3 MB)
