@@ -39,8 +39,8 @@ from readme_block import write_block  # noqa: E402
 
 from fleet_doctor.settings import Settings, safe_run_id  # noqa: E402
 from fleet_lab import demo, fleet  # noqa: E402
+from fleet_lab.airflow_stack import LiveAirflow  # noqa: E402
 from fleet_lab.broker import running_pid  # noqa: E402
-from harness.airflow_live import LiveAirflow  # noqa: E402
 
 AUDIT = "kafka_fleet_audit"
 TARGET = 1.5

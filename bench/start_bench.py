@@ -122,8 +122,8 @@ def measure_detect_task(floor: Floor, audits: int, tmp: Path) -> dict[str, Any]:
     from audit_bench import AUDIT, run_audit, window
 
     from fleet_lab import demo, fleet
+    from fleet_lab.airflow_stack import LiveAirflow
     from fleet_lab.incidents import inject
-    from harness.airflow_live import LiveAirflow
 
     lab_dir, home, data = tmp / "lab", tmp / "airflow", tmp / "data"
     state = fleet.up(lab_dir, brokers=3)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from harness.airflow_live import AirflowLiveError
+from fleet_lab.airflow_stack import AirflowLiveError
 from harness.live_stack import FAST, REPAIR, fleet_snapshot, live_fleet, plan_dir
 
 pytestmark = pytest.mark.timeout(1800)

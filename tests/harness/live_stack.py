@@ -16,8 +16,8 @@ from typing import Any
 from fleet_doctor.repair.executor import attempt_name
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_lab import demo, fleet
+from fleet_lab.airflow_stack import LiveAirflow
 from fleet_lab.incidents import run_scenario
-from harness.airflow_live import LiveAirflow
 
 AUDIT, REPAIR, RESTORE = "kafka_fleet_audit", "kafka_fleet_repair", "kafka_fleet_restore"
 FAST = {"healthy_polls": 2, "poll_interval_s": 1, "pause_between_brokers_s": 0, "isr_timeout_s": 120}
