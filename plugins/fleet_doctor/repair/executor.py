@@ -34,6 +34,7 @@ from typing import IO, Any, NoReturn
 from fleet_doctor.identity import verify_broker
 from fleet_doctor.remote import Remote, RemoteError
 from fleet_doctor.repair.plan import QUARANTINE_DIR, BrokerPlan, Plan, controller_last
+from fleet_doctor.repair.progress import EVERY_S, Progress, heartbeat, pause
 from fleet_doctor.repair.verify import post_verify
 from fleet_doctor.settings import safe_run_id
 from fleet_doctor.store import write_atomic
@@ -76,6 +77,7 @@ class Gates:
     poll_interval_s: float = 5.0
     isr_timeout_s: float = 900.0
     pause_between_brokers_s: float = 0.0
+    progress_every_s: float = EVERY_S  # a long wait writes its progress to the log at most this often
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,7 +356,9 @@ class Executor:
                     continue
                 self._repair(b)
                 if pending and self.gates.pause_between_brokers_s:
-                    time.sleep(self.gates.pause_between_brokers_s)
+                    left = len([o for o in pending if self.journal.completed(o.broker_id) != State.DONE])
+                    what = f"pause after broker {b.broker_id} before the next ({left} left)"
+                    pause(what, self.gates.pause_between_brokers_s, self.gates.progress_every_s, log=LOG)
             self.journal.data["status"] = "done"
         except FenceLost:
             self.fenced = True
@@ -445,9 +449,10 @@ class Executor:
             finally:
                 remote.close()
             self._wait(
-                lambda: b.broker_id in self.cluster.registered(),
+                lambda p: b.broker_id in self.cluster.registered(),
                 self.gates.start_timeout_s,
                 f"broker {b.broker_id} did not register after its start",
+                f"broker {b.broker_id}: started again after the failure, waiting for it to register in ZooKeeper",
             )
             self.journal.note(b.broker_id, "after_failure", "started again: nothing of it had been changed")
         except Exception as e:
@@ -493,13 +498,19 @@ class Executor:
         if not self.dry_run:
             remote.run(self._service(b, "stop"), timeout=self.gates.stop_timeout_s)
 
-        def stopped() -> bool:
-            return self.dry_run or (
-                b.broker_id not in self.cluster.registered()
-                and remote.run(self._service(b, "status"), check=False).exit_status != 0
-            )
+        def stopped(p: Progress) -> bool:
+            if self.dry_run:
+                return True
+            if b.broker_id in self.cluster.registered():
+                p.detail = "still registered in /brokers/ids"
+                return False
+            if remote.run(self._service(b, "status"), check=False).exit_status == 0:
+                p.detail = "gone from /brokers/ids, its process still running"
+                return False
+            return True
 
-        self._wait(stopped, self.gates.stop_timeout_s, f"broker {b.broker_id} did not stop")
+        what = f"broker {b.broker_id}: waiting for the process to exit and its /brokers/ids entry to go"
+        self._wait(stopped, self.gates.stop_timeout_s, f"broker {b.broker_id} did not stop", what)
         return "process gone and /brokers/ids entry removed"
 
     def backup(self, b: BrokerPlan, remote: Remote) -> str:
@@ -627,39 +638,74 @@ class Executor:
         if not self.dry_run:
             remote.run(self._service(b, "start"), timeout=self.gates.start_timeout_s)
         self._wait(
-            lambda: self.dry_run or b.broker_id in self.cluster.registered(),
+            lambda p: self.dry_run or b.broker_id in self.cluster.registered(),
             self.gates.start_timeout_s,
             f"broker {b.broker_id} did not register after its start",
+            f"broker {b.broker_id}: started, waiting for it to register in /brokers/ids",
         )
         return "registered again"
 
     def healthy(self, b: BrokerPlan, remote: Remote) -> str:
+        """``healthy_polls`` consecutive polls without a problem (``Cluster.problems``) within ``isr_timeout_s``;
+        each poll's progress in the log: how many of the broker's partitions have it back in ISR, the streak."""
         expected = {x.id for x in self.inventory.brokers}
+        polls = self.gates.healthy_polls
         streak = 0
         deadline = time.monotonic() + self.gates.isr_timeout_s
         last: list[str] = []
-        while time.monotonic() < deadline:
-            last = [] if self.dry_run else self.cluster.problems(expected, pending=self._pending_replicas(b))
-            streak = streak + 1 if not last else 0
-            if streak >= self.gates.healthy_polls:
-                return f"{streak} consecutive healthy polls"
-            time.sleep(self.gates.poll_interval_s)
-        raise RepairError(f"broker {b.broker_id} did not become healthy: {'; '.join(last[:10])}")
+        with self._progress(f"broker {b.broker_id}: waiting for ISR", self.gates.isr_timeout_s) as progress:
+            while time.monotonic() < deadline:
+                if self.dry_run:
+                    last, back = [], "dry run"
+                else:
+                    partitions = self.cluster.partitions()
+                    last = self.cluster.problems(expected, pending=self._pending_replicas(b), partitions=partitions)
+                    back = "{}/{} partitions back".format(*self.cluster.in_isr(partitions, b.broker_id))
+                streak = streak + 1 if not last else 0
+                state = f"{back}, {streak}/{polls} healthy polls"
+                if streak >= polls:
+                    progress.done(state)
+                    return f"{streak} consecutive healthy polls"
+                why = f" ({len(last)} problem(s): {'; '.join(last[:3])})" if last else ""
+                progress.update(state + why)
+                time.sleep(self.gates.poll_interval_s)
+            raise RepairError(f"broker {b.broker_id} did not become healthy: {'; '.join(last[:10])}")
 
     def verify(self, b: BrokerPlan, remote: Remote) -> str:
         """Post-verify (repair.verify): a fresh probe of the broker through detection; every touched file right."""
         if self.dry_run:
             return "dry run: nothing changed, nothing to verify"
         entry = self.inventory.broker(b.broker_id)
-        found = post_verify(
-            remote, b.broker_id, b.actions, entry.log_dirs, entry.kafka_version, self.inventory.zookeeper
-        )
+        what = f"broker {b.broker_id}: post-verify of {len(b.actions)} file(s) (a fresh probe, Spark detection)"
+        with heartbeat(what, self.gates.progress_every_s, log=LOG) as progress:
+            found = post_verify(
+                remote,
+                b.broker_id,
+                b.actions,
+                entry.log_dirs,
+                entry.kafka_version,
+                self.inventory.zookeeper,
+                stage=lambda s: setattr(progress, "detail", s),
+            )
         if found:
             raise RepairError(f"post-verify of broker {b.broker_id}: " + "; ".join(found[:10]))
         return f"post-verify: {len(b.actions)} file(s) right by a fresh probe and detection"
 
-    def _wait(self, check: Callable[[], bool], timeout: float, message: str) -> None:
-        wait_until(check, timeout, message, min(self.gates.poll_interval_s, 1.0))
+    def _progress(self, what: str, timeout: float) -> Progress:
+        return Progress(what, timeout, self.gates.progress_every_s, log=LOG)
+
+    def _wait(self, check: Callable[[Progress], bool], timeout: float, message: str, what: str) -> None:
+        """``wait_until`` the ``check`` holds, its progress in the log after each poll that did not hold: ``what``,
+        and the state ``check`` left in the Progress's ``detail``."""
+        with self._progress(what, timeout) as progress:
+
+            def checked() -> bool:
+                ok = check(progress)
+                if not ok:
+                    progress.update(progress.detail)
+                return ok
+
+            wait_until(checked, timeout, message, min(self.gates.poll_interval_s, 1.0))
 
 
 def tar_manifest(tarball: Path) -> dict[str, str]:

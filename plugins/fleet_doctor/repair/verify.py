@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import json
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +38,23 @@ def post_verify(
     kafka_version: str,
     zookeeper: str,
     timeout: float = 600.0,
+    stage: Callable[[str], None] = lambda s: None,
 ) -> list[str]:
-    """The problems left on the files of ``actions`` (a BrokerPlan's FileActions); empty when every one is right."""
+    """The problems left on the files of ``actions`` (a BrokerPlan's FileActions); empty when every one is right.
+    ``stage``: told which stage runs now (the executor's progress lines say it)."""
     actions = list(actions)
     with tempfile.TemporaryDirectory(prefix=f"fleet-doctor-verify-{broker_id}-") as tmp:
         work = Path(tmp)
         raw = bytearray()
+        stage(f"probing {len(log_dirs)} log dir(s)")
         run_probe(remote, probe_command(log_dirs, deep=False, verify_crc=False), raw.extend, timeout)
         dest = work / "probe" / f"broker_id={broker_id}"
         dest.mkdir(parents=True)
         split_to_dir(io.BytesIO(raw), dest, "probe.jsonl")
         facts = [{"broker_id": broker_id, "kafka_version": kafka_version, "running": True}]
+        stage(f"probe output {len(raw) // 1024} KiB; reading ZooKeeper")
         zk = snapshot.read_live(zookeeper)
+        stage(f"probe output {len(raw) // 1024} KiB; Spark detection running")
         # one broker of the fleet: the rules that compare brokers cannot judge from it
         found = detect_locally(work, facts, zk, master="local[2]", audit_run="verify", partial_scope=True)
     return problems(actions, found.findings, _present(raw, {a.path.rsplit("/", 1)[0] for a in actions}))

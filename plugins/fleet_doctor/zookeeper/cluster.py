@@ -136,15 +136,17 @@ class Cluster:
         expected: set[int],
         tolerate: frozenset[int] = frozenset(),
         pending: frozenset[tuple[str, int, int]] = frozenset(),
+        partitions: list[dict[str, Any]] | None = None,
     ) -> list[str]:
         """Unregistered brokers, under-replicated and offline partitions. Not counted: a replica missing from ISR
         when its broker is in ``tolerate`` (the broker about to be repaired: its restart is what brings it back;
         it may be down already, as in seed-000 where the broker refusing to start is the one to repair), or when
         it is in ``pending`` as (topic, partition, broker): a replica this plan repairs later (seed-004: every
-        broker whose ``partition.metadata`` is wrong is out of ISR for that partition until its turn)."""
+        broker whose ``partition.metadata`` is wrong is out of ISR for that partition until its turn).
+        ``partitions``: ``partitions()`` as the caller just read it (read here when None)."""
         live = self.registered()
         out = [f"broker {b} not registered" for b in sorted(expected - live - tolerate)]
-        for p in self.partitions():
+        for p in self.partitions() if partitions is None else partitions:
             missing = {
                 r
                 for r in set(p["replicas"]) - set(p["isr"])
@@ -155,6 +157,13 @@ class Cluster:
             elif missing:
                 out.append(f"{p['topic']}-{p['partition']} under-replicated (ISR {p['isr']})")
         return out
+
+    @staticmethod
+    def in_isr(partitions: list[dict[str, Any]], broker_id: int) -> tuple[int, int]:
+        """Of the partitions (``partitions()``) that have a replica on ``broker_id``: how many have it in their ISR,
+        and how many there are."""
+        mine = [p for p in partitions if broker_id in p["replicas"]]
+        return sum(broker_id in p["isr"] for p in mine), len(mine)
 
     def below_min_isr_if_stopped(self, broker_id: int) -> list[str]:
         """Strimzi's rule: stopping the broker must not take any partition below min.insync.replicas."""
