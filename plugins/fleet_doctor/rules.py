@@ -375,10 +375,17 @@ topic-id-mismatch: Replica topic ID differs from ZooKeeper's
 
 topic-id-split: Replicas disagree on a topic's ID
     scope cross-source, needs fleet, remediation report-only, from 2.8.0
-    reference   ref §4.1
-    condition   replicas of one topic hold different topic IDs in partition.metadata
-    why         At most one of them can match the controller's ID; the others fail the topic-ID check.
-    0.8.0+      critical: some replicas leave ISR on restart
+    reference   ref §4.1, §6
+    condition   replicas of one topic hold more than one topic ID in partition.metadata: one finding per topic, naming
+                each ID and the replicas (broker, partitions) that hold it
+    why         At most one of them can match the controller's ID; the others fail the topic-ID check. When ZooKeeper
+                (on KRaft the metadata log) has an ID, the replicas that differ from it are topic-id-mismatch findings,
+                critical one by one and repaired there, and a replica holding that ID is never flagged: the split
+                only sums them up (info, nothing to do of its own). When it has none, no side can be called right:
+                the split is the critical finding, and which ID to keep is a decision for a human (the repair plan
+                names it and touches nothing).
+    0.8.0+      critical: no topic ID in ZooKeeper (or the metadata log) to converge on: some replicas leave ISR at
+                their next start (with one: info, its topic-id-mismatch findings are the critical ones)
 
 topic-id-missing-in-zk: Topic znode has lost its topic_id
     scope cross-source, needs zookeeper, remediation restore-zk-topic-id, from 2.8.0

@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from fleet_doctor.detect.findings import cluster_findings, detector, findings
 from fleet_doctor.detect.frames import Frames, live_partitions
+from fleet_doctor.rules import Severity
 
 
 def _topic_path(f: Frames) -> Column:
@@ -54,35 +55,129 @@ def topic_id_mismatch(f: Frames) -> DataFrame:
     return findings(hit, "topic-id-mismatch", msg, path=path)
 
 
+# how much of a split the message names: partition ranges per broker, brokers per ID, IDs per topic
+SPLIT_RANGES, SPLIT_BROKERS, SPLIT_IDS = 4, 6, 4
+
+
+def _more(n: Column, what: str) -> Column:
+    """ ", and N more <what>s" when ``n`` > 0, else nothing."""
+    return F.when(n > 0, F.format_string(f", and %d more {what}%s", n, F.when(n == 1, "").otherwise("s"))).otherwise("")
+
+
+def _plural(n: Column, word: str) -> Column:
+    return F.format_string(f"%d {word}%s", n, F.when(n == 1, "").otherwise("s"))
+
+
 @detector("topic-id-split")
 def topic_id_split(f: Frames) -> DataFrame:
-    ids = live_partitions(f).where(F.col("topic_id").isNotNull())
-    # replicas per ID; the ones outside the single most common ID are flagged (all of them on a tie:
-    # without a majority there is no telling which side is right)
+    """One finding per topic whose replicas hold more than one topic ID, naming each ID and the replicas holding it.
+    With a topic ID in the cluster's metadata the replicas that differ from it are topic-id-mismatch findings (the
+    critical ones, one per replica) and the split is info; without one no side can be called right and the split
+    is the critical finding (the registry's band)."""
+    reps = (
+        live_partitions(f)
+        .where(F.col("topic_id").isNotNull())
+        .select("topic", "topic_id", "broker_id", "partition")
+        .distinct()
+    )
+    split = reps.join(
+        reps.groupBy("topic").agg(F.countDistinct("topic_id").alias("n_ids")).where(F.col("n_ids") > 1), "topic"
+    )
+    # runs of consecutive partitions per (topic, ID, broker): partition - row number is constant along a run
+    in_order = Window.partitionBy("topic", "topic_id", "broker_id").orderBy("partition")
+    run = F.col("partition") - F.row_number().over(in_order)
+    runs = (
+        split.withColumn("run", run)
+        .groupBy("topic", "topic_id", "broker_id", "run")
+        .agg(F.min("partition").alias("lo"), F.max("partition").alias("hi"))
+        .withColumn("n", F.col("hi") - F.col("lo") + 1)
+        .withColumn(
+            "text",
+            F.when(F.col("n") == 1, F.col("lo").cast("string")).otherwise(F.format_string("%d-%d", "lo", "hi")),
+        )
+    )
+    shown_runs = F.slice(F.array_sort(F.collect_list(F.struct("lo", "n", "text"))), 1, SPLIT_RANGES)
+    per_broker = (
+        runs.groupBy("topic", "topic_id", "broker_id")
+        .agg(F.sum("n").alias("n"), shown_runs.alias("runs"))
+        .withColumn("shown", F.aggregate("runs", F.lit(0).cast("long"), lambda acc, r: acc + r["n"]))
+        .withColumn(
+            "text",
+            F.concat(
+                F.format_string("broker %d partition%s ", "broker_id", F.when(F.col("n") == 1, "").otherwise("s")),
+                F.array_join(F.transform("runs", lambda r: r["text"]), ","),
+                _more(F.col("n") - F.col("shown"), "partition"),
+            ),
+        )
+    )
+    if f.zk_topics is not None:
+        zk = f.zk_topics.select("topic", F.col("topic_id").alias("zk_topic_id"), F.lit(True).alias("in_zk"))
+    else:
+        zk = per_broker.select("topic").distinct().select("topic", F.lit(None).cast("string").alias("zk_topic_id"))
+        zk = zk.withColumn("in_zk", F.lit(None).cast("boolean"))
+    owner = "the metadata log's" if f.kraft else "ZooKeeper's"
     per_id = (
-        ids.groupBy("topic", "topic_id")
-        .agg(F.count("*").alias("n"))
-        .withColumn("top", F.max("n").over(Window.partitionBy("topic")))
+        per_broker.groupBy("topic", "topic_id")
+        .agg(
+            F.sum("n").alias("n"),
+            F.count("*").alias("n_brokers"),
+            F.slice(F.array_sort(F.collect_list(F.struct("broker_id", "text"))), 1, SPLIT_BROKERS).alias("bs"),
+        )
+        .join(zk, "topic", "left")
+        .withColumn("is_zk", F.coalesce(F.col("topic_id") == F.col("zk_topic_id"), F.lit(False)))
+        .withColumn(
+            "text",
+            F.concat(
+                F.format_string(
+                    "%s (%s%s) on ",
+                    "topic_id",
+                    _plural(F.col("n"), "replica"),
+                    F.when(F.col("is_zk"), F.lit(f", {owner}")).otherwise(""),
+                ),
+                F.array_join(F.transform("bs", lambda b: b["text"]), ", "),
+                _more(F.col("n_brokers") - F.size("bs"), "broker"),
+            ),
+        )
     )
-    per_topic = per_id.groupBy("topic").agg(
+    # ZooKeeper's ID first, then the ID most replicas hold, then by ID: a stable order
+    order = F.struct((~F.col("is_zk")).alias("other"), (-F.col("n")).alias("fewer"), F.col("topic_id"))
+    per_topic = per_id.groupBy("topic", "zk_topic_id", "in_zk").agg(
         F.count("*").alias("n_ids"),
-        F.sum(F.when(F.col("n") == F.col("top"), 1).otherwise(0)).alias("n_top"),
-        F.array_sort(F.collect_list("topic_id")).alias("all_ids"),
+        F.sum("n").alias("n"),
+        F.array_sort(F.collect_list(F.struct(order.alias("o"), "n", "text"))).alias("ids"),
     )
-    hit = (
-        ids.join(per_id.select("topic", "topic_id", "n", "top"), ["topic", "topic_id"])
-        .join(per_topic.where(F.col("n_ids") > 1), "topic")
-        .where((F.col("n") < F.col("top")) | (F.col("n_top") > 1))
+    shown = F.slice("ids", 1, SPLIT_IDS)
+    hidden = F.col("n_ids") - F.size(shown)
+    hidden_replicas = F.col("n") - F.aggregate(shown, F.lit(0).cast("long"), lambda acc, i: acc + i["n"])
+    if f.kraft:
+        log = f.metadata_log()[0].upper() + f.metadata_log()[1:]  # it starts a sentence
+        has = F.format_string(f"{log} has TopicRecord %s with ID %s", "topic", "zk_topic_id")
+        absent = F.format_string(f"{log} has no topic %s", "topic")
+        no_id = F.format_string(f"{log} has TopicRecord %s without an ID", "topic")
+    else:
+        has = F.format_string("ZooKeeper /brokers/topics/%s has %s", "topic", "zk_topic_id")
+        absent = F.format_string("ZooKeeper has no topic %s", "topic")
+        no_id = F.format_string("ZooKeeper /brokers/topics/%s has no topic ID", "topic")
+    if f.zk_topics is None:
+        absent = F.lit("No metadata log was read" if f.kraft else "No ZooKeeper snapshot was given")
+    verdict = F.when(
+        F.col("zk_topic_id").isNotNull(),
+        F.concat(has, F.lit(": the replicas holding another ID are its topic-id-mismatch findings")),
+    ).otherwise(
+        F.concat(
+            F.when(F.col("in_zk").isNull(), absent).otherwise(no_id),
+            F.lit(": no side can be called right, which ID to keep is a decision for a human"),
+        )
     )
-    path = F.concat(F.col("path"), F.lit("/partition.metadata"))
-    msg = F.format_string(
-        "%s holds topic ID %s while other replicas of %s hold %s",
-        path,
-        F.col("topic_id"),
-        F.col("topic"),
-        F.array_join(F.col("all_ids"), ", "),
+    msg = F.concat(
+        F.format_string("topic %s: its replicas hold %d topic IDs: ", "topic", "n_ids"),
+        F.array_join(F.transform(shown, lambda i: i["text"]), "; "),
+        F.when(hidden > 0, F.format_string("; and %d more IDs on %d replicas", hidden, hidden_replicas)).otherwise(""),
+        F.lit(". "),
+        verdict,
     )
-    return findings(hit, "topic-id-split", msg, path=path)
+    sev = F.when(F.col("zk_topic_id").isNotNull(), F.lit(Severity.INFO.value))
+    return cluster_findings(f.fleet_tagged(per_topic), "topic-id-split", msg, path=_topic_path(f), severity=sev)
 
 
 @detector("topic-id-missing-in-zk")

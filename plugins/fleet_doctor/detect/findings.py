@@ -154,12 +154,27 @@ def findings(
 
 
 def cluster_findings(
-    df: DataFrame, rule_id: str, message: Column, *, path: Column, per_partition: bool = False
+    df: DataFrame,
+    rule_id: str,
+    message: Column,
+    *,
+    path: Column,
+    per_partition: bool = False,
+    severity: Column | None = None,
 ) -> DataFrame:
     """Findings about the cluster (a topic, or with ``per_partition`` one of its partitions): no broker or log dir.
-    ``df`` carries the fleet's Kafka version (``Frames.fleet_tagged``)."""
+    ``df`` carries the fleet's Kafka version (``Frames.fleet_tagged``); ``severity`` as for ``findings``."""
     partition = None if per_partition else F.lit(None)
-    return findings(df, rule_id, message, path=path, broker_id=F.lit(None), log_dir=F.lit(None), partition=partition)
+    return findings(
+        df,
+        rule_id,
+        message,
+        path=path,
+        broker_id=F.lit(None),
+        log_dir=F.lit(None),
+        partition=partition,
+        severity=severity,
+    )
 
 
 @dataclass(frozen=True)

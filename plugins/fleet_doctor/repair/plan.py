@@ -26,13 +26,16 @@ from typing import Any
 
 from fleet_doctor.audit.staging import load_probe, probe_key, staged_brokers
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
-from fleet_doctor.rules import Remediation, rule_ids_with
+from fleet_doctor.rules import Remediation, get, rule_ids_with
 from fleet_doctor.store import Store
 
 # what the plan does for a finding is its rule's remediation in the registry (fleet_doctor.rules)
 TOPIC_ID_RULES = rule_ids_with(Remediation.REMOVE_TOPIC_ID_FILES)
 INDEX_RULES = rule_ids_with(Remediation.QUARANTINE_INDEX)
 ZK_TOPIC_ID_RULES = rule_ids_with(Remediation.RESTORE_ZK_TOPIC_ID)
+# report-only, but the plan says what it means for the repair: with a ZooKeeper ID its odd replicas are the
+# topic-id-mismatch findings; without one, which ID to keep is a decision for a human (RULES.md, "Remediation")
+TOPIC_ID_SPLIT = get("topic-id-split").id
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 RECOVERY_BYTES_PER_S = 100 * 1024 * 1024  # rough log recovery rate (batch walk + index rebuild) for the preview
 # in the partition dir: a rename on one filesystem, and log loading skips directories there; never in the log dir
@@ -172,6 +175,12 @@ class Plan:
     @property
     def hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    @property
+    def decisions(self) -> list[dict[str, Any]]:
+        """The findings the plan leaves to a human to decide (a topic-id-split without a ZooKeeper ID: which topic ID
+        to keep): each a ``skipped`` entry with ``decision`` (what to decide) and ``topic_ids`` (the choices)."""
+        return [s for s in self.skipped if s.get("decision")]
 
     @property
     def restart_order(self) -> list[int]:
@@ -453,6 +462,9 @@ def build_plan(
         elif f["rule"] in ZK_TOPIC_ID_RULES:
             restore[f["topic"]] |= topic_ids_on_disk.get(f["topic"], set())
             continue
+        elif f["rule"] == TOPIC_ID_SPLIT:
+            skipped.append(_split_entry(f, zk_ids.get(f.get("topic") or ""), topic_ids_on_disk.get(f.get("topic"))))
+            continue
         else:
             why = "report only"
         if why:
@@ -482,6 +494,21 @@ def build_plan(
         if len(ids) == 1
     ]
     return Plan(cluster, audit_run, scope, plans, zk_actions, skipped)
+
+
+def _split_entry(f: dict[str, Any], zk_id: str | None, on_disk: set[str] | None) -> dict[str, Any]:
+    """A topic-id-split in the plan: no file action of its own. With a ZooKeeper ID its replicas that differ from it
+    are topic-id-mismatch findings (acted on there); without one no side can be called right: a decision for a human
+    (which ID to keep), and nothing of the topic is touched."""
+    entry = {k: f.get(k) for k in ("rule", "broker_id", "topic", "partition", "path")}
+    if zk_id:
+        why = "no action of its own: the replicas that differ from ZooKeeper's topic ID are its topic-id-mismatches"
+        return entry | {"why": why}
+    why = (
+        "a decision for a human: ZooKeeper has no topic ID for the topic and its replicas hold several; which one to "
+        "keep is not the plan's to choose, so it touches none of them"
+    )
+    return entry | {"why": why, "decision": "which topic ID to keep", "topic_ids": sorted(on_disk or ())}
 
 
 def controller_last(brokers: list[BrokerPlan], controller: int | None) -> list[BrokerPlan]:
