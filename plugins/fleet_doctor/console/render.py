@@ -1,0 +1,548 @@
+"""The Kafka fleet view's HTML: the fleet page and the repair DAG's pre-filled trigger page. Server-rendered, no
+external JS or CSS; everything that came from a broker or the store is escaped (``html.escape`` in text and
+attributes, ``script_json`` for data in a script). Scripts carry the response's CSP nonce.
+
+The pages live one level under Airflow's root (``<base>/kafka-fleet/``), shown by Airflow in a sandboxed iframe
+(no top navigation, no popups): links into Airflow's own pages carry ``data-airflow-link`` and are opened in the
+Airflow window by pushing the URL into its history and announcing it with a ``popstate`` event, which Airflow's
+router follows (``NAV_JS``); without a parent window they are plain links."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote
+
+from fleet_doctor.audit.report import _svg_history as svg_history  # the audit report's chart, one implementation
+from fleet_doctor.console.data import (
+    FleetView,
+    RepairScope,
+    broker_label,
+    cluster_name,
+    distinct,
+    is_repairable,
+    matrix,
+)
+from fleet_doctor.finding_groups import FindingGroup
+from fleet_doctor.rules import SEVERITY_ORDER
+
+REPAIR_DAG = "kafka_fleet_repair"
+AUDIT_DAG = "kafka_fleet_audit"
+MAX_FILES = 200  # files listed per group (the count says how many there are)
+MAX_TOPICS = 5
+STATUSES = ("new", "persisting", "unverified", "resolved")
+
+e = html.escape
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that is safe inside a ``<script>`` element (no ``</script>``, no ``<!--``)."""
+    text = json.dumps(value)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+CSS = """
+:root{color-scheme:light}
+body{font-family:system-ui,sans-serif;margin:1rem 1.5rem;color:#1d232a;background:#fff;font-size:14px}
+h1{font-size:1.35rem;margin:.2rem 0 .6rem} h2{font-size:1.1rem;margin:1.6rem 0 .5rem}
+a{color:#0b5cad} nav a{margin-right:1rem}
+table{border-collapse:collapse;width:100%;font-size:.85rem}
+th,td{border-bottom:1px solid #ddd;padding:.3rem .45rem;text-align:left;vertical-align:top}
+th{background:#f3f5f7} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.msg,.mono{font-family:ui-monospace,monospace;font-size:.78rem;word-break:break-all}
+.critical{color:#b00020;font-weight:600}.warning{color:#a15c00}.info{color:#00668a}
+.cards{display:flex;flex-wrap:wrap;gap:.6rem;margin:.6rem 0}
+.card{border:1px solid #ddd;border-radius:6px;padding:.4rem .8rem;min-width:5rem}.card b{font-size:1.3rem;display:block}
+.alert{border-left:4px solid #b00020;background:#fdf0f2;padding:.4rem .8rem;margin:.5rem 0}
+.note{border-left:4px solid #a15c00;background:#fff8ec;padding:.4rem .8rem;margin:.5rem 0}
+.muted{color:#5f6b76} details summary{cursor:pointer;color:#0b5cad}
+.legend span{margin-right:1rem}.sw{display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;vertical-align:-1px}
+.sw.critical{background:#c0392b}.sw.warning{background:#e67e22}.sw.info{background:#7f8c8d}
+td.topics{max-width:12rem;word-break:break-word} td.example{width:45%} td.nowrap{white-space:nowrap}
+.scroll{overflow-x:auto} .scroll td:first-child{white-space:nowrap}
+.cell-critical{background:#f9d9dd}.cell-warning{background:#fde9cf}.cell-info{background:#e3f1f6}
+form label{display:block;margin:.7rem 0 .2rem;font-weight:600} form .hint{font-weight:400;color:#5f6b76}
+input[type=text]{width:100%;max-width:42rem;padding:.3rem;font:inherit;box-sizing:border-box}
+.check{display:flex;gap:.5rem;align-items:flex-start;margin:.7rem 0} .check label{margin:0}
+button{font:inherit;padding:.45rem 1.1rem;margin-top:1rem;cursor:pointer}
+pre{background:#f3f5f7;padding:.6rem;max-width:42rem;overflow:auto}
+"""
+
+NAV_JS = """
+(() => {
+  "use strict";
+  const airflowBase = new URL("../", document.baseURI);  // these pages live one level under Airflow's root
+  function open(url) {
+    // Airflow shows this page in a sandboxed iframe that may not navigate the top window: push the URL into the
+    // Airflow window's history (same origin) and announce it; its router follows popstate like a Back/Forward.
+    let top;
+    try {
+      top = window.top;
+      if (top === window || top.location.origin !== window.location.origin) return false;
+    } catch (err) {
+      return false;
+    }
+    try {
+      const st = top.history.state;
+      const idx = st && typeof st.idx === "number" ? st.idx + 1 : 0;
+      top.history.pushState({usr: null, key: Math.random().toString(36).slice(2, 10), idx}, "", url);
+      top.dispatchEvent(new PopStateEvent("popstate", {state: top.history.state}));
+      return true;
+    } catch (err) {
+      return false;
+    }
+  }
+  window.kafkaFleet = {url: (path) => new URL(path, airflowBase).href, open};
+  document.addEventListener("click", (ev) => {
+    const a = ev.target instanceof Element ? ev.target.closest("a[data-airflow-link]") : null;
+    if (!a || ev.defaultPrevented || ev.button !== 0 || ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.altKey) return;
+    if (open(a.href)) ev.preventDefault();  // else: a plain link (this frame, or the page when not framed)
+  });
+})();
+"""
+
+PENDING_JS = """
+(() => {
+  "use strict";
+  const out = document.querySelector('[data-testid="required-actions-count"]');
+  if (!out) return;
+  const url = kafkaFleet.url(`api/v2/dags/${DAG}/dagRuns/~/hitlDetails?response_received=false&limit=1`);
+  fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"}})
+    .then((r) => (r.ok ? r.json() : Promise.reject(new Error(String(r.status)))))
+    .then((d) => {
+      out.dataset.count = String(d.total_entries);
+      out.textContent = `(${d.total_entries} pending)`;
+    })
+    .catch(() => { out.textContent = ""; });
+})();
+"""
+
+REPAIR_JS = """
+(() => {
+  "use strict";
+  const form = document.querySelector('[data-testid="repair-form"]');
+  const preview = document.querySelector('[data-testid="repair-conf"]');
+  const status = document.querySelector('[data-testid="repair-status"]');
+  const button = document.querySelector('[data-testid="trigger-repair"]');
+  const runLink = document.querySelector('[data-testid="repair-run-link"]');
+  const list = (name) => form.elements[name].value.split(",").map((s) => s.trim()).filter(Boolean);
+  function ids(name) {
+    const bad = list(name).filter((b) => !/^[0-9]+$/.test(b));
+    if (bad.length) throw new Error(`${name}: not a broker id: ${bad.join(", ")}`);
+    return list(name).map(Number);
+  }
+  function conf() {
+    return {
+      audit_run: form.elements.audit_run.value.trim() || "latest",
+      rules: list("rules"),
+      brokers: ids("brokers"),
+      topics: list("topics"),
+      hold_out: ids("hold_out"),
+      include_internal: form.elements.include_internal.checked,
+      dry_run: form.elements.dry_run.checked,
+    };
+  }
+  function refresh() {
+    try {
+      preview.textContent = JSON.stringify(conf(), null, 2);
+      status.textContent = "";
+      button.disabled = false;
+    } catch (err) {
+      status.textContent = err.message;
+      button.disabled = true;
+    }
+  }
+  function detail(text) {
+    try {
+      const d = JSON.parse(text).detail;
+      return typeof d === "string" ? d : JSON.stringify(d);
+    } catch (err) {
+      return text.slice(0, 300);
+    }
+  }
+  form.addEventListener("input", refresh);
+  form.addEventListener("change", refresh);
+  refresh();
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    let body;
+    try {
+      body = {logical_date: null, conf: conf()};
+    } catch (err) {
+      status.textContent = err.message;
+      return;
+    }
+    button.disabled = true;
+    status.textContent = "Triggering…";
+    try {
+      const r = await fetch(kafkaFleet.url(`api/v2/dags/${DAG}/dagRuns`), {
+        method: "POST",
+        credentials: "same-origin",  // Airflow's UI authenticates its API calls the same way: the _token cookie
+        headers: {"Content-Type": "application/json", Accept: "application/json"},
+        body: JSON.stringify(body),
+      });
+      const text = await r.text();
+      if (!r.ok) throw new Error(`Airflow refused the trigger (HTTP ${r.status}): ${detail(text)}`);
+      const run = JSON.parse(text);
+      const url = kafkaFleet.url(`dags/${DAG}/runs/${encodeURIComponent(run.dag_run_id)}`);
+      status.dataset.runId = run.dag_run_id;
+      status.textContent = `Triggered ${DAG} run ${run.dag_run_id}.`;
+      runLink.href = url;
+      runLink.hidden = false;
+      if (!kafkaFleet.open(url)) window.location.assign(url);
+    } catch (err) {
+      status.textContent = err.message;
+      button.disabled = false;
+    }
+  });
+})();
+"""
+
+
+def _script(nonce: str, code: str, **consts: Any) -> str:
+    head = "".join(f"const {k} = {script_json(v)};\n" for k, v in consts.items())
+    body = f"(() => {{\n{head}{code}}})();" if consts else code
+    return f'<script nonce="{e(nonce)}">{body}</script>'
+
+
+def _page(title: str, body: str, nonce: str, scripts: Iterable[str] = ()) -> str:
+    return (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(title)}</title>"
+        f"<meta name='referrer' content='same-origin'><style>{CSS}</style></head><body>{body}"
+        + _script(nonce, NAV_JS)
+        + "".join(scripts)
+        + "</body></html>\n"
+    )
+
+
+def airflow_link(path: str, text: str, testid: str = "", extra: str = "") -> str:
+    """A link to an Airflow UI page (``path`` relative to Airflow's root, already URL-encoded), opened in the
+    Airflow window."""
+    tid = f' data-testid="{e(testid)}"' if testid else ""
+    return f'<a href="../{e(path)}" data-airflow-link{tid}{extra}>{text}</a>'
+
+
+def run_path(dag_id: str, run_id: str) -> str:
+    return f"dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def _age(finished_at: Any, now: dt.datetime) -> str:
+    try:
+        when = dt.datetime.strptime(str(finished_at), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return ""
+    s = int((now - when).total_seconds())
+    if s < 0:
+        return ""
+    if s < 120:
+        return f"{s} s ago"
+    if s < 7200:
+        return f"{s // 60} min ago"
+    if s < 172800:
+        return f"{s // 3600} h ago"
+    return f"{s // 86400} days ago"
+
+
+def _brokers(ids: Any) -> str:
+    return ", ".join(e(str(b)) for b in ids or []) or "none"
+
+
+def _latest(view: FleetView, now: dt.datetime) -> str:
+    s = view.summary or {}
+    run = str(s.get("audit_run") or view.latest)
+    by_sev = s.get("by_severity") or {}
+    by_status = s.get("by_status") or {}
+    out = ["<section id='latest'><h2>Latest audit</h2>"]
+    age = _age(s.get("finished_at"), now)
+    out.append(
+        f"<p>Run <span class='mono' data-testid='audit-run'>{e(run)}</span>, finished "
+        f"{e(str(s.get('finished_at') or 'at an unknown time'))}{f' ({e(age)})' if age else ''}. "
+        f"<a href='reports/{quote(run, safe='')}.html' data-testid='report-link'>Full report</a></p>"
+    )
+    if view.missing_summary:
+        out.append(
+            f"<p class='note'>The summary of this run (reports/{e(run)}.json) is not in the store: the run was "
+            "published only in part. Its findings are shown as the history has them.</p>"
+        )
+    out.append("<div class='cards'>")
+    for sev in SEVERITY_ORDER:
+        n = int(by_sev.get(sev, 0))
+        out.append(f"<div class='card' data-testid='count-{sev}'><b class='{sev}'>{n}</b>{sev}</div>")
+    for st in ("new", "resolved", "unverified"):
+        out.append(f"<div class='card' data-testid='count-{st}'><b>{int(by_status.get(st, 0))}</b>{st}</div>")
+    out.append("</div>")
+    out.append(f"<p data-testid='audited'>Brokers audited: {_brokers(s.get('audited'))}.</p>")
+    if s.get("not_audited"):
+        out.append(
+            f"<p class='alert' data-testid='not-audited'>Not audited (could not be reached): broker(s) "
+            f"{_brokers(s['not_audited'])}. Their earlier findings are carried as <i>unverified</i>.</p>"
+        )
+    if s.get("out_of_scope"):
+        out.append(
+            f"<p class='note' data-testid='out-of-scope'>Out of this run's scope: broker(s) "
+            f"{_brokers(s['out_of_scope'])}. A repair plans from the newest whole-fleet run.</p>"
+        )
+    registry = "the metadata log" if s.get("metadata_mode") == "kraft" else "ZooKeeper"
+    for label, key in (
+        (f"In the inventory, not registered in {registry}", "only_in_inventory"),
+        (f"Registered in {registry}, not in the inventory", "only_in_zookeeper"),
+        ("Fenced by the controller", "fenced"),
+    ):
+        if s.get(key):
+            out.append(f"<p class='note'>{e(label)}: broker(s) {_brokers(s[key])}.</p>")
+    for key, label in (("zookeeper_error", "ZooKeeper"), ("metadata_error", "Cluster metadata not read")):
+        if s.get(key):
+            out.append(f"<p class='alert'>{e(label)}: {e(str(s[key]))}</p>")
+    skipped = s.get("rules_skipped") or {}
+    if skipped:
+        items = "".join(f"<li>{e(str(r))}: {e(str(why))}</li>" for r, why in sorted(skipped.items()))
+        out.append(f"<details><summary>{len(skipped)} rule(s) not evaluated</summary><ul>{items}</ul></details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _matrix(groups: list[FindingGroup]) -> str:
+    columns, rows = matrix(groups)
+    out = ["<section id='matrix'><h2>Findings by rule and broker</h2>"]
+    out.append(
+        "<div class='scroll'><table data-testid='matrix'><tr><th>rule</th>"
+        + "".join(f"<th class='num'>{'cluster' if c == 'cluster' else 'broker ' + e(c)}</th>" for c in columns)
+        + "</tr>"
+    )
+    for rule, cells in rows.items():
+        tds = []
+        for c in columns:
+            if c in cells:
+                n, sev = cells[c]
+                tds.append(f"<td class='num cell-{e(sev)}' title='{e(sev)}'>{n}</td>")
+            else:
+                tds.append("<td></td>")
+        out.append(f"<tr><td>{e(rule)}</td>{''.join(tds)}</tr>")
+    out.append("</table></div></section>")
+    return "".join(out)
+
+
+def _files(group: FindingGroup) -> str:
+    files = distinct(group.paths)
+    items = "".join(
+        f"<li class='mono'>{e(p or '(no file)')}{f' <span class=muted>×{n}</span>' if n > 1 else ''}</li>"
+        for p, n in files[:MAX_FILES]
+    )
+    more = f"<li class='muted'>… and {len(files) - MAX_FILES} more</li>" if len(files) > MAX_FILES else ""
+    label = f"{len(files)} file{'s' if len(files) != 1 else ''}"
+    return f"<details data-testid='group-files'><summary>{label}</summary><ul>{items}{more}</ul></details>"
+
+
+def _topics(group: FindingGroup) -> str:
+    topics = group.topics
+    shown = ", ".join(e(t) for t in topics[:MAX_TOPICS])
+    return shown + (f" <span class='muted'>+{len(topics) - MAX_TOPICS} more</span>" if len(topics) > MAX_TOPICS else "")
+
+
+def repair_link(group: FindingGroup) -> str:
+    scope = RepairScope.of_group(group)
+    where = "the cluster" if group.broker_id is None else f"broker {group.broker_id}"
+    title = f"Plan a repair of {group.rule} on {where}" + (f", {len(scope.topics)} topic(s)" if scope.topics else "")
+    return f"<a href='repair?{e(scope.query())}' data-testid='repair-link' title='{e(title)}'>Repair…</a>"
+
+
+def _group_rows(groups: list[FindingGroup], *, actions: bool) -> str:
+    rows = []
+    for g in groups:
+        statuses = g.statuses
+        status = ", ".join(f"{statuses[st]} {st}" for st in STATUSES if statuses.get(st))
+        parts = g.partitions
+        action = ""
+        if actions:
+            link = repair_link(g) if is_repairable(g) else "<span class='muted'>report only</span>"
+            action = f"<td class='nowrap'>{link}</td>"
+        rows.append(
+            f"<tr data-testid='finding-group' data-broker='{e(broker_label(g.broker_id))}' data-rule='{e(g.rule)}' "
+            f"data-count='{g.count}' data-severity='{e(g.severity)}'>"
+            f"<td class='{e(g.severity)}'>{e(g.severity)}</td><td>{e(broker_label(g.broker_id))}</td>"
+            f"<td class='nowrap'>{e(g.rule)}</td><td class='num'>{g.count}</td>"
+            f"<td class='num'>{parts or ''}</td><td class='topics'>{_topics(g)}</td><td>{e(status)}</td>"
+            f"<td class='example'><div class='msg'>{e(g.example)}</div>{_files(g)}</td>{action}</tr>"
+        )
+    return "".join(rows)
+
+
+def _groups(view: FleetView) -> str:
+    groups = view.groups
+    out = ["<section id='findings'><h2>Findings</h2>"]
+    if not groups:
+        out.append("<p data-testid='no-findings'>No findings in the latest audit.</p></section>")
+        return "".join(out)
+    total = sum(g.count for g in groups)
+    out.append(
+        f"<p class='muted'>{total} finding(s) in {len(groups)} group(s): one row per broker, rule and cause, "
+        "the files behind each. <i>Repair…</i> opens the repair DAG's trigger, pre-filled with the group's rule, "
+        "broker and topics; nothing changes on a broker before a person approves the plan.</p>"
+    )
+    out.append(
+        "<table data-testid='finding-groups'><tr><th>severity</th><th>broker</th><th>rule</th>"
+        "<th class='num'>findings</th><th class='num'>partitions</th><th>topics</th><th>status</th>"
+        "<th>example and files</th><th></th></tr>"
+    )
+    out.append(_group_rows(groups, actions=True))
+    out.append("</table></section>")
+    return _matrix(groups) + "".join(out)
+
+
+def _resolved(view: FleetView) -> str:
+    groups = view.resolved
+    previous = (view.summary or {}).get("previous_run")
+    since = f" (run <span class='mono'>{e(str(previous))}</span>)" if previous else ""
+    out = [f"<section id='resolved'><h2>Resolved since the previous run{since}</h2>"]
+    if not groups:
+        out.append("<p data-testid='no-resolved'>Nothing resolved.</p></section>")
+        return "".join(out)
+    total = sum(g.count for g in groups)
+    out.append(
+        f"<details{' open' if len(groups) <= 20 else ''}><summary>{total} finding(s) in {len(groups)} group(s)"
+        "</summary><table data-testid='resolved-groups'><tr><th>severity</th><th>broker</th><th>rule</th>"
+        "<th class='num'>findings</th><th class='num'>partitions</th><th>topics</th><th>status</th>"
+        "<th>example and files</th></tr>"
+    )
+    rows = _group_rows(groups, actions=False)
+    out.append(rows.replace("data-testid='finding-group'", "data-testid='resolved-group'"))
+    out.append("</table></details></section>")
+    return "".join(out)
+
+
+def _trend(view: FleetView, last: int) -> str:
+    runs = view.runs[-last:]
+    out = [f"<section id='trend'><h2>Trend: the last {len(runs)} run(s)</h2>"]
+    out.append(f"<div data-testid='trend'>{svg_history(runs)}</div>")
+    out.append(
+        "<p class='legend'>"
+        + "".join(f"<span><i class='sw {s}'></i>{s}</span>" for s in SEVERITY_ORDER)
+        + "<span class='muted'>unverified findings (brokers not audited) are not counted</span></p>"
+    )
+    out.append(
+        "<details><summary>runs</summary><table data-testid='runs'><tr><th>run</th><th>finished</th>"
+        + "".join(f"<th class='num'>{s}</th>" for s in SEVERITY_ORDER)
+        + "<th class='num'>new</th><th class='num'>resolved</th><th>not audited</th><th>out of scope</th></tr>"
+    )
+    for r in reversed(runs):
+        sev, st = r.get("by_severity") or {}, r.get("by_status") or {}
+        out.append(
+            f"<tr data-testid='run' data-run='{e(str(r['audit_run']))}'><td class='mono'>{e(str(r['audit_run']))}</td>"
+            f"<td>{e(str(r.get('finished_at') or ''))}</td>"
+            + "".join(f"<td class='num'>{int(sev.get(s, 0))}</td>" for s in SEVERITY_ORDER)
+            + f"<td class='num'>{int(st.get('new', 0))}</td><td class='num'>{int(st.get('resolved', 0))}</td>"
+            f"<td>{_brokers(r.get('not_audited')) if r.get('not_audited') else ''}</td>"
+            f"<td>{_brokers(r.get('out_of_scope')) if r.get('out_of_scope') else ''}</td></tr>"
+        )
+    out.append("</table></details></section>")
+    return "".join(out)
+
+
+def _nav() -> str:
+    return (
+        "<nav>"
+        + airflow_link(
+            f"dags/{REPAIR_DAG}/required_actions",
+            "Pending approvals",
+            "required-actions-link",
+        )
+        + " <span data-testid='required-actions-count' class='muted'></span> "
+        + airflow_link(f"dags/{REPAIR_DAG}", "Repair DAG")
+        + airflow_link(f"dags/{AUDIT_DAG}", "Audit DAG")
+        + airflow_link("required_actions", "All required actions")
+        + "</nav>"
+    )
+
+
+def fleet_page(view: FleetView, nonce: str, *, last: int = 30, now: dt.datetime | None = None) -> str:
+    """The fleet page: the latest audit, its findings grouped, what was resolved, the trend over the last runs."""
+    now = now or dt.datetime.now(dt.UTC)
+    scripts = [_script(nonce, PENDING_JS, DAG=REPAIR_DAG)]
+    if view.summary is None:
+        body = (
+            "<main data-testid='kafka-fleet'><h1>Kafka fleet</h1>"
+            + _nav()
+            + f"<p data-testid='no-audit'>No audit has been published in <span class='mono'>{e(view.store_url)}</span>"
+            " yet: run the " + airflow_link(f"dags/{AUDIT_DAG}", AUDIT_DAG) + " DAG.</p></main>"
+        )
+        return _page("Kafka fleet", body, nonce, scripts)
+    cluster = cluster_name(view.summary)
+    run = str(view.summary.get("audit_run") or view.latest)
+    body = (
+        f"<main data-testid='kafka-fleet' data-cluster='{e(cluster)}' data-audit-run='{e(run)}'>"
+        f"<h1>Kafka fleet: cluster <span data-testid='cluster'>{e(cluster)}</span></h1>"
+        + _nav()
+        + _latest(view, now)
+        + _groups(view)
+        + _resolved(view)
+        + _trend(view, last)
+        + f"<p class='muted'>Read from <span class='mono'>{e(view.store_url)}</span>.</p></main>"
+    )
+    return _page(f"Kafka fleet: {cluster}", body, nonce, scripts)
+
+
+def error_page(message: str, nonce: str) -> str:
+    body = (
+        "<main data-testid='kafka-fleet'><h1>Kafka fleet</h1>"
+        + _nav()
+        + f"<p class='alert' data-testid='error'>{e(message)}</p></main>"
+    )
+    return _page("Kafka fleet", body, nonce)
+
+
+def _text(name: str, label: str, hint: str, value: str) -> str:
+    return (
+        f"<label for='{name}'>{e(label)} <span class='hint'>{e(hint)}</span></label>"
+        f"<input type='text' id='{name}' name='{name}' value='{e(value)}' autocomplete='off' spellcheck='false'>"
+    )
+
+
+def _check(name: str, label: str, hint: str, checked: bool) -> str:
+    return (
+        f"<div class='check'><input type='checkbox' id='{name}' name='{name}'{' checked' if checked else ''}>"
+        f"<label for='{name}'>{e(label)} <span class='hint'>{e(hint)}</span></label></div>"
+    )
+
+
+def repair_page(scope: RepairScope, problems: list[str], nonce: str) -> str:
+    """The repair DAG's trigger form, pre-filled from ``scope``; its script posts the run to Airflow's REST API as
+    the logged-in user and opens the new run."""
+    problems_html = "".join(f"<p class='alert'>{e(p)}</p>" for p in problems)
+    body = (
+        "<main data-testid='kafka-fleet-repair'><p>"
+        + "<a href='./'>← Kafka fleet</a></p>"
+        + f"<h1>Trigger <span class='mono'>{REPAIR_DAG}</span></h1>"
+        + "<p>This starts a repair <b>plan</b> for the scope below. Nothing changes on a broker until a person "
+        "approves the plan in " + airflow_link(f"dags/{REPAIR_DAG}/required_actions", "Required Actions") + ", where "
+        "the approval shows exactly which files are backed up and removed and the restart order. Empty fields mean "
+        "all (every repairable rule, every broker, every topic).</p>"
+        + problems_html
+        + "<form data-testid='repair-form' autocomplete='off'>"
+        + _text("audit_run", "Audit run", "(an audit run id, or latest: the newest whole-fleet audit)", scope.audit_run)
+        + _text("rules", "Rules", "(comma-separated rule ids)", ", ".join(scope.rules))
+        + _text("brokers", "Brokers", "(comma-separated broker ids)", ", ".join(map(str, scope.brokers)))
+        + _text("topics", "Topics", "(comma-separated)", ", ".join(scope.topics))
+        + _text("hold_out", "Hold out", "(broker ids left out of this run)", "")
+        + _check(
+            "include_internal",
+            "Include internal topics",
+            "(__consumer_offsets, __transaction_state)",
+            scope.include_internal,
+        )
+        + _check(
+            "dry_run",
+            "Dry run",
+            "(do every read and check and log the commands, change nothing on a broker)",
+            scope.dry_run,
+        )
+        + "<p class='muted'>The other settings (pauses, health polls, ISR timeout) keep the DAG's defaults. "
+        "Run conf sent:</p><pre data-testid='repair-conf'></pre>"
+        + "<button type='submit' data-testid='trigger-repair'>Trigger repair plan</button> "
+        "<p data-testid='repair-status' role='status'></p>"
+        "<p><a data-testid='repair-run-link' data-airflow-link hidden>Open the run</a></p>"
+        "</form></main>"
+    )
+    return _page("Kafka fleet: repair", body, nonce, [_script(nonce, REPAIR_JS, DAG=REPAIR_DAG)])
