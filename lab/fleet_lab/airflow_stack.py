@@ -1,7 +1,8 @@
-"""A live Airflow on 127.0.0.1: api-server, scheduler and dag-processor as separate processes, and a small
-REST client for what the repair's acceptance tests and the operator's scripts do through the API: trigger a
-DAG, watch task states, answer a human-in-the-loop request (approve / reject), clear a task to rerun it, each as
-a given user of the simple auth manager (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS``, default ``admin:admin``).
+"""A live Airflow on 127.0.0.1: api-server, scheduler and dag-processor (``bin/dev ui`` adds the triggerer) as
+separate processes, and a small REST client for what the repair's acceptance tests and the operator's scripts do
+through the API: trigger a DAG, watch task states, answer a human-in-the-loop request (approve / reject), clear a
+task to rerun it, each as a given user of the simple auth manager (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS``,
+default ``admin:admin``).
 
     with LiveAirflow(env) as af:                       # env: fleet_lab.demo.airflow_environ(...)
         run = af.trigger("kafka_fleet_repair", {"healthy_polls": 3})
@@ -15,6 +16,10 @@ own session; ``stop()`` ends each by PID (SIGTERM, then SIGKILL for the process 
 The users' passwords are written before the api-server starts (the simple auth manager keeps those it finds in its
 passwords file), together with a viewer, ``fleet_doctor_reader``, whose credentials go into the connection the
 repair's acting tasks read approvals through (``fleet_doctor_airflow_api``, fleet_doctor.repair.approval).
+``passwords`` sets chosen ones (``bin/dev ui``'s ``FLEET_DOCTOR_UI_PASSWORD``).
+
+``start()`` waits until ``/api/v2/monitor/health`` says "healthy" for every component started: the UI's home page
+shows a component green only then (a triggerer that never ran is ``null`` there, and red).
 """
 
 from __future__ import annotations
@@ -38,6 +43,15 @@ from fleet_lab.fleet import descendants
 from fleet_lab.zk_server import free_port, pid_alive
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
+TRIGGERER = "triggerer"  # only for the UI's health badges (and deferrable operators): HITL needs none in 3.3
+UI_COMPONENTS = (*COMPONENTS, TRIGGERER)
+# each component's entry in /api/v2/monitor/health (the api-server answers it; its database check is "metadatabase")
+HEALTH_KEYS = {
+    "api-server": "metadatabase",
+    "scheduler": "scheduler",
+    "dag-processor": "dag_processor",
+    TRIGGERER: "triggerer",
+}
 FINISHED = frozenset({"success", "failed"})
 USERS = "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"
 READER = "fleet_doctor_reader"  # a viewer: reads HITL details for the repair's acting tasks
@@ -62,7 +76,17 @@ def _kill(pids: Iterable[int]) -> None:
 
 
 class LiveAirflow:
-    def __init__(self, env: dict[str, str], port: int | None = None) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        port: int | None = None,
+        components: tuple[str, ...] = COMPONENTS,
+        passwords: dict[str, str] | None = None,
+    ) -> None:
+        unknown = sorted(set(components) - set(HEALTH_KEYS))
+        if unknown:
+            raise AirflowLiveError(f"unknown Airflow component(s) {unknown}: known {sorted(HEALTH_KEYS)}")
+        self.components = components
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.env = dict(env)
@@ -82,19 +106,27 @@ class LiveAirflow:
         self.home = Path(self.env["AIRFLOW_HOME"])
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._tokens: dict[str, str] = {}
-        self.users = self._users()
+        self.users = self._users(passwords or {})
 
-    def _users(self) -> list[str]:
+    @property
+    def passwords_file(self) -> Path:
+        """The simple auth manager's passwords file (JSON: user -> password)."""
+        return self.home / PASSWORDS
+
+    def _users(self, chosen: dict[str, str]) -> list[str]:
         """The configured users plus the reader, each with a password in the simple auth manager's file (kept
-        across restarts), and the approvals connection for the reader; returns the user names, reader last."""
+        across restarts; ``chosen`` ones replace theirs), and the approvals connection for the reader; returns the
+        user names, reader last."""
         users = [u.split(":")[0] for u in (self.env.get(USERS) or "admin:admin").split(",") if u.strip()]
         if READER not in users:
             self.env[USERS] = ",".join([self.env.get(USERS) or "admin:admin", f"{READER}:viewer"])
             users.append(READER)
         self.home.mkdir(parents=True, exist_ok=True)
-        file = self.home / PASSWORDS
+        file = self.passwords_file
         passwords = json.loads(file.read_text()) if file.is_file() else {}
         passwords.update({u: secrets.token_urlsafe(12) for u in users if u not in passwords})
+        passwords.update({u: pw for u, pw in chosen.items() if u in users})
+        file.touch(mode=0o600)
         file.write_text(json.dumps(passwords) + "\n")
         conn = {"conn_type": "http", "host": self.base, "login": READER, "password": passwords[READER]}
         self.env.setdefault("AIRFLOW_CONN_FLEET_DOCTOR_AIRFLOW_API", json.dumps(conn))
@@ -102,7 +134,7 @@ class LiveAirflow:
 
     # ---- processes
     def start(self, timeout: float = 180.0) -> LiveAirflow:
-        for name in COMPONENTS:
+        for name in self.components:
             self.start_component(name)
         self._wait_healthy(timeout)
         return self
@@ -123,6 +155,10 @@ class LiveAirflow:
         finally:
             log.close()
 
+    def pids(self) -> dict[str, list[int]]:
+        """Each running component's process and everything it forked now (task runners, gunicorn workers)."""
+        return {name: [p.pid, *descendants(p.pid)] for name, p in self.procs.items()}
+
     def kill_component(self, name: str) -> list[int]:
         """SIGKILL a component and everything it forked (a crashed worker: task runners included)."""
         proc = self.procs.pop(name)
@@ -141,9 +177,12 @@ class LiveAirflow:
             try:
                 with urllib.request.urlopen(f"{self.base}/api/v2/monitor/health", timeout=5) as r:
                     health = json.loads(r.read())
-                if health.get("scheduler", {}).get("status") == "healthy":
+                waiting = {
+                    HEALTH_KEYS[name]: (health.get(HEALTH_KEYS[name]) or {}).get("status") for name in self.components
+                }
+                if all(status == "healthy" for status in waiting.values()):
                     return
-                last = json.dumps(health)
+                last = ", ".join(f"{key} {status}" for key, status in waiting.items() if status != "healthy")
             except (OSError, ValueError) as e:
                 last = str(e)
             time.sleep(1)
@@ -183,7 +222,7 @@ class LiveAirflow:
         """A JWT of ``user`` (default: the first configured user)."""
         user = user or self.users[0]
         if user not in self._tokens:
-            password = json.loads((self.home / PASSWORDS).read_text())[user]
+            password = json.loads(self.passwords_file.read_text())[user]
             body = {"username": user, "password": password}
             self._tokens[user] = self.api("POST", "/auth/token", body, auth=False)["access_token"]
         return self._tokens[user]

@@ -1,9 +1,13 @@
 """The embedded default: Airflow (SQLite) + the fleet lab + Spark local, for the demo and the end-to-end tests.
 
     python -m fleet_lab.demo demo|env|audit [--home DIR] [--lab DIR] [--data DIR]
+    python -m fleet_lab.demo ui [--scenario demo|seed-004|seed-000] [--port N] [--home DIR] [--lab DIR] [--data DIR]
 
 ``demo`` brings up a 3-broker lab, injects incidents on different brokers, runs the audit DAG once with
-``airflow dags test`` and prints the summary and where the report is. ``airflow_environ()`` is the process
+``airflow dags test`` and prints the summary and where the report is. ``ui`` (``bin/dev ui``) brings up the same lab
+(or a seed report's scenario), a live Airflow on 127.0.0.1 (api-server, scheduler, dag-processor, triggerer), runs
+one audit through the scheduler, prints the URL, the user and where the password is, and stays up until Ctrl-C
+(SIGINT or SIGTERM), then stops every process it started. ``airflow_environ()`` is the process
 environment every ``airflow`` command here runs with: its own AIRFLOW_HOME, the repo's dags/ and plugins/,
 SQLite, the lab's SSH and ZooKeeper connections, ``spark_default`` on ``local[2]``, the audit settings.
 """
@@ -14,16 +18,25 @@ import argparse
 import json
 import os
 import shlex
+import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from fleet_doctor.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 AUDIT_DAG = "kafka_fleet_audit"
+REPAIR_DAG = "kafka_fleet_repair"
+# ui: a fixed port, so that a bookmark keeps working (8080 is often taken); FLEET_DOCTOR_UI_PORT or --port
+UI_PORT = 28080
+UI_SCENARIOS = ("demo", "seed-004", "seed-000")  # demo: DEMO_INCIDENTS; seed-*: fleet_lab.incidents.SCENARIOS
+UI_DIR = REPO / ".fleet-doctor" / "ui"  # ui's own Airflow home and data store, started afresh by every `bin/dev ui`
 DEMO_INCIDENTS: list[tuple[str, dict[str, Any]]] = [
     # (incident, options): spread over the brokers, every one a different rule
     ("old-client-add-partitions", {"topic": "payments", "partitions": 5}),
@@ -120,7 +133,8 @@ def demo(home: Path, lab_dir: Path, data: Path, keep_lab: bool = False) -> int:
             print(f"[demo] fleet lab stopped (keep it up with --keep-lab; then: bin/fleet-lab status --dir {lab_dir})")
 
 
-def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) -> int:
+def inject_demo_incidents(state: Any, tag: str = "demo") -> None:
+    """The demo's incidents (``DEMO_INCIDENTS``), each said as it is injected."""
     from fleet_lab.incidents import inject
 
     for name, opts in DEMO_INCIDENTS:
@@ -130,7 +144,11 @@ def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) ->
             for k, v in (("broker", done.broker_id), ("topic", done.topic), ("partition", done.partition))
             if v is not None
         )
-        print(f"[demo] injected {name} ({where}) -> rule {done.rule}", flush=True)
+        print(f"[{tag}] injected {name} ({where}) -> rule {done.rule}", flush=True)
+
+
+def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) -> int:
+    inject_demo_incidents(state)
     env = airflow_environ(home, lab_dir, data)
     print(f"[demo] Airflow home {home} (SQLite); running the {AUDIT_DAG} DAG with `airflow dags test`", flush=True)
     prepare(env)
@@ -146,22 +164,210 @@ def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) ->
     return 0
 
 
+def first_audit(af: Any, timeout: float = 900) -> tuple[str, str]:
+    """One audit through the scheduler: the audit DAG is unpaused at creation, so the scheduler runs its latest
+    nightly interval right away (what a fresh deployment does); when it has not within a minute, one is triggered.
+    Returns the run id and its final state, once no other audit run is still going (a manual one and the nightly
+    one may both run)."""
+    af.wait_dag(AUDIT_DAG)
+    deadline = time.monotonic() + 60
+    runs: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not runs:
+        runs = af.runs(AUDIT_DAG)
+        if not runs:
+            time.sleep(2)
+    run = str(runs[0]["dag_run_id"]) if runs else af.trigger(AUDIT_DAG)
+    state = af.wait_run(AUDIT_DAG, run, timeout)
+    while any(r["state"] not in ("success", "failed") for r in af.runs(AUDIT_DAG)):
+        time.sleep(2)
+    return run, state
+
+
+class _Stop(Exception):
+    """SIGINT or SIGTERM: ``ui`` leaves what it is doing and stops everything it started."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signal.Signals(signum).name)
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _start_afresh(home: Path, data: Path) -> None:
+    """ui's own Airflow home and data store emptied (the lab is new, so is its history); the users' passwords kept."""
+    from fleet_lab.airflow_stack import PASSWORDS
+
+    if home.is_dir():
+        for entry in home.iterdir():
+            if entry.name != PASSWORDS:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    if data.is_dir():
+        shutil.rmtree(data)
+
+
+def ui(
+    home: Path,
+    lab_dir: Path,
+    data: Path,
+    scenario: str = "demo",
+    port: int = UI_PORT,
+    password: str | None = None,
+    afresh: bool = False,
+) -> int:
+    """``bin/dev ui``: the lab with ``scenario``'s incidents, a live Airflow on 127.0.0.1:``port`` with one audit
+    done, until SIGINT or SIGTERM; then every process it started is stopped (Airflow's by PID, then the lab's).
+    ``password``: the first user's (else generated, in the simple auth manager's passwords file). ``afresh``:
+    empty ``home`` and ``data`` first (ui's own default dirs)."""
+    if scenario not in UI_SCENARIOS:
+        print(f"[ui] unknown scenario {scenario!r}: one of {', '.join(UI_SCENARIOS)}", file=sys.stderr)
+        return 2
+    if _port_taken(port):
+        print(
+            f"[ui] 127.0.0.1:{port} is taken (another `bin/dev ui`?): choose another with --port or "
+            "FLEET_DOCTOR_UI_PORT",
+            file=sys.stderr,
+        )
+        return 2
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _ui(home, lab_dir, data, scenario, port, password, afresh)
+    except _Stop as e:
+        print(f"[ui] {e}: stopped", flush=True)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ui(home: Path, lab_dir: Path, data: Path, scenario: str, port: int, password: str | None, afresh: bool) -> int:
+    from fleet_lab import fleet
+    from fleet_lab.airflow_stack import UI_COMPONENTS, AirflowLiveError, LiveAirflow
+    from fleet_lab.incidents import SCENARIOS, run_scenario
+
+    t0 = time.monotonic()
+    if afresh:
+        _start_afresh(home, data)
+    if fleet.is_up(lab_dir):
+        fleet.down(lab_dir)
+    version = SCENARIOS[scenario][0] if scenario in SCENARIOS else fleet.DEFAULT_VERSION
+    print(f"[ui] bringing up the fleet lab (3 brokers, Kafka {version}) in {lab_dir}", flush=True)
+    state = fleet.up(lab_dir, brokers=3, kafka_version=version)
+    af: LiveAirflow | None = None
+    try:
+        if scenario == "demo":
+            inject_demo_incidents(state, "ui")
+        else:
+            for step in run_scenario(state, scenario):
+                print(f"[ui] {scenario}: {step.step}: {'as reported' if step.ok else 'NOT as reported'}", flush=True)
+        env = airflow_environ(home, lab_dir, data)
+        prepare(env)
+        user = (env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS") or "admin:admin").split(",")[0].split(":")[0]
+        af = LiveAirflow(env, port, UI_COMPONENTS, {user: password} if password else None)
+        print(f"[ui] starting Airflow ({', '.join(UI_COMPONENTS)}) on {af.base}, home {home}", flush=True)
+        try:
+            af.start()
+            print(f"[ui] Airflow is healthy; the {AUDIT_DAG} DAG audits the lab (about a minute)", flush=True)
+            run, audit_state = first_audit(af)
+        except AirflowLiveError as e:
+            print(f"[ui] {e}\n[ui] logs: {home}/*.out", file=sys.stderr)
+            return 1
+        _say_ready(af, user, password is not None, run, audit_state, data, lab_dir, time.monotonic() - t0)
+        return _stay_up(af)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        print("[ui] stopping Airflow and the fleet lab", flush=True)
+        if af is not None:
+            af.stop()
+        fleet.down(lab_dir)
+        print("[ui] every process started is stopped", flush=True)
+
+
+def _say_ready(
+    af: Any, user: str, chosen: bool, run: str, audit_state: str, data: Path, lab_dir: Path, took: float
+) -> None:
+    from fleet_doctor.settings import Settings
+
+    approvers = Settings.from_env(af.env).approvers
+    where = "FLEET_DOCTOR_UI_PASSWORD" if chosen else f"{af.passwords_file} (JSON: user -> password)"
+    audit = f"audit {run}: {audit_state}"
+    summary = latest_summary(data) if audit_state == "success" else None
+    if summary:
+        audit += f"; report {summary['report']}"
+    lines = [
+        f"Airflow UI: {af.base}/",
+        f"  user:     {user}",
+        f"  password: {where}",
+        f"  {audit}" + ("" if audit_state == "success" else " (open the run's task logs in the UI)"),
+        "  approvals: "
+        + (
+            f"only {', '.join(approvers)} (FLEET_DOCTOR_APPROVERS), never on a run they triggered"
+            if approvers
+            else f"any signed-in user, {user} included, on runs they triggered too (FLEET_DOCTOR_APPROVERS unset)"
+        ),
+        "What to click:",
+        "  1. Kafka fleet (in the nav): the latest audit's findings, one row per broker, rule and cause",
+        f"  2. Repair... on a group: the {REPAIR_DAG} DAG's trigger form, pre-filled; Trigger starts the repair run",
+        "  3. Browse -> Required Actions: open the request, read the plan (summary, hash, backups), click Approve",
+        f"  4. the run's grid shows the repair progress; check the lab: bin/fleet-lab status --dir {lab_dir}",
+        "Stop with Ctrl-C: stops Airflow and the fleet lab.",
+    ]
+    print("\n".join(f"[ui] {line}" for line in lines), flush=True)
+    print(f"[ui] ready in {took:.0f} s: {af.base}/", flush=True)
+
+
+def _stay_up(af: Any) -> int:
+    """Until a signal (``_Stop``); 1 when an Airflow component exits on its own."""
+    while True:
+        for name, proc in af.procs.items():
+            if proc.poll() is not None:
+                print(f"[ui] airflow {name} exited {proc.returncode}:\n{af.log_tail(name)}", file=sys.stderr)
+                return 1
+        time.sleep(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m fleet_lab.demo", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     p.add_argument(
         "command",
-        choices=["demo", "env", "audit"],
+        choices=["demo", "env", "audit", "ui"],
         help="demo: lab + incidents + one audit; env: print the environment as shell exports; "
-        "audit: one audit run of the lab at --lab",
+        "audit: one audit run of the lab at --lab; ui: lab + incidents + a live Airflow UI until Ctrl-C",
     )
-    p.add_argument("--home", default=str(REPO / ".fleet-doctor" / "airflow"))
+    p.add_argument(
+        "--home",
+        help=f"Airflow home (default {REPO / '.fleet-doctor' / 'airflow'}; ui: {UI_DIR / 'airflow'}, emptied first)",
+    )
     p.add_argument("--lab", default=str(REPO / ".lab"))
-    p.add_argument("--data", default=str(REPO / ".fleet-doctor" / "data"))
+    p.add_argument(
+        "--data", help=f"data store (default {REPO / '.fleet-doctor' / 'data'}; ui: {UI_DIR / 'data'}, emptied first)"
+    )
     p.add_argument("--keep-lab", action="store_true", help="demo: leave the fleet lab running afterwards")
+    p.add_argument("--scenario", choices=UI_SCENARIOS, default="demo", help="ui: the demo's incidents or a seed report")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("FLEET_DOCTOR_UI_PORT") or UI_PORT),
+        help=f"ui: the api-server's port on 127.0.0.1 (default $FLEET_DOCTOR_UI_PORT, else {UI_PORT})",
+    )
     args = p.parse_args(argv)
-    home, lab_dir, data = Path(args.home).resolve(), Path(args.lab).resolve(), Path(args.data).resolve()
+    ui_cmd = args.command == "ui"
+    home = Path(args.home or (UI_DIR / "airflow" if ui_cmd else REPO / ".fleet-doctor" / "airflow")).resolve()
+    data = Path(args.data or (UI_DIR / "data" if ui_cmd else REPO / ".fleet-doctor" / "data")).resolve()
+    lab_dir = Path(args.lab).resolve()
+    if ui_cmd:
+        password = os.environ.get("FLEET_DOCTOR_UI_PASSWORD") or None
+        return ui(home, lab_dir, data, args.scenario, args.port, password, afresh=not (args.home or args.data))
     if args.command == "demo":
         return demo(home, lab_dir, data, keep_lab=args.keep_lab)
     env = airflow_environ(home, lab_dir, data)
