@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from fleet_doctor import inventory
+from fleet_doctor.repair import tasks
 from fleet_doctor.repair.executor import Executor
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan
 from fleet_doctor.repair.progress import Progress, heartbeat, pause
+from fleet_doctor.settings import Settings
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_lab import fleet
 from harness.repair_lab import FAST
@@ -41,12 +43,36 @@ class Clock:
         self.now += s
 
 
-def _lines(caplog: pytest.LogCaptureFixture, logger: str = "fleet_doctor") -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name.startswith(logger)]
+class Captured(logging.Handler):
+    """The records of ``fleet_doctor``'s loggers, on a handler of its own: pytest's caplog handler sits on the root
+    logger, which the audit's imports (Airflow's logging setup) may replace in the middle of a test."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
 
 
-def test_a_wait_logs_at_most_every_n_seconds_with_elapsed_and_timeout(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "fleet_doctor")
+@pytest.fixture
+def logged() -> Iterator[Captured]:
+    logger = logging.getLogger("fleet_doctor")
+    handler, level = Captured(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _lines(logged: Captured, logger: str = "fleet_doctor") -> list[str]:
+    return [r.getMessage() for r in list(logged.records) if r.name.startswith(logger)]
+
+
+def test_a_wait_logs_at_most_every_n_seconds_with_elapsed_and_timeout(logged: Captured) -> None:
     clock = Clock()
     with Progress("broker 2: waiting for ISR", 900, every=5, clock=clock) as p:
         written = []
@@ -56,7 +82,7 @@ def test_a_wait_logs_at_most_every_n_seconds_with_elapsed_and_timeout(caplog: py
         clock.now = 1040.4
         p.done("6/6 partitions back, 3/3 healthy polls")
     assert written == [True, False, False, True, False, True, True]
-    assert _lines(caplog) == [
+    assert _lines(logged) == [
         "broker 2: waiting for ISR, 0/6 partitions back, 0 s of 900 s",
         "broker 2: waiting for ISR, 3/6 partitions back, 5 s of 900 s",
         "broker 2: waiting for ISR, 4/6 partitions back, 10 s of 900 s",
@@ -65,33 +91,31 @@ def test_a_wait_logs_at_most_every_n_seconds_with_elapsed_and_timeout(caplog: py
     ]
 
 
-def test_a_wait_that_raises_ends_with_a_warning_naming_its_last_state(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "fleet_doctor")
+def test_a_wait_that_raises_ends_with_a_warning_naming_its_last_state(logged: Captured) -> None:
     clock = Clock()
     with pytest.raises(RuntimeError, match="did not stop"):
         with Progress("broker 1: waiting for the process to exit", 300, clock=clock) as p:
             p.update("still registered in /brokers/ids")
             clock.now += 300
             raise RuntimeError("broker 1 did not stop within 300 s")
-    last = caplog.records[-1]
+    last = logged.records[-1]
     assert last.levelno == logging.WARNING
     assert last.getMessage() == (
         "broker 1: waiting for the process to exit: failed after 300 s of 300 s (last: still registered in "
         "/brokers/ids): RuntimeError: broker 1 did not stop within 300 s"
     )
     # a block that ends without done() still gets its final line, once
-    caplog.clear()
+    logged.records.clear()
     with Progress("pause", None, clock=clock) as p:
         clock.now += 7
-    assert _lines(caplog) == ["pause: done, after 7 s"]
+    assert _lines(logged) == ["pause: done, after 7 s"]
 
 
-def test_the_pause_sleeps_its_whole_length_and_says_how_far_it_is(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "fleet_doctor")
+def test_the_pause_sleeps_its_whole_length_and_says_how_far_it_is(logged: Captured) -> None:
     clock = Clock()
     pause("pause after broker 2 before the next (1 left)", 60, every=20, clock=clock, sleep=clock.sleep)
     assert sum(clock.slept) == 60 and max(clock.slept) <= 20
-    assert _lines(caplog) == [
+    assert _lines(logged) == [
         "pause after broker 2 before the next (1 left), 0 s of 60 s",
         "pause after broker 2 before the next (1 left), 20 s of 60 s",
         "pause after broker 2 before the next (1 left), 40 s of 60 s",
@@ -102,15 +126,14 @@ def test_the_pause_sleeps_its_whole_length_and_says_how_far_it_is(caplog: pytest
     assert clock.slept == [5, 2.5]
 
 
-def test_a_blocking_call_gets_a_heartbeat_until_it_returns(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_blocking_call_gets_a_heartbeat_until_it_returns(logged: Captured) -> None:
     """The heartbeat thread writes while the block runs; the block waits (on an event, not a fixed sleep) until it
     has seen two heartbeats, with the stage it set."""
-    caplog.set_level(logging.INFO, "fleet_doctor")
     beats = threading.Event()
 
     class Seen(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if sum("Spark detection running, " in m for m in _lines(caplog)) >= 2:
+            if sum("Spark detection running, " in m for m in _lines(logged)) >= 2:
                 beats.set()
 
     handler = Seen()
@@ -118,23 +141,23 @@ def test_a_blocking_call_gets_a_heartbeat_until_it_returns(caplog: pytest.LogCap
     try:
         with heartbeat("re-verify run1-verify: a fresh audit", every=0.02) as p:
             p.detail = "Spark detection running"
-            assert beats.wait(30), _lines(caplog)
+            assert beats.wait(30), _lines(logged)
         with pytest.raises(ValueError):
             with heartbeat("post-verify", every=0.02):
                 raise ValueError("bad probe output")
     finally:
         logging.getLogger("fleet_doctor").removeHandler(handler)
-    lines = _lines(caplog)
+    lines = _lines(logged)
     assert lines[0] == "re-verify run1-verify: a fresh audit: started"
     assert re.fullmatch(r"re-verify run1-verify: a fresh audit, Spark detection running, \d+ s", lines[1])
     assert re.fullmatch(
         r"re-verify run1-verify: a fresh audit: done, after \d+ s", lines[lines.index("post-verify: started") - 1]
     )
     assert re.fullmatch(r"post-verify: failed after \d+ s: ValueError: bad probe output", lines[-1])
-    assert caplog.records[-1].levelno == logging.WARNING
-    n = len(_lines(caplog))
+    assert logged.records[-1].levelno == logging.WARNING
+    n = len(_lines(logged))
     assert not [t for t in threading.enumerate() if t.name.startswith("progress: ")]  # the threads ended
-    assert len(_lines(caplog)) == n  # and write nothing more
+    assert len(_lines(logged)) == n  # and write nothing more
 
 
 # ---------------------------------------------------------------------------------------- on the fleet lab
@@ -160,11 +183,10 @@ def _replicas_of(zk: Any, broker_id: int) -> list[tuple[str, int]]:
 
 
 @pytest.mark.timeout(600)
-def test_a_restart_logs_what_it_waits_for(lab: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+def test_a_restart_logs_what_it_waits_for(lab: dict[str, Any], logged: Captured) -> None:
     """Two brokers restarted by the real executor, one file each (leader-epoch-checkpoint, which Kafka re-creates at
     load): the log has the stop, the registration, "k/n partitions back" with n the broker's partitions in ZooKeeper,
     "1/3" and "2/3 healthy polls" then "3/3", the pause between them, and the post-verify's start and end."""
-    caplog.set_level(logging.INFO, "fleet_doctor")
     state: fleet.LabState = lab["state"]
     zk = state.zk_client()
     try:
@@ -184,7 +206,7 @@ def test_a_restart_logs_what_it_waits_for(lab: dict[str, Any], caplog: pytest.Lo
         assert ex.run()["status"] == "done"
     finally:
         zk.stop()
-    lines = _lines(caplog, "fleet_doctor.repair")
+    lines = _lines(logged, "fleet_doctor.repair")
     first, second = (b.broker_id for b in plan.brokers)
     for bid in (first, second):
         n = len(mine[bid])
@@ -222,3 +244,22 @@ def test_a_restart_logs_what_it_waits_for(lab: dict[str, Any], caplog: pytest.Lo
     # in order: the first broker's ISR wait ends before the pause, the second broker's stop comes after it
     at = {x: i for i, x in enumerate(lines)}
     assert at[pauses[-1]] < min(i for x, i in at.items() if x.startswith(f"broker {second}: waiting for the process"))
+
+
+@pytest.mark.timeout(600)
+def test_the_reverify_logs_its_start_heartbeats_and_end(lab: dict[str, Any], logged: Captured) -> None:
+    """The re-verify before a repair (a fresh audit of the whole fleet: staging over SSH, Spark detection) is one
+    blocking call: its start, a heartbeat every 5 s while it runs, its end with the time it took and what it found."""
+    settings = Settings(inventory=lab["tmp"] / "lab" / "inventory.json", data_root=lab["tmp"] / "data")
+    run, fresh = tasks.reverify(settings, "manual__progress", {}, ssh_connect(lab["inv"]))
+    what = f"re-verify {run}: a fresh audit of the whole fleet (every broker probed, Spark detection)"
+    lines = [x for x in _lines(logged, "fleet_doctor.repair") if x.startswith(f"re-verify {run}")]
+    assert lines[0] == f"{what}: started", lines
+    done = re.fullmatch(rf"{re.escape(what)}: done, after (\d+) s", lines[-2])
+    assert done, lines
+    beats = [x for x in lines[1:-2] if re.fullmatch(rf"{re.escape(what)}, running, \d+ s", x)]
+    assert len(beats) == len(lines) - 3  # nothing else between the start and the end
+    if int(done[1]) >= 10:  # it ran long enough that the thread must have beaten at least once
+        assert beats, lines
+    found = len(settings.store.read_jsonl(f"verify/{run}/findings.jsonl"))
+    assert lines[-1] == f"re-verify {run}: {found} finding(s), the fleet now gives plan {fresh.hash[:12]}"

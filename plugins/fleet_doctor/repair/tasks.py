@@ -20,6 +20,7 @@ from fleet_doctor.audit import steps
 from fleet_doctor.remote import airflow_ssh_client
 from fleet_doctor.repair.executor import Executor, FenceLost, Gates, Journal, RepairError, attempt_dir
 from fleet_doctor.repair.plan import FleetFacts, Plan, build_plan
+from fleet_doctor.repair.progress import heartbeat
 from fleet_doctor.repair.topic_ids import restore_topic_ids
 from fleet_doctor.settings import Settings, SettingsError, safe_run_id
 from fleet_doctor.store import write_atomic
@@ -123,9 +124,12 @@ def reverify(settings: Settings, run_id: str, params: dict[str, Any], connect: A
     """A fresh audit of the whole fleet (staged and detected under ``verify/<run>``, never published: the audit's
     history and findings dataset do not see it) and the plan it gives with the approved scope."""
     run = safe_run_id(f"{run_id}-verify")
-    verified = steps.stage_and_detect(settings, run, lambda b: connect(b["broker_id"]), run_key=f"verify/{run}")
+    with heartbeat(f"re-verify {run}: a fresh audit of the whole fleet (every broker probed, Spark detection)"):
+        verified = steps.stage_and_detect(settings, run, lambda b: connect(b["broker_id"]), run_key=f"verify/{run}")
     findings = settings.store.read_jsonl(f"{verified.run_key}/findings.jsonl")
-    return run, plan_from(settings, run, findings, verified.run_key, params)
+    fresh = plan_from(settings, run, findings, verified.run_key, params)
+    LOG.info("re-verify %s: %d finding(s), the fleet now gives plan %s", run, len(findings), fresh.hash[:12])
+    return run, fresh
 
 
 def save_plan(settings: Settings, plan: Plan) -> Path:
