@@ -1,5 +1,9 @@
 """Render findings for people: terminal text grouped by broker and partition, or one
-self-contained HTML page. JSON output is the findings themselves (see fleet_doctor.cli)."""
+self-contained HTML page. JSON output is the findings themselves (see fleet_doctor.cli).
+
+The HTML pages list findings one row per group (``fleet_doctor.finding_groups``: one broker, one rule, one cause),
+with a count, an example message and the files behind a ``<details>`` disclosure: a broker killed with ``kill -9``
+is one ``index-untrimmed`` row, not forty."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.rules import SEVERITY_ORDER, severity_rank
 
 _COLOR = {"critical": "\033[1;31m", "warning": "\033[33m", "info": "\033[36m"}
@@ -98,6 +103,8 @@ th{background:#f3f5f7} td.msg{font-family:ui-monospace,monospace;font-size:.8rem
 .critical{color:#b00020;font-weight:600}.warning{color:#a15c00}.info{color:#00668a}
 .cards{display:flex;gap:1rem}.card{border:1px solid #ddd;border-radius:6px;padding:.6rem 1rem}
 .card b{font-size:1.4rem;display:block}
+details summary{cursor:pointer} details ul{margin:.3rem 0;padding-left:1.2rem}
+td.n{text-align:right} code{font-family:ui-monospace,monospace;font-size:.8rem;word-break:break-all}
 """
 
 
@@ -116,11 +123,7 @@ def render_html(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
     for rule, n in sorted(by_rule.items(), key=lambda kv: -kv[1]):
         out.write(f"<tr><td>{e(rule)}</td><td>{n}</td></tr>")
     out.write("</table><h2>Findings</h2>")
-    order = sorted(
-        findings,
-        key=lambda f: (severity_rank(f["severity"]), _broker_key(f), f.get("topic") or "", f.get("partition") or 0),
-    )
-    _findings_table(order, out, status=False)
+    _groups_table(group_findings(findings), out, status=False)
     _not_evaluated(summary, out)
     out.write("</body></html>\n")
 
@@ -131,20 +134,43 @@ def _partition_label(f: dict[str, Any]) -> str:
     return f.get("topic") or ""
 
 
-def _findings_table(findings: Iterable[dict[str, Any]], out: TextIO, *, status: bool) -> None:
-    """The findings table of both pages; with ``status``, the audit's new/persisting/... column and the path."""
+def _where(g: FindingGroup) -> str:
+    """The group's topics (at most three) and how many partitions, for its row."""
+    topics = g.topics
+    shown = ", ".join(topics[:3]) + (f" and {len(topics) - 3} more" if len(topics) > 3 else "")
+    return f"{shown} ({g.partitions} partition(s))" if g.partitions else shown
+
+
+def _file_item(f: dict[str, Any], status: bool) -> str:
+    """One finding of a group: its status, its file (else its partition), and its message without the file name
+    it starts with (the detectors write ``<path>: ...``)."""
     e = html.escape
-    head = ["severity", "rule", "broker", "partition", "segment", *(["path"] if status else []), "message"]
-    out.write("<table><tr>" + ("<th>status</th>" if status else "") + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
-    for f in findings:
-        broker = "cluster" if f.get("broker_id") is None else f["broker_id"]
-        seg = "" if f.get("segment") is None else f["segment"]
+    where = _partition_label(f) + ("" if f.get("segment") is None else f" segment {f['segment']}")
+    name = str(f.get("path") or f.get("log_dir") or where or "(cluster)")
+    message = str(f.get("message") or "")
+    message = message.removeprefix(f"{name}: ")
+    state = f"<i>{e(str(f.get('status') or ''))}</i> " if status else ""
+    return f"<li>{state}<code>{e(name)}</code>: {e(message)}</li>"
+
+
+def _groups_table(groups: Iterable[FindingGroup], out: TextIO, *, status: bool) -> None:
+    """The findings of both pages, one row per group (severity, broker, rule, count, where, an example message;
+    with ``status``, the audit's new / persisting / unverified / resolved counts), the files behind a disclosure."""
+    e = html.escape
+    head = ["severity", "broker", "rule", "count", "where", "example", *(["status"] if status else []), "files"]
+    out.write("<table class='groups'><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
+    for g in groups:
+        broker = "cluster" if g.broker_id is None else str(g.broker_id)
+        statuses = sorted(g.statuses.items(), key=lambda kv: _STATUS_ORDER.get(kv[0], 9))
+        shown = ", ".join(f"{n} {e(s)}" for s, n in statuses)
+        files = "".join(_file_item(f, status) for f in g.findings)
+        label = f"{g.count} file(s)" if any(f.get("path") for f in g.findings) else f"{g.count} finding(s)"
         cells = [
-            *([f"<td>{e(f['status'])}</td>"] if status else []),
-            f"<td class='{e(f['severity'])}'>{e(f['severity'])}</td>",
-            f"<td>{e(f['rule'])}</td><td>{broker}</td><td>{e(_partition_label(f))}</td><td>{seg}</td>",
-            *([f"<td class='msg'>{e(f.get('path') or '')}</td>"] if status else []),
-            f"<td class='msg'>{e(f.get('message') or '')}</td>",
+            f"<td class='{e(g.severity)}'>{e(g.severity)}</td>",
+            f"<td>{e(broker)}</td><td>{e(g.rule)}</td><td class='n'>{g.count}</td><td>{e(_where(g))}</td>",
+            f"<td class='msg'>{e(g.example)}</td>",
+            *([f"<td>{shown}</td>"] if status else []),
+            f"<td><details><summary>{label}</summary><ul>{files}</ul></details></td>",
         ]
         out.write("<tr>" + "".join(cells) + "</tr>")
     out.write("</table>")
@@ -258,17 +284,15 @@ def render_audit_html(
         for name, c in sorted(table.items()):
             out.write(f"<tr><td>{e(name)}</td>" + "".join(f"<td>{c.get(s, 0)}</td>" for s in SEVERITY_ORDER) + "</tr>")
         out.write("</table>")
-    out.write("<h2>Findings</h2>")
-    order = sorted(
-        rows,
-        key=lambda f: (
-            _STATUS_ORDER.get(f["status"], 9),
-            severity_rank(f["severity"]),
-            _broker_key(f),
-            f.get("topic") or "",
-            -1 if f.get("partition") is None else f["partition"],
-        ),
+    groups = group_findings(active)
+    out.write(
+        f"<h2>Findings</h2><p>{len(active)} finding(s) in {len(groups)} group(s) (one broker, one rule, one "
+        "cause each); the files behind each.</p>"
     )
-    _findings_table(order, out, status=True)
+    _groups_table(groups, out, status=True)
+    resolved = [r for r in rows if r["status"] == "resolved"]
+    if resolved:
+        out.write(f"<h2>Resolved since the previous run</h2><p>{len(resolved)} finding(s).</p>")
+        _groups_table(group_findings(resolved), out, status=True)
     _not_evaluated(summary, out)
     out.write("</body></html>\n")
