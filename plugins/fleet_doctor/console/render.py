@@ -163,6 +163,16 @@ REPAIR_JS = """
       return text.slice(0, 300);
     }
   }
+  const dagState = document.querySelector('[data-testid="repair-dag-state"]');
+  fetch(kafkaFleet.url(`api/v2/dags/${DAG}`), {credentials: "same-origin", headers: {Accept: "application/json"}})
+    .then(async (r) => {
+      if (r.status === 404) dagState.textContent = `${DAG} is not in Airflow (not parsed yet, or an import error).`;
+      else if (r.ok && (await r.json()).is_paused) {
+        dagState.textContent = `${DAG} is paused: a run triggered here waits until the DAG is unpaused.`;
+      }
+      dagState.hidden = !dagState.textContent;
+    })
+    .catch(() => {});
   form.addEventListener("input", refresh);
   form.addEventListener("change", refresh);
   refresh();
@@ -520,6 +530,7 @@ def repair_page(scope: RepairScope, problems: list[str], nonce: str) -> str:
         "the approval shows exactly which files are backed up and removed and the restart order. Empty fields mean "
         "all (every repairable rule, every broker, every topic).</p>"
         + problems_html
+        + "<p class='note' data-testid='repair-dag-state' hidden></p>"
         + "<form data-testid='repair-form' autocomplete='off'>"
         + _text("audit_run", "Audit run", "(an audit run id, or latest: the newest whole-fleet audit)", scope.audit_run)
         + _text("rules", "Rules", "(comma-separated rule ids)", ", ".join(scope.rules))

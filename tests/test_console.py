@@ -1,0 +1,451 @@
+"""The Kafka fleet view (fleet_doctor.console, plugins/kafka_fleet_plugin.py) on stores written by the real
+publisher (fleet_doctor.audit.history.publish) from the corpus fleet's recorded findings, local and on the S3 test
+server, through FastAPI's TestClient; and once against a live Airflow api-server: the plugin listed, its nav entry
+valid, Airflow's auth enforced, and in Chromium the iframe's links into Airflow and the pre-filled repair trigger."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fleet_doctor.audit import history
+from fleet_doctor.console.app import create_app
+from fleet_doctor.finding_groups import group_findings
+from fleet_doctor.settings import REPO, Settings
+from harness.findings import finding
+
+DATA = Path(__file__).parent / "data" / "detection-findings"
+HOSTILE_TOPIC = "<img src=x onerror=alert(1)>"
+HOSTILE_MESSAGE = "</script><script>alert('m')</script> \"quoted\" 'single' тема ✓"
+HOSTILE_CLUSTER = "eu\"'<marquee>1</marquee>"
+
+
+# ---- reading the pages
+class Page(HTMLParser):
+    """Elements of a rendered page: every tag with its attributes (entities decoded), the scripts' nonces and the
+    text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, {k: v or "" for k, v in attrs}))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def find(self, testid: str) -> list[dict[str, str]]:
+        return [a for _, a in self.tags if a.get("data-testid") == testid]
+
+    def named(self, tag: str) -> list[dict[str, str]]:
+        return [a for t, a in self.tags if t == tag]
+
+
+def client(settings: Settings) -> TestClient:
+    """The view's app without Airflow's auth (the live test below checks that)."""
+    return TestClient(create_app(lambda: settings))
+
+
+def page(c: TestClient, path: str = "/") -> Page:
+    r = c.get(path)
+    assert r.status_code == 200, r.text[:500]
+    nonce = re.search(r"script-src 'nonce-([^']+)'", r.headers["content-security-policy"])
+    assert nonce, r.headers["content-security-policy"]
+    p = Page(r.text)
+    scripts = p.named("script")
+    assert scripts and all(s.get("nonce") == nonce.group(1) for s in scripts), scripts  # only the page's own
+    return p
+
+
+def publish(settings: Settings, run: str, rows: list[dict[str, Any]], audited: list[int], **facts: Any) -> dict:
+    key = settings.run_key(run)
+    settings.store.write_jsonl(f"{key}/findings.jsonl", rows)
+    settings.store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
+    discovered = {"cluster": facts.pop("cluster", "corpus"), "only_in_inventory": [], "only_in_zookeeper": []}
+    return history.publish(settings, run, discovered, {"audited": audited, "not_audited": [], **facts})
+
+
+@pytest.fixture(scope="module")
+def corpus_findings() -> list[dict[str, Any]]:
+    """The corpus fleet's recorded findings (every rule firing on real Kafka files and their mutations)."""
+    with gzip.open(DATA / "mutated.jsonl.gz", "rt") as f:
+        return [r for r in map(json.loads, f) if "rule" in r]
+
+
+@pytest.fixture(params=["local", "s3"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    if request.param == "local":
+        return Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    s3 = request.getfixturevalue("s3")
+    return Settings.from_env(
+        {
+            "FLEET_DOCTOR_DATA": s3.url(f"console/{request.node.name}"),
+            "FLEET_DOCTOR_INVENTORY": str(tmp_path / "inventory.json"),
+            "AWS_ACCESS_KEY_ID": "fleet",
+            "AWS_SECRET_ACCESS_KEY": "doctor",
+            "AWS_REGION": "us-east-1",
+            "FLEET_DOCTOR_S3_ENDPOINT": s3.endpoint,
+        }
+    )
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str]:
+    return ("cluster" if row.get("broker_id") is None else str(row["broker_id"]), str(row["rule"]))
+
+
+def three_runs(settings: Settings, found: list[dict[str, Any]], n: int = 3) -> list[dict[str, Any]]:
+    """run 1: every corpus finding; run 2: broker 1's gone (resolved) and one new; run 3: broker 2 not reached.
+    The first ``n`` of them."""
+    brokers = sorted({f["broker_id"] for f in found if f.get("broker_id") is not None})
+    extra = {**finding("index-untrimmed", 3, "/k/t-0/00000000000000000007.index", "warning")}
+    extra["remediation"] = "quarantine-index"
+    second = [f for f in found if f.get("broker_id") != 1] + [extra]
+    runs = [
+        ("scheduled__2026-11-01T02:00:00+00:00", found, brokers, []),
+        ("scheduled__2026-11-02T02:00:00+00:00", second, brokers, []),
+        ("scheduled__2026-11-03T02:00:00+00:00", [f for f in second if f.get("broker_id") != 2], brokers, [2]),
+    ]
+    return [
+        publish(settings, run, rows, [b for b in audited if b not in missing], not_audited=missing)
+        for run, rows, audited, missing in runs[:n]
+    ]
+
+
+# ---- the fleet page
+def test_the_page_shows_the_published_findings_grouped_with_repair_links(
+    settings: Settings, corpus_findings: list[dict[str, Any]]
+) -> None:
+    summaries = three_runs(settings, corpus_findings)
+    latest = summaries[-1]
+    rows = settings.store.read_jsonl(f"history/audit_run={latest['audit_run']}/findings.jsonl")
+    active = [r for r in rows if r["status"] != "resolved"]
+    p = page(client(settings))
+
+    root = p.find("kafka-fleet")
+    assert root == [{**root[0], "data-cluster": "corpus", "data-audit-run": latest["audit_run"]}]
+    # every standing finding in exactly one group row, per (broker, rule) the same counts as the store's rows
+    groups = p.find("finding-group")
+    shown = Counter[tuple[str, str]]()
+    for g in groups:
+        shown[(g["data-broker"], g["data-rule"])] += int(g["data-count"])
+    assert shown == Counter(_key(r) for r in active)
+    assert len(groups) == len(group_findings(active)) < len(active) / 5  # repeated findings said once
+    # the cards are the summary's counts
+    for name, value in [*latest["by_severity"].items(), *latest["by_status"].items()]:
+        if p.find(f"count-{name}"):
+            assert f"{value}{name}" in "".join(p.text).replace("\n", ""), name
+    # broker 2 was not reached: its findings are carried as unverified, and the page says so
+    assert p.find("not-audited")
+    assert "Not audited (could not be reached): broker(s) 2." in "".join(p.text)
+    assert {g["data-broker"] for g in groups} >= {"2"}
+
+    # one repair link per repairable group, pre-filled with its rule, broker and topics
+    links = [a for a in p.named("a") if a.get("data-testid") == "repair-link"]
+    repairable = [r for r in active if r.get("remediation") not in (None, "report-only")]
+    assert len(links) == len(group_findings(repairable)) > 0
+    for a in links:
+        assert a["href"].startswith("repair?")
+        q = parse_qs(urlsplit(a["href"]).query)
+        (rule,) = q["rule"]
+        (broker,) = q.get("broker", ["cluster"])
+        mine = [r for r in repairable if _key(r) == (broker, rule)]
+        assert mine, (broker, rule)
+        assert set(q.get("topic", [])) <= {r["topic"] for r in mine if r.get("topic")}
+        internal = {"__consumer_offsets", "__transaction_state"} & set(q.get("topic", []))
+        assert ("include_internal" in q) == bool(internal)
+    assert {(a["href"].split("rule=")[1].split("&")[0]) for a in links} == {r["rule"] for r in repairable}
+
+    # the report link opens the run's HTML report through the plugin
+    (report,) = p.find("report-link")
+    c = client(settings)
+    r = c.get(report["href"])
+    assert r.status_code == 200 and r.text == settings.store.read_text(f"reports/{latest['audit_run']}.html")
+    assert "script-src" not in r.headers["content-security-policy"]  # a stored report runs no script
+    assert c.get("/reports/scheduled__1999-01-01T00_00_00_00_00.html").status_code == 404
+
+
+def test_new_resolved_and_the_trend_over_the_runs(tmp_path: Path, corpus_findings: list[dict[str, Any]]) -> None:
+    settings = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    summaries = three_runs(settings, corpus_findings)
+    c = client(settings)
+    rows3 = settings.store.read_jsonl(f"history/audit_run={summaries[2]['audit_run']}/findings.jsonl")
+    p = page(c)
+    assert p.find("no-resolved")  # run 3 resolved nothing: broker 2 was not reached, its findings unverified
+    statuses = Counter(r["status"] for r in rows3)
+    assert statuses["unverified"] > 0 and statuses["resolved"] == 0
+
+    # the runs table and the chart: one entry per published run, newest first
+    runs = [r["data-run"] for r in p.find("run")]
+    assert runs == [s["audit_run"] for s in reversed(summaries)]
+    text = c.get("/").text
+    chart = text.split("data-testid='trend'>", 1)[1].split("</svg>", 1)[0]
+    for s in summaries:
+        for sev, n in s["by_severity"].items():
+            if n:
+                assert f"<title>{s['audit_run']}: {n} {sev}</title>" in chart
+    assert [r["data-run"] for r in page(c, "/?runs=2").find("run")] == runs[:2]
+
+    # as of run 2: broker 1's findings resolved, one new index-untrimmed on broker 3
+    second = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data2")
+    summaries = three_runs(second, corpus_findings, n=2)
+    rows2 = second.store.read_jsonl(f"history/audit_run={summaries[1]['audit_run']}/findings.jsonl")
+    c = client(second)
+    p = page(c)
+    resolved = Counter[tuple[str, str]]()
+    for g in p.find("resolved-group"):
+        resolved[(g["data-broker"], g["data-rule"])] += int(g["data-count"])
+    assert resolved == Counter(_key(r) for r in rows2 if r["status"] == "resolved")
+    assert {b for b, _ in resolved} == {"1"}
+    (new,) = [g for g in p.find("finding-group") if g["data-rule"] == "index-untrimmed" and g["data-broker"] == "3"]
+    assert new["data-count"] == "1"
+    row = c.get("/").text.split("data-broker='3' data-rule='index-untrimmed'", 1)[1].split("</tr>", 1)[0]
+    assert "1 new" in row
+    assert p.find("count-new") and f"{summaries[1]['by_status']['new']}new" in "".join(p.text).replace("\n", "")
+
+
+def test_hostile_values_from_a_broker_are_shown_as_text(tmp_path: Path) -> None:
+    settings = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    bad = finding("index-untrimmed", 1, f"/k/{HOSTILE_TOPIC}-0/\"q'.index", "warning")
+    bad.update(topic=HOSTILE_TOPIC, message=HOSTILE_MESSAGE, remediation="quarantine-index")
+    other = finding("stray-dir", 2, "/k/тема-✓-0", "info")
+    other.update(topic="тема-✓", message="stray directory тема-✓ & <marquee>", remediation="report-only")
+    publish(settings, "manual__2026-11-05T10:00:00+00:00", [bad, other], [1, 2], cluster=HOSTILE_CLUSTER)
+    c = client(settings)
+    text = c.get("/").text
+    for raw in (HOSTILE_TOPIC, "</script><script>alert", HOSTILE_CLUSTER, "<marquee>"):
+        assert raw not in text, raw
+    p = page(c)
+    assert not p.named("img") and not p.named("marquee")  # no element made from the data
+    assert p.find("kafka-fleet")[0]["data-cluster"] == HOSTILE_CLUSTER
+    body = "".join(p.text)
+    assert HOSTILE_MESSAGE in body and HOSTILE_TOPIC in body and "тема-✓" in body and HOSTILE_CLUSTER in body
+    (link,) = [a for a in p.named("a") if a.get("data-testid") == "repair-link"]
+    assert parse_qs(urlsplit(link["href"]).query) == {
+        "rule": ["index-untrimmed"],
+        "broker": ["1"],
+        "topic": [HOSTILE_TOPIC],
+    }
+    # the repair page puts the values back into its form as values, nothing else
+    r = c.get(link["href"].replace("repair?", "/repair?"))
+    assert r.status_code == 200 and HOSTILE_TOPIC not in r.text
+    form = page(c, link["href"].replace("repair?", "/repair?"))
+    assert not form.named("img")
+    assert {a["name"]: a["value"] for a in form.named("input") if a.get("type") == "text"}["topics"] == HOSTILE_TOPIC
+    # the runs' ids in a page: the publisher keeps file-name-safe forms, shown as given
+    assert [r["data-run"] for r in p.find("run")] == ["manual__2026-11-05T10_00_00_00_00"]
+
+
+# ---- the repair page
+def repair_params() -> dict[str, Any]:
+    """The repair DAG's params and their defaults, read from dags/kafka_fleet_repair.py's source."""
+    tree = ast.parse((REPO / "dags" / "kafka_fleet_repair.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "params" and isinstance(node.value, ast.Dict):
+            out = {}
+            for k, v in zip(node.value.keys, node.value.values, strict=True):
+                assert isinstance(k, ast.Constant) and isinstance(v, ast.Call)
+                out[k.value] = ast.literal_eval(v.args[0])
+            return out
+    raise AssertionError("no params in dags/kafka_fleet_repair.py")
+
+
+def test_the_repair_page_is_the_dags_form_pre_filled(tmp_path: Path) -> None:
+    c = client(Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data"))
+    q = "rule=index-untrimmed&broker=3&broker=x&topic=orders&topic=__consumer_offsets&dry_run=1"
+    p = page(c, f"/repair?{q}")
+    assert p.find("repair-form") and p.find("trigger-repair")
+    inputs = {a["name"]: a for a in p.named("input")}
+    assert {k: inputs[k]["value"] for k in ("audit_run", "rules", "brokers", "topics", "hold_out")} == {
+        "audit_run": "latest",
+        "rules": "index-untrimmed",
+        "brokers": "3",
+        "topics": "orders, __consumer_offsets",
+        "hold_out": "",
+    }
+    assert "checked" in inputs["dry_run"] and "checked" in inputs["include_internal"]  # an internal topic named
+    assert "broker 'x' is not a broker id (a number): left out" in "".join(p.text)
+    # every field is one of the DAG's params, with the DAG's default when the link says nothing
+    params = repair_params()
+    assert set(inputs) <= set(params), set(inputs) - set(params)
+    empty = {a["name"]: a for a in page(c, "/repair").named("input")}
+    for name, a in empty.items():
+        if a.get("type") == "checkbox":
+            assert ("checked" in a) == params[name], name
+        else:
+            assert a["value"] == ("latest" if name == "audit_run" else ""), name
+            assert params[name] in ("latest", []), name
+    # the script builds the conf from the fields and posts it to Airflow's REST API, then opens the run
+    text = c.get("/repair").text
+    assert 'const DAG = "kafka_fleet_repair";' in text
+    assert "api/v2/dags/${DAG}/dagRuns" in text and "logical_date: null" in text
+    assert "dags/${DAG}/runs/${encodeURIComponent(run.dag_run_id)}" in text
+
+
+def test_an_empty_or_broken_store_says_so(tmp_path: Path) -> None:
+    settings = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    c = client(settings)
+    p = page(c)
+    assert p.find("no-audit") and str(settings.store.url()) in "".join(p.text)
+    settings.store.write_text("history/runs.jsonl", '{"audit_run": "r1"}\nnot json\n')
+    r = c.get("/")
+    assert r.status_code == 503
+    assert f"{settings.store.url('history/runs.jsonl')}: not JSON Lines (line 2)" in "".join(Page(r.text).text)
+    assert c.get("/reports/r1.html").status_code == 503
+
+
+# ---- a live api-server
+def wait_api(af: Any, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = af.procs["api-server"]
+        if proc.poll() is not None:
+            raise AssertionError(f"api-server exited {proc.returncode}:\n{af.log_tail('api-server')}")
+        try:
+            with urllib.request.urlopen(f"{af.base}/api/v2/monitor/health", timeout=5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"api-server not up in {timeout:.0f} s:\n{af.log_tail('api-server')}") from None
+            time.sleep(1)
+
+
+def get(url: str, token: str | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers={"Cookie": f"_token={token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An api-server (only) on 127.0.0.1 loading plugins/ like the demo, its store holding a hostile finding."""
+    from fleet_lab import demo
+    from fleet_lab.airflow_stack import LiveAirflow
+
+    root = tmp_path_factory.mktemp("console-live")
+    env = demo.airflow_environ(root / "airflow", root / "lab", root / "data")
+    settings = Settings.from_env(env)
+    bad = finding("index-untrimmed", 1, f"/k/{HOSTILE_TOPIC}-0/0.index", "warning")
+    bad.update(topic=HOSTILE_TOPIC, message=HOSTILE_MESSAGE, remediation="quarantine-index")
+    publish(settings, "scheduled__2026-11-05T02:00:00+00:00", [bad], [1], cluster=HOSTILE_CLUSTER)
+    af = LiveAirflow(env)
+    demo.prepare(af.env)
+    demo.airflow(af.env, "dags", "reserialize")  # the repair DAG in the DB, so the trigger can create a run
+    af.start_component("api-server")
+    try:
+        wait_api(af)
+        yield af
+    finally:
+        af.stop()
+
+
+def test_live_plugin_listed_auth_enforced_and_page_rendered(live: Any) -> None:
+    from airflow.api_fastapi.core_api.datamodels.plugins import ExternalViewResponse
+
+    plugins = {p["name"]: p for p in live.api("GET", "/api/v2/plugins")["plugins"]}
+    assert "kafka_fleet" in plugins, plugins.keys()  # an invalid entry would drop the whole plugin
+    mine = plugins["kafka_fleet"]
+    assert [a["url_prefix"] for a in mine["fastapi_apps"]] == ["/kafka-fleet"]
+    (view,) = mine["external_views"]
+    ExternalViewResponse.model_validate(view)
+    assert (view["name"], view["href"], view["url_route"], view["destination"]) == (
+        "Kafka fleet",
+        "kafka-fleet/",
+        "kafka-fleet",
+        "nav",
+    )
+    routes = ("/kafka-fleet/", "/kafka-fleet/repair?rule=index-untrimmed", "/kafka-fleet/reports/x.html")
+    for path in routes:
+        assert get(live.base + path)[0] == 401, path  # no credential
+        assert get(live.base + path, "not-a-jwt")[0] in (401, 403), path
+    viewer = live.token("fleet_doctor_reader")  # a viewer: may read DAGs
+    status, text = get(live.base + "/kafka-fleet/", viewer)
+    assert status == 200 and HOSTILE_TOPIC not in text
+    p = Page(text)
+    assert p.find("kafka-fleet")[0]["data-cluster"] == HOSTILE_CLUSTER
+    assert [g["data-rule"] for g in p.find("finding-group")] == ["index-untrimmed"]
+    assert get(live.base + "/kafka-fleet/repair?rule=index-untrimmed", viewer)[0] == 200
+    assert get(live.base + "/kafka-fleet/reports/scheduled__2026-11-05T02_00_00_00_00.html", viewer)[0] == 200
+
+
+def chromium() -> Any:
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("Chromium not installed (/usr/bin/chromium: bin/dev setup installs Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+
+    return sync_playwright()
+
+
+def test_live_in_chromium_the_views_links_open_airflow_pages_and_trigger_the_repair(live: Any) -> None:
+    admin = live.token()
+    with chromium() as pw:
+        browser = pw.chromium.launch(
+            executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        try:
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            ctx.add_cookies([{"name": "_token", "value": admin, "url": live.base}])  # what Airflow's login sets
+            pg = ctx.new_page()
+            dialogs: list[str] = []
+            pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            pg.goto(live.base + "/")
+            pg.get_by_role("link", name="Kafka fleet").first.click()  # the nav entry
+            pg.wait_for_url("**/plugin/kafka-fleet**")
+            frame = pg.frame_locator("iframe")
+            frame.locator('[data-testid="kafka-fleet"]').wait_for()
+            assert frame.locator('[data-testid="cluster"]').inner_text() == HOSTILE_CLUSTER
+            count = frame.locator('[data-testid="required-actions-count"]')
+            count.filter(has_text="pending").wait_for()
+            assert count.get_attribute("data-count") == "0"
+            # a link into Airflow opens in the Airflow window, not inside the iframe
+            frame.locator('[data-testid="required-actions-link"]').click()
+            pg.wait_for_url(f"{live.base}/dags/kafka_fleet_repair/required_actions")
+            pg.go_back()
+            pg.wait_for_url("**/plugin/kafka-fleet/**")
+            frame = pg.frame_locator("iframe")
+            frame.locator('[data-testid="repair-link"]').click()
+            form = frame.locator('[data-testid="repair-form"]')
+            form.wait_for()
+            assert frame.locator('input[name="topics"]').input_value() == HOSTILE_TOPIC
+            frame.locator('input[name="dry_run"]').check()
+            shown = json.loads(frame.locator('[data-testid="repair-conf"]').inner_text())
+            frame.locator('[data-testid="trigger-repair"]').click()
+            pg.wait_for_url(re.compile(re.escape(live.base) + r"/dags/kafka_fleet_repair/runs/[^/]+$"))
+            run_id = unquote(pg.url.rsplit("/", 1)[1])
+            assert dialogs == []  # nothing from the data ran
+        finally:
+            browser.close()
+    conf = live.api("GET", f"/api/v2/dags/kafka_fleet_repair/dagRuns/{urllib.parse.quote(run_id, safe='')}")["conf"]
+    assert (
+        conf
+        == shown
+        == {
+            "audit_run": "latest",
+            "rules": ["index-untrimmed"],
+            "brokers": [1],
+            "topics": [HOSTILE_TOPIC],
+            "hold_out": [],
+            "include_internal": False,
+            "dry_run": True,
+        }
+    )
