@@ -433,6 +433,17 @@ def test_live_in_chromium_the_views_links_open_airflow_pages_and_trigger_the_rep
             pg.wait_for_url(re.compile(re.escape(live.base) + r"/dags/kafka_fleet_repair/runs/[^/]+$"))
             run_id = unquote(pg.url.rsplit("/", 1)[1])
             assert dialogs == []  # nothing from the data ran
+
+            # a viewer may open the page (here on its own, not framed) but Airflow refuses her trigger: said there
+            viewer = browser.new_context()
+            viewer.add_cookies([{"name": "_token", "value": live.token("fleet_doctor_reader"), "url": live.base}])
+            alone = viewer.new_page()
+            alone.goto(live.base + "/kafka-fleet/repair?rule=index-untrimmed&broker=1")
+            alone.locator('[data-testid="trigger-repair"]').click()
+            status = alone.locator('[data-testid="repair-status"]')
+            status.filter(has_text="refused").wait_for()
+            assert "Airflow refused the trigger (HTTP 403)" in status.inner_text()
+            assert alone.url.startswith(live.base + "/kafka-fleet/repair?")
         finally:
             browser.close()
     conf = live.api("GET", f"/api/v2/dags/kafka_fleet_repair/dagRuns/{urllib.parse.quote(run_id, safe='')}")["conf"]
