@@ -16,9 +16,8 @@ from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends
 
 from fleet_doctor.console.app import create_app
+from fleet_doctor.console.data import PREFIX
 from fleet_doctor.console.render import AUDIT_DAG, REPAIR_DAG
-
-PREFIX = "kafka-fleet"
 
 app = create_app(
     read=[Depends(requires_access_dag("GET", param_dag_id=AUDIT_DAG))],

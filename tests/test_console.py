@@ -25,6 +25,7 @@ from fastapi.testclient import TestClient
 
 from fleet_doctor.audit import history
 from fleet_doctor.console.app import create_app
+from fleet_doctor.console.data import RepairScope, in_airflow
 from fleet_doctor.finding_groups import group_findings
 from fleet_doctor.settings import REPO, Settings
 from harness.findings import finding
@@ -433,6 +434,14 @@ def test_live_in_chromium_the_views_links_open_airflow_pages_and_trigger_the_rep
             pg.wait_for_url(re.compile(re.escape(live.base) + r"/dags/kafka_fleet_repair/runs/[^/]+$"))
             run_id = unquote(pg.url.rsplit("/", 1)[1])
             assert dialogs == []  # nothing from the data ran
+
+            # a deep link opens a page of the view inside Airflow (Airflow restores the iframe from its URL)
+            scope = RepairScope(rules=("index-untrimmed",), brokers=(1,), dry_run=True)
+            pg.goto(f"{live.base}/{in_airflow(f'repair?{scope.query()}')}")
+            frame = pg.frame_locator("iframe")
+            frame.locator('[data-testid="repair-form"]').wait_for()
+            assert frame.locator('input[name="rules"]').input_value() == "index-untrimmed"
+            assert frame.locator('input[name="dry_run"]').is_checked()
 
             # a viewer may open the page (here on its own, not framed) but Airflow refuses her trigger: said there
             viewer = browser.new_context()

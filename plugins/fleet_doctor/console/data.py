@@ -18,6 +18,16 @@ from fleet_doctor.rules import Remediation, severity_rank
 from fleet_doctor.store import Store
 
 REPORT_ONLY = Remediation.REPORT_ONLY.value
+PREFIX = "kafka-fleet"  # the app's mount (/kafka-fleet) and the nav entry's in-app route (/plugin/kafka-fleet)
+
+
+def in_airflow(page: str = "") -> str:
+    """The path, relative to Airflow's base URL, that opens one of the view's pages inside Airflow's UI (the nav
+    entry's route, then the page as Airflow mirrors it): ``in_airflow(f"repair?{scope.query()}")`` is
+    ``plugin/kafka-fleet/kafka-fleet/repair?rule=...``, for links from outside (the report, an alert)."""
+    return f"plugin/{PREFIX}/{PREFIX}/{page}"
+
+
 ACTIVE = ("new", "persisting", "unverified")
 
 
