@@ -10,16 +10,19 @@ and the topic-ID write need ZooKeeper).
    `leader-epoch-checkpoint` for topic-ID drift) or quarantined (index files), the restart order with the active
    controller last, and a restart preview (last stop clean, bytes above the recovery point, indexes rebuilt,
    estimated recovery time). Content-addressed: the plan's hash is in the approval's subject.
-2. **approve**: a human-in-the-loop approval in the Airflow UI (Browse → Required Actions). Reject, or no answer
-   within the timeout (default 24 h): nothing is touched.
+2. **approve**: a human-in-the-loop approval in the Airflow UI (Browse → Required Actions): a summary first (what,
+   where, how many, risk, the plan hash, backups, undo), then the files per broker. Its buttons name what approving
+   does, e.g. "Approve: restart 3 brokers, change 14 files (plan 1f2e3d4c5b6a)", and "Reject". Reject, or no answer
+   within the timeout (default 24 h): nothing is touched. **Dry run** (the form's `dry_run`): the approval says
+   "DRY RUN: nothing will be written" and its button "Approve dry run: ...".
 3. **execute**: first reads the answer back from Airflow's record (not the approve task's state, which can be set
-   by hand): "Approve", by a user in `FLEET_DOCTOR_APPROVERS` when set, not the one who triggered the run (unless
-   `FLEET_DOCTOR_ALLOW_SELF_APPROVAL`), for this plan's hash; journaled. Then it takes the cluster's repair lock,
-   re-verifies (a fresh audit of the fleet must give the same plan hash, else abort untouched), then one broker at
-   a time: pre-check (all registered, nothing under-replicated,
-   min ISR kept), stop, back up (tar.gz + sha256 manifest fetched over SFTP and verified), remove/quarantine,
-   start, wait for ISR and several consecutive healthy polls. Journaled: a rerun resumes where it stopped.
-   After each start: post-verify (the broker is probed again; every touched file must now be right).
+   by hand): the plan's own approving option, by a user in `FLEET_DOCTOR_APPROVERS` when set, not the one who
+   triggered the run (unless `FLEET_DOCTOR_ALLOW_SELF_APPROVAL`), for this plan's hash; journaled. Then it takes the
+   cluster's repair lock, re-verifies (a fresh audit of the fleet must give the same plan hash, else abort
+   untouched), then one broker at a time: pre-check (all registered, nothing under-replicated, min ISR kept), stop,
+   back up (tar.gz + sha256 manifest fetched over SFTP and verified), remove/quarantine, start, wait for
+   ISR and several consecutive healthy polls. Journaled: a rerun resumes where it stopped. After each start:
+   post-verify (the broker is probed again; every touched file must now be right).
    Dry run: every read and check, every command logged, nothing written on a broker.
 4. **approve_zookeeper → restore_topic_ids** (only when the plan has them): the preventive repair of
    `topic-id-missing-in-zk`, its own approval: the topic ID every replica agrees on is written back into the topic
@@ -35,22 +38,23 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
 from fleet_doctor.repair import approval, tasks
+from fleet_doctor.repair.hitl import PlanApprovalOperator
 from fleet_doctor.settings import Settings
 
 SETTINGS = Settings.from_env()
 
 
-def approval_of(task_id: str, subject: str, body: str) -> ApprovalOperator:
-    """A human approval of (part of) the plan: subject and Markdown body from the plan task's XCom. Only asks: the
-    task that acts reads the answer back from Airflow's record (``approval.confirm``)."""
-    return ApprovalOperator(
+def approval_of(task_id: str, subject: str, body: str, option: str) -> PlanApprovalOperator:
+    """A human approval of (part of) the plan: subject, Markdown body and the approving option from the plan task's
+    XCom. Only asks: the task that acts reads the answer back from Airflow's record (``approval.confirm``)."""
+    return PlanApprovalOperator(
         task_id=task_id,
-        subject=f"{{{{ ti.xcom_pull(task_ids='plan')['{subject}'] }}}}",
-        body=f"{{{{ ti.xcom_pull(task_ids='plan')['{body}'] }}}}",
+        subject_key=subject,
+        body_key=body,
+        option_key=option,
         assigned_users=approval.hitl_users(SETTINGS),
         response_timeout=timedelta(hours=24),
     )
@@ -71,7 +75,13 @@ def approval_of(task_id: str, subject: str, body: str) -> ApprovalOperator:
         "healthy_polls": Param(3, type="integer", minimum=1, description="consecutive healthy polls per broker"),
         "poll_interval_s": Param(10, type="integer", minimum=1),
         "isr_timeout_s": Param(900, type="integer", minimum=60, description="per broker: back in ISR within"),
-        "dry_run": Param(False, type="boolean", description="do every read and check, log the commands, run none"),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            title="Dry run (nothing written)",
+            description="Do every read and check and log every command, but write nothing: no backup, no file "
+            "change, no broker stop, no ZooKeeper write. The approval then says DRY RUN.",
+        ),
         "min_insync_replicas": Param(
             None, type=["null", "integer"], minimum=1, description="the brokers' default (empty: the inventory's)"
         ),
@@ -86,26 +96,28 @@ def kafka_fleet_repair() -> None:
     def brokers_to_repair(planned: dict[str, Any]) -> bool:
         return bool(planned["restart_order"])
 
-    approve = approval_of("approve", "subject", "markdown")
+    approve = approval_of("approve", "subject", "markdown", "approve_option")
 
     @task
     def execute(planned: dict[str, Any]) -> dict[str, Any]:
         ctx, settings = get_current_context(), Settings.from_env()
-        text = tasks.approval_text(settings, planned, "markdown")  # what the stored plan shows
-        approved = approval.confirm(ctx, "approve", planned["hash"], settings, text)  # not the upstream's state
+        asked = tasks.approval_request(settings, planned, "markdown")  # what the stored plan shows and offers
+        approved = approval.confirm(ctx, "approve", planned["hash"], settings, **asked)  # not the upstream's state
         return tasks.execute(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
 
     @task.short_circuit
     def zookeeper_to_repair(planned: dict[str, Any]) -> bool:
         return bool(planned["counts"]["zookeeper_actions"])
 
-    approve_zookeeper = approval_of("approve_zookeeper", "zookeeper_subject", "zookeeper_markdown")
+    approve_zookeeper = approval_of(
+        "approve_zookeeper", "zookeeper_subject", "zookeeper_markdown", "zookeeper_approve_option"
+    )
 
     @task
     def restore_topic_ids(planned: dict[str, Any]) -> list[str]:
         ctx, settings = get_current_context(), Settings.from_env()
-        text = tasks.approval_text(settings, planned, "zookeeper_markdown")
-        approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], settings, text)
+        asked = tasks.approval_request(settings, planned, "zookeeper_markdown")
+        approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], settings, **asked)
         return tasks.restore_zookeeper(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
 
     planned = plan()

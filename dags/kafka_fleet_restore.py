@@ -10,7 +10,8 @@ Not on KRaft clusters yet: the plan task refuses an inventory with `metadata_mod
    back with the sha256 each must have, the backup tarballs with their checksums (each already checked: its
    members are exactly its manifest's files, inside the broker's log dirs), the order with the controller last.
    `start=false` (leave the broker stopped) is accepted for one broker only.
-2. **approve**: a human approves the restore plan (Browse → Required Actions); `FLEET_DOCTOR_APPROVERS` applies.
+2. **approve**: a human approves the restore plan (Browse → Required Actions) with its own button, e.g. "Approve:
+   put back 14 file(s) on 2 broker(s) (restore 1f2e3d4c5b6a)"; `FLEET_DOCTOR_APPROVERS` applies.
 3. **restore**: reads the answer itself (an approve task marked success by hand is refused), takes the cluster's
    repair lock (taking it over from a halted attempt of the same repair), then per broker: pre-check (everything
    registered, nothing under-replicated beyond what this restore puts back, min ISR kept), stop, back up the files
@@ -26,11 +27,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
 from fleet_doctor.repair import approval, tasks
 from fleet_doctor.repair import restore as repair_restore
+from fleet_doctor.repair.hitl import PlanApprovalOperator
 from fleet_doctor.settings import Settings
 
 SETTINGS = Settings.from_env()
@@ -59,10 +60,11 @@ def kafka_fleet_restore() -> None:
     def plan() -> dict[str, Any]:
         return tasks.make_restore_plan(Settings.from_env(), get_current_context()["params"])
 
-    approve = ApprovalOperator(
+    approve = PlanApprovalOperator(
         task_id="approve",
-        subject="{{ ti.xcom_pull(task_ids='plan')['subject'] }}",
-        body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
+        subject_key="subject",
+        body_key="markdown",
+        option_key="approve_option",
         assigned_users=approval.hitl_users(SETTINGS),
         response_timeout=timedelta(hours=24),
     )
@@ -72,8 +74,8 @@ def kafka_fleet_restore() -> None:
         ctx = get_current_context()
         settings = Settings.from_env()
         tasks.refuse_kraft(settings, "repairs and restores")  # plan refused it already: an inventory changed since
-        text = tasks.restore_approval_text(settings, planned)
-        answer = approval.confirm(ctx, "approve", planned["hash"], settings, text)
+        asked = tasks.restore_approval_request(settings, planned)
+        answer = approval.confirm(ctx, "approve", planned["hash"], settings, **asked)
         return repair_restore.restore_backup(settings, planned, ctx["params"], ctx["run_id"], approval=answer)
 
     planned = plan()

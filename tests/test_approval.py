@@ -14,11 +14,22 @@ import pytest
 from fleet_doctor.repair import approval
 from fleet_doctor.repair.approval import ApprovalError, check, hitl_users
 from fleet_doctor.repair.executor import RepairError
-from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, ZkAction, hashes_in, md_cell
+from fleet_doctor.repair.plan import (
+    FILES_SHOWN,
+    BrokerPlan,
+    FileAction,
+    Plan,
+    RestartPreview,
+    ZkAction,
+    hashes_in,
+    md_cell,
+)
+from fleet_doctor.rules import RULES_BY_ID
 from fleet_doctor.settings import Settings, SettingsError
 
 PLAN = "ab" * 32
 BODY = f"### Repair plan `{PLAN[:12]}`\n\n| action | file |\n|---|---|\n\nPlan hash: `{PLAN}`\n"
+APPROVE = f"Approve: restart 3 brokers, change 6 files (plan {PLAN[:12]})"  # what the stored plan offers
 
 
 def settings(**env: str) -> Settings:
@@ -26,13 +37,14 @@ def settings(**env: str) -> Settings:
 
 
 def detail(
-    by: str | None = "alice", option: str | None = "Approve", body: str = BODY, answered: bool = True
+    by: str | None = "alice", option: str | None = APPROVE, body: str = BODY, answered: bool = True
 ) -> dict[str, Any]:
     """A HITL detail as GET .../hitlDetails returns it (Airflow's BaseHITLDetail, dumped as JSON)."""
     from airflow.api_fastapi.core_api.datamodels.hitl import BaseHITLDetail
 
     now = datetime.now(UTC)
-    fields: dict[str, Any] = {"options": ["Approve", "Reject"], "subject": f"plan {PLAN[:12]}", "body": body}
+    options = [APPROVE, "Reject"] + ([option] if option and option not in (APPROVE, "Reject") else [])
+    fields: dict[str, Any] = {"options": options, "subject": f"plan {PLAN[:12]}", "body": body}
     if answered:
         fields.update(
             responded_by_user={"id": by, "name": by} if by else None,
@@ -55,7 +67,9 @@ def test_approvers_are_hitl_users_airflow_accepts() -> None:
 
 
 def record(d: dict[str, Any] | None, triggered_by: str | None = "bob", **env: str) -> dict[str, Any]:
-    return check(d, task_id="approve", plan_hash=PLAN, settings=settings(**env), triggered_by=triggered_by)
+    return check(
+        d, task_id="approve", plan_hash=PLAN, settings=settings(**env), triggered_by=triggered_by, option=APPROVE
+    )
 
 
 def test_an_approval_by_an_allowed_user_gives_the_journal_record() -> None:
@@ -63,7 +77,7 @@ def test_an_approval_by_an_allowed_user_gives_the_journal_record() -> None:
     got = record(d, FLEET_DOCTOR_APPROVERS="alice,carol")
     assert got == {
         "task": "approve",
-        "option": "Approve",
+        "option": APPROVE,
         "by": {"id": "alice", "name": "alice"},
         "at": d["responded_at"],
         "plan_hash": PLAN,
@@ -78,7 +92,16 @@ def test_an_approval_by_an_allowed_user_gives_the_journal_record() -> None:
     [
         ("marked success, no request", None, {}, "bob", "no approval on record"),
         ("marked success while waiting", detail(answered=False), {}, "bob", "no answer on record"),
-        ("rejected", detail(option="Reject"), {}, "bob", "not \\['Approve'\\]"),
+        ("rejected", detail(option="Reject"), {}, "bob", "answered \\['Reject'\\], not \\['Approve: restart"),
+        ("the bare Approve", detail(option="Approve"), {}, "bob", "answered \\['Approve'\\]"),
+        ("another label", detail(option="Approve: restart 1 broker"), {}, "bob", "not \\['Approve: restart 3"),
+        (
+            "another plan's label",
+            detail(option=APPROVE.replace(PLAN[:12], "cd" * 6)),
+            {},
+            "bob",
+            "answered \\['Approve: .*cdcdcdcdcdcd",
+        ),
         ("a default, not a user", detail(by=None), {}, "bob", "not given by a user"),
         ("not an approver", detail("bob"), {"FLEET_DOCTOR_APPROVERS": "alice"}, "carol", "not one of"),
         ("self-approval", detail("alice"), {"FLEET_DOCTOR_APPROVERS": "alice,bob"}, "alice", "four eyes"),
@@ -112,7 +135,7 @@ def test_confirm_without_the_api_connection_refuses() -> None:
         dag_id, run_id, triggering_user_name = "kafka_fleet_repair", "manual__x", "bob"
 
     with pytest.raises(ApprovalError, match="fleet_doctor_airflow_api"):
-        approval.confirm({"dag_run": Run()}, "approve", PLAN, settings())
+        approval.confirm({"dag_run": Run()}, "approve", PLAN, settings(), option=APPROVE)
 
 
 # ---- the approval text on hostile names
@@ -135,9 +158,21 @@ def render(markdown: str) -> str:
 
 
 def hostile_plan() -> Plan:
-    actions = [FileAction("remove", p, "topic-id-mismatch", "t", 0, "why") for p in HOSTILE]
+    """One broker per hostile name (each its own group of files, so each is listed), hostile topics too."""
+    brokers = [
+        BrokerPlan(i, i == 1, True, [FileAction("remove", p, "topic-id-mismatch", HOSTILE[-i], 0, "why")])
+        for i, p in enumerate(HOSTILE, 1)
+    ]
     zk = [ZkAction("restore-topic-id", "<b>t|</b>\nx", "id`|`<script>", "every replica holds this topic ID")]
-    return Plan("c1", "run1", {}, [BrokerPlan(1, True, True, actions)], zk, [])
+    return Plan("c1", "run1", {}, brokers, zk, [])
+
+
+def unescaped(code: str) -> str:
+    return code.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"').replace("&amp;", "&")
+
+
+def shown_as(name: str) -> str:
+    return name.replace("\n", "\\n").replace("\u202e", "\\u202e")
 
 
 @pytest.mark.parametrize("which", ["to_markdown", "zookeeper_markdown"])
@@ -151,7 +186,13 @@ def test_hostile_names_stay_one_literal_cell(which: str) -> None:
     for head, *rows in tables:  # every row of every table has as many cells as its header: none was split
         assert all(len(re.findall(r"<td", r)) == len(re.findall(r"<th", head)) for r in rows), rows
     rows_per_table = [len(rows) for _, *rows in tables]
-    assert rows_per_table == ([1] if which == "zookeeper_markdown" else [0, len(HOSTILE), 1])
+    assert rows_per_table == ([1] if which == "zookeeper_markdown" else [0, 1])  # restart preview, ZooKeeper
+    if which == "to_markdown":  # each file one list item holding one code span: the name as it is
+        items = re.findall(r"<li>(.*?)</li>", html, re.S)
+        files = [unescaped(c) for i in items for c in re.findall(r"^<code>(.*?)</code>$", i, re.S)]
+        assert files == [shown_as(n) for n in HOSTILE]
+        for name in HOSTILE:  # each hostile topic shown once, as one code span, in its group's line
+            assert f"<code>{shown_as(name)}</code>" in unescaped(html)
     assert hashes_in(text) == [plan.hash]  # a name cannot start a line of its own, so cannot name a plan
 
 
@@ -160,8 +201,7 @@ def test_md_cell_shows_the_name_as_it_is() -> None:
     for name in HOSTILE:
         cell = render(f"| f |\n|---|\n| {md_cell(name)} |\n")
         (code,) = re.findall(r"<td><code>(.*?)</code></td>", cell, re.S)
-        shown = code.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"').replace("&amp;", "&")
-        assert shown == name.replace("\n", "\\n").replace("\u202e", "\\u202e")
+        assert unescaped(code) == shown_as(name)
     assert md_cell("") == "(empty)"
 
 
@@ -186,7 +226,106 @@ def test_the_text_shown_must_be_the_stored_plans() -> None:
             plan_hash=PLAN,
             settings=settings(),
             triggered_by="b",
+            option=APPROVE,
             body=BODY,
         )
-    ok = check(detail("alice"), task_id="approve", plan_hash=PLAN, settings=settings(), triggered_by="b", body=BODY)
+    ok = check(
+        detail("alice"),
+        task_id="approve",
+        plan_hash=PLAN,
+        settings=settings(),
+        triggered_by="b",
+        option=APPROVE,
+        body=BODY,
+    )
     assert ok["by"]["id"] == "alice"
+
+
+# ---- the approval text: summary first, files bounded, options that say what approving does
+def big_plan(dry_run: bool = False, partitions: int = 30) -> Plan:
+    """What `kill -9` of three brokers under load leaves: hundreds of untrimmed indexes per broker, and topic-ID
+    drift on a few partitions; broker 2 is the controller."""
+    why_q, why_r = "moved aside; Kafka rebuilds the segment's indexes at start", "re-created at start"
+    brokers = []
+    for bid in (1, 3, 2):
+        acts = [
+            FileAction("quarantine", f"/data/kafka/payments-{p}/{s:020d}.{e}", "index-untrimmed", "payments", p, why_q)
+            for p in range(partitions)
+            for s in range(5)
+            for e in ("index", "timeindex")
+        ]
+        acts += [
+            FileAction("remove", f"/data/kafka/orders-{p}/{n}", "topic-id-mismatch", "orders", p, why_r)
+            for p in range(3)
+            for n in ("leader-epoch-checkpoint", "partition.metadata")
+        ]
+        preview = RestartPreview(bid != 3, False, 40, 3 << 30, 300, 1 << 30, 41.0)
+        brokers.append(BrokerPlan(bid, bid == 2, True, acts, preview))
+    gates = {"dry_run": dry_run, "healthy_polls": 3}
+    split = {"rule": "topic-id-split", "broker_id": 1, "topic": "t", "why": "report only"}
+    skipped = [{**split, "partition": p, "path": f"/d/t-{p}"} for p in range(40)]
+    seen = {"under_min_isr": 7, "under_min_isr_examples": ["a-0", "a-1"], "offline": 1}
+    risk = {"min_isr": 2, "brokers": {"3": seen}}
+    return Plan("c1", "run1", {"gates": gates}, brokers, [], skipped, risk)
+
+
+def test_a_big_plan_keeps_the_approval_short_summary_first() -> None:
+    """900 quarantined indexes and 18 removed files: the text lists FILES_SHOWN per group and points at plan.json
+    for the rest, so the request's buttons (below the text) stay near; the summary comes before any file."""
+    plan = big_plan()
+    text = plan.to_markdown(f"/srv/repairs/{plan.hash}")
+    lines = text.splitlines()
+    assert sum(len(b.actions) for b in plan.brokers) == 918
+    assert len(lines) < 100 and len(text) < 8_000, (len(lines), len(text))
+    bigger = big_plan(partitions=300)  # ten times the files: not one line more
+    assert len(bigger.to_markdown(f"/srv/repairs/{bigger.hash}").splitlines()) == len(lines)
+    listed = [x for x in lines if x.startswith("- `/data/kafka/")]
+    assert len(listed) == 3 * 2 * FILES_SHOWN  # three brokers, two groups each (quarantine, remove)
+    assert lines.count(f"- … and {300 - FILES_SHOWN} more: full list in `/srv/repairs/{plan.hash}/plan.json`") == 3
+    assert lines.count(f"- … and {6 - FILES_SHOWN} more: full list in `/srv/repairs/{plan.hash}/plan.json`") == 3
+    summary = lines[: lines.index("#### Restart preview")]
+    joined = "\n".join(summary)
+    for part in ("**What:**", "**Where:**", "**How many:**", "**Risk:**", "**Backups:**", "**Undo:**"):
+        assert part in joined
+    assert "restart order **1 → 3 → 2** (the active controller, broker 2, last)" in joined
+    assert "918 file(s) backed up first, 18 removed, 900 quarantined; 3 broker(s) restarted" in joined
+    assert "while broker 3 is down, 7 partition(s) go under min.insync.replicas (`a-0`, `a-1`, and 5 more)" in joined
+    assert "broker 3 is the only in-sync replica of 1 partition(s)" in joined
+    assert "broker 3 stopped uncleanly: its start recovers 40 segment(s), 3072.0 MiB, est. 41 s" in joined
+    assert f"`kafka_fleet_restore` with plan `{plan.hash[:16]}`" in joined
+    assert f"`/srv/repairs/{plan.hash}/attempts/<run>/broker-<id>/`" in joined
+    assert f"Plan hash: `{plan.hash}`" in summary and hashes_in(text) == [plan.hash]
+    assert "DRY RUN" not in text
+    # the rule's why once, not per file: the registry's text for index-untrimmed appears exactly once
+    assert text.count(RULES_BY_ID["index-untrimmed"].why) == 1 and text.count(RULES_BY_ID["topic-id-mismatch"].why) == 1
+    # 40 unaddressed findings of one kind: one line
+    assert "- broker 1, `topic-id-split` ×40: report only" in lines
+
+
+def test_a_dry_run_says_so_in_the_text_the_subject_and_the_button() -> None:
+    dry, real = big_plan(dry_run=True), big_plan()
+    assert dry.hash != real.hash  # dry_run is one of the gates: part of the plan
+    text = dry.to_markdown()
+    assert "**DRY RUN: nothing will be written.**" in text.splitlines()[2]  # right under the title
+    assert "DRY RUN" in dry.subject() and "DRY RUN" not in real.subject()
+    assert dry.approve_option() == f"Approve dry run: 3 brokers, nothing written (plan {dry.hash[:12]})"
+    assert real.approve_option() == f"Approve: restart 3 brokers, change 918 files (plan {real.hash[:12]})"
+
+
+def test_the_zookeeper_approval_has_its_own_option_and_bounded_table() -> None:
+    zk = [ZkAction("restore-topic-id", f"topic-{i}", "A" * 22, "every replica holds this topic ID") for i in range(25)]
+    plan = Plan("c1", "run1", {}, [], zk, [])
+    text = plan.zookeeper_markdown("/srv/repairs/x")
+    assert plan.zookeeper_approve_option() == f"Approve: write 25 topic IDs to ZooKeeper (plan {plan.hash[:12]})"
+    assert plan.zookeeper_approve_option() != plan.approve_option()  # one answer cannot approve the other request
+    assert sum(line.startswith("| `topic-") for line in text.splitlines()) == 10
+    assert "… and 15 more topic(s)" in text and hashes_in(text) == [plan.hash]
+
+
+def test_the_hash_is_the_canonical_contents_not_the_text() -> None:
+    """The risk (ISR as the audit saw it) and the rendering are for the approver: neither moves the hash."""
+    plan = big_plan()
+    assessed = Plan(plan.cluster, plan.audit_run, plan.scope, plan.brokers, plan.zookeeper, plan.skipped, {})
+    assert assessed.hash == plan.hash and "risk" not in plan.canonical()
+    again = Plan.from_json(plan.to_json())
+    assert again.risk == plan.risk and again.to_markdown("/x") == plan.to_markdown("/x")  # what execute re-renders

@@ -2,8 +2,9 @@
 alice and bob, and ``FLEET_DOCTOR_APPROVERS=alice``, over a 3-broker fleet lab with seed-004 (a plan that restarts
 every broker). Tests run in file order on one lab:
 
-1. bob triggers; the approve task asks alice only; bob's answer is refused by Airflow (403) and the plan does not
-   run; alice approves (dry run): execute goes on and journals who approved which plan;
+1. bob triggers a dry run; the approve task asks alice only, with the plan's own options ("Approve dry run: ..." and
+   "Reject"); bob's answer is refused by Airflow (403), so is the bare "Approve" (400), and the plan does not run;
+   alice approves: execute goes on and journals who approved which plan with which option;
 2. the approve task is marked "success" by hand through the REST API while its request is open: execute refuses
    (no answer on record) and nothing on the brokers changes;
 3. alice triggers and approves her own run: four eyes, execute refuses and nothing changes.
@@ -52,17 +53,25 @@ def test_only_an_approver_can_answer_and_execute_records_who(fleet: dict[str, An
     run = af.trigger(REPAIR, {**FAST, "dry_run": True, "brokers": [1]}, user="bob")
     request = af.wait_for_approval(REPAIR, run, "approve")  # the request was created: no TypeError any more
     assert request["assigned_users"] == [{"id": "alice", "name": "alice"}]
+    plan_hash = plan_dir(fleet["data"], request).name
+    # the buttons say what approving does, for this plan; the text says it is a dry run, above everything else
+    option = f"Approve dry run: 1 broker, nothing written (plan {plan_hash[:12]})"
+    assert request["options"] == [option, "Reject"] and not request["multiple"]
+    assert request["body"].splitlines()[2].startswith("**DRY RUN: nothing will be written.**")
+    assert "DRY RUN" in request["subject"]
     with pytest.raises(AirflowLiveError) as e:
-        af.respond(REPAIR, run, "approve", "Approve", user="bob")
+        af.approve(REPAIR, run, "approve", user="bob")
     assert e.value.code == 403
+    with pytest.raises(AirflowLiveError) as e:  # the bare "Approve" is not an option of this request
+        af.respond(REPAIR, run, "approve", "Approve", user="alice")
+    assert e.value.code == 400
     assert not af.hitl_detail(REPAIR, run, "approve")["response_received"]
     assert af.task_states(REPAIR, run)["execute"] is None  # the plan does not run
-    af.respond(REPAIR, run, "approve", "Approve", user="alice")
+    assert af.approve(REPAIR, run, "approve", user="alice") == option
     assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
-    plan_hash = plan_dir(fleet["data"], request).name
     approvals = [a for j in journals(fleet["data"]) for a in j.get("approvals", [])]
     assert [(a["by"]["id"], a["plan_hash"], a["triggered_by"], a["option"]) for a in approvals] == [
-        ("alice", plan_hash, "bob", "Approve")
+        ("alice", plan_hash, "bob", option)
     ]
     assert fleet_snapshot(state) == before  # a dry run
 
@@ -83,6 +92,6 @@ def test_an_approver_cannot_approve_her_own_run(fleet: dict[str, Any]) -> None:
     before = fleet_snapshot(state)
     run = af.trigger(REPAIR, FAST, user="alice")
     af.wait_for_approval(REPAIR, run, "approve")
-    af.respond(REPAIR, run, "approve", "Approve", user="alice")  # Airflow lets her: she is assigned
+    af.approve(REPAIR, run, "approve", user="alice")  # Airflow lets her: she is assigned
     refused(af, run, "four eyes")
     assert fleet_snapshot(state) == before

@@ -29,11 +29,13 @@ def test_repair_dag_is_manual_and_approval_gated(tmp_path: Path) -> None:
         "approve_zookeeper": {"restore_topic_ids"},
         "restore_topic_ids": set(),
     }
-    assert type(dag.get_task("approve_zookeeper")).__name__ == "ApprovalOperator"  # its own approval
-    approve = dag.get_task("approve")
-    assert type(approve).__name__ == "ApprovalOperator"
+    approve, approve_zk = dag.get_task("approve"), dag.get_task("approve_zookeeper")  # each its own approval
+    assert type(approve).__name__ == type(approve_zk).__name__ == "PlanApprovalOperator"
     assert approve.response_timeout.total_seconds() == 24 * 3600
     assert "plan" in approve.subject and "markdown" in approve.body
+    # the options are the plan's: its approving option (from the plan task's XCom, rendered) and Reject
+    assert "options" in approve.template_fields and approve.options[1] == "Reject" and not approve.multiple
+    assert "['approve_option']" in approve.options[0] and "['zookeeper_approve_option']" in approve_zk.options[0]
     params = dag.params
     for name in (
         "audit_run",
@@ -49,6 +51,8 @@ def test_repair_dag_is_manual_and_approval_gated(tmp_path: Path) -> None:
     ):
         assert name in params
     assert params["include_internal"] is False and params["dry_run"] is False
+    dry_run = params.get_param("dry_run").schema  # the Trigger form shows it by its title, with what it does
+    assert "Dry run" in dry_run["title"] and "write nothing" in params.get_param("dry_run").description
     assert params["healthy_polls"] >= 3 and params["isr_timeout_s"] >= 60  # minutes, not seconds
 
 
@@ -63,6 +67,9 @@ def test_restore_dag_is_manual_and_takes_a_plan(tmp_path: Path) -> None:
         "approve": ["restore"],
         "restore": [],
     }  # a restore changes brokers too: it runs only after a human approved its plan
+    approve = dag.get_task("approve")
+    assert type(approve).__name__ == "PlanApprovalOperator" and approve.options[1] == "Reject"
+    assert "['approve_option']" in approve.options[0]
     assert {"plan", "attempt", "brokers", "start", "min_insync_replicas"} <= set(dag.params)
     assert dag.params.get_param("plan").schema["pattern"] == "^[0-9a-f]{12,64}$"
 

@@ -51,7 +51,12 @@ def test_reject_changes_nothing(fleet: dict[str, Any]) -> None:
     request = af.wait_for_approval(REPAIR, run, "approve")
     assert "restart 3 broker(s)" in request["subject"] and "partition.metadata" in request["body"]
     assert "est. recovery" in request["body"] and "controller" in request["body"]
-    af.respond(REPAIR, run, "approve", "Reject")
+    plan_hash = plan_dir(fleet["data"], request).name  # the buttons name the destructive choice, for this plan
+    assert request["options"][0].startswith("Approve: restart 3 brokers, change ") and request["options"][1] == "Reject"
+    assert request["options"][0].endswith(f"(plan {plan_hash[:12]})") and len(request["options"]) == 2
+    assert f"Plan hash: `{plan_hash}`" in request["body"].splitlines()  # in the summary, before the files
+    assert request["body"].index("Plan hash:") < request["body"].index("partition.metadata`")
+    af.reject(REPAIR, run, "approve")
     assert af.wait_run(REPAIR, run) == "success"
     states = af.task_states(REPAIR, run)
     assert states["execute"] == "skipped" and states["zookeeper_to_repair"] == "success"
@@ -77,7 +82,7 @@ def test_stale_plan_aborts_untouched(fleet: dict[str, Any]) -> None:
     assert zk_json(state, "/controller")["brokerid"] != controller
     time.sleep(3)  # the restarted broker settles (out of ISR for the partitions whose partition.metadata is old)
     before = fleet_snapshot(state)
-    af.respond(REPAIR, run, "approve", "Approve")
+    af.approve(REPAIR, run, "approve")
     assert af.wait_run(REPAIR, run) == "failed"
     assert af.task_states(REPAIR, run)["execute"] == "failed"
     result = json.loads((attempt_of(fleet["data"], request, run) / "result.json").read_text())
@@ -110,7 +115,7 @@ def test_precheck_refuses_to_take_a_partition_below_min_isr(fleet: dict[str, Any
         before = fleet_snapshot(state)
         run = af.trigger(REPAIR, FAST)
         request = af.wait_for_approval(REPAIR, run, "approve")
-        af.respond(REPAIR, run, "approve", "Approve")
+        af.approve(REPAIR, run, "approve")
         assert af.wait_run(REPAIR, run) == "failed"
     finally:
         zk.set(f"/config/topics/{TOPIC}", json.dumps({"version": 1, "config": {}}).encode())
@@ -136,7 +141,7 @@ def test_approved_repair_survives_a_killed_worker_and_fixes_seed_004(fleet: dict
     order = [b["broker_id"] for b in plan["brokers"] if b["restart"]]
     assert order[-1] == controller and sorted(order) == [1, 2, 3]
     t0 = time.time()
-    af.respond(REPAIR, run, "approve", "Approve")
+    af.approve(REPAIR, run, "approve")
 
     # kill the worker (the scheduler, its executor and the task process) once the first broker is done
     adir = attempt_of(fleet["data"], request, run)
@@ -225,7 +230,7 @@ def test_preventive_zookeeper_repair_keeps_the_topic_id_through_a_failover(fleet
     assert topic in request["body"] and before_id in request["body"]
     states = af.task_states(REPAIR, run)
     assert states["brokers_to_repair"] == "success" and states["approve"] == "skipped"  # no broker to restart
-    af.respond(REPAIR, run, "approve_zookeeper", "Approve")
+    af.approve(REPAIR, run, "approve_zookeeper")
     assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
     znode = zk_json(state, f"/brokers/topics/{topic}")
     assert znode["topic_id"] == before_id and znode["version"] == 3 and len(znode["partitions"]) == 4

@@ -82,7 +82,7 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
     squatter.bind(("127.0.0.1", port))  # something else took the broker's port: Kafka cannot bind, stays down
     squatter.listen(1)
     try:
-        af.respond(REPAIR, run, "approve", "Approve")
+        af.approve(REPAIR, run, "approve")
         assert af.wait_run(REPAIR, run) == "failed"
     finally:
         squatter.close()
@@ -108,7 +108,7 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
     r = af.trigger(RESTORE, {"plan": pdir.name[:16], "brokers": [SEED_BROKER], "start": False, **FAST})
     restore_request = af.wait_for_approval(RESTORE, r, "approve")
     assert "left stopped" in restore_request["body"] and "Plan hash: `" in restore_request["body"]
-    af.respond(RESTORE, r, "approve", "Approve")
+    af.approve(RESTORE, r, "approve")
     assert af.wait_run(RESTORE, r, 600) == "success", af.task_states(RESTORE, r)
     assert digests(quarantined) == original
     assert lab.running_pid(state.broker(SEED_BROKER).config()) is None
@@ -135,7 +135,7 @@ def test_seed_000_repair_quarantines_the_corrupt_index_and_the_broker_rebuilds_i
     plan = json.loads((pdir / "plan.json").read_text())
     quarantined = [a["path"] for b in plan["brokers"] for a in b["actions"]]
     original = digests(quarantined)
-    af.respond(REPAIR, run, "approve", "Approve")
+    af.approve(REPAIR, run, "approve")
     assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
     result = json.loads((attempt_of(fleet["data"], request, run) / "result.json").read_text())
     assert result["status"] == "done" and result["done"] == [SEED_BROKER, OTHER] and result["reverified_with"]

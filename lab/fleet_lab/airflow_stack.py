@@ -7,7 +7,7 @@ default ``admin:admin``).
     with LiveAirflow(env) as af:                       # env: fleet_lab.demo.airflow_environ(...)
         run = af.trigger("kafka_fleet_repair", {"healthy_polls": 3})
         af.wait_task("kafka_fleet_repair", run, "approve", {"awaiting_input"})
-        af.respond("kafka_fleet_repair", run, "approve", "Approve")
+        af.approve("kafka_fleet_repair", run, "approve")   # the request's own "Approve: ..." option
         af.wait_run("kafka_fleet_repair", run)
 
 Never ``airflow standalone`` (platform-notes: it binds 0.0.0.0 and survives SIGTERM). Every process gets its
@@ -346,6 +346,20 @@ class LiveAirflow:
         return self.api(
             "PATCH", self._hitl_path(dag_id, run_id, task_id, map_index), {"chosen_options": [option]}, user=user
         )
+
+    def approve(self, dag_id: str, run_id: str, task_id: str, user: str | None = None) -> str:
+        """Answer with the request's own approving option, the one option that starts with "Approve" (the repair's
+        are e.g. "Approve: restart 3 brokers, change 6 files (plan 1f2e3d4c5b6a)"); returns the option chosen."""
+        options = self.hitl_detail(dag_id, run_id, task_id)["options"]
+        approving = [o for o in options if o.startswith("Approve")]
+        if len(approving) != 1:
+            raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id}: not one approving option in {options}")
+        self.respond(dag_id, run_id, task_id, approving[0], user=user)
+        return approving[0]
+
+    def reject(self, dag_id: str, run_id: str, task_id: str, user: str | None = None) -> None:
+        """Answer "Reject"."""
+        self.respond(dag_id, run_id, task_id, "Reject", user=user)
 
     def hitl_detail(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> dict[str, Any]:
         """Airflow's record of a human-in-the-loop request and its answer (who, which option, when)."""

@@ -1,9 +1,11 @@
 """The human approval of a repair plan, checked again by the task that acts on it.
 
-The ``approve`` task (Airflow's ``ApprovalOperator``) only asks; the ``execute`` and ``restore_topic_ids`` tasks
+The ``approve`` task (``repair.hitl.PlanApprovalOperator``) only asks; the ``execute`` and ``restore_topic_ids`` tasks
 (and the restore DAG's) do not take its success as the answer, since an approve task marked "success" by hand, or
 cleared and skipped, would otherwise stand for a human who never answered. Each reads Airflow's own record of the
-answer (the task's human-in-the-loop detail in this run) and goes on only when it says "Approve", given by a user
+answer (the task's human-in-the-loop detail in this run) and goes on only when it is the plan's own approving option
+(``Plan.approve_option``, e.g. "Approve: restart 3 brokers, change 14 files (plan 1f2e3d4c5b6a)", derived from the
+stored plan, never from the request; ``repair.hitl.PlanApprovalOperator`` offers it beside "Reject"), given by a user
 (not a timeout default), an allowed approver when ``FLEET_DOCTOR_APPROVERS`` is set, not the user who triggered the
 run when that list is set (four eyes; ``FLEET_DOCTOR_ALLOW_SELF_APPROVAL`` lifts this), and to a request whose
 text carries the hash of the plan about to run. The record (who, when, which plan) goes into the journal.
@@ -33,7 +35,7 @@ from fleet_doctor.repair.plan import hashes_in
 from fleet_doctor.settings import Settings
 
 LOG = logging.getLogger(__name__)
-APPROVE = "Approve"
+APPROVE = "Approve"  # every approving option starts with it (the live tests' LiveAirflow.approve picks it so)
 HTTP_TIMEOUT_S = 30.0
 
 
@@ -54,12 +56,14 @@ def check(
     plan_hash: str,
     settings: Settings,
     triggered_by: str | None,
+    option: str,
     body: str | None = None,
 ) -> dict[str, Any]:
     """The journal record of a valid approval, from Airflow's HITL detail of ``task_id`` in this run (as the REST
-    API returns it; None: Airflow has none); raises ``ApprovalError`` otherwise. ``body``: the approval text as the
-    stored plan renders it; the text the human saw must be exactly that (XCom, which the request was rendered from,
-    can be written through the REST API: a tidied table over the right hash is refused)."""
+    API returns it; None: Airflow has none); raises ``ApprovalError`` otherwise. ``option``: the answer that
+    approves this plan, from the stored plan (``Plan.approve_option``): the only one accepted. ``body``: the approval
+    text as the stored plan renders it; the text the human saw must be exactly that (XCom, which the request was
+    rendered from, can be written through the REST API: a tidied table over the right hash is refused)."""
     where = f"the approval task {task_id!r} of this run"
     if not detail:
         raise ApprovalError(
@@ -72,8 +76,8 @@ def check(
             f"no answer on record for {where}: its request is still open, so the task cannot have been approved "
             "(marked success by hand?); nothing was touched"
         )
-    if list(chosen) != [APPROVE]:
-        raise ApprovalError(f"{where} was answered {chosen}, not [{APPROVE!r}]; nothing was touched")
+    if list(chosen) != [option]:
+        raise ApprovalError(f"{where} was answered {chosen}, not [{option!r}]; nothing was touched")
     by = detail.get("responded_by_user") or {}
     if not by.get("id"):
         raise ApprovalError(
@@ -110,7 +114,7 @@ def check(
         )
     return {
         "task": task_id,
-        "option": APPROVE,
+        "option": option,
         "by": {"id": str(by["id"]), "name": str(by.get("name") or by["id"])},
         "at": detail.get("responded_at"),
         "plan_hash": plan_hash,
@@ -119,16 +123,29 @@ def check(
 
 
 def confirm(
-    context: Mapping[str, Any], task_id: str, plan_hash: str, settings: Settings, body: str | None = None
+    context: Mapping[str, Any],
+    task_id: str,
+    plan_hash: str,
+    settings: Settings,
+    *,
+    option: str,
+    body: str | None = None,
 ) -> dict[str, Any]:
     """Check, from Airflow's record, that ``task_id`` of the running DAG run (``context``: the running task's
-    Airflow context) holds a valid human approval of ``plan_hash``; returns the journal record
+    Airflow context) holds a valid human approval of ``plan_hash``, answered with ``option`` and shown ``body``
+    (both as the stored plan renders them: ``tasks.approval_request``); returns the journal record
     ``{"task", "option", "by": {"id", "name"}, "at", "plan_hash", "triggered_by"}``, raises ``ApprovalError``."""
     dag_run = context["dag_run"]
     triggered_by = getattr(dag_run, "triggering_user_name", None)
     detail = read_hitl_detail(settings, dag_run.dag_id, dag_run.run_id, task_id)
     record = check(
-        detail, task_id=task_id, plan_hash=plan_hash, settings=settings, triggered_by=triggered_by, body=body
+        detail,
+        task_id=task_id,
+        plan_hash=plan_hash,
+        settings=settings,
+        triggered_by=triggered_by,
+        option=option,
+        body=body,
     )
     LOG.info("approval on record: %s", json.dumps(record))
     return record

@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fleet_doctor.audit.staging import load_probe, probe_key, staged_brokers
+from fleet_doctor.finding_groups import group_findings
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
-from fleet_doctor.rules import Remediation, get, rule_ids_with
+from fleet_doctor.rules import RULES_BY_ID, Remediation, get, rule_ids_with
 from fleet_doctor.store import Store
 
 # what the plan does for a finding is its rule's remediation in the registry (fleet_doctor.rules)
@@ -42,6 +43,8 @@ RECOVERY_BYTES_PER_S = 100 * 1024 * 1024  # rough log recovery rate (batch walk 
 # itself, where Kafka refuses to start on a directory that is not a partition dir (the lost+found trap)
 QUARANTINE_DIR = "fleet-doctor-quarantine"
 _BACKTICKS = re.compile(r"`+")
+FILES_SHOWN = 5  # files listed per group in an approval text: the buttons come after it; plan.json has them all
+ROWS_SHOWN = 10  # ZooKeeper topics and unaddressed groups listed, likewise
 HASH_LINE = "Plan hash: `{}`"  # the last line of both approval texts: the acting task checks it (repair.approval)
 _HASH_LINES = re.compile(r"^Plan hash: `([0-9a-f]{64})`$", re.MULTILINE)
 _SHOWN_AS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -129,6 +132,7 @@ class Plan:
     brokers: list[BrokerPlan]  # in restart order: the controller last
     zookeeper: list[ZkAction]
     skipped: list[dict[str, Any]]  # findings in scope that no action addresses, with why
+    risk: dict[str, Any] = field(default_factory=dict)  # restart_risk: for the approver, not in the hash
 
     def canonical(self) -> dict[str, Any]:
         """What the approver approves: cluster, scope, the per-broker actions and order, the ZooKeeper actions.
@@ -166,7 +170,13 @@ class Plan:
             for b in d["brokers"]
         ]
         return cls(
-            d["cluster"], d["audit_run"], d["scope"], brokers, [ZkAction(**z) for z in d["zookeeper"]], d["skipped"]
+            d["cluster"],
+            d["audit_run"],
+            d["scope"],
+            brokers,
+            [ZkAction(**z) for z in d["zookeeper"]],
+            d["skipped"],
+            d.get("risk") or {},
         )
 
     def canonical_json(self) -> str:
@@ -194,53 +204,131 @@ class Plan:
             "zookeeper_actions": len(self.zookeeper),
         }
 
+    @property
+    def dry_run(self) -> bool:
+        """The plan runs as a dry run (the form's ``dry_run``, one of the gates: part of the hash)."""
+        return bool((self.scope.get("gates") or {}).get("dry_run"))
+
+    def _files(self) -> int:
+        return sum(len(b.actions) for b in self.brokers)
+
+    def approve_option(self) -> str:
+        """The approval's one "yes" (an option of the request): what approving this plan does, and which plan. The
+        acting task accepts exactly this answer (``repair.approval.check``), derived from the stored plan."""
+        n, files = len(self.restart_order), self._files()
+        if self.dry_run:
+            return f"Approve dry run: {n} {_s(n, 'broker')}, nothing written (plan {self.hash[:12]})"
+        return f"Approve: restart {n} {_s(n, 'broker')}, change {files} {_s(files, 'file')} (plan {self.hash[:12]})"
+
+    def zookeeper_approve_option(self) -> str:
+        n = len(self.zookeeper)
+        if self.dry_run:
+            return f"Approve dry run: {n} topic {_s(n, 'ID')}, nothing written (plan {self.hash[:12]})"
+        return f"Approve: write {n} topic {_s(n, 'ID')} to ZooKeeper (plan {self.hash[:12]})"
+
     def subject(self) -> str:
         c = self.counts()
         return (
-            f"Kafka repair {plain(self.cluster)} plan {self.hash[:12]}: restart {c['brokers_restarted']} broker(s), "
-            f"remove {c['files_removed']} and quarantine {c['files_quarantined']} file(s)"
+            f"Kafka repair {plain(self.cluster)} plan {self.hash[:12]}: {'DRY RUN, ' if self.dry_run else ''}"
+            f"restart {c['brokers_restarted']} broker(s), remove {c['files_removed']} and quarantine "
+            f"{c['files_quarantined']} file(s)"
         )
 
     def zookeeper_subject(self) -> str:
         return (
-            f"Kafka repair {plain(self.cluster)} plan {self.hash[:12]}: write back the topic ID of "
-            f"{len(self.zookeeper)} topic(s) in ZooKeeper (preventive)"
+            f"Kafka repair {plain(self.cluster)} plan {self.hash[:12]}: {'DRY RUN, ' if self.dry_run else ''}"
+            f"write back the topic ID of {len(self.zookeeper)} topic(s) in ZooKeeper (preventive)"
         )
-
-    def zookeeper_markdown(self) -> str:
-        if not self.zookeeper:
-            return "No ZooKeeper action in this plan.\n"
-        out = [
-            f"### Preventive ZooKeeper repair, plan `{self.hash[:12]}`, cluster {md_cell(self.cluster, table=False)}",
-            "",
-            "Each topic znode below has lost its `topic_id` (a pre-2.8 admin tool rewrote it) while every replica's "
-            "`partition.metadata` agrees on one ID. The next controller failover would mint a **new** ID and every "
-            "replica would go out of ISR (KAFKA-14190). Approving writes the agreed ID back with a version-checked "
-            "update, after re-reading every replica; no broker restarts.",
-            "",
-            "| topic | topic ID written | why |",
-            "|---|---|---|",
-        ]
-        out += [f"| {md_cell(z.topic)} | {md_cell(z.topic_id)} | {z.reason} |" for z in self.zookeeper]
-        out += ["", "Undo: remove the `topic_id` field from the znode again (e.g. with zookeeper-shell `set`)."]
-        return "\n".join([*out, "", self.hash_line()]) + "\n"
 
     def hash_line(self) -> str:
         """The full plan hash, in both approval texts: the task that acts checks the answer was given to it."""
         return HASH_LINE.format(self.hash)
 
-    def to_markdown(self) -> str:
-        c = self.counts()
+    def _dry_run_lines(self) -> list[str]:
+        if not self.dry_run:
+            return []
+        return [
+            "**DRY RUN: nothing will be written.** Every read and check runs and every command is logged; no file "
+            "changes, no broker stops, no ZooKeeper write.",
+            "",
+        ]
+
+    def _undo_line(self, plan_dir: str) -> str:
+        return (
+            f"- **Undo:** trigger `kafka_fleet_restore` with plan `{self.hash[:16]}`: it puts this plan's backups back "
+            f"(its own approval, the controller last). Full plan: {md_cell(plan_dir + '/plan.json', table=False)}."
+        )
+
+    def zookeeper_markdown(self, plan_dir: str | None = None) -> str:
+        """The text of the ZooKeeper approval: a summary first, then the topics (at most ``ROWS_SHOWN``)."""
+        if not self.zookeeper:
+            return "No ZooKeeper action in this plan.\n"
+        where = plan_dir or f"<repairs dir>/{self.hash}"
+        n = len(self.zookeeper)
         out = [
-            f"### Repair plan `{self.hash[:12]}` for cluster {md_cell(self.cluster, table=False)} "
-            f"(audit run {md_cell(self.audit_run, table=False)})",
+            f"### Preventive ZooKeeper repair, plan `{self.hash[:12]}`, cluster {md_cell(self.cluster, table=False)}",
             "",
-            f"Restart order (one broker at a time, the active controller last): "
-            f"**{' → '.join(map(str, self.restart_order)) or 'none'}**. "
-            f"{c['files_removed']} file(s) backed up and removed, {c['files_quarantined']} quarantined "
-            f"(moved to `<partition dir>/{QUARANTINE_DIR}/<plan>/`), every file backed up first.",
+            *self._dry_run_lines(),
+            f"- **What:** write back the lost `topic_id` of {n} topic znode(s), the ID every replica's "
+            "`partition.metadata` agrees on, with a version-checked update after re-reading every replica.",
+            f"- **Where:** cluster {md_cell(self.cluster, table=False)}, ZooKeeper only: no broker restarts.",
+            "- **Risk:** none to running clients. Without it, the next controller failover mints a **new** ID and "
+            "every replica goes out of ISR (KAFKA-14190).",
+            f"- **Undo:** remove the `topic_id` field from the znode again (zookeeper-shell `set`). Full plan: "
+            f"{md_cell(where + '/plan.json', table=False)}.",
             "",
+            self.hash_line(),
+            "",
+            "| topic | topic ID written | why |",
+            "|---|---|---|",
+        ]
+        out += [f"| {md_cell(z.topic)} | {md_cell(z.topic_id)} | {z.reason} |" for z in self.zookeeper[:ROWS_SHOWN]]
+        if n > ROWS_SHOWN:
+            out += ["", f"… and {n - ROWS_SHOWN} more topic(s): full list in {md_cell(where + '/plan.json', False)}."]
+        return "\n".join(out) + "\n"
+
+    def to_markdown(self, plan_dir: str | None = None) -> str:
+        """The text of the broker approval: a summary (what, where, how many, risk, the full hash, backups, undo),
+        the restart preview, then the details per broker, one block per group of files (``finding_groups``), at
+        most ``FILES_SHOWN`` files each, and each rule's "why" once. ``plan_dir``: where plan.json is, named for
+        the full lists (the request's buttons come after the text: it stays short whatever the plan's size)."""
+        c = self.counts()
+        where = plan_dir or f"<repairs dir>/{self.hash}"
+        order = " → ".join(map(str, self.restart_order)) or "none"
+        controller = next((b.broker_id for b in self.brokers if b.is_controller), None)
+        ctl = (
+            f" (the active controller, broker {controller}, last)"
+            if controller in self.restart_order
+            else " (the active controller is not restarted)"
+        )
+        rules = sorted({a.rule for b in self.brokers for a in b.actions})
+        what = []
+        if c["files_removed"]:
+            what.append(f"back up and remove {c['files_removed']} topic-ID file(s)")
+        if c["files_quarantined"]:
+            what.append(f"quarantine {c['files_quarantined']} index file(s) (moved aside, Kafka rebuilds them)")
+        out = [
+            f"### Repair plan `{self.hash[:12]}` for cluster {md_cell(self.cluster, table=False)}",
+            "",
+            *self._dry_run_lines(),
+            f"- **What:** {' and '.join(what) or 'nothing'}, then restart each changed broker, one at a time "
+            f"({', '.join(md_cell(r, table=False) for r in rules) or 'no rule'}).",
+            f"- **Where:** cluster {md_cell(self.cluster, table=False)}, restart order **{order}**{ctl}; from audit "
+            f"run {md_cell(self.audit_run, table=False)}.",
+            f"- **How many:** {c['files_removed'] + c['files_quarantined']} file(s) backed up first, "
+            f"{c['files_removed']} removed, {c['files_quarantined']} quarantined; {c['brokers_restarted']} broker(s) "
+            f"restarted; {len(self.skipped)} finding(s) in scope not addressed.",
+            *self._risk_lines(),
+            f"- **Backups:** per broker a tar.gz with a sha256 manifest, fetched to "
+            f"{md_cell(where + '/attempts/<run>/broker-<id>/', table=False)} before anything changes; quarantined "
+            f"files stay on the broker in `<partition dir>/{QUARANTINE_DIR}/<plan>/`.",
+            self._undo_line(where),
             *self._gates_lines(),
+            "",
+            self.hash_line(),
+            "",
+            "#### Restart preview",
+            "",
             "| order | broker | controller | last stop clean | above recovery point | indexes rebuilt "
             "| est. recovery |",
             "|---:|---:|---|---|---:|---:|---:|",
@@ -257,24 +345,119 @@ class Plan:
                 f"{p.segments_above_recovery_point} seg, {_mib(p.bytes_above_recovery_point)} | "
                 f"{p.indexes_rebuilt} ({_mib(p.bytes_to_rebuild)}) | {p.estimated_recovery_s:.0f} s |"
             )
+        out += self._broker_details(where)
+        out += self._why_lines(rules)
+        if self.zookeeper:
+            n = len(self.zookeeper)
+            out += ["", "#### ZooKeeper (preventive, separate approval)", "", "| action | topic | topic ID |"]
+            out += ["|---|---|---|"]
+            out += [f"| {z.action} | {md_cell(z.topic)} | {md_cell(z.topic_id)} |" for z in self.zookeeper[:ROWS_SHOWN]]
+            if n > ROWS_SHOWN:
+                out += ["", f"… and {n - ROWS_SHOWN} more topic(s) in {md_cell(where + '/plan.json', False)}."]
+        out += self._skipped_lines(where)
+        return "\n".join(out) + "\n"
+
+    def _risk_lines(self) -> list[str]:
+        """What the restarts may cost: partitions under min ISR (or without any other in-sync replica) while a
+        broker is down, as the audit saw the ISR, and the log recovery of brokers that stopped uncleanly."""
+        risks = []
+        for b in self.brokers:
+            if not b.restart:
+                continue
+            seen = (self.risk.get("brokers") or {}).get(str(b.broker_id)) or {}
+            if seen.get("offline"):
+                risks.append(
+                    f"broker {b.broker_id} is the only in-sync replica of {seen['offline']} partition(s): they are "
+                    "unavailable while it restarts"
+                )
+            if seen.get("under_min_isr"):
+                shown = ", ".join(md_cell(t, table=False) for t in seen["under_min_isr_examples"])
+                more = seen["under_min_isr"] - len(seen["under_min_isr_examples"])
+                risks.append(
+                    f"while broker {b.broker_id} is down, {seen['under_min_isr']} partition(s) go under "
+                    f"min.insync.replicas ({shown}{f', and {more} more' if more else ''}): its pre-check halts the "
+                    "run there unless their ISR has grown by then"
+                )
+            p = b.preview
+            if p and p.last_stop_clean is False:
+                risks.append(
+                    f"broker {b.broker_id} stopped uncleanly: its start recovers {p.segments_above_recovery_point} "
+                    f"segment(s), {_mib(p.bytes_above_recovery_point)}, est. {p.estimated_recovery_s:.0f} s"
+                )
+            elif p and p.untrimmed_indexes_with_marker:
+                risks.append(
+                    f"broker {b.broker_id} was killed while loading its logs ({p.untrimmed_indexes_with_marker} "
+                    f"untrimmed index(es) despite the clean-shutdown marker): est. recovery "
+                    f"{p.estimated_recovery_s:.0f} s"
+                )
+        if not self.risk:
+            risks.append("ISR not assessed (the plan has no ZooKeeper snapshot)")
+        elif not risks:
+            risks.append(
+                f"none seen at audit time: every partition keeps min.insync.replicas ({self.risk.get('min_isr')} "
+                "unless the topic sets its own) with any one of these brokers down; the pre-check checks again before "
+                "each stop"
+            )
+        if len(risks) == 1:
+            return [f"- **Risk:** {risks[0]}."]
+        return ["- **Risk:**", *(f"  - {r}." for r in risks)]
+
+    def _broker_details(self, where: str) -> list[str]:
+        """Per broker in restart order, one block per group of files (rule and action), at most ``FILES_SHOWN``."""
+        out = ["", "#### Details per broker"]
+        nth = {bid: i for i, bid in enumerate(self.restart_order, 1)}
         for b in self.brokers:
             if not b.actions:
                 continue
-            out += ["", f"**Broker {b.broker_id}**", "", "| action | file | rule | why |", "|---|---|---|---|"]
-            for a in b.actions:
-                out.append(f"| {a.action} | {md_cell(a.path)} | {md_cell(a.rule)} | {a.reason} |")
-        if self.zookeeper:
-            out += [
-                "",
-                "**ZooKeeper (preventive, separate approval)**",
-                "",
-                "| action | topic | topic ID |",
-                "|---|---|---|",
-            ]
-            out += [f"| {z.action} | {md_cell(z.topic)} | {md_cell(z.topic_id)} |" for z in self.zookeeper]
-        if self.skipped:
-            out += ["", f"Not addressed by this plan: {len(self.skipped)} finding(s) (report only or out of scope)."]
-        return "\n".join([*out, "", self.hash_line()]) + "\n"
+            role = " (controller)" if b.is_controller else ""
+            restarted = f": restarted {_ordinal(nth[b.broker_id])}" if b.broker_id in nth else ""
+            out += ["", f"**Broker {b.broker_id}**{role}{restarted}"]
+            for g in group_findings(_action_rows(b)):
+                action = g.findings[0]["action"]
+                verb = "back up and remove" if action == "remove" else action
+                topics = g.topics
+                shown_topics = ", ".join(md_cell(t, table=False) for t in topics[:3])
+                if len(topics) > 3:
+                    shown_topics += f" and {len(topics) - 3} more topic(s)"
+                out += [
+                    "",
+                    f"{md_cell(g.rule, table=False)}: {verb} {g.count} file(s) of {g.partitions} partition(s)"
+                    + (f" in {shown_topics}" if topics else ""),
+                    "",
+                ]
+                out += [f"- {md_cell(p, table=False)}" for p in g.paths[:FILES_SHOWN]]
+                if g.count > FILES_SHOWN:
+                    out.append(
+                        f"- … and {g.count - FILES_SHOWN} more: full list in {md_cell(where + '/plan.json', False)}"
+                    )
+        return out
+
+    def _why_lines(self, rules: list[str]) -> list[str]:
+        """Each rule's "why" (the registry's) and what the plan does about it, said once."""
+        if not rules:
+            return []
+        out = ["", "#### Why, per rule", ""]
+        for rule in rules:
+            known = RULES_BY_ID.get(rule)
+            reasons = sorted({a.reason for b in self.brokers for a in b.actions if a.rule == rule})
+            why = f"{known.title}. {known.why}" if known else "not in the rule registry"
+            out.append(f"- {md_cell(rule, table=False)}: {why} The plan: {'; '.join(reasons)}.")
+        return out
+
+    def _skipped_lines(self, where: str) -> list[str]:
+        """The findings in scope that no action addresses, one line per group (at most ``ROWS_SHOWN``)."""
+        if not self.skipped:
+            return []
+        groups = group_findings(
+            {**s, "message": s.get("why") or "", "severity": _severity(str(s.get("rule")))} for s in self.skipped
+        )
+        out = ["", f"#### Not addressed by this plan: {len(self.skipped)} finding(s)", ""]
+        for g in groups[:ROWS_SHOWN]:
+            broker = "cluster" if g.broker_id is None else f"broker {g.broker_id}"
+            out.append(f"- {broker}, {md_cell(g.rule, table=False)} ×{g.count}: {plain(g.example)}")
+        if len(groups) > ROWS_SHOWN:
+            out.append(f"- … and {len(groups) - ROWS_SHOWN} more group(s) in {md_cell(where + '/plan.json', False)}")
+        return out
 
     def _gates_lines(self) -> list[str]:
         """The run's gates as approved (part of the hash): a second person sees what the first one set."""
@@ -282,7 +465,53 @@ class Plan:
         if not gates:
             return []
         shown = ", ".join(f"`{k}` {md_cell(v, table=False)}" for k, v in sorted(gates.items()))
-        return [f"Gates: {shown}.", ""]
+        return [f"- **Gates:** {shown}."]
+
+
+def _s(n: int, word: str) -> str:
+    return word if n == 1 else f"{word}s"
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def _severity(rule: str) -> str:
+    known = RULES_BY_ID.get(rule)
+    return known.severity_for(None).value if known else "info"
+
+
+def _action_rows(b: BrokerPlan) -> list[dict[str, Any]]:
+    """A broker's file actions as rows ``finding_groups`` groups: one group per rule and action."""
+    return [
+        {**asdict(a), "broker_id": b.broker_id, "message": f"{a.action}: {a.reason}", "severity": _severity(a.rule)}
+        for a in b.actions
+    ]
+
+
+def restart_risk(facts: FleetFacts, brokers: Iterable[int], min_isr: int | None = None) -> dict[str, Any]:
+    """Per broker of ``brokers``, as the audit's ZooKeeper snapshot saw the ISR: the partitions that go under
+    min.insync.replicas while it is down (the topic's own setting, else ``min_isr``, else Kafka's 1) and those it
+    is the only in-sync replica of. For the approver; not part of the hash (the ISR moves)."""
+    default = min_isr or 1
+    topic_min = {r["topic"]: r.get("min_insync_replicas") for r in facts.zk if r.get("kind") == "topic"}
+    out: dict[str, Any] = {}
+    for bid in brokers:
+        under, offline = [], 0
+        for r in facts.zk:
+            isr = r.get("isr") if r.get("kind") == "partition_state" else None
+            if not isr or bid not in isr:
+                continue
+            if len(isr) == 1:
+                offline += 1
+            elif len(isr) - 1 < (topic_min.get(r["topic"]) or default):
+                under.append(f"{r['topic']}-{r['partition']}")
+        out[str(bid)] = {
+            "under_min_isr": len(under),
+            "under_min_isr_examples": sorted(under)[:3],
+            "offline": offline,
+        }
+    return {"min_isr": default, "brokers": out}
 
 
 def hashes_in(markdown: str) -> list[str]:

@@ -19,7 +19,7 @@ from fleet_doctor import inventory
 from fleet_doctor.audit import steps
 from fleet_doctor.remote import airflow_ssh_client
 from fleet_doctor.repair.executor import Executor, FenceLost, Gates, Journal, RepairError, attempt_dir
-from fleet_doctor.repair.plan import FleetFacts, Plan, build_plan
+from fleet_doctor.repair.plan import FleetFacts, Plan, build_plan, restart_risk
 from fleet_doctor.repair.progress import heartbeat
 from fleet_doctor.repair.topic_ids import restore_topic_ids
 from fleet_doctor.settings import Settings, SettingsError, safe_run_id
@@ -105,11 +105,12 @@ def plan_from(
     settings: Settings, run: str, findings: list[dict[str, Any]], run_key: str, params: dict[str, Any]
 ) -> Plan:
     """The plan for ``findings`` of the audit run staged at ``run_key``, in the scope of the DAG's ``params``."""
+    inv, facts = inventory.load(settings.inventory), FleetFacts.load(settings.store, run_key)
     plan = build_plan(
-        inventory.load(settings.inventory).cluster,
+        inv.cluster,
         run,
         findings,
-        FleetFacts.load(settings.store, run_key),
+        facts,
         rules=params.get("rules") or (),
         brokers=[int(b) for b in params.get("brokers") or ()],
         topics=params.get("topics") or (),
@@ -117,6 +118,8 @@ def plan_from(
         include_internal=bool(params.get("include_internal")),
     )
     plan.scope["gates"] = gates_of(params)  # in the hash and the approval text: the approver sees them
+    min_isr = max(int(params.get("min_insync_replicas") or 0), inv.min_insync_replicas or 0) or None  # cluster_for's
+    plan.risk = restart_risk(facts, plan.restart_order, min_isr)  # for the approver only: not in the hash
     return plan
 
 
@@ -137,7 +140,7 @@ def save_plan(settings: Settings, plan: Plan) -> Path:
     d = repairs_dir(settings) / plan.hash
     d.mkdir(parents=True, exist_ok=True)
     write_atomic(d / "plan.json", plan.to_json().encode())
-    write_atomic(d / "plan.md", plan.to_markdown().encode())
+    write_atomic(d / "plan.md", plan.to_markdown(str(d)).encode())
     return d
 
 
@@ -146,16 +149,18 @@ def make_plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
     run = params.get("audit_run") or "latest"
     run = latest_audit_run(settings) if run == "latest" else safe_run_id(run)
     plan = plan_from_run(settings, run, params)
-    save_plan(settings, plan)
+    where = str(save_plan(settings, plan))
     return {
         "hash": plan.hash,
         "audit_run": run,
         "subject": plan.subject(),
-        "markdown": plan.to_markdown(),
+        "markdown": plan.to_markdown(where),
+        "approve_option": plan.approve_option(),
         "counts": plan.counts(),
         "restart_order": plan.restart_order,
         "zookeeper_subject": plan.zookeeper_subject(),
-        "zookeeper_markdown": plan.zookeeper_markdown(),
+        "zookeeper_markdown": plan.zookeeper_markdown(where),
+        "zookeeper_approve_option": plan.zookeeper_approve_option(),
     }
 
 
@@ -173,17 +178,30 @@ def _approved(settings: Settings, planned: dict[str, Any]) -> Plan:
     return approved
 
 
-def approval_text(settings: Settings, planned: dict[str, Any], which: str) -> str:
-    """The approval text as the stored plan renders it (``markdown`` or ``zookeeper_markdown``): what the human must
-    have seen, compared with Airflow's record of the request by ``approval.confirm``."""
+def approval_request(settings: Settings, planned: dict[str, Any], which: str) -> dict[str, str]:
+    """What the approval asked, as the stored plan renders it (``which``: ``markdown`` for the brokers,
+    ``zookeeper_markdown`` for ZooKeeper): ``body``, the text the human must have seen, and ``option``, the one answer
+    that approves it; ``approval.confirm`` compares both with Airflow's record of the request and its answer."""
     stored = _approved(settings, planned)
-    return stored.to_markdown() if which == "markdown" else stored.zookeeper_markdown()
+    where = str(repairs_dir(settings) / stored.hash)
+    if which == "markdown":
+        return {"body": stored.to_markdown(where), "option": stored.approve_option()}
+    return {"body": stored.zookeeper_markdown(where), "option": stored.zookeeper_approve_option()}
 
 
-def restore_approval_text(settings: Settings, planned: dict[str, Any]) -> str:
+def restore_approval_request(settings: Settings, planned: dict[str, Any]) -> dict[str, str]:
+    """The restore approval's ``body`` and approving ``option``, from the stored restore plan."""
     from fleet_doctor.repair import restore
 
-    return restore.restore_markdown(restore.stored_restore_plan(settings, planned))
+    stored = restore.stored_restore_plan(settings, planned)
+    return {"body": restore.restore_markdown(stored), "option": restore_approve_option(stored)}
+
+
+def restore_approve_option(p: Plan) -> str:
+    """The restore approval's one "yes": what it does, and which restore plan."""
+    files = sum(len(b.actions) for b in p.brokers)
+    n = len(p.restart_order)
+    return f"Approve: put back {files} file(s) on {n} broker(s) (restore {p.hash[:12]})"
 
 
 def _report(journal: dict[str, Any], order: list[int]) -> dict[str, Any]:
@@ -419,4 +437,5 @@ def make_restore_plan(settings: Settings, params: dict[str, Any]) -> dict[str, A
     inv = refuse_kraft(settings, "repairs and restores")
     with cluster_session(inv, timeout=10, start_timeout=15) as zk:
         controller = Cluster(zk).controller()
-    return restore.make_restore_plan(settings, params, controller)
+    planned = restore.make_restore_plan(settings, params, controller)
+    return {**planned, "approve_option": restore_approve_option(restore.stored_restore_plan(settings, planned))}
