@@ -329,3 +329,23 @@ def test_the_hash_is_the_canonical_contents_not_the_text() -> None:
     assert assessed.hash == plan.hash and "risk" not in plan.canonical()
     again = Plan.from_json(plan.to_json())
     assert again.risk == plan.risk and again.to_markdown("/x") == plan.to_markdown("/x")  # what execute re-renders
+
+
+def test_the_risk_is_read_from_the_audits_isr() -> None:
+    """Per restarted broker, from the audit's ZooKeeper snapshot: partitions under min ISR while it is down (the
+    topic's own setting, else the default), and those it is the only in-sync replica of."""
+    from fleet_doctor.repair.plan import FleetFacts, restart_risk
+
+    zk = [
+        {"kind": "topic", "topic": "strict", "min_insync_replicas": 3, "partitions": {"0": [1, 2, 3]}},
+        {"kind": "topic", "topic": "lax", "min_insync_replicas": None, "partitions": {"0": [1, 2, 3], "1": [2]}},
+        {"kind": "partition_state", "topic": "strict", "partition": 0, "isr": [1, 2, 3]},
+        {"kind": "partition_state", "topic": "lax", "partition": 0, "isr": [1, 2]},
+        {"kind": "partition_state", "topic": "lax", "partition": 1, "isr": [2]},
+    ]
+    risk = restart_risk(FleetFacts({}, zk), [1, 2, 3], min_isr=2)
+    assert risk["min_isr"] == 2
+    assert risk["brokers"]["1"] == {"under_min_isr": 2, "under_min_isr_examples": ["lax-0", "strict-0"], "offline": 0}
+    assert risk["brokers"]["2"] == {"under_min_isr": 2, "under_min_isr_examples": ["lax-0", "strict-0"], "offline": 1}
+    assert risk["brokers"]["3"] == {"under_min_isr": 1, "under_min_isr_examples": ["strict-0"], "offline": 0}
+    assert restart_risk(FleetFacts({}, zk), [3])["brokers"]["3"]["under_min_isr"] == 1  # default 1: strict only

@@ -391,7 +391,7 @@ class Plan:
                     f"{p.estimated_recovery_s:.0f} s"
                 )
         if not self.risk:
-            risks.append("ISR not assessed (the plan has no ZooKeeper snapshot)")
+            risks.append("ISR not assessed for this plan (no restart_risk)")
         elif not risks:
             risks.append(
                 f"none seen at audit time: every partition keeps min.insync.replicas ({self.risk.get('min_isr')} "
