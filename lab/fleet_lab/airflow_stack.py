@@ -127,6 +127,7 @@ class LiveAirflow:
         passwords.update({u: secrets.token_urlsafe(12) for u in users if u not in passwords})
         passwords.update({u: pw for u, pw in chosen.items() if u in users})
         file.touch(mode=0o600)
+        file.chmod(0o600)  # passwords: the owner's only
         file.write_text(json.dumps(passwords) + "\n")
         conn = {"conn_type": "http", "host": self.base, "login": READER, "password": passwords[READER]}
         self.env.setdefault("AIRFLOW_CONN_FLEET_DOCTOR_AIRFLOW_API", json.dumps(conn))
