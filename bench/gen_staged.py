@@ -30,7 +30,8 @@ damage (everything else is healthy for a running fleet, so it must give no findi
 
 * ``index-untrimmed``: ``segments // 100000`` replicas (at least 1) have a non-active segment whose ``.index``
   is left at the preallocated 10 MiB (from probing such a file in the template tree);
-* ``topic-id-mismatch`` and ``topic-id-split``: one replica's partition.metadata holds another topic ID;
+* ``topic-id-mismatch`` and ``topic-id-split``: one replica's partition.metadata holds another topic ID (a critical
+  mismatch on that replica, and one info split finding for its topic: ZooKeeper has the ID);
 * ``under-replicated``: one partition's ISR lacks its last replica;
 * ``unsafe-replication``: one topic with replication factor 1 (it also takes the 1-2 replicas left over when the
   replica count is not 1 + a multiple of 3).
@@ -249,7 +250,7 @@ def plan(
     expected = {
         "index-untrimmed": n_untrimmed,
         "topic-id-mismatch": 1,
-        "topic-id-split": 1,
+        "topic-id-split": 1,  # one finding per topic, whatever number of replicas differ
         "under-replicated": 1,
         "unsafe-replication": 1,
     }

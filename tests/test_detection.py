@@ -30,6 +30,7 @@ import pytest
 from fleet_doctor import probe
 from fleet_doctor.detect import FINDING_COLUMNS, detect, load_frames
 from fleet_doctor.detect.frames import parse_probe_lines
+from fleet_doctor.repair.plan import INTERNAL_TOPICS, FleetFacts, build_plan
 from fleet_doctor.rules import RULES, Needs, Scope
 from harness.corpus_manifest import SampleAppendix, appendix
 from harness.fleet_builder import (
@@ -39,6 +40,7 @@ from harness.fleet_builder import (
     DESIGN_REPLICAS,
     IDX0,
     MUTATIONS,
+    OTHER_TOPIC_ID,
     THILLAI,
     VERSION_BROKERS,
     VERSIONED,
@@ -264,8 +266,9 @@ def test_mutations_cause_nothing_else(mutated, pristine):
         )
     }
     pristine_keys = {pristine.key(r) for r in pristine.rows}
-    # topic-id-split groups replicas fleet-wide: the corpus brokers riding along hold other clusters'
-    # __consumer_offsets and my-topic (the pristine run, without them, checks those topics)
+    # topic-id-split groups replicas fleet-wide, one finding per topic: the corpus brokers riding along hold other
+    # clusters' __consumer_offsets, my-topic and more (each corpus topic has their replica-not-assigned findings; the
+    # pristine run, without them, checks those topics)
     corpus_topics = {r["topic"] for r in mutated.corpus_rows()} | {"__consumer_offsets"}
     got = {
         mutated.key(r)
@@ -494,11 +497,187 @@ def test_probe_lines_are_parsed_by_their_own_kind_wherever_kind_is(spark):
     assert all(getattr(rows[3], f"{k}_rec") is None for k in ("segment", "partition", "file", "logdir"))
 
 
+# ------------------------------------------------------------------------------------------- topic-id-split
+# The pristine fleet with topic IDs split three ways (issue 16): mycart as in the demo (partitions 0-1 drifted on every
+# broker, partition 2 still holding ZooKeeper's ID), broker 0's __consumer_offsets 0-2 and 49 drifted (ranges with a
+# gap), and my-topic split while ZooKeeper lost its ID (no side can be called right). Every other topic has one ID.
+NO_ZK_SPLIT_ID = "Yk3pW0cTQ5OeR7uAqL2dNg"  # a valid Uuid no corpus topic has
+DRIFTED = {"mycart": (0, 1), "__consumer_offsets": (0, 1, 2, 49)}
+
+
+def _set_topic_id(pdir: Path, topic_id: str) -> None:
+    (pdir / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id}\n")
+
+
+def _split_ids(logdirs: dict[int, Path], zk: list[dict[str, Any]]) -> None:
+    for ld in logdirs.values():
+        for topic, parts in DRIFTED.items():
+            for p in parts:
+                if (ld / f"{topic}-{p}").is_dir():
+                    _set_topic_id(ld / f"{topic}-{p}", OTHER_TOPIC_ID)
+    _set_topic_id(logdirs[2] / "my-topic-0", NO_ZK_SPLIT_ID)
+    next(r for r in zk if r["kind"] == "topic" and r["topic"] == "my-topic")["topic_id"] = None
+
+
+@pytest.fixture(scope="module")
+def split(spark, corpus, tmp_path_factory) -> Run:
+    fleet = build_fleet(corpus, tmp_path_factory.mktemp("split") / "fleet", mutate=False, edit=_split_ids)
+    rows, skipped = run_detect(spark, fleet.root)
+    return Run(fleet, rows, skipped)
+
+
+def _disk_ids(fleet: Fleet) -> dict[tuple[int, str, int], str]:
+    """(broker, topic, partition) -> the topic ID its partition.metadata holds, read from the staged files."""
+    out = {}
+    for bid, ld in fleet.logdirs.items():
+        for pm in ld.glob("*/partition.metadata"):
+            topic, _, part = pm.parent.name.rpartition("-")
+            out[(bid, topic, int(part))] = dict(ln.split(": ", 1) for ln in pm.read_text().splitlines())["topic_id"]
+    return out
+
+
+def _holders(fleet: Fleet, topic: str, topic_id: str) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for (bid, t, p), tid in sorted(_disk_ids(fleet).items()):
+        if t == topic and tid == topic_id:
+            out.setdefault(bid, []).append(p)
+    return out
+
+
+def test_split_is_one_finding_per_topic_and_only_where_ids_differ(split):
+    ids: dict[str, set[str]] = {}
+    for (_, topic, _), tid in _disk_ids(split.fleet).items():
+        ids.setdefault(topic, set()).add(tid)
+    split_topics = {t for t, s in ids.items() if len(s) > 1}
+    assert split_topics == {"mycart", "__consumer_offsets", "my-topic"}  # every other topic: one ID, no finding
+    got = sorted(split.key(r) for r in split.rows if r["rule"] == "topic-id-split")
+    assert got == sorted(("topic-id-split", None, t, None, None, f"zk:/brokers/topics/{t}") for t in split_topics)
+
+
+def test_split_with_a_zookeeper_id_names_the_groups_and_leaves_the_critical_findings_to_the_mismatches(split):
+    """The demo's case: ZooKeeper has an ID. The drifted replicas are each a critical topic-id-mismatch; the split is
+    one info finding naming both IDs and their replicas; the replicas holding ZooKeeper's ID get no critical finding
+    (no finding of their own at all)."""
+    zk_id = {r["topic"]: r["topic_id"] for r in split.fleet.zk if r["kind"] == "topic"}
+    drifted = {k for k, tid in _disk_ids(split.fleet).items() if k[1] in DRIFTED and tid != zk_id[k[1]]}
+    assert {(b, t, p) for b, t, p in drifted if t == "mycart"} == {(b, "mycart", p) for b in (0, 1, 2) for p in (0, 1)}
+    mismatches = {(r["broker_id"], r["topic"], r["partition"]): r for r in split.fleet_rows("topic-id-mismatch")}
+    assert {k for k in mismatches if k[1] in DRIFTED} == drifted
+    assert all(mismatches[k]["severity"] == "critical" for k in drifted)
+    for topic in DRIFTED:
+        healthy = [(b, p) for b, ps in _holders(split.fleet, topic, zk_id[topic]).items() for p in ps]
+        assert healthy, topic
+        for b, p in healthy:
+            on_it = [r for r in split.rows if r["broker_id"] == b and r["topic"] == topic and r["partition"] == p]
+            assert not [r for r in on_it if r["rule"].startswith("topic-id") or r["severity"] == "critical"], on_it
+    (mycart,) = [r for r in split.fleet_rows("topic-id-split") if r["topic"] == "mycart"]
+    assert mycart["severity"] == "info" and mycart["broker_id"] is None and mycart["log_dir"] is None, mycart
+    assert _holders(split.fleet, "mycart", zk_id["mycart"]) == {0: [2], 1: [2], 2: [2]}
+    assert mycart["message"] == (
+        f"topic mycart: its replicas hold 2 topic IDs: {zk_id['mycart']} (3 replicas, ZooKeeper's) on broker 0 "
+        "partition 2, broker 1 partition 2, broker 2 partition 2; "
+        f"{OTHER_TOPIC_ID} (6 replicas) on broker 0 partitions 0-1, broker 1 partitions 0-1, broker 2 partitions 0-1. "
+        f"ZooKeeper /brokers/topics/mycart has {zk_id['mycart']}: the replicas holding another ID are its "
+        "topic-id-mismatch findings"
+    )
+    (offsets,) = [r for r in split.fleet_rows("topic-id-split") if r["topic"] == "__consumer_offsets"]
+    assert _holders(split.fleet, "__consumer_offsets", OTHER_TOPIC_ID) == {0: [0, 1, 2, 49]}
+    assert offsets["severity"] == "info"
+    assert f"{OTHER_TOPIC_ID} (4 replicas) on broker 0 partitions 0-2,49." in offsets["message"], offsets["message"]
+
+
+def test_split_without_a_zookeeper_id_is_critical_and_names_each_group(split):
+    (hit,) = [r for r in split.fleet_rows("topic-id-split") if r["topic"] == "my-topic"]
+    assert hit["severity"] == "critical", hit
+    (old_id,) = {tid for (_, t, _), tid in _disk_ids(split.fleet).items() if t == "my-topic"} - {NO_ZK_SPLIT_ID}
+    assert _holders(split.fleet, "my-topic", old_id) == {0: [0, 1, 2], 1: [0, 1, 2], 2: [1, 2]}
+    assert hit["message"] == (
+        f"topic my-topic: its replicas hold 2 topic IDs: {old_id} (8 replicas) on broker 0 partitions 0-2, broker 1 "
+        f"partitions 0-2, broker 2 partitions 1-2; {NO_ZK_SPLIT_ID} (1 replica) on broker 2 partition 0. ZooKeeper "
+        "/brokers/topics/my-topic has no topic ID: no side can be called right, which ID to keep is a decision for a "
+        "human"
+    )
+    # nothing to compare the replicas with: no mismatch, no critical finding on any of its replicas
+    assert not [r for r in split.fleet_rows() if r["topic"] == "my-topic" and r["rule"] == "topic-id-mismatch"]
+
+
+def test_a_split_message_stays_bounded_on_a_topic_many_clusters_share(mutated):
+    """The corpus brokers riding along hold the __consumer_offsets of a dozen clusters: the one finding names
+    ZooKeeper's ID and then the IDs most replicas hold (SPLIT_IDS in all), at most SPLIT_BROKERS brokers for each and
+    SPLIT_RANGES partition ranges per broker, and counts what it leaves out (computed from the files)."""
+    import re
+
+    from fleet_doctor.detect.cluster import SPLIT_BROKERS, SPLIT_IDS, SPLIT_RANGES
+
+    held: dict[str, int] = {}
+    dirs = [*mutated.fleet.logdirs.values(), *(d for _, d in mutated.corpus_dirs.values())]
+    for ld in dirs:
+        for pm in ld.glob("__consumer_offsets-*/partition.metadata"):
+            fields = dict(ln.split(": ", 1) for ln in pm.read_text().splitlines() if ": " in ln)
+            if re.fullmatch(r"__consumer_offsets-\d+", pm.parent.name) and fields.get("topic_id"):
+                held[fields["topic_id"]] = held.get(fields["topic_id"], 0) + 1
+    zk_id = next(r["topic_id"] for r in mutated.fleet.zk if r["kind"] == "topic" and r["topic"] == "__consumer_offsets")
+    shown = [zk_id, *sorted((i for i in held if i != zk_id), key=lambda i: (-held[i], i))][:SPLIT_IDS]
+    assert len(held) > SPLIT_IDS
+    (hit,) = [r for r in mutated.fleet_rows("topic-id-split") if r["topic"] == "__consumer_offsets"]
+    msg = hit["message"]
+    assert hit["severity"] == "info" and msg.startswith(f"topic __consumer_offsets: its replicas hold {len(held)} "), (
+        msg
+    )
+    hidden = sum(held.values()) - sum(held[i] for i in shown)
+    assert f"; and {len(held) - SPLIT_IDS} more IDs on {hidden} replicas. ZooKeeper " in msg, msg
+    groups = msg.split(": ", 2)[2].split("; and ")[0].split("; ")
+    assert [g.split(" ", 1)[0] for g in groups] == shown
+    for g in groups:
+        brokers = re.findall(r"broker \d+ partitions? (\d[0-9-]*(?:,\d[0-9-]*)*)", g)
+        assert 0 < len(brokers) <= SPLIT_BROKERS and all(len(b.split(",")) <= SPLIT_RANGES for b in brokers), g
+    assert re.search(r"broker \d+ partitions [0-9,-]+ and \d+ more partitions", msg) and len(msg) < 2000, msg
+
+
+def _facts(fleet: Fleet) -> FleetFacts:
+    probe_out = {}
+    for bid in fleet.logdirs:
+        text = (fleet.root / "probe-as-printed" / f"broker_id={bid}" / "probe.jsonl").read_text()
+        probe_out[bid] = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return FleetFacts(probe_out, fleet.zk)
+
+
+def test_the_plan_touches_exactly_the_replicas_that_differ_from_zookeeper(split):
+    """The repair removes the topic-ID files of the replicas whose ID differs from ZooKeeper's (the mismatches), none
+    of a replica holding ZooKeeper's ID, and none of a split topic ZooKeeper has no ID for: that one is a decision for
+    a human, with the IDs to choose from."""
+    plan = build_plan("lab", "run1", split.rows, _facts(split.fleet))
+    zk_id = {r["topic"]: r["topic_id"] for r in split.fleet.zk if r["kind"] == "topic"}
+    expected = set()
+    for (bid, topic, p), tid in _disk_ids(split.fleet).items():
+        if zk_id.get(topic) and tid != zk_id[topic] and topic not in INTERNAL_TOPICS:
+            pdir = split.fleet.logdirs[bid] / f"{topic}-{p}"
+            expected |= {
+                (bid, str(pdir / n)) for n in ("partition.metadata", "leader-epoch-checkpoint") if (pdir / n).is_file()
+            }
+    assert {t for _, path in expected for t in [Path(path).parent.name.rpartition("-")[0]]} == {"mycart", "design1"}
+    removed = {(b.broker_id, a.path) for b in plan.brokers for a in b.actions if a.action == "remove"}
+    assert removed == expected
+    assert {a.rule for b in plan.brokers for a in b.actions if a.action == "remove"} == {"topic-id-mismatch"}
+    assert not plan.zookeeper  # my-topic's replicas do not agree on one ID: nothing to write back
+    (decision,) = plan.decisions
+    assert decision["rule"] == "topic-id-split" and decision["topic"] == "my-topic"
+    assert decision["topic_ids"] == sorted(_holders_ids(split.fleet, "my-topic")) and len(decision["topic_ids"]) == 2
+    assert "decision for a human" in decision["why"]
+    splits = {s["topic"]: s for s in plan.skipped if s["rule"] == "topic-id-split"}
+    assert set(splits) == {"mycart", "__consumer_offsets", "my-topic"}
+    assert "topic-id-mismatches" in splits["mycart"]["why"] and "decision" not in splits["mycart"]
+
+
+def _holders_ids(fleet: Fleet, topic: str) -> set[str]:
+    return {tid for (_, t, _), tid in _disk_ids(fleet).items() if t == topic}
+
+
 # ------------------------------------------------------------------------------- plans change, findings do not
 # The findings of both runs as the rule plans of 95943f0 gave them (one plan per rule, before issue 19 fused them per
 # fact frame), every column, with the fleet's and the corpus's paths made relative. Re-record only for a change that
 # is meant to change findings (FLEET_DOCTOR_RECORD_FINDINGS=1 pytest tests/test_detection.py -k recorded), and say
-# why in the commit.
+# why in the commit and in data/detection-findings/README.md (issue 16 re-recorded topic-id-split's rows, only those).
 RECORDED = Path(__file__).parent / "data" / "detection-findings"
 
 

@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,7 +223,18 @@ MUTATIONS: list[Spot] = [
     S("leader-epoch-ahead", 2, "my-topic", 2, None, "my-topic-2/leader-epoch-checkpoint", "warning", "[1,9]"),
     S("stray-dir", 2, "mycart", 2, None, f"mycart-2.{STRAY_UID}-delete", "warning"),
     # --- cross-source
-    S("topic-id-split", 2, "my-topic", 0, None, "my-topic-0/partition.metadata", "critical", OTHER_TOPIC_ID),
+    # one finding for the topic, naming both IDs; info: ZooKeeper has an ID, so the odd replica is the mismatch below
+    S(
+        "topic-id-split",
+        None,
+        "my-topic",
+        None,
+        None,
+        "zk:/brokers/topics/my-topic",
+        "info",
+        f"{OTHER_TOPIC_ID} (1 replica) on broker 2 partition 0",
+        "are its topic-id-mismatch findings",
+    ),
     S("topic-id-mismatch", 2, "my-topic", 0, None, "my-topic-0/partition.metadata", "critical", OTHER_TOPIC_ID),
     S("topic-id-mismatch", 0, "test-topic", 0, None, "test-topic-0/partition.metadata", "critical", OTHER_TOPIC_ID),
     S("topic-id-missing-in-zk", None, "rahul", None, None, "zk:/brokers/topics/rahul", "critical"),
@@ -401,7 +413,15 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-def build_fleet(corpus: Path, root: Path, *, mutate: bool) -> Fleet:
+def build_fleet(
+    corpus: Path,
+    root: Path,
+    *,
+    mutate: bool,
+    edit: Callable[[dict[int, Path], list[dict[str, Any]]], None] | None = None,
+) -> Fleet:
+    """The fleet (``mutate``: every mutation of ``MUTATIONS`` applied); ``edit`` changes the log dirs (by broker id)
+    and the ZooKeeper records further before they are probed and staged."""
     root.mkdir(parents=True)
     logs = root / "logs"
     b: dict[int, Path] = {}
@@ -417,6 +437,8 @@ def build_fleet(corpus: Path, root: Path, *, mutate: bool) -> Fleet:
         for bid in VERSION_BROKERS:
             _mutate_versioned(b[bid])
         _mutate_zk(zk)
+    if edit is not None:
+        edit(b, zk)
     probe_dir = stage(root, {bid: [d] for bid, d in b.items()}, deep=True, verify_crc=True)
     facts = [{"broker_id": bid, "kafka_version": ver, "running": bid in RUNNING} for bid, ver in BROKERS.items()]
     return Fleet(

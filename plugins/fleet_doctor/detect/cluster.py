@@ -59,9 +59,10 @@ def topic_id_mismatch(f: Frames) -> DataFrame:
 SPLIT_RANGES, SPLIT_BROKERS, SPLIT_IDS = 4, 6, 4
 
 
-def _more(n: Column, what: str) -> Column:
-    """ ", and N more <what>s" when ``n`` > 0, else nothing."""
-    return F.when(n > 0, F.format_string(f", and %d more {what}%s", n, F.when(n == 1, "").otherwise("s"))).otherwise("")
+def _more(n: Column, what: str, sep: str = ",") -> Column:
+    """``<sep> and N more <what>s`` when ``n`` > 0, else nothing."""
+    more = F.format_string(f"{sep} and %d more {what}%s", n, F.when(n == 1, "").otherwise("s"))
+    return F.when(n > 0, more).otherwise("")
 
 
 def _plural(n: Column, word: str) -> Column:
@@ -106,7 +107,7 @@ def topic_id_split(f: Frames) -> DataFrame:
             F.concat(
                 F.format_string("broker %d partition%s ", "broker_id", F.when(F.col("n") == 1, "").otherwise("s")),
                 F.array_join(F.transform("runs", lambda r: r["text"]), ","),
-                _more(F.col("n") - F.col("shown"), "partition"),
+                _more(F.col("n") - F.col("shown"), "partition", sep=""),
             ),
         )
     )
