@@ -517,6 +517,33 @@ def test_the_existing_rules_on_the_mutated_kraft_copy(mutated):
     assert "KRaft (3.7+) found this replica stray" in stray["message"]
 
 
+def test_a_split_the_metadata_log_has_no_id_for_is_critical(spark, corpus, tmp_path_factory):
+    """Two replicas of a topic the metadata log does not have, each with its own topic ID: no side can be called right,
+    so the split is the critical finding, naming both groups, worded for the metadata log."""
+    root, (k1, k2, _) = _nurlan_copy(corpus, tmp_path_factory, "split-no-id")
+    other = base64.urlsafe_b64encode(bytes(range(40, 56))).decode().rstrip("=")
+    for d, topic_id in ((k1, FOREIGN_ID), (k2, other)):
+        shutil.copytree(d / "_schemas-0", d / "ghost-0")
+        _set_topic_id(d / "ghost-0", topic_id)
+    run = kraft_run(
+        spark,
+        tmp_path_factory.mktemp("split-no-id-work"),
+        root,
+        [root / d for d in ("kafka1", "kafka2", "kafka3")],
+        "3.2.0",
+    )
+    assert "ghost" not in {t["topic"] for t in run.facts("topic")}
+    (hit,) = run.of("topic-id-split")
+    assert run.key(hit)[1:] == (None, "ghost", None, "kraft:/topics/ghost")
+    assert hit["severity"] == "critical", hit
+    first, second = sorted([(FOREIGN_ID, run.nodes[k1]), (other, run.nodes[k2])])
+    assert hit["message"] == (
+        f"topic ghost: its replicas hold 2 topic IDs: {first[0]} (1 replica) on broker {first[1]} partition 0; "
+        f"{second[0]} (1 replica) on broker {second[1]} partition 0. The metadata log of controller 1 has no topic "
+        "ghost: no side can be called right, which ID to keep is a decision for a human"
+    ), hit["message"]
+
+
 def test_the_mutations_cause_nothing_else(mutated, mutated_nurlan_pristine):
     pristine = {(k[0], k[1], k[2], k[3], k[4]) for k in mutated_nurlan_pristine.keys()}
     new = mutated.keys() - pristine
