@@ -94,8 +94,6 @@ class UiProcess:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: the browser tests drive Debian's Chromium (bin/dev setup installs it)")
     root = tmp_path_factory.mktemp("ui-browser")
     lab_dir, home, data = root / "lab", root / "airflow", root / "data"
     port = free_port()
@@ -129,6 +127,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def browser(stack: dict[str, Any]) -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: the browser tests drive Debian's Chromium (bin/dev setup installs it)")
     from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=60_000)  # a busy 2-CPU machine
