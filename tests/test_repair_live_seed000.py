@@ -108,7 +108,10 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
     r = af.trigger(RESTORE, {"plan": pdir.name[:16], "brokers": [SEED_BROKER], "start": False, **FAST})
     restore_request = af.wait_for_approval(RESTORE, r, "approve")
     assert "left stopped" in restore_request["body"] and "Plan hash: `" in restore_request["body"]
-    af.approve(RESTORE, r, "approve")
+    (restore_option, reject) = restore_request["options"]  # the restore's own button: what goes back, which plan
+    assert restore_option.startswith("Approve: put back ") and "on 1 broker(s) (restore " in restore_option
+    assert reject == "Reject"
+    assert af.approve(RESTORE, r, "approve") == restore_option
     assert af.wait_run(RESTORE, r, 600) == "success", af.task_states(RESTORE, r)
     assert digests(quarantined) == original
     assert lab.running_pid(state.broker(SEED_BROKER).config()) is None

@@ -296,11 +296,12 @@ class Plan:
         where = plan_dir or f"<repairs dir>/{self.hash}"
         order = " → ".join(map(str, self.restart_order)) or "none"
         controller = next((b.broker_id for b in self.brokers if b.is_controller), None)
-        ctl = (
-            f" (the active controller, broker {controller}, last)"
-            if controller in self.restart_order
-            else " (the active controller is not restarted)"
-        )
+        if controller is None:
+            ctl = " (no active controller in the audit's snapshot)"
+        elif controller in self.restart_order:
+            ctl = f" (the active controller, broker {controller}, last)"
+        else:
+            ctl = f" (the active controller, broker {controller}, is not restarted)"
         rules = sorted({a.rule for b in self.brokers for a in b.actions})
         what = []
         if c["files_removed"]:
