@@ -4,9 +4,12 @@ with its 40 files, not 40 rows. Read back with the standard library's HTML parse
 
 from __future__ import annotations
 
+import html
 import io
+import re
 from html.parser import HTMLParser
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from fleet_doctor.audit.report import render_audit_html, render_html
 
@@ -25,6 +28,7 @@ def killed(broker: int = 2, partitions: int = 20) -> list[dict[str, Any]]:
                     "broker_id": broker,
                     "rule": "index-untrimmed",
                     "severity": "warning",
+                    "remediation": "quarantine-index",
                     "topic": "payments",
                     "partition": p,
                     "segment": 0,
@@ -44,6 +48,7 @@ def drift() -> list[dict[str, Any]]:
             "broker_id": 1,
             "rule": "topic-id-mismatch",
             "severity": "critical",
+            "remediation": "remove-topic-id-files",
             "topic": "<b>t</b>",
             "partition": 0,
             "path": HOSTILE,
@@ -162,3 +167,31 @@ def test_the_scan_page_groups_too() -> None:
     ]
     assert len(t.rows[1]["cells"]) == 7  # no status column on a scan
     assert len(t.rows[1]["items"]) == 6 and t.rows[1]["items"][0].startswith("/data/kafka/payments-0/")
+
+
+def test_the_audit_report_links_into_airflow_when_it_knows_where_airflow_is() -> None:
+    rows = killed(broker=2, partitions=2) + drift()
+    bare = io.StringIO()
+    render_audit_html(rows, summary(rows), [], bare)
+    assert "data-airflow-link" not in bare.getvalue() and "Repair" not in bare.getvalue()
+
+    out = io.StringIO()
+    render_audit_html(rows, summary(rows), [], out, airflow_url="https://airflow.example.com/base")
+    page = out.getvalue()
+    links = re.findall(r"<a href='([^']*)' data-airflow-link( data-testid='repair-link')?>([^<]*)</a>", page)
+    top = {text: href for href, tid, text in links if not tid}
+    assert top == {
+        "Kafka fleet view": "https://airflow.example.com/base/plugin/kafka-fleet/kafka-fleet/",
+        "Pending approvals (Required Actions)": "https://airflow.example.com/base/dags/kafka_fleet_repair/required_actions",
+    }
+    repairs = [html.unescape(href) for href, tid, _ in links if tid]
+    assert len(repairs) == 2  # the drift and the untrimmed indexes: both repairable groups, one link each
+    prefix = "https://airflow.example.com/base/plugin/kafka-fleet/kafka-fleet/repair?"
+    assert all(h.startswith(prefix) for h in repairs)
+    assert sorted(sorted(parse_qs(urlsplit(h).query).items()) for h in repairs) == [
+        [("broker", ["1"]), ("rule", ["topic-id-mismatch"]), ("topic", ["<b>t</b>"])],
+        [("broker", ["2"]), ("rule", ["index-untrimmed"]), ("topic", ["payments"])],
+    ]
+    assert "<b>t</b>" not in page  # the hostile topic only escaped, in text and in the link's query
+    t = parsed(page)
+    assert t.scripts == 0 and all(r["cells"][-1].startswith("Repair…") for r in t.rows[:2])

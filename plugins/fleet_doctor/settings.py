@@ -60,6 +60,8 @@ class Settings:
     airflow_api_conn: str = "fleet_doctor_airflow_api"  # the connection the acting tasks read approvals through
     notifiers: str = ""  # JSON list of {"class": ..., "kwargs": {...}} (see notifier_specs)
     report_base_url: str = ""  # where people open the reports (the alert links there)
+    # Airflow's UI as people open it (the report's links into the Kafka fleet view); empty: Airflow's [api] base_url
+    airflow_url: str = ""
     # where the store's settings (S3 endpoint, credentials) are read; None: this process's environment
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
@@ -109,6 +111,7 @@ class Settings:
             airflow_api_conn=env.get("FLEET_DOCTOR_AIRFLOW_API_CONN") or cls.airflow_api_conn,
             notifiers=env.get("FLEET_DOCTOR_NOTIFIERS") or "",
             report_base_url=env.get("FLEET_DOCTOR_REPORT_BASE_URL") or "",
+            airflow_url=(env.get("FLEET_DOCTOR_AIRFLOW_URL") or "").rstrip("/"),
             environ=environ,
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -39,6 +40,19 @@ def metadata_summary(discovered: dict[str, Any], facts: dict[str, Any]) -> dict[
         "metadata_error": error,
         "controller_errors": list(errors or []),
     }
+
+
+def airflow_url(settings: Settings) -> str | None:
+    """Airflow's UI as people open it, for the report's links into the Kafka fleet view: ``FLEET_DOCTOR_AIRFLOW_URL``,
+    else Airflow's ``[api] base_url`` when this runs inside Airflow (a task); None: the report links nowhere."""
+    if settings.airflow_url:
+        return settings.airflow_url
+    if "airflow" not in sys.modules:  # a run outside Airflow (scan, tests): do not load Airflow for a URL
+        return None
+    from airflow.configuration import conf
+
+    url = conf.get("api", "base_url", fallback=None)
+    return str(url).rstrip("/") if url else None
 
 
 def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +126,6 @@ def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: 
     store.write_jsonl("history/runs.jsonl", runs)
     store.write_text(f"reports/{run}.json", json.dumps(summary, indent=2) + "\n")
     html = io.StringIO()
-    render_audit_html(rows, summary, runs, html)
+    render_audit_html(rows, summary, runs, html, airflow_url(settings))
     store.write_text(report, html.getvalue())
     return summary

@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from fleet_doctor.console.data import REPAIR_DAG, RepairScope, in_airflow, is_repairable
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.rules import SEVERITY_ORDER, severity_rank
 
@@ -153,11 +154,22 @@ def _file_item(f: dict[str, Any], status: bool) -> str:
     return f"<li>{state}<code>{e(name)}</code>: {e(message)}</li>"
 
 
-def _groups_table(groups: Iterable[FindingGroup], out: TextIO, *, status: bool) -> None:
+def _repair_link(g: FindingGroup, airflow_url: str) -> str:
+    """A repairable group's link to the repair DAG's trigger, pre-filled with the group's scope (the Kafka fleet
+    view's repair page, opened inside Airflow's UI); a report-only group's plain note."""
+    if not is_repairable(g):
+        return "report only"
+    href = f"{airflow_url}/{in_airflow('repair?' + RepairScope.of_group(g).query())}"
+    return f"<a href='{html.escape(href)}' data-airflow-link data-testid='repair-link'>Repair…</a>"
+
+
+def _groups_table(groups: Iterable[FindingGroup], out: TextIO, *, status: bool, airflow_url: str | None = None) -> None:
     """The findings of both pages, one row per group (severity, broker, rule, count, where, an example message;
-    with ``status``, the audit's new / persisting / unverified / resolved counts), the files behind a disclosure."""
+    with ``status``, the audit's new / persisting / unverified / resolved counts), the files behind a disclosure;
+    with ``airflow_url``, each repairable group's link to a pre-filled repair."""
     e = html.escape
     head = ["severity", "broker", "rule", "count", "where", "example", *(["status"] if status else []), "files"]
+    head += ["repair"] if airflow_url else []
     out.write("<table class='groups'><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
     for g in groups:
         broker = "cluster" if g.broker_id is None else str(g.broker_id)
@@ -171,6 +183,7 @@ def _groups_table(groups: Iterable[FindingGroup], out: TextIO, *, status: bool) 
             f"<td class='msg'>{e(g.example)}</td>",
             *([f"<td>{shown}</td>"] if status else []),
             f"<td><details><summary>{label}</summary><ul>{files}</ul></details></td>",
+            *([f"<td>{_repair_link(g, airflow_url)}</td>"] if airflow_url else []),
         ]
         out.write("<tr>" + "".join(cells) + "</tr>")
     out.write("</table>")
@@ -208,7 +221,7 @@ def _metadata_source(summary: dict[str, Any], out: TextIO) -> None:
 _STATUS_ORDER = {"new": 0, "persisting": 1, "unverified": 2, "resolved": 3}
 
 
-def _svg_history(runs: list[dict[str, Any]], width: int = 640, height: int = 160) -> str:
+def svg_history(runs: list[dict[str, Any]], width: int = 640, height: int = 160) -> str:
     """Stacked bars of critical/warning/info findings per audit run (the last 30), inline SVG."""
     runs = runs[-30:]
     if not runs:
@@ -235,15 +248,39 @@ def _svg_history(runs: list[dict[str, Any]], width: int = 640, height: int = 160
     return "".join(parts)
 
 
+def _airflow_links(airflow_url: str) -> str:
+    """The report's way back into Airflow: the Kafka fleet view and the repair DAG's pending approvals."""
+    links = [
+        (in_airflow(), "Kafka fleet view"),
+        (f"dags/{REPAIR_DAG}/required_actions", "Pending approvals (Required Actions)"),
+    ]
+    return (
+        "<p class='links'>"
+        + " · ".join(
+            f"<a href='{html.escape(f'{airflow_url}/{path}')}' data-airflow-link>{text}</a>" for path, text in links
+        )
+        + "</p>"
+    )
+
+
 def render_audit_html(
-    rows: list[dict[str, Any]], summary: dict[str, Any], runs: list[dict[str, Any]], out: TextIO
+    rows: list[dict[str, Any]],
+    summary: dict[str, Any],
+    runs: list[dict[str, Any]],
+    out: TextIO,
+    airflow_url: str | None = None,
 ) -> None:
     """The audit report: summary cards, brokers not audited, findings over time, per-broker and per-rule tables,
-    and every finding with its status (new / persisting / unverified / resolved). Self-contained."""
+    and every finding with its status (new / persisting / unverified / resolved). Self-contained. With
+    ``airflow_url`` (Airflow's UI as people open it), links into Airflow: the Kafka fleet view, the pending
+    approvals, and a pre-filled repair per repairable group."""
     e = html.escape
     title = f"Kafka Fleet Doctor: cluster {summary['cluster']}, audit {summary['audit_run']}"
     out.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>")
-    out.write(f"</head><body><h1>{e(title)}</h1><div class='cards'>")
+    out.write(f"</head><body><h1>{e(title)}</h1>")
+    if airflow_url:
+        out.write(_airflow_links(airflow_url))
+    out.write("<div class='cards'>")
     for s in SEVERITY_ORDER:
         out.write(f"<div class='card'><b class='{s}'>{summary['by_severity'][s]}</b>{s}</div>")
     for s in ("new", "resolved"):
@@ -270,7 +307,7 @@ def render_audit_html(
     if summary.get("zookeeper_error"):
         out.write(f"<h2 class='critical'>ZooKeeper</h2><p>{e(summary['zookeeper_error'])}</p>")
     _metadata_source(summary, out)
-    out.write("<h2>Findings over time</h2>" + _svg_history(runs))
+    out.write("<h2>Findings over time</h2>" + svg_history(runs))
     active = [r for r in rows if r["status"] != "resolved"]
     per_broker: dict[str, Counter[str]] = defaultdict(Counter)
     per_rule: dict[str, Counter[str]] = defaultdict(Counter)
@@ -289,7 +326,7 @@ def render_audit_html(
         f"<h2>Findings</h2><p>{len(active)} finding(s) in {len(groups)} group(s) (one broker, one rule, one "
         "cause each); the files behind each.</p>"
     )
-    _groups_table(groups, out, status=True)
+    _groups_table(groups, out, status=True, airflow_url=airflow_url)
     resolved = [r for r in rows if r["status"] == "resolved"]
     if resolved:
         out.write(f"<h2>Resolved since the previous run</h2><p>{len(resolved)} finding(s).</p>")

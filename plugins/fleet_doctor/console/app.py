@@ -31,8 +31,11 @@ PAGE_CSP = (
     "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'self'"
 )
-# a stored report: no script at all
-REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; frame-ancestors 'self'"
+# a stored report: no script of its own, only the view's link handler (nonce'd)
+REPORT_CSP = (
+    "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+    "frame-ancestors 'self'"
+)
 HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
 
 
@@ -85,6 +88,7 @@ def create_app(
             raise HTTPException(503, str(err)) from err
         if text is None:
             raise HTTPException(404, f"{store.url(f'reports/{run}.html')}: no such report in the store")
-        return _html(text, REPORT_CSP)
+        nonce = secrets.token_urlsafe(16)  # the report's links into Airflow open in the Airflow window
+        return _html(render.with_nav(text, nonce), REPORT_CSP.format(nonce=nonce))
 
     return app

@@ -18,6 +18,7 @@ from fleet_doctor.rules import Remediation, severity_rank
 from fleet_doctor.store import Store
 
 REPORT_ONLY = Remediation.REPORT_ONLY.value
+REPAIR_DAG = "kafka_fleet_repair"
 PREFIX = "kafka-fleet"  # the app's mount (/kafka-fleet) and the nav entry's in-app route (/plugin/kafka-fleet)
 
 

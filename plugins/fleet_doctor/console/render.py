@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from fleet_doctor.audit.report import _svg_history as svg_history  # the audit report's chart, one implementation
+from fleet_doctor.audit.report import svg_history  # the audit report's chart, one implementation
 from fleet_doctor.console.data import (
+    REPAIR_DAG,
     FleetView,
     RepairScope,
     broker_label,
@@ -29,7 +30,6 @@ from fleet_doctor.console.data import (
 from fleet_doctor.finding_groups import FindingGroup
 from fleet_doctor.rules import SEVERITY_ORDER
 
-REPAIR_DAG = "kafka_fleet_repair"
 AUDIT_DAG = "kafka_fleet_audit"
 MAX_FILES = 200  # files listed per group (the count says how many there are)
 MAX_TOPICS = 5
@@ -226,6 +226,14 @@ def _page(title: str, body: str, nonce: str, scripts: Iterable[str] = ()) -> str
         + "".join(scripts)
         + "</body></html>\n"
     )
+
+
+def with_nav(report: str, nonce: str) -> str:
+    """A stored audit report with the view's link handler, so that its links into Airflow (``data-airflow-link``)
+    open in the Airflow window rather than inside the view's frame."""
+    head, body_end, tail = report.rpartition("</body>")
+    script = _script(nonce, NAV_JS)
+    return f"{head}{script}{body_end}{tail}" if body_end else report + script
 
 
 def airflow_link(path: str, text: str, testid: str = "", extra: str = "") -> str:
