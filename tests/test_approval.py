@@ -24,6 +24,7 @@ from fleet_doctor.repair.plan import (
     hashes_in,
     md_cell,
 )
+from fleet_doctor.repair.restore import restore_markdown
 from fleet_doctor.rules import RULES_BY_ID
 from fleet_doctor.settings import Settings, SettingsError
 
@@ -349,3 +350,19 @@ def test_the_risk_is_read_from_the_audits_isr() -> None:
     assert risk["brokers"]["2"] == {"under_min_isr": 2, "under_min_isr_examples": ["lax-0", "strict-0"], "offline": 1}
     assert risk["brokers"]["3"] == {"under_min_isr": 1, "under_min_isr_examples": ["strict-0"], "offline": 0}
     assert restart_risk(FleetFacts({}, zk), [3])["brokers"]["3"]["under_min_isr"] == 1  # default 1: strict only
+
+
+def test_a_restore_approval_lists_a_bounded_number_of_files_and_says_where_the_rest_are() -> None:
+    many = [
+        FileAction("restore", f"/data/kafka/t-{i}/partition.metadata", "restore", "t", i, f"backup 1, sha256 {i:064x}")
+        for i in range(40)
+    ]
+    few = many[:2]
+    backups = {str(b): [{"tarball": f"/r/b{b}.tar.gz", "sha256": "ab" * 32, "files": {}}] for b in (1, 2)}
+    scope = {"restore_of": "f" * 64, "attempt": "manual__x", "start": True, "backups": backups}
+    p = Plan("lab", "restore-ffff", scope, [BrokerPlan(1, False, True, many), BrokerPlan(2, True, True, few)], [], [])
+    text = restore_markdown(p)
+    rows = [line for line in text.splitlines() if line.startswith("| `/data/kafka/")]
+    assert len(rows) == FILES_SHOWN + 2  # broker 1's first files, both of broker 2's
+    assert f"| … and {40 - FILES_SHOWN} more: every file in `{'f' * 64}/restores/{p.hash}/plan.json`" in text
+    assert text.count("… and") == 1 and hashes_in(text) == [p.hash]

@@ -35,7 +35,7 @@ from fleet_doctor.repair.executor import (
     remote_sums,
     tar_manifest,
 )
-from fleet_doctor.repair.plan import HASH_LINE, BrokerPlan, FileAction, Plan, controller_last, md_cell
+from fleet_doctor.repair.plan import FILES_SHOWN, HASH_LINE, BrokerPlan, FileAction, Plan, controller_last, md_cell
 from fleet_doctor.repair.tasks import cluster_for, finish, gates_from, lock_fence, repairs_dir, ssh_connect
 from fleet_doctor.settings import Settings, safe_run_id
 from fleet_doctor.store import write_atomic
@@ -168,7 +168,10 @@ def restore_markdown(p: Plan) -> str:
         for bk in scope["backups"][str(b.broker_id)]:
             lines.append(f"- backup {md_cell(bk['tarball'], table=False)} sha256 `{bk['sha256'][:16]}…`")
         lines += ["", "| file | sha256 after restore |", "|---|---|"]
-        lines += [f"| {md_cell(a.path)} | `{a.reason.rsplit(' ', 1)[-1]}` |" for a in b.actions]
+        lines += [f"| {md_cell(a.path)} | `{a.reason.rsplit(' ', 1)[-1]}` |" for a in b.actions[:FILES_SHOWN]]
+        if len(b.actions) > FILES_SHOWN:  # the buttons come after the text: plan.json has every file and checksum
+            listed = md_cell(f"{scope['restore_of']}/restores/{p.hash}/plan.json")
+            lines.append(f"| … and {len(b.actions) - FILES_SHOWN} more: every file in {listed} of the repairs dir | |")
         lines.append("")
     lines.append(HASH_LINE.format(p.hash))  # the restore task checks the approval names this plan
     return "\n".join(lines)
