@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,19 +52,10 @@ def live_fleet(
 
 
 def nightly_audit(af: LiveAirflow, timeout: float = 900) -> str:
-    """The audit DAG is unpaused at creation, so the scheduler runs its latest nightly interval right away (what
-    a fresh deployment does); when it has not within a minute, trigger one by hand."""
-    af.wait_dag(AUDIT)
-    deadline = time.monotonic() + 60
-    runs: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and not runs:
-        runs = af.runs(AUDIT)
-        time.sleep(2)
-    run = runs[0]["dag_run_id"] if runs else af.trigger(AUDIT)
-    assert af.wait_run(AUDIT, run, timeout) == "success", af.task_states(AUDIT, run)
-    while any(r["state"] not in ("success", "failed") for r in af.runs(AUDIT)):  # a second one (manual + nightly)
-        time.sleep(2)
-    return str(run)
+    """The first audit through the scheduler, as ``bin/dev ui`` runs it (``demo.first_audit``); it must succeed."""
+    run, state = demo.first_audit(af, timeout)
+    assert state == "success", af.task_states(AUDIT, run)
+    return run
 
 
 def plan_dir(data: Path, request: dict[str, Any]) -> Path:
