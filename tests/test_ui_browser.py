@@ -7,7 +7,8 @@ order:
 
 1. the command says where the UI is, who logs in and where the password is; every component is healthy;
 2. log in through Airflow's login page; the home page shows no red health badge; the Kafka fleet view shows the
-   published findings (read from the store here, grouped by broker, rule and cause);
+   published findings (read from the store here, grouped by broker, rule and cause); the run's HTML report, opened
+   from the view, links each repairable group to the pre-filled repair inside Airflow;
 3. from the view's topic-id-mismatch group: Repair… opens the pre-filled trigger form, it is submitted; Browse ->
    Required Actions -> the request shows the plan's summary and full hash; Reject -> nothing changed on the lab;
 4. the same with Approve -> the run succeeds and the lab, read from ZooKeeper and the files, is repaired: every
@@ -213,7 +214,7 @@ def open_fleet_view(page: Any, steps: Steps) -> Any:
     from playwright.sync_api import expect
 
     page.get_by_role("link", name="Kafka fleet").click()
-    expect(page).to_have_url(re.compile(r"/plugin/kafka-fleet$"))
+    expect(page).to_have_url(re.compile(r"/plugin/kafka-fleet(/kafka-fleet/)?$"))  # Airflow mirrors the frame's path
     expect(page.locator("iframe")).to_have_attribute("src", "kafka-fleet/")
     frame = page.frame_locator("iframe")
     expect(frame.get_by_test_id("kafka-fleet")).to_be_visible()
@@ -380,6 +381,17 @@ def test_home_page_is_green_and_the_fleet_view_shows_the_published_findings(
             for g in groups
         }
         expect(frame.get_by_test_id("required-actions-link")).to_be_visible()
+        # the run's HTML report, opened from the view, links each repairable group into Airflow: the pre-filled repair
+        frame.get_by_test_id("report-link").click()
+        in_report = frame.get_by_test_id("repair-link")
+        expect(in_report).to_have_count(sum(g.remediation != "report-only" for g in groups))
+        prefix = f"{stack['af'].base}/plugin/kafka-fleet/kafka-fleet/repair?"
+        expect(in_report.first).to_have_attribute("href", re.compile("^" + re.escape(prefix)))
+        steps("report")
+        in_report.first.click()
+        expect(page).to_have_url(re.compile(r"/plugin/kafka-fleet/kafka-fleet/repair\?rule="))
+        expect(page.frame_locator("iframe").get_by_test_id("repair-form")).to_be_visible()
+        steps("report-repair-link")
 
 
 def test_reject_in_the_browser_changes_nothing(
