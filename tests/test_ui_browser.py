@@ -24,6 +24,7 @@ when a test fails (its path is in the failure message); a passing test removes i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -109,7 +110,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         # a REST client of the same Airflow (the same home: its passwords file and the scheduler's log); it starts
         # nothing
         af = LiveAirflow(demo.airflow_environ(home, lab_dir, data, env), port=port)
-        yield {"ui": ui, "af": af, "port": port, "lab": lab_dir, "home": home, "data": data, "root": root}
+        yield {"ui": ui, "af": af, "port": port, "lab": lab_dir, "home": home, "data": data, "root": root, "env": env}
     finally:
         if ui.proc.poll() is None:
             leftovers = descendants(ui.proc.pid)
@@ -322,6 +323,29 @@ def listening_addresses(port: int) -> set[str]:
     return out
 
 
+LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net/tcp{,6} write them
+
+
+def listening_sockets(pids: list[int]) -> dict[tuple[str, int], list[int]]:
+    """Every socket listening among ``pids``' open files: (address as /proc/net writes it, port) -> the pids."""
+    inodes: dict[str, list[int]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.setdefault(link[8:-1], []).append(pid)
+    out: dict[tuple[str, int], list[int]] = {}
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            fields = line.split()
+            addr, hexport = fields[1].split(":")
+            if fields[3] == "0A" and fields[9] in inodes:
+                out.setdefault((addr, int(hexport, 16)), []).extend(inodes[fields[9]])
+    return out
+
+
 def test_ui_says_where_and_who_and_every_component_is_healthy(stack: dict[str, Any]) -> None:
     out, port = stack["ui"].output, stack["port"]
     assert f"[ui] Airflow UI: http://127.0.0.1:{port}/" in out
@@ -339,6 +363,13 @@ def test_ui_says_where_and_who_and_every_component_is_healthy(stack: dict[str, A
         "dag_processor": "healthy",
     }
     assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1 only
+    # nothing ui started listens beyond loopback: Airflow's components and what they forked, the lab's processes
+    state = lab.LabState.load(stack["lab"])
+    started = [stack["ui"].proc.pid, *descendants(stack["ui"].proc.pid), state.zk_pid or 0]
+    started += [b.sshd_pid or 0 for b in state.brokers] + [b["pid"] for b in lab.status(stack["lab"])["brokers"]]
+    sockets = listening_sockets([p for p in started if p])
+    assert (("0100007F", port)) in sockets and len(sockets) >= 5, sockets  # the api-server, ZooKeeper, 3 sshd
+    assert {k: v for k, v in sockets.items() if k[0] not in LOOPBACK} == {}
 
 
 def test_home_page_is_green_and_the_fleet_view_shows_the_published_findings(
@@ -440,6 +471,18 @@ def test_approve_in_the_browser_repairs_seed_004(
     for p, replicas in assigned.items():
         st = zk_json(state, f"/brokers/topics/{TOPIC}/partitions/{p}/state")
         assert sorted(st["isr"]) == sorted(replicas), (p, st)
+
+
+def test_a_second_ui_leaves_a_running_lab_alone(stack: dict[str, Any]) -> None:
+    """Another ``bin/dev ui`` (another port) on the lab dir of a running one refuses, before it touches anything."""
+    before = lab.status(stack["lab"])
+    home, data = stack["root"] / "second-airflow", stack["root"] / "second-data"
+    args = ["ui", "--lab", str(stack["lab"]), "--home", str(home), "--data", str(data), "--port", str(free_port())]
+    r = subprocess.run(
+        [sys.executable, "-m", "fleet_lab.demo", *args], env=stack["env"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2 and f"a fleet lab is already up in {stack['lab']}" in r.stderr, r.stdout + r.stderr
+    assert lab.status(stack["lab"]) == before and not home.exists() and not data.exists()
 
 
 def test_ctrl_c_stops_every_process_ui_started(stack: dict[str, Any]) -> None:

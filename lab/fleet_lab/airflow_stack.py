@@ -10,7 +10,9 @@ default ``admin:admin``).
         af.approve("kafka_fleet_repair", run, "approve")   # the request's own "Approve: ..." option
         af.wait_run("kafka_fleet_repair", run)
 
-Never ``airflow standalone`` (platform-notes: it binds 0.0.0.0 and survives SIGTERM). Every process gets its
+Never ``airflow standalone`` (platform-notes: it binds 0.0.0.0 and survives SIGTERM). Nothing listens beyond
+127.0.0.1: the api-server binds it, and the log server the scheduler and triggerer would start (it binds every
+interface, with no setting to change that) is not started. Every process gets its
 own session; ``stop()`` ends each by PID (SIGTERM, then SIGKILL for the process group and anything it forked).
 
 The users' passwords are written before the api-server starts (the simple auth manager keeps those it finds in its
@@ -43,6 +45,7 @@ from fleet_lab.fleet import descendants
 from fleet_lab.zk_server import free_port, pid_alive
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor")
+SERVES_LOGS = ("scheduler", "triggerer")  # components that start Airflow's log server unless told not to
 TRIGGERER = "triggerer"  # only for the UI's health badges (and deferrable operators): HITL needs none in 3.3
 UI_COMPONENTS = (*COMPONENTS, TRIGGERER)
 # each component's entry in /api/v2/monitor/health (the api-server answers it; its database check is "metadatabase")
@@ -96,7 +99,6 @@ class LiveAirflow:
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": self.base,  # tasks reach the execution API through it
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
-                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": self.env.get(
                     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60"
@@ -142,7 +144,13 @@ class LiveAirflow:
 
     def start_component(self, name: str) -> None:
         exe = str(Path(sys.executable).parent / "airflow")
-        args = [exe, name] + (["--host", "127.0.0.1", "--port", str(self.port)] if name == "api-server" else [])
+        args = [exe, name]
+        if name == "api-server":
+            args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        elif name in SERVES_LOGS:
+            # Airflow's log server binds every interface (no host setting): not started. The api-server reads task
+            # and trigger logs from the same AIRFLOW_HOME/logs; a running task's log view notes the missing server.
+            args.append("--skip-serve-logs")
         log = open(self.home / f"{name}.out", "ab")  # the child has its own copy of the fd
         try:
             self.procs[name] = subprocess.Popen(

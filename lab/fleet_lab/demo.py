@@ -169,6 +169,8 @@ def first_audit(af: Any, timeout: float = 900) -> tuple[str, str]:
     nightly interval right away (what a fresh deployment does); when it has not within a minute, one is triggered.
     Returns the run id and its final state, once no other audit run is still going (a manual one and the nightly
     one may both run)."""
+    from fleet_lab.airflow_stack import AirflowLiveError
+
     af.wait_dag(AUDIT_DAG)
     deadline = time.monotonic() + 60
     runs: list[dict[str, Any]] = []
@@ -177,8 +179,11 @@ def first_audit(af: Any, timeout: float = 900) -> tuple[str, str]:
         if not runs:
             time.sleep(2)
     run = str(runs[0]["dag_run_id"]) if runs else af.trigger(AUDIT_DAG)
+    deadline = time.monotonic() + timeout
     state = af.wait_run(AUDIT_DAG, run, timeout)
-    while any(r["state"] not in ("success", "failed") for r in af.runs(AUDIT_DAG)):
+    while going := [r["dag_run_id"] for r in af.runs(AUDIT_DAG) if r["state"] not in ("success", "failed")]:
+        if time.monotonic() > deadline:
+            raise AirflowLiveError(f"{AUDIT_DAG} runs {going} still not finished after {timeout:.0f} s")
         time.sleep(2)
     return run, state
 
@@ -253,10 +258,15 @@ def _ui(home: Path, lab_dir: Path, data: Path, scenario: str, port: int, passwor
     from fleet_lab.incidents import SCENARIOS, run_scenario
 
     t0 = time.monotonic()
+    if fleet.is_up(lab_dir):  # someone's lab (a kept demo, another ui): not ours to stop
+        print(
+            f"[ui] a fleet lab is already up in {lab_dir}: stop it first (bin/fleet-lab down --dir {lab_dir}) or give "
+            "--lab another directory",
+            file=sys.stderr,
+        )
+        return 2
     if afresh:
         _start_afresh(home, data)
-    if fleet.is_up(lab_dir):
-        fleet.down(lab_dir)
     version = SCENARIOS[scenario][0] if scenario in SCENARIOS else fleet.DEFAULT_VERSION
     print(f"[ui] bringing up the fleet lab (3 brokers, Kafka {version}) in {lab_dir}", flush=True)
     state = fleet.up(lab_dir, brokers=3, kafka_version=version)
