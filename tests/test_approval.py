@@ -366,3 +366,34 @@ def test_a_restore_approval_lists_a_bounded_number_of_files_and_says_where_the_r
     assert len(rows) == FILES_SHOWN + 2  # broker 1's first files, both of broker 2's
     assert f"| … and {40 - FILES_SHOWN} more: every file in `{'f' * 64}/restores/{p.hash}/plan.json`" in text
     assert text.count("… and") == 1 and hashes_in(text) == [p.hash]
+
+
+def test_the_summary_says_when_internal_topics_are_included() -> None:
+    """include_internal (ticked by a person) is named in the summary with the internal topics the plan touches;
+    without it the summary says nothing of them (the planner leaves their topic-ID files alone)."""
+    why = "re-created at start"
+    orders = FileAction("remove", "/data/kafka/orders-0/partition.metadata", "topic-id-mismatch", "orders", 0, why)
+
+    def plan(include_internal: bool, topic: str = "__consumer_offsets") -> Plan:
+        brokers = [
+            BrokerPlan(
+                bid,
+                bid == 2,
+                True,
+                [
+                    FileAction("remove", f"/data/kafka/{topic}-{p}/{n}", "topic-id-mismatch", topic, p, why)
+                    for p in (0, 7)
+                    for n in ("leader-epoch-checkpoint", "partition.metadata")
+                ]
+                + [orders],
+            )
+            for bid in (1, 2)
+        ]
+        return Plan("c1", "run1", {"include_internal": include_internal}, brokers, [], [])
+
+    included = plan(True).to_markdown()
+    summary = included.splitlines()[: included.splitlines().index("#### Restart preview")]
+    assert "- **Internal topics included:** `__consumer_offsets` (2 partition(s), 4 replica(s))." in summary
+    assert "Internal topics" not in plan(False).to_markdown()
+    untouched = plan(True, topic="orders").to_markdown()
+    assert "- **Internal topics included:** none of them is touched by this plan." in untouched.splitlines()

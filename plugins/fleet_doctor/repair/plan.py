@@ -287,6 +287,22 @@ class Plan:
             out += ["", f"… and {n - ROWS_SHOWN} more topic(s): full list in {md_cell(where + '/plan.json', False)}."]
         return "\n".join(out) + "\n"
 
+    def _internal_lines(self) -> list[str]:
+        """With ``include_internal`` (ticked by a person), the summary says so and names the internal topics the
+        plan touches: their replicas are otherwise never part of a topic-ID repair."""
+        if not self.scope.get("include_internal"):
+            return []
+        touched: dict[str, set[tuple[int, int | None]]] = defaultdict(set)
+        for b in self.brokers:
+            for a in b.actions:
+                if a.topic in INTERNAL_TOPICS:
+                    touched[a.topic].add((b.broker_id, a.partition))
+        shown = [
+            f"{md_cell(t, table=False)} ({len({p for _, p in touched[t]})} partition(s), {len(touched[t])} replica(s))"
+            for t in sorted(touched)
+        ]
+        return [f"- **Internal topics included:** {', '.join(shown) or 'none of them is touched by this plan'}."]
+
     def to_markdown(self, plan_dir: str | None = None) -> str:
         """The text of the broker approval: a summary (what, where, how many, risk, the full hash, backups, undo),
         the restart preview, then the details per broker, one block per group of files (``finding_groups``), at
@@ -316,6 +332,7 @@ class Plan:
             f"({', '.join(md_cell(r, table=False) for r in rules) or 'no rule'}).",
             f"- **Where:** cluster {md_cell(self.cluster, table=False)}, restart order **{order}**{ctl}; from audit "
             f"run {md_cell(self.audit_run, table=False)}.",
+            *self._internal_lines(),
             f"- **How many:** {c['files_removed'] + c['files_quarantined']} file(s) backed up first, "
             f"{c['files_removed']} removed, {c['files_quarantined']} quarantined; {c['brokers_restarted']} broker(s) "
             f"restarted; {len(self.skipped)} finding(s) in scope not addressed.",
