@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
+from fastapi import Depends, HTTPException
 from fastapi.testclient import TestClient
 
 from fleet_doctor.audit import history
@@ -28,6 +29,7 @@ from fleet_doctor.console import render
 from fleet_doctor.console.app import create_app
 from fleet_doctor.console.data import RepairScope, in_airflow
 from fleet_doctor.finding_groups import group_findings
+from fleet_doctor.repair.plan import FleetFacts, build_plan
 from fleet_doctor.settings import REPO, Settings
 from harness.findings import finding
 
@@ -171,9 +173,16 @@ def test_the_page_shows_the_published_findings_grouped_with_repair_links(
         mine = [r for r in repairable if _key(r) == (broker, rule)]
         assert mine, (broker, rule)
         assert set(q.get("topic", [])) <= {r["topic"] for r in mine if r.get("topic")}
-        internal = {"__consumer_offsets", "__transaction_state"} & set(q.get("topic", []))
-        assert ("include_internal" in q) == bool(internal)
+        assert "include_internal" not in q  # only a person ticks it, never a link (PRODUCT.md)
     assert {(a["href"].split("rule=")[1].split("&")[0]) for a in links} == {r["rule"] for r in repairable}
+    # a group on an internal topic (the corpus's __consumer_offsets drift): its repair page leaves the box unticked
+    # and says what the repair does with that topic
+    internal = [a["href"] for a in links if "topic=__consumer_offsets" in a["href"]]
+    assert internal  # some broker's topic-id-mismatch group
+    form = page(client(settings), f"/{internal[0]}")
+    assert "checked" not in {a["name"]: a for a in form.named("input")}["include_internal"]
+    assert len(form.find("internal-topics-note")) == 1
+    assert "The topic-ID repair leaves them out unless you tick it" in "".join(form.text)
 
     # the report link opens the run's HTML report through the plugin
     (report,) = p.find("report-link")
@@ -285,7 +294,19 @@ def test_the_repair_page_is_the_dags_form_pre_filled(tmp_path: Path) -> None:
         "topics": "orders, __consumer_offsets",
         "hold_out": "",
     }
-    assert "checked" in inputs["dry_run"] and "checked" in inputs["include_internal"]  # an internal topic named
+    assert "checked" in inputs["dry_run"]
+    assert "checked" not in inputs["include_internal"]  # an internal topic named does not tick it: a person does
+    assert len(p.find("internal-topics-note")) == 1
+    text = "".join(p.text)
+    assert (
+        "This scope names internal topics (__consumer_offsets) and Include internal topics is not ticked. "
+        "Their broken index files are quarantined whether or not it is ticked." in text
+    )
+    assert "topic-ID repair" not in text  # not in this scope's rules
+    ticked = page(c, f"/repair?{q}&include_internal=1")
+    assert "checked" in {a["name"]: a for a in ticked.named("input")}["include_internal"]
+    assert not ticked.find("internal-topics-note")
+    assert not page(c, "/repair?rule=index-untrimmed&topic=orders").find("internal-topics-note")
     assert "broker 'x' is not a broker id (a number): left out" in "".join(p.text)
     # every field is one of the DAG's params, with the DAG's default when the link says nothing
     params = repair_params()
@@ -302,6 +323,85 @@ def test_the_repair_page_is_the_dags_form_pre_filled(tmp_path: Path) -> None:
     assert 'const DAG = "kafka_fleet_repair";' in text
     assert "api/v2/dags/${DAG}/dagRuns" in text and "logical_date: null" in text
     assert "dags/${DAG}/runs/${encodeURIComponent(run.dag_run_id)}" in text
+
+
+def test_the_repair_pages_internal_topics_note_says_what_the_planner_does(
+    tmp_path: Path, corpus_findings: list[dict[str, Any]]
+) -> None:
+    """The note against what ``build_plan`` does with a scope naming __consumer_offsets and the box unticked:
+    the topic-ID repair leaves the corpus's __consumer_offsets drift out (not addressed, internal topic), an
+    index quarantine on it goes ahead all the same."""
+    c = client(Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data"))
+    drift = [f for f in corpus_findings if f["rule"] == "topic-id-mismatch" and f["topic"] == "__consumer_offsets"]
+    assert drift
+    scope, _ = RepairScope.from_query([("rule", "topic-id-mismatch"), ("topic", "__consumer_offsets")])
+    plan = build_plan("c", "r", drift, FleetFacts({}, []), **scope_args(scope))
+    assert plan.counts()["files_removed"] == 0 and len(plan.skipped) == len(drift)
+    (why,) = {s["why"] for s in plan.skipped}
+    p = page(c, f"/repair?{scope.query()}")
+    assert len(p.find("internal-topics-note")) == 1
+    text = "".join(p.text)
+    said = "The topic-ID repair leaves them out unless you tick it; the approval lists their findings as not addressed"
+    assert f"{said}: {why}." in text
+    assert "quarantined" not in text
+
+    # an untrimmed index of __consumer_offsets: quarantined with the box unticked, as the note says
+    pdir = "/k/__consumer_offsets-0"
+    untrimmed = {**finding("index-untrimmed", 1, f"{pdir}/00000000000000000000.index", "warning")}
+    untrimmed.update(topic="__consumer_offsets", partition=0, segment=0, remediation="quarantine-index")
+    probe = {
+        1: [
+            {"kind": "partition", "path": pdir, "topic": "__consumer_offsets", "partition": 0},
+            {"kind": "segment", "path": pdir, "base_offset": 0, "has_index": True, "has_timeindex": True},
+        ]
+    }
+    scope, _ = RepairScope.from_query([("rule", "index-untrimmed"), ("topic", "__consumer_offsets")])
+    plan = build_plan("c", "r", [untrimmed], FleetFacts(probe, []), **scope_args(scope))
+    assert plan.counts()["files_quarantined"] == 2 and not scope.include_internal
+    text = "".join(page(c, f"/repair?{scope.query()}").text)
+    assert "Their broken index files are quarantined whether or not it is ticked." in text
+
+
+def scope_args(scope: RepairScope) -> dict[str, Any]:
+    """The repair DAG's planning arguments for a scope (its conf, as the plan task reads it)."""
+    conf = scope.conf()
+    keys = ("rules", "brokers", "topics", "include_internal")
+    return {k: conf[k] for k in keys}
+
+
+def test_the_repair_page_has_its_own_guard(tmp_path: Path) -> None:
+    """``repair`` guards /repair on top of ``read``: a user who may read the view but not repair gets 403 there."""
+
+    def allow() -> None:
+        return None
+
+    def refuse() -> None:
+        raise HTTPException(403, "no repair for you")
+
+    settings = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    c = TestClient(create_app(lambda: settings, read=[Depends(allow)], repair=[Depends(refuse)]))
+    assert c.get("/").status_code == 200
+    r = c.get("/repair?rule=index-untrimmed")
+    assert r.status_code == 403 and r.json() == {"detail": "no repair for you"}
+    c = TestClient(create_app(lambda: settings, read=[Depends(refuse)], repair=[Depends(allow)]))
+    assert c.get("/").status_code == 403 and c.get("/repair").status_code == 403
+
+
+def test_pending_approvals_count_the_repair_and_the_restore(tmp_path: Path) -> None:
+    """Both DAGs that wait for an approval are counted (the restore's too), and the link opens Airflow's Required
+    Actions of every DAG, where both are listed."""
+    c = client(Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data"))
+    r = c.get("/")
+    dags = {
+        m.group(1)
+        for f in (REPO / "dags").glob("kafka_fleet_re*.py")
+        if (m := re.search(r'dag_id="([^"]+)"', f.read_text()))
+    }
+    assert dags == {"kafka_fleet_repair", "kafka_fleet_restore"}
+    assert f"const DAGS = {json.dumps(sorted(dags))};" in r.text
+    assert "api/v2/dags/${encodeURIComponent(dag)}/${query}" in r.text and "response_received=false" in r.text
+    (link,) = Page(r.text).find("required-actions-link")
+    assert link["href"] == "../required_actions"
 
 
 def test_an_empty_or_broken_store_says_so(tmp_path: Path) -> None:
@@ -424,7 +524,7 @@ def test_live_in_chromium_the_views_links_open_airflow_pages_and_trigger_the_rep
             assert count.get_attribute("data-count") == "0"
             # a link into Airflow opens in the Airflow window, not inside the iframe
             frame.locator('[data-testid="required-actions-link"]').click()
-            pg.wait_for_url(f"{live.base}/dags/kafka_fleet_repair/required_actions")
+            pg.wait_for_url(f"{live.base}/required_actions")
             pg.go_back()
             pg.wait_for_url("**/plugin/kafka-fleet/**")
             frame = pg.frame_locator("iframe")

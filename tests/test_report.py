@@ -182,7 +182,7 @@ def test_the_audit_report_links_into_airflow_when_it_knows_where_airflow_is() ->
     top = {text: href for href, tid, text in links if not tid}
     assert top == {
         "Kafka fleet view": "https://airflow.example.com/base/plugin/kafka-fleet/kafka-fleet/",
-        "Pending approvals (Required Actions)": "https://airflow.example.com/base/dags/kafka_fleet_repair/required_actions",
+        "Pending approvals (Required Actions)": "https://airflow.example.com/base/required_actions",
     }
     repairs = [html.unescape(href) for href, tid, _ in links if tid]
     assert len(repairs) == 2  # the drift and the untrimmed indexes: both repairable groups, one link each
@@ -195,3 +195,17 @@ def test_the_audit_report_links_into_airflow_when_it_knows_where_airflow_is() ->
     assert "<b>t</b>" not in page  # the hostile topic only escaped, in text and in the link's query
     t = parsed(page)
     assert t.scripts == 0 and all(r["cells"][-1].startswith("Repair…") for r in t.rows[:2])
+
+
+def test_a_repair_link_never_ticks_include_internal() -> None:
+    """A group on __consumer_offsets links to the repair page with the topic named but include_internal left to a
+    person (PRODUCT.md: internal topics are repaired only when explicitly included)."""
+    rows = [{**drift()[0], "broker_id": 3, "topic": "__consumer_offsets", "partition": p} for p in (4, 9)]
+    out = io.StringIO()
+    render_audit_html(rows, summary(rows), [], out, airflow_url="https://airflow.example.com")
+    (href,) = re.findall(r"<a href='([^']*)' data-airflow-link data-testid='repair-link'>", out.getvalue())
+    assert sorted(parse_qs(urlsplit(html.unescape(href)).query).items()) == [
+        ("broker", ["3"]),
+        ("rule", ["topic-id-mismatch"]),
+        ("topic", ["__consumer_offsets"]),
+    ]

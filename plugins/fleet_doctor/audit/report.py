@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from fleet_doctor.console.data import REPAIR_DAG, RepairScope, in_airflow, is_repairable
+from fleet_doctor.console.data import RepairScope, in_airflow, is_repairable
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.rules import SEVERITY_ORDER, severity_rank
 
@@ -249,10 +249,11 @@ def svg_history(runs: list[dict[str, Any]], width: int = 640, height: int = 160)
 
 
 def _airflow_links(airflow_url: str) -> str:
-    """The report's way back into Airflow: the Kafka fleet view and the repair DAG's pending approvals."""
+    """The report's way back into Airflow: the Kafka fleet view and the pending approvals (Airflow's Required
+    Actions of every DAG: the repair's and the restore's)."""
     links = [
         (in_airflow(), "Kafka fleet view"),
-        (f"dags/{REPAIR_DAG}/required_actions", "Pending approvals (Required Actions)"),
+        ("required_actions", "Pending approvals (Required Actions)"),
     ]
     return (
         "<p class='links'>"

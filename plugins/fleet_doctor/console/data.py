@@ -13,12 +13,14 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fleet_doctor.finding_groups import FindingGroup, group_findings
-from fleet_doctor.repair.plan import INTERNAL_TOPICS
-from fleet_doctor.rules import Remediation, severity_rank
+from fleet_doctor.repair.plan import INDEX_RULES, INTERNAL_TOPICS, TOPIC_ID_RULES, ZK_TOPIC_ID_RULES
+from fleet_doctor.rules import RULES, Remediation, severity_rank
 from fleet_doctor.store import Store
 
 REPORT_ONLY = Remediation.REPORT_ONLY.value
 REPAIR_DAG = "kafka_fleet_repair"
+RESTORE_DAG = "kafka_fleet_restore"
+APPROVAL_DAGS = (REPAIR_DAG, RESTORE_DAG)  # the DAGs whose runs wait for a person's approval (Required Actions)
 PREFIX = "kafka-fleet"  # the app's mount (/kafka-fleet) and the nav entry's in-app route (/plugin/kafka-fleet)
 
 
@@ -84,7 +86,9 @@ def is_repairable(group: FindingGroup) -> bool:
 
 @dataclass(frozen=True)
 class RepairScope:
-    """The repair DAG's scope params (``dags/kafka_fleet_repair.py``) a repair link pre-fills."""
+    """The repair DAG's scope params (``dags/kafka_fleet_repair.py``) a repair link pre-fills. ``include_internal``
+    is never inferred from the topics: only a person ticks it (PRODUCT.md, internal topics are repaired only when
+    explicitly included); ``internal_topics_note`` says what the repair does with the internal topics it names."""
 
     rules: tuple[str, ...] = ()
     brokers: tuple[int, ...] = ()
@@ -95,12 +99,10 @@ class RepairScope:
 
     @classmethod
     def of_group(cls, group: FindingGroup) -> RepairScope:
-        topics = tuple(group.topics)
         return cls(
             rules=(group.rule,),
             brokers=() if group.broker_id is None else (int(group.broker_id),),
-            topics=topics,
-            include_internal=any(t in INTERNAL_TOPICS for t in topics),
+            topics=tuple(group.topics),
         )
 
     @classmethod
@@ -125,9 +127,35 @@ class RepairScope:
             dry_run=_flag(values["dry_run"]),
             audit_run=(values["audit_run"] or ["latest"])[-1] or "latest",
         )
-        if not scope.include_internal and any(t in INTERNAL_TOPICS for t in scope.topics):
-            scope = cls(scope.rules, scope.brokers, scope.topics, True, scope.dry_run, scope.audit_run)
         return scope, problems
+
+    @property
+    def internal_topics(self) -> tuple[str, ...]:
+        """The internal topics (``__consumer_offsets``, ``__transaction_state``) the scope's topics name."""
+        return tuple(t for t in self.topics if t in INTERNAL_TOPICS)
+
+    def internal_topics_note(self) -> str | None:
+        """What the repair will do with the internal topics the scope names while *include internal topics* is not
+        ticked (None: it names none, or the box is ticked). As ``repair.plan.build_plan`` does it: the topic-ID
+        repair leaves an internal topic's replicas alone (the approval lists them as not addressed), while a
+        quarantine of broken index files and a restore of ZooKeeper's topic ID do not depend on the box."""
+        internal = self.internal_topics
+        if not internal or self.include_internal:
+            return None
+        rules = set(self.rules) or {r.id for r in RULES}
+        out = [f"This scope names internal topics ({', '.join(internal)}) and Include internal topics is not ticked."]
+        if rules & TOPIC_ID_RULES:
+            out.append(
+                "The topic-ID repair leaves them out unless you tick it; the approval lists their findings as not "
+                "addressed: internal topic (include_internal is off)."
+            )
+        if rules & INDEX_RULES:
+            out.append("Their broken index files are quarantined whether or not it is ticked.")
+        if rules & ZK_TOPIC_ID_RULES:
+            out.append("A topic ID missing from their ZooKeeper znode is restored whether or not it is ticked.")
+        if len(out) == 1:
+            out.append("The rules in scope do not repair them either way.")
+        return " ".join(out)
 
     def query(self) -> str:
         """The repair page's query string for this scope (``repair?<query>``)."""

@@ -18,7 +18,9 @@ from urllib.parse import quote
 
 from fleet_doctor.audit.report import svg_history  # the audit report's chart, one implementation
 from fleet_doctor.console.data import (
+    APPROVAL_DAGS,
     REPAIR_DAG,
+    RESTORE_DAG,
     FleetView,
     RepairScope,
     broker_label,
@@ -107,16 +109,29 @@ NAV_JS = """
 PENDING_JS = """
 (() => {
   "use strict";
+  // the approvals waiting for a person: the repair's and the restore's (Airflow's HITL API, one DAG per query:
+  // an exact dag_id, where dag_id_pattern is a substring match)
   const out = document.querySelector('[data-testid="required-actions-count"]');
   if (!out) return;
-  const url = kafkaFleet.url(`api/v2/dags/${DAG}/dagRuns/~/hitlDetails?response_received=false&limit=1`);
-  fetch(url, {credentials: "same-origin", headers: {Accept: "application/json"}})
-    .then((r) => (r.ok ? r.json() : Promise.reject(new Error(String(r.status)))))
-    .then((d) => {
-      out.dataset.count = String(d.total_entries);
-      out.textContent = `(${d.total_entries} pending)`;
+  const query = "dagRuns/~/hitlDetails?response_received=false&limit=1";
+  const pending = (dag) =>
+    fetch(kafkaFleet.url(`api/v2/dags/${encodeURIComponent(dag)}/${query}`), {
+      credentials: "same-origin",
+      headers: {Accept: "application/json"},
     })
-    .catch(() => { out.textContent = ""; });
+      .then((r) => (r.ok ? r.json() : Promise.reject(new Error(`${dag}: HTTP ${r.status}`))))
+      .then((d) => d.total_entries);
+  Promise.allSettled(DAGS.map(pending)).then((results) => {
+    const counted = results.filter((r) => r.status === "fulfilled");
+    if (!counted.length) {
+      out.textContent = "";
+      return;
+    }
+    const total = counted.reduce((sum, r) => sum + r.value, 0);
+    const missed = DAGS.filter((_, i) => results[i].status !== "fulfilled");
+    out.dataset.count = String(total);
+    out.textContent = `(${total} pending${missed.length ? `; ${missed.join(", ")} not counted` : ""})`;
+  });
 })();
 """
 
@@ -173,6 +188,10 @@ REPAIR_JS = """
       dagState.hidden = !dagState.textContent;
     })
     .catch(() => {});
+  const internalNote = document.querySelector('[data-testid="internal-topics-note"]');
+  if (internalNote) {
+    form.elements.include_internal.addEventListener("change", (ev) => { internalNote.hidden = ev.target.checked; });
+  }
   form.addEventListener("input", refresh);
   form.addEventListener("change", refresh);
   refresh();
@@ -462,15 +481,12 @@ def _trend(view: FleetView, last: int) -> str:
 def _nav() -> str:
     return (
         "<nav>"
-        + airflow_link(
-            f"dags/{REPAIR_DAG}/required_actions",
-            "Pending approvals",
-            "required-actions-link",
-        )
+        # the repair's and the restore's approvals: Airflow's Required Actions of every DAG (one page lists both)
+        + airflow_link("required_actions", "Pending approvals", "required-actions-link")
         + " <span data-testid='required-actions-count' class='muted'></span> "
         + airflow_link(f"dags/{REPAIR_DAG}", "Repair DAG")
+        + airflow_link(f"dags/{RESTORE_DAG}", "Restore DAG")
         + airflow_link(f"dags/{AUDIT_DAG}", "Audit DAG")
-        + airflow_link("required_actions", "All required actions")
         + "</nav>"
     )
 
@@ -478,7 +494,7 @@ def _nav() -> str:
 def fleet_page(view: FleetView, nonce: str, *, last: int = 30, now: dt.datetime | None = None) -> str:
     """The fleet page: the latest audit, its findings grouped, what was resolved, the trend over the last runs."""
     now = now or dt.datetime.now(dt.UTC)
-    scripts = [_script(nonce, PENDING_JS, DAG=REPAIR_DAG)]
+    scripts = [_script(nonce, PENDING_JS, DAGS=list(APPROVAL_DAGS))]
     if view.summary is None:
         body = (
             "<main data-testid='kafka-fleet'><h1>Kafka fleet</h1>"
@@ -529,6 +545,9 @@ def repair_page(scope: RepairScope, problems: list[str], nonce: str) -> str:
     """The repair DAG's trigger form, pre-filled from ``scope``; its script posts the run to Airflow's REST API as
     the logged-in user and opens the new run."""
     problems_html = "".join(f"<p class='alert'>{e(p)}</p>" for p in problems)
+    note = scope.internal_topics_note()
+    if note:
+        problems_html += f"<p class='alert' data-testid='internal-topics-note'>{e(note)}</p>"
     body = (
         "<main data-testid='kafka-fleet-repair'><p>"
         + "<a href='./'>← Kafka fleet</a></p>"
