@@ -344,7 +344,7 @@ def test_the_risk_is_read_from_the_audits_isr() -> None:
         {"kind": "partition_state", "topic": "lax", "partition": 0, "isr": [1, 2]},
         {"kind": "partition_state", "topic": "lax", "partition": 1, "isr": [2]},
     ]
-    risk = restart_risk(FleetFacts({}, zk), [1, 2, 3], min_isr=2)
+    risk = restart_risk(FleetFacts({}, zk), [1, 2, 3], static_min_isr=2)
     assert risk["min_isr"] == 2
     assert risk["brokers"]["1"] == {"under_min_isr": 2, "under_min_isr_examples": ["lax-0", "strict-0"], "offline": 0}
     assert risk["brokers"]["2"] == {"under_min_isr": 2, "under_min_isr_examples": ["lax-0", "strict-0"], "offline": 1}
@@ -397,3 +397,167 @@ def test_the_summary_says_when_internal_topics_are_included() -> None:
     assert "Internal topics" not in plan(False).to_markdown()
     untouched = plan(True, topic="orders").to_markdown()
     assert "- **Internal topics included:** none of them is touched by this plan." in untouched.splitlines()
+
+
+# ---- review of the approval changes: the cluster default min ISR, decisions by topic, the subject, the restore option
+def _isr_facts() -> Any:
+    from fleet_doctor.repair.plan import FleetFacts
+
+    return FleetFacts(
+        {},
+        [
+            {"kind": "topic", "topic": "lax", "min_insync_replicas": None, "partitions": {"0": [1, 2], "1": [1, 2, 3]}},
+            {"kind": "partition_state", "topic": "lax", "partition": 0, "isr": [1, 2]},
+            {"kind": "partition_state", "topic": "lax", "partition": 1, "isr": [1, 2, 3]},
+        ],
+    )
+
+
+def _restarting(risk: dict[str, Any]) -> Plan:
+    return Plan("c1", "run1", {}, [BrokerPlan(1, False, True, [], None)], [], [], risk)
+
+
+def test_the_risk_never_reads_an_unknown_cluster_default_as_no_risk() -> None:
+    """With nothing in the inventory or the form, a cluster whose ZooKeeper default is 2 (`/config/brokers/<default>`,
+    which the audit's snapshot does not read) stops the run at broker 1's pre-check (lax-0 keeps 1 in-sync replica):
+    the risk line said "none seen" with an assumed 1. It says the default is not known and names lax-0."""
+    from fleet_doctor.repair.plan import default_min_isr, restart_risk
+
+    risk = restart_risk(_isr_facts(), [1])
+    assert risk["cluster_default_known"] is False and risk["brokers"]["1"]["under_min_isr"] == 0
+    text = _restarting(risk).to_markdown()
+    (line,) = [x for x in text.splitlines() if x.startswith("- **Risk:**")]
+    assert "none seen" not in line and "cluster default min.insync.replicas not known: the pre-check reads it" in line
+    assert "`/config/brokers/<default>`" in line and "no static default is set" in line
+    assert "1 partition(s) of topics without their own setting keep only 1 in-sync replica (`lax-0`)" in line
+    assert "under min ISR if that default is above 1" in line
+    with_static = _restarting(restart_risk(_isr_facts(), [1], static_min_isr=2)).to_markdown()
+    assert "go under min.insync.replicas (`lax-0`)" in with_static and "counted here with 2" in with_static
+    # known (the gates' order: ZooKeeper's default over the static one over Kafka's 1): then "none seen" may be said
+    known = restart_risk(_isr_facts(), [1], static_min_isr=3, cluster_default=1)
+    assert known["min_isr"] == 1 and known["cluster_default_known"] and "thinnest" not in known
+    assert "none seen at audit time" in _restarting(known).to_markdown()
+    assert default_min_isr(2, 3) == (2, "ZooKeeper's /config/brokers/<default>")
+    assert default_min_isr(None, 3)[0] == 3 and default_min_isr(None, None) == (1, "Kafka's default")
+    old = {"min_isr": 1, "brokers": {"1": {"under_min_isr": 0, "under_min_isr_examples": [], "offline": 0}}}
+    assert "not known" in _restarting(old).to_markdown()  # a plan stored before: never "none seen" either
+
+
+def test_the_plan_and_the_gates_take_the_same_static_min_isr() -> None:
+    """plan_from's risk and cluster_for's gates resolve the brokers' static default with one helper."""
+    from fleet_doctor import inventory
+    from fleet_doctor.repair import tasks
+
+    def inv(**extra: Any) -> inventory.Inventory:
+        broker = {"id": 1, "host": "127.0.0.1", "ssh_port": 22, "ssh_user": "k", "ssh_key_file": "/k"}
+        broker |= {"host_key": "ssh-ed25519 AAAA", "log_dirs": ["/d"], "kafka_version": "3.6.2"}
+        broker |= {"service": {"stop": "x", "start": "y", "status": "z"}}
+        data = {"inventory_version": 1, "cluster": "c1", "zookeeper": "h:2181/kafka", "brokers": [broker]}
+        return inventory.parse(data | extra)
+
+    for params, i, want in (({}, inv(), None), ({"min_insync_replicas": 3}, inv(min_insync_replicas=2), 3)):
+        assert tasks.static_min_isr(params, i) == want
+        assert tasks.cluster_for(None, i, params).default_min_isr == want
+    assert tasks.static_min_isr({"min_insync_replicas": 1}, inv(min_insync_replicas=2)) == 2  # never lowered
+
+
+def _split_facts(topics: dict[str, dict[str, int]], in_zk: dict[str, str] | None = None) -> Any:
+    """Per topic, how many replicas hold each topic ID (ZooKeeper's: ``in_zk``, else none): broker 1's probe."""
+    from fleet_doctor.repair.plan import FleetFacts
+
+    probe, zk = [], []
+    for t, ids in topics.items():
+        zk.append({"kind": "topic", "topic": t, "topic_id": (in_zk or {}).get(t), "partitions": {}})
+        n = 0
+        for tid, replicas in ids.items():
+            for _ in range(replicas):
+                probe.append({"kind": "partition", "path": f"/d/{t}-{n}", "topic": t, "partition": n, "topic_id": tid})
+                n += 1
+    return FleetFacts({1: probe}, zk)
+
+
+def test_a_decision_left_to_a_human_names_its_topic_and_the_candidate_ids() -> None:
+    """A topic-id-split without a ZooKeeper ID was one grouped line without its topic or its IDs; each decision is
+    listed first, escaped, with how many replicas hold each candidate ID, and at most ROWS_SHOWN of them."""
+    from fleet_doctor.repair.plan import build_plan
+
+    hostile = "t|x`<b>\n"
+    facts = _split_facts(
+        {hostile: {"AAAAAAAAAAAAAAAAAAAAAA": 4, "BBBBBBBBBBBBBBBBBBBBBB": 2}, "ok": {"C" * 22: 1, "D" * 22: 1}},
+        {"ok": "C" * 22},
+    )
+    split = [{"rule": "topic-id-split", "broker_id": None, "topic": hostile, "partition": None, "path": None}]
+    report = [{"rule": "topic-id-split", "broker_id": None, "topic": "ok", "partition": None, "path": None}]
+    plan = build_plan("c1", "run1", split + report, facts)
+    (decision,) = plan.decisions
+    assert decision["replicas_per_id"] == {"AAAAAAAAAAAAAAAAAAAAAA": 4, "BBBBBBBBBBBBBBBBBBBBBB": 2}
+    lines = plan.to_markdown().splitlines()
+    first = lines.index("#### Not addressed by this plan: 2 finding(s)") + 2
+    assert lines[first] == (
+        f"- **A decision for a human:** topic {md_cell(hostile, table=False)}, which topic ID to keep: "
+        "`AAAAAAAAAAAAAAAAAAAAAA` (4 replicas), `BBBBBBBBBBBBBBBBBBBBBB` (2 replicas). ZooKeeper has none; the plan "
+        "touches none of its replicas."
+    )
+    assert "<b>" not in render(lines[first]).replace("<code>", "").replace("</code>", "").replace("&lt;b&gt;", "")
+    assert sum("decision for a human" in x for x in lines[first:]) == 1  # the other groups leave it out
+    many = build_plan(
+        "c1",
+        "run1",
+        [{**split[0], "topic": f"t{i:02d}"} for i in range(13)],
+        _split_facts({f"t{i:02d}": {} for i in range(13)}),
+    )
+    text = many.to_markdown("/srv/r")
+    assert sum(x.startswith("- **A decision for a human:** topic `t") for x in text.splitlines()) == 10
+    assert "- … and 3 more decision(s) in `/srv/r/plan.json`" in text and "`t09`" in text and "`t10`" not in text
+
+
+def test_the_subject_shown_must_be_the_stored_plans(tmp_path: Any) -> None:
+    """The subject is rendered from the plan task's XCom (the REST API can write it) and carries "DRY RUN": a request
+    whose subject lost it is refused, for the repair, ZooKeeper and restore approvals alike."""
+    from fleet_doctor.repair import tasks
+
+    s = settings(FLEET_DOCTOR_REPAIR_DIR=str(tmp_path))
+    dry = big_plan(dry_run=True)
+    dry.zookeeper = [ZkAction("restore-topic-id", "t", "A" * 22, "every replica holds this topic ID")]
+    tasks.save_plan(s, dry)
+    for which, subject in (("markdown", dry.subject()), ("zookeeper_markdown", dry.zookeeper_subject())):
+        asked = tasks.approval_request(s, {"hash": dry.hash}, which)
+        assert asked["subject"] == subject and "DRY RUN" in subject
+        d = detail("alice", option=asked["option"], body=asked["body"]) | {"subject": subject}
+        args = {"task_id": "approve", "plan_hash": dry.hash, "settings": s, "triggered_by": "bob"}
+        assert check(d, **args, **asked)["plan_hash"] == dry.hash
+        with pytest.raises(ApprovalError, match=r"subject .* is not the stored plan's.*nothing was touched"):
+            check(d | {"subject": subject.replace("DRY RUN, ", "")}, **args, **asked)
+    restore = _restore_plan(start=False)
+    where = tmp_path / restore.scope["restore_of"] / "restores" / restore.hash
+    where.mkdir(parents=True)
+    (where / "plan.json").write_text(restore.to_json())
+    asked = tasks.restore_approval_request(s, {"hash": restore.hash, "restore_of": restore.scope["restore_of"]})
+    d = detail("alice", option=asked["option"], body=asked["body"]) | {"subject": asked["subject"]}
+    args = {"task_id": "approve", "plan_hash": restore.hash, "settings": s, "triggered_by": "bob"}
+    assert check(d, **args, **asked)["option"] == asked["option"]
+    with pytest.raises(ApprovalError, match="subject"):
+        check(d | {"subject": asked["subject"].replace(", left stopped", "")}, **args, **asked)
+
+
+def _restore_plan(start: bool) -> Plan:
+    acts = [
+        FileAction("restore", f"/d/t-{i}/partition.metadata", "restore", "t", i, f"sha256 {i:064x}") for i in (0, 1)
+    ]
+    backups = {"2": [{"tarball": "/r/b2.tar.gz", "sha256": "ab" * 32, "files": {}}]}
+    scope = {"restore_of": "f" * 64, "attempt": "manual__x", "start": start, "backups": backups}
+    return Plan("lab", "restore-ffff", scope, [BrokerPlan(2, True, True, acts)], [], [])
+
+
+def test_the_restore_option_says_when_the_broker_is_left_stopped() -> None:
+    from fleet_doctor.repair.restore import restore_approve_option, restore_subject
+
+    stopped, started = _restore_plan(start=False), _restore_plan(start=True)
+    assert restore_approve_option(stopped) == (
+        f"Approve: put back 2 file(s) on 1 broker(s), left stopped (restore {stopped.hash[:12]})"
+    )
+    assert (
+        restore_approve_option(started) == f"Approve: put back 2 file(s) on 1 broker(s) (restore {started.hash[:12]})"
+    )
+    assert ", left stopped" in restore_subject(stopped) and "left stopped" not in restore_subject(started)
+    assert "**left stopped**" in restore_markdown(stopped)

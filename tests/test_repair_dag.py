@@ -103,3 +103,49 @@ def test_an_s3_endpoint_with_credentials_never_reaches_a_dag(tmp_path: Path, mon
     errors = "\n".join(bag.import_errors.values())
     assert "FLEET_DOCTOR_S3_ENDPOINT" in errors and "no credentials" in errors
     assert "s3cr3t" not in errors and "AKIAKEY" not in errors
+
+
+def test_the_approve_task_skips_only_its_own_downstream_on_reject(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PlanApprovalOperator.execute_complete on the parsed repair DAG, with events as Airflow hands them over after
+    an answer: Reject skips the direct downstream task only (execute, not the ZooKeeper branch); the approving option
+    skips nothing; a timeout, an answer that is not an option, or options that lost their approving one fail the
+    task (so the acting task never runs)."""
+    from datetime import UTC, datetime
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.providers.standard.exceptions import HITLTimeoutError
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    dag = DagBag(dag_folder=str(REPO / "dags" / "kafka_fleet_repair.py")).dags["kafka_fleet_repair"]
+    approve = dag.get_task("approve")
+    option = "Approve: restart 3 brokers, change 6 files (plan 0123456789ab)"
+    approve.options = [option, "Reject"]  # as Airflow renders the template from the plan task's XCom
+    skipped: list[tuple[object, list[str]]] = []
+    approve.skip = lambda ti, tasks: skipped.append((ti, sorted(t.task_id for t in tasks)))  # type: ignore[method-assign]
+    ti = object()
+
+    def answer(chosen: str) -> dict[str, object]:
+        user = {"id": "alice", "name": "alice"}
+        return {
+            "chosen_options": [chosen],
+            "params_input": {},
+            "responded_at": datetime.now(UTC),
+            "responded_by_user": user,
+        }
+
+    context = {"task": approve, "ti": ti}
+    assert approve.execute_complete(context, answer("Reject"))["chosen_options"] == ["Reject"]
+    assert skipped == [(ti, ["execute"])] and approve.hitl_summary_extra["approved"] is False
+    skipped.clear()
+    assert approve.execute_complete(context, answer(option))["chosen_options"] == [option]
+    assert skipped == [] and approve.hitl_summary_extra["approved"] is True
+    with pytest.raises(HITLTimeoutError):
+        approve.execute_complete(context, {"error": "no answer in 24 h", "error_type": "timeout"})
+    with pytest.raises(ValueError, match="not in"):
+        approve.execute_complete(context, answer("Approve: restart 1 broker (plan 0123456789ab)"))
+    approve.options = ["Reject", "Reject"]  # the plan task's XCom changed: no approving option left
+    with pytest.raises(ValueError, match="no approving option"):
+        approve.execute_complete(context, answer("Reject"))
+    assert skipped == []

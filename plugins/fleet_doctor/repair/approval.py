@@ -8,7 +8,9 @@ answer (the task's human-in-the-loop detail in this run) and goes on only when i
 stored plan, never from the request; ``repair.hitl.PlanApprovalOperator`` offers it beside "Reject"), given by a user
 (not a timeout default), an allowed approver when ``FLEET_DOCTOR_APPROVERS`` is set, not the user who triggered the
 run when that list is set (four eyes; ``FLEET_DOCTOR_ALLOW_SELF_APPROVAL`` lifts this), and to a request whose
-text carries the hash of the plan about to run. The record (who, when, which plan) goes into the journal.
+text carries the hash of the plan about to run and whose subject and text are exactly the stored plan's (the request
+is rendered from the plan task's XCom, which the REST API can write: a subject without its "DRY RUN" is refused).
+The record (who, when, which plan) goes into the journal.
 
 Where the record is read: Airflow's REST API (``GET .../taskInstances/{task}/-1/hitlDetails``), as a user named by
 the Airflow connection ``FLEET_DOCTOR_AIRFLOW_API_CONN`` (default ``fleet_doctor_airflow_api``: host = the
@@ -58,12 +60,15 @@ def check(
     triggered_by: str | None,
     option: str,
     body: str | None = None,
+    subject: str | None = None,
 ) -> dict[str, Any]:
     """The journal record of a valid approval, from Airflow's HITL detail of ``task_id`` in this run (as the REST
     API returns it; None: Airflow has none); raises ``ApprovalError`` otherwise. ``option``: the answer that
     approves this plan, from the stored plan (``Plan.approve_option``): the only one accepted. ``body``: the approval
     text as the stored plan renders it; the text the human saw must be exactly that (XCom, which the request was
-    rendered from, can be written through the REST API: a tidied table over the right hash is refused)."""
+    rendered from, can be written through the REST API: a tidied table over the right hash is refused).
+    ``subject``: the request's headline as the stored plan renders it (``Plan.subject``: it says "DRY RUN"); the
+    detail's ``subject`` must be exactly it (the template ``{{ ... ['subject'] }}`` renders the XCom value as is)."""
     where = f"the approval task {task_id!r} of this run"
     if not detail:
         raise ApprovalError(
@@ -112,6 +117,11 @@ def check(
             f"the text {where} showed is not the stored plan's (the plan task's XCom was changed?): the approver did "
             "not see this plan; nothing was touched"
         )
+    if subject is not None and detail.get("subject") != subject:
+        raise ApprovalError(
+            f"the subject {where} showed ({detail.get('subject')!r}) is not the stored plan's ({subject!r}; the plan "
+            "task's XCom was changed?): the approver did not see this plan; nothing was touched"
+        )
     return {
         "task": task_id,
         "option": option,
@@ -130,10 +140,11 @@ def confirm(
     *,
     option: str,
     body: str | None = None,
+    subject: str | None = None,
 ) -> dict[str, Any]:
     """Check, from Airflow's record, that ``task_id`` of the running DAG run (``context``: the running task's
-    Airflow context) holds a valid human approval of ``plan_hash``, answered with ``option`` and shown ``body``
-    (both as the stored plan renders them: ``tasks.approval_request``); returns the journal record
+    Airflow context) holds a valid human approval of ``plan_hash``, answered with ``option`` and shown ``subject``
+    and ``body`` (all as the stored plan renders them: ``tasks.approval_request``); returns the journal record
     ``{"task", "option", "by": {"id", "name"}, "at", "plan_hash", "triggered_by"}``, raises ``ApprovalError``."""
     dag_run = context["dag_run"]
     triggered_by = getattr(dag_run, "triggering_user_name", None)
@@ -146,6 +157,7 @@ def confirm(
         triggered_by=triggered_by,
         option=option,
         body=body,
+        subject=subject,
     )
     LOG.info("approval on record: %s", json.dumps(record))
     return record

@@ -410,6 +410,8 @@ class Plan:
                 )
         if not self.risk:
             risks.append("ISR not assessed for this plan (no restart_risk)")
+        elif not self.risk.get("cluster_default_known"):
+            risks.append(self._unknown_default_line())
         elif not risks:
             risks.append(
                 f"none seen at audit time: every partition keeps min.insync.replicas ({self.risk.get('min_isr')} "
@@ -419,6 +421,33 @@ class Plan:
         if len(risks) == 1:
             return [f"- **Risk:** {risks[0]}."]
         return ["- **Risk:**", *(f"  - {r}." for r in risks)]
+
+    def _unknown_default_line(self) -> str:
+        """The risk when ZooKeeper's cluster-wide min.insync.replicas was not known at plan time: said, with what
+        was counted instead and the partitions it matters most for, never read as "no risk"."""
+        static = self.risk.get("static_min_isr")
+        assumed = (
+            f"counted here with {static} (the brokers' static default, inventory or form) for topics without their "
+            "own setting"
+            if static
+            else "no static default is set (inventory or form): Kafka's 1 unless ZooKeeper holds one"
+        )
+        line = (
+            f"cluster default min.insync.replicas not known: the pre-check reads it (ZooKeeper's "
+            f"`{CLUSTER_DEFAULT_PATH}`) before each stop and halts the run there if a partition would go under it; "
+            f"{assumed}"
+        )
+        thin = self.risk.get("thinnest")
+        if thin:
+            shown = ", ".join(md_cell(t, table=False) for t in thin["examples"])
+            more = thin["partitions"] - len(thin["examples"])
+            n = thin["in_sync_left"]
+            line += (
+                f"; with one of these brokers down, {thin['partitions']} partition(s) of topics without their own "
+                f"setting keep only {n} in-sync {_s(n, 'replica')} ({shown}{f', and {more} more' if more else ''}): "
+                f"under min ISR if that default is above {n}"
+            )
+        return line
 
     def _broker_details(self, where: str) -> list[str]:
         """Per broker in restart order, one block per group of files (rule and action), at most ``FILES_SHOWN``."""
@@ -463,18 +492,46 @@ class Plan:
         return out
 
     def _skipped_lines(self, where: str) -> list[str]:
-        """The findings in scope that no action addresses, one line per group (at most ``ROWS_SHOWN``)."""
+        """The findings in scope that no action addresses: first each decision left to a human (its topic and the
+        candidate topic IDs with their replica counts), then one line per group of the others (at most
+        ``ROWS_SHOWN`` of each)."""
         if not self.skipped:
             return []
-        groups = group_findings(
-            {**s, "message": s.get("why") or "", "severity": _severity(str(s.get("rule")))} for s in self.skipped
-        )
         out = ["", f"#### Not addressed by this plan: {len(self.skipped)} finding(s)", ""]
+        out += self._decision_lines(where)
+        groups = group_findings(
+            {**s, "message": s.get("why") or "", "severity": _severity(str(s.get("rule")))}
+            for s in self.skipped
+            if not s.get("decision")
+        )
         for g in groups[:ROWS_SHOWN]:
             broker = "cluster" if g.broker_id is None else f"broker {g.broker_id}"
             out.append(f"- {broker}, {md_cell(g.rule, table=False)} ×{g.count}: {plain(g.example)}")
         if len(groups) > ROWS_SHOWN:
             out.append(f"- … and {len(groups) - ROWS_SHOWN} more group(s) in {md_cell(where + '/plan.json', False)}")
+        return out
+
+    def _decision_lines(self, where: str) -> list[str]:
+        """One line per decision left to a human (``decisions``): the topic, what to decide, the candidate topic IDs
+        with how many replicas hold each (in the audit's probe); at most ``ROWS_SHOWN``."""
+        decisions = self.decisions
+        out = []
+        for d in decisions[:ROWS_SHOWN]:
+            held = d.get("replicas_per_id") or {}
+            ids = ", ".join(
+                md_cell(i, table=False) + (f" ({held[i]} {_s(held[i], 'replica')})" if i in held else "")
+                for i in d.get("topic_ids") or ()
+            )
+            broker = "" if d.get("broker_id") is None else f" (broker {d['broker_id']})"
+            out.append(
+                f"- **A decision for a human:** topic {md_cell(d.get('topic'), table=False)}{broker}, "
+                f"{plain(d['decision'])}: {ids or 'no topic ID seen'}. ZooKeeper has none; the plan touches none "
+                "of its replicas."
+            )
+        if len(decisions) > ROWS_SHOWN:
+            out.append(
+                f"- … and {len(decisions) - ROWS_SHOWN} more decision(s) in {md_cell(where + '/plan.json', False)}"
+            )
         return out
 
     def _gates_lines(self) -> list[str]:
@@ -507,29 +564,68 @@ def _action_rows(b: BrokerPlan) -> list[dict[str, Any]]:
     ]
 
 
-def restart_risk(facts: FleetFacts, brokers: Iterable[int], min_isr: int | None = None) -> dict[str, Any]:
+CLUSTER_DEFAULT_PATH = "/config/brokers/<default>"  # ZooKeeper's cluster-wide dynamic broker config
+
+
+def default_min_isr(cluster_default: int | None, static_min_isr: int | None) -> tuple[int, str]:
+    """The ``min.insync.replicas`` of a topic without its own, and where it comes from, resolved as the health gates
+    resolve it (``zookeeper.cluster.Cluster.cluster_min_isr``): ZooKeeper's cluster-wide default
+    (``/config/brokers/<default>``), else the brokers' static default (the form's or the inventory's:
+    ``tasks.static_min_isr``), else Kafka's 1."""
+    if cluster_default is not None:
+        return cluster_default, f"ZooKeeper's {CLUSTER_DEFAULT_PATH}"
+    if static_min_isr is not None:
+        return static_min_isr, "the brokers' static default (inventory or form)"
+    return 1, "Kafka's default"
+
+
+def restart_risk(
+    facts: FleetFacts,
+    brokers: Iterable[int],
+    static_min_isr: int | None = None,
+    cluster_default: int | None = None,
+) -> dict[str, Any]:
     """Per broker of ``brokers``, as the audit's ZooKeeper snapshot saw the ISR: the partitions that go under
-    min.insync.replicas while it is down (the topic's own setting, else ``min_isr``, else Kafka's 1) and those it
-    is the only in-sync replica of. For the approver; not part of the hash (the ISR moves)."""
-    default = min_isr or 1
+    min.insync.replicas while it is down and those it is the only in-sync replica of. For the approver; not part of
+    the hash (the ISR moves).
+
+    A topic's min.insync.replicas is its own setting, else ``default_min_isr``: ZooKeeper's cluster-wide default
+    (``cluster_default``) first. The audit's snapshot does not read ``/config/brokers/<default>``, so at plan time
+    it is not known (None): the partitions are then counted with the static default (or Kafka's 1), the result says
+    ``cluster_default_known`` False, and ``thinnest`` names the partitions of topics without their own setting that
+    keep the fewest in-sync replicas with one of these brokers down (under min ISR if the cluster default is above
+    that); the pre-check reads the real value before each stop."""
+    default, source = default_min_isr(cluster_default, static_min_isr)
     topic_min = {r["topic"]: r.get("min_insync_replicas") for r in facts.zk if r.get("kind") == "topic"}
     out: dict[str, Any] = {}
+    thin: dict[str, int] = {}  # partition of a topic without its own setting -> fewest in-sync left
     for bid in brokers:
         under, offline = [], 0
         for r in facts.zk:
             isr = r.get("isr") if r.get("kind") == "partition_state" else None
             if not isr or bid not in isr:
                 continue
+            name = f"{r['topic']}-{r['partition']}"
             if len(isr) == 1:
                 offline += 1
-            elif len(isr) - 1 < (topic_min.get(r["topic"]) or default):
-                under.append(f"{r['topic']}-{r['partition']}")
+                continue
+            if len(isr) - 1 < (topic_min.get(r["topic"]) or default):
+                under.append(name)
+            if not topic_min.get(r["topic"]):
+                thin[name] = min(thin.get(name, len(isr) - 1), len(isr) - 1)
         out[str(bid)] = {
             "under_min_isr": len(under),
             "under_min_isr_examples": sorted(under)[:3],
             "offline": offline,
         }
-    return {"min_isr": default, "brokers": out}
+    risk: dict[str, Any] = {"min_isr": default, "min_isr_source": source, "static_min_isr": static_min_isr}
+    risk["brokers"] = out
+    risk["cluster_default_known"] = cluster_default is not None
+    if cluster_default is None and thin:
+        fewest = min(thin.values())
+        at = sorted(p for p, n in thin.items() if n == fewest)
+        risk["thinnest"] = {"in_sync_left": fewest, "partitions": len(at), "examples": at[:3]}
+    return risk
 
 
 def hashes_in(markdown: str) -> list[str]:
@@ -653,12 +749,14 @@ def build_plan(
     partitions: dict[tuple[int, str], dict[str, Any]] = {}
     segments: dict[tuple[int, str, int], dict[str, Any]] = {}
     topic_ids_on_disk: dict[str, set[str]] = defaultdict(set)
+    replicas_per_id: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))  # topic -> ID -> replicas
     for bid, recs in facts.probe.items():
         for r in recs:
             if r.get("kind") == "partition":
                 partitions[(bid, r["path"])] = r
                 if r.get("topic_id"):
                     topic_ids_on_disk[r["topic"]].add(r["topic_id"])
+                    replicas_per_id[r["topic"]][r["topic_id"]] += 1
             elif r.get("kind") == "segment":
                 segments[(bid, r["path"], r["base_offset"])] = r
     replica_ids = {key: r.get("topic_id") for key, r in partitions.items()}
@@ -710,7 +808,8 @@ def build_plan(
             restore[f["topic"]] |= topic_ids_on_disk.get(f["topic"], set())
             continue
         elif f["rule"] == TOPIC_ID_SPLIT:
-            skipped.append(_split_entry(f, zk_ids.get(f.get("topic") or ""), topic_ids_on_disk.get(f.get("topic"))))
+            topic = f.get("topic") or ""
+            skipped.append(_split_entry(f, zk_ids.get(topic), dict(replicas_per_id.get(topic) or {})))
             continue
         else:
             why = "report only"
@@ -743,10 +842,11 @@ def build_plan(
     return Plan(cluster, audit_run, scope, plans, zk_actions, skipped)
 
 
-def _split_entry(f: dict[str, Any], zk_id: str | None, on_disk: set[str] | None) -> dict[str, Any]:
+def _split_entry(f: dict[str, Any], zk_id: str | None, on_disk: dict[str, int]) -> dict[str, Any]:
     """A topic-id-split in the plan: no file action of its own. With a ZooKeeper ID its replicas that differ from it
     are topic-id-mismatch findings (acted on there); without one no side can be called right: a decision for a human
-    (which ID to keep), and nothing of the topic is touched."""
+    (which ID to keep: ``topic_ids``, each held by ``replicas_per_id[id]`` replicas in the audit's probe), and nothing
+    of the topic is touched."""
     entry = {k: f.get(k) for k in ("rule", "broker_id", "topic", "partition", "path")}
     if zk_id:
         why = "no action of its own: the replicas that differ from ZooKeeper's topic ID are its topic-id-mismatches"
@@ -755,7 +855,9 @@ def _split_entry(f: dict[str, Any], zk_id: str | None, on_disk: set[str] | None)
         "a decision for a human: ZooKeeper has no topic ID for the topic and its replicas hold several; which one to "
         "keep is not the plan's to choose, so it touches none of them"
     )
-    return entry | {"why": why, "decision": "which topic ID to keep", "topic_ids": sorted(on_disk or ())}
+    counts = {i: on_disk[i] for i in sorted(on_disk)}
+    decision = {"decision": "which topic ID to keep", "topic_ids": list(counts), "replicas_per_id": counts}
+    return entry | {"why": why} | decision
 
 
 def controller_last(brokers: list[BrokerPlan], controller: int | None) -> list[BrokerPlan]:

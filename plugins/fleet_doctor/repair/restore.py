@@ -149,6 +149,27 @@ def restore_plan(
     return Plan(repair.cluster, f"restore-{plan_dir.name[:12]}", scope, controller_last(brokers, controller), [], [])
 
 
+def _files(p: Plan) -> int:
+    return sum(len(b.actions) for b in p.brokers)
+
+
+def restore_subject(p: Plan) -> str:
+    """The restore approval's headline (the restore task checks the request showed exactly this)."""
+    left = "" if p.scope["start"] else ", left stopped"
+    return (
+        f"Kafka restore {md_cell(p.cluster, table=False)} plan {p.hash[:12]}: put back {_files(p)} file(s) on "
+        f"broker(s) {', '.join(map(str, p.restart_order))}{left} from repair {p.scope['restore_of'][:12]}"
+    )
+
+
+def restore_approve_option(p: Plan) -> str:
+    """The restore approval's one "yes": what approving does (and that the broker stays stopped with
+    ``start=false``), and which restore plan. The restore task accepts exactly this answer (``approval.check``)."""
+    n = len(p.restart_order)
+    left = "" if p.scope["start"] else ", left stopped"
+    return f"Approve: put back {_files(p)} file(s) on {n} broker(s){left} (restore {p.hash[:12]})"
+
+
 def restore_markdown(p: Plan) -> str:
     scope = p.scope
     lines = [
@@ -192,12 +213,13 @@ def make_restore_plan(settings: Settings, params: dict[str, Any], controller: in
     write_atomic(d / "plan.json", p.to_json().encode())
     markdown = restore_markdown(p)
     write_atomic(d / "plan.md", markdown.encode())
-    files = sum(len(b.actions) for b in p.brokers)
-    subject = (
-        f"Kafka restore {md_cell(p.cluster, table=False)} plan {p.hash[:12]}: put back {files} file(s) on broker(s) "
-        f"{', '.join(map(str, p.restart_order))} from repair {p.scope['restore_of'][:12]}"
-    )
-    return {"hash": p.hash, "restore_of": p.scope["restore_of"], "subject": subject, "markdown": markdown}
+    return {
+        "hash": p.hash,
+        "restore_of": p.scope["restore_of"],
+        "subject": restore_subject(p),
+        "markdown": markdown,
+        "approve_option": restore_approve_option(p),
+    }
 
 
 def stored_restore_plan(settings: Settings, planned: dict[str, Any]) -> Plan:

@@ -118,8 +118,9 @@ def plan_from(
         include_internal=bool(params.get("include_internal")),
     )
     plan.scope["gates"] = gates_of(params)  # in the hash and the approval text: the approver sees them
-    min_isr = max(int(params.get("min_insync_replicas") or 0), inv.min_insync_replicas or 0) or None  # cluster_for's
-    plan.risk = restart_risk(facts, plan.restart_order, min_isr)  # for the approver only: not in the hash
+    # for the approver only, not in the hash; ZooKeeper's cluster-wide default is not in the audit's snapshot: the
+    # risk line says so and the pre-check reads it (cluster_for)
+    plan.risk = restart_risk(facts, plan.restart_order, static_min_isr(params, inv))
     return plan
 
 
@@ -180,28 +181,30 @@ def _approved(settings: Settings, planned: dict[str, Any]) -> Plan:
 
 def approval_request(settings: Settings, planned: dict[str, Any], which: str) -> dict[str, str]:
     """What the approval asked, as the stored plan renders it (``which``: ``markdown`` for the brokers,
-    ``zookeeper_markdown`` for ZooKeeper): ``body``, the text the human must have seen, and ``option``, the one answer
-    that approves it; ``approval.confirm`` compares both with Airflow's record of the request and its answer."""
+    ``zookeeper_markdown`` for ZooKeeper): ``subject`` and ``body``, the headline and text the human must have seen
+    (the subject carries "DRY RUN"), and ``option``, the one answer that approves it; ``approval.confirm`` compares
+    all three with Airflow's record of the request and its answer."""
     stored = _approved(settings, planned)
     where = str(repairs_dir(settings) / stored.hash)
     if which == "markdown":
-        return {"body": stored.to_markdown(where), "option": stored.approve_option()}
-    return {"body": stored.zookeeper_markdown(where), "option": stored.zookeeper_approve_option()}
+        return {"subject": stored.subject(), "body": stored.to_markdown(where), "option": stored.approve_option()}
+    return {
+        "subject": stored.zookeeper_subject(),
+        "body": stored.zookeeper_markdown(where),
+        "option": stored.zookeeper_approve_option(),
+    }
 
 
 def restore_approval_request(settings: Settings, planned: dict[str, Any]) -> dict[str, str]:
-    """The restore approval's ``body`` and approving ``option``, from the stored restore plan."""
+    """The restore approval's ``subject``, ``body`` and approving ``option``, from the stored restore plan."""
     from fleet_doctor.repair import restore
 
     stored = restore.stored_restore_plan(settings, planned)
-    return {"body": restore.restore_markdown(stored), "option": restore_approve_option(stored)}
-
-
-def restore_approve_option(p: Plan) -> str:
-    """The restore approval's one "yes": what it does, and which restore plan."""
-    files = sum(len(b.actions) for b in p.brokers)
-    n = len(p.restart_order)
-    return f"Approve: put back {files} file(s) on {n} broker(s) (restore {p.hash[:12]})"
+    return {
+        "subject": restore.restore_subject(stored),
+        "body": restore.restore_markdown(stored),
+        "option": restore.restore_approve_option(stored),
+    }
 
 
 def _report(journal: dict[str, Any], order: list[int]) -> dict[str, Any]:
@@ -381,13 +384,20 @@ def approved_gates(plan: Plan, params: dict[str, Any]) -> dict[str, Any]:
     return {**params, **dict(plan.scope.get("gates") or {})}
 
 
+def static_min_isr(params: dict[str, Any], inv: inventory.Inventory) -> int | None:
+    """The brokers' static ``min.insync.replicas`` (server.properties) as the repair takes it: the form's
+    ``min_insync_replicas`` or the inventory's, the larger (the form may raise the inventory's, never lower it);
+    None when neither is set. Under ZooKeeper's cluster-wide default, over Kafka's 1: for the health gates
+    (``cluster_for``) and the plan's risk line (``plan_from``, ``plan.default_min_isr``) alike."""
+    form = int(params.get("min_insync_replicas") or 0)
+    return max(form, inv.min_insync_replicas or 0) or None
+
+
 def cluster_for(zk: Any, inv: inventory.Inventory, params: dict[str, Any]) -> Cluster:
     """The health gates' view of ZooKeeper. A topic without its own ``min.insync.replicas`` takes ZooKeeper's
-    cluster-wide default (``/config/brokers/<default>``), else the form's ``min_insync_replicas``, else the
-    inventory's (the brokers' static server.properties value), else Kafka's 1."""
-    form = int(params.get("min_insync_replicas") or 0)  # may raise the inventory's default, never lower it
-    default = max(form, inv.min_insync_replicas or 0) or None
-    return Cluster(zk, default_min_isr=default)
+    cluster-wide default (``/config/brokers/<default>``), else ``static_min_isr`` (the form's or the inventory's),
+    else Kafka's 1."""
+    return Cluster(zk, default_min_isr=static_min_isr(params, inv))
 
 
 def restore_zookeeper(
@@ -437,5 +447,4 @@ def make_restore_plan(settings: Settings, params: dict[str, Any]) -> dict[str, A
     inv = refuse_kraft(settings, "repairs and restores")
     with cluster_session(inv, timeout=10, start_timeout=15) as zk:
         controller = Cluster(zk).controller()
-    planned = restore.make_restore_plan(settings, params, controller)
-    return {**planned, "approve_option": restore_approve_option(restore.stored_restore_plan(settings, planned))}
+    return restore.make_restore_plan(settings, params, controller)
