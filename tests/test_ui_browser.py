@@ -459,6 +459,10 @@ def test_approve_in_the_browser_repairs_seed_004(
     assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
     detail = af.hitl_detail(REPAIR, run, "approve")
     assert detail["responded_by_user"]["id"] == "admin" and detail["chosen_options"][0].startswith("Approve")
+    # what a watcher read in the execute task's log, as Airflow serves it: each broker's ISR wait and health polls
+    log = af.task_log(REPAIR, run, "execute")
+    for b in order:
+        assert re.search(rf"broker {b}: waiting for ISR: done, \d+/\d+ partitions back, \d+/\d+ healthy polls", log), b
     # the lab, read on its own: each broker restarted once, in plan order (the controller last) ...
     starts = {b: [e["ts"] for e in es if e["event"] == "running" and e["ts"] > t0] for b, es in events(state).items()}
     assert {b: len(v) for b, v in starts.items()} == {1: 1, 2: 1, 3: 1}
