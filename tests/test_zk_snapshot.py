@@ -88,6 +88,63 @@ def test_every_corpus_snapshot_parses_with_a_valid_checksum() -> None:
         check_shape(recs)
         assert recs[-1]["records_with_errors"] == 0, snap
         assert recs[0]["last_zxid"] == Z.zxid_from_name(snap.name)
+        # no corpus cluster set a cluster-wide dynamic broker config: /config/brokers/<default> is absent in each
+        c = cluster(recs)
+        assert c["cluster_default_config"] == {} and c["cluster_default_min_insync_replicas"] is None, snap
+
+
+def test_a_corpus_snapshot_without_a_cluster_default_is_known_to_have_none() -> None:
+    """aryan's newest snapshot has /config/brokers (Kafka creates it) but no <default> under it: ZooKeeper holds no
+    cluster-wide min.insync.replicas, which is known (the brokers' static default applies), not unknown."""
+    from fleet_doctor.repair.plan import FleetFacts
+
+    tree, _ = Z.read_snapshot_tree(Z.newest_snapshot(ARYAN))
+    assert "/config/topics/design" in tree and Z.CLUSTER_DEFAULT_CONFIG not in tree
+    info = Z.SnapshotInfo(file="aryan")
+    assert "/config/brokers" in {p for p, _ in Z.iter_snapshot(Z.newest_snapshot(ARYAN), info)}
+    recs = Z.read_snapshot_file(ARYAN)
+    assert FleetFacts({}, recs).cluster_default_min_isr() == (True, None)
+    unread = [{**r, "cluster_default_config": None} if r["kind"] == "cluster" else r for r in recs]  # NoAuth live
+    assert FleetFacts({}, unread).cluster_default_min_isr() == (False, None)
+    old = [{k: v for k, v in r.items() if not k.startswith("cluster_default")} for r in recs]  # staged before
+    assert FleetFacts({}, old).cluster_default_min_isr() == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("data", "config", "min_isr", "error"),
+    [
+        (b'{"version":1,"config":{"min.insync.replicas":"2","retention.ms":"1"}}', "dict", 2, None),
+        (b'{"version":1,"config":{"retention.ms":"1"}}', "dict", None, None),
+        (b'{"version":1}', {}, None, None),  # sets nothing, as the health gates read it
+        (b'{"version":1,"config":{"min.insync.replicas":"two"}}', "dict", None, "'two' is not a positive integer"),
+        (b'{"version":1,"config":{"min.insync.replicas":"0"}}', "dict", None, "'0' is not a positive integer"),
+        (b'{"version":1,"config":["min.insync.replicas"]}', None, None, "config is not an object"),
+        (b'{"version":1,"config":', None, None, "malformed JSON in znode /kafka/config/brokers/<default>"),
+    ],
+)
+def test_the_cluster_wide_default_from_a_snapshot_file(
+    tmp_path: Path, data: bytes, config: Any, min_isr: int | None, error: str | None
+) -> None:
+    """/config/brokers/<default> (ConfigEntityName.Default) under Kafka's chroot: its config and min.insync.replicas
+    on the cluster record, read as the health gates read it; a bad value is an error naming the znode (chroot
+    included), never a crash, and the plan's facts then say the default is not known."""
+    from fleet_doctor.repair.plan import FleetFacts
+
+    nodes = [("/", b"", 0), *_tree_nodes("/kafka", "K")]
+    nodes += [("/kafka/config", None, 0), ("/kafka/config/brokers", None, 0)]
+    nodes += [("/kafka/config/brokers/<default>", data, 0), ("/kafka/config/brokers/1", data, 0)]
+    snap = tmp_path / "snapshot.3"
+    snap.write_bytes(jute_snapshot(nodes))
+    recs = Z.read_snapshot_file(snap, chroot="/kafka")
+    check_shape(recs)
+    c = cluster(recs)
+    want = json.loads(data)["config"] if config == "dict" else config
+    assert c["cluster_default_config"] == want and c["cluster_default_min_insync_replicas"] == min_isr
+    if error is None:
+        assert c["error"] is None and FleetFacts({}, recs).cluster_default_min_isr() == (True, min_isr)
+    else:
+        assert error in c["error"] and "/kafka/config/brokers/<default>" in c["error"]
+        assert FleetFacts({}, recs).cluster_default_min_isr() == (False, None)
 
 
 def test_newest_snapshot_is_chosen_by_zxid_not_by_name() -> None:
@@ -686,6 +743,10 @@ def kafka(zk_server: ZooKeeperServer) -> Iterator[dict[str, KafkaCluster]]:
         east.elect_controller(11)
         east.create_topic("east-events", {"0": [11]}, EAST_ID, {"min.insync.replicas": "1"})
         east.set_state("east-events", 0, 11, 0, [11])
+        # kafka-configs --entity-type brokers --entity-default --alter --add-config min.insync.replicas=2
+        east.admin.create(
+            "/config/brokers/<default>", _json({"version": 1, "config": {"min.insync.replicas": "2"}}), makepath=True
+        )
         yield {"main": main, "east": east}
     finally:
         main.close()
@@ -764,6 +825,8 @@ def test_live_snapshot_of_a_kafka_tree(zk_server: ZooKeeperServer, kafka: dict[s
         "controller_epoch_zk_version": 2,
         "controller": {"version": 2, "brokerid": 2, "timestamp": "1700000000100", "kraftControllerEpoch": -1},
         "topics_marked_for_deletion": ["doomed"],
+        "cluster_default_config": {},  # no cluster-wide dynamic broker config
+        "cluster_default_min_insync_replicas": None,
         "error": None,
     }
     assert by_kind(recs, "broker") == [
@@ -828,6 +891,7 @@ def test_live_snapshot_under_a_chroot(zk_server: ZooKeeperServer, kafka: dict[st
     assert by_kind(recs, "broker") == [expected_broker(kafka["east"], 11, 9192)]
     assert list(topics(recs)) == ["east-events"]
     assert topics(recs)["east-events"]["min_insync_replicas"] == 1
+    assert c["cluster_default_config"] == {"min.insync.replicas": "2"} and c["cluster_default_min_insync_replicas"] == 2
     nowhere = Z.read_live(zk_server.connect + "/no-such-chroot")
     assert cluster(nowhere)["kafka_tree_found"] is False and nowhere[-1]["topics"] == 0
 

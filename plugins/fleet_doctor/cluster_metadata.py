@@ -1491,6 +1491,8 @@ def _records(head, img, rp):
             "controller_epoch_zk_version": None,
             "controller": None,
             "topics_marked_for_deletion": [],
+            "cluster_default_config": None,  # ZooKeeper only: here the broker_config record of resource ""
+            "cluster_default_min_insync_replicas": None,
             "error": None,
         }
     )

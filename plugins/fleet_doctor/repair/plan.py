@@ -29,6 +29,7 @@ from fleet_doctor.finding_groups import group_findings
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
 from fleet_doctor.rules import RULES_BY_ID, Remediation, get, rule_ids_with
 from fleet_doctor.store import Store
+from fleet_doctor.zookeeper.cluster import DEFAULT_ENTITY, KAFKA_DEFAULT_MIN_ISR, MIN_ISR
 
 # what the plan does for a finding is its rule's remediation in the registry (fleet_doctor.rules)
 TOPIC_ID_RULES = rule_ids_with(Remediation.REMOVE_TOPIC_ID_FILES)
@@ -414,9 +415,9 @@ class Plan:
             risks.append(self._unknown_default_line())
         elif not risks:
             risks.append(
-                f"none seen at audit time: every partition keeps min.insync.replicas ({self.risk.get('min_isr')} "
-                "unless the topic sets its own) with any one of these brokers down; the pre-check checks again before "
-                "each stop"
+                f"none seen at audit time: every partition keeps min.insync.replicas ({self.risk.get('min_isr')}, "
+                f"{md_cell(self.risk.get('min_isr_source') or 'source not recorded', table=False)}, unless the "
+                "topic sets its own) with any one of these brokers down; the pre-check checks again before each stop"
             )
         if len(risks) == 1:
             return [f"- **Risk:** {risks[0]}."]
@@ -564,7 +565,7 @@ def _action_rows(b: BrokerPlan) -> list[dict[str, Any]]:
     ]
 
 
-CLUSTER_DEFAULT_PATH = "/config/brokers/<default>"  # ZooKeeper's cluster-wide dynamic broker config
+CLUSTER_DEFAULT_PATH = f"/config/brokers/{DEFAULT_ENTITY}"  # ZooKeeper's cluster-wide dynamic broker config
 
 
 def default_min_isr(cluster_default: int | None, static_min_isr: int | None) -> tuple[int, str]:
@@ -576,7 +577,7 @@ def default_min_isr(cluster_default: int | None, static_min_isr: int | None) -> 
         return cluster_default, f"ZooKeeper's {CLUSTER_DEFAULT_PATH}"
     if static_min_isr is not None:
         return static_min_isr, "the brokers' static default (inventory or form)"
-    return 1, "Kafka's default"
+    return KAFKA_DEFAULT_MIN_ISR, "Kafka's default"
 
 
 def restart_risk(
@@ -584,18 +585,23 @@ def restart_risk(
     brokers: Iterable[int],
     static_min_isr: int | None = None,
     cluster_default: int | None = None,
+    cluster_default_known: bool | None = None,
 ) -> dict[str, Any]:
     """Per broker of ``brokers``, as the audit's ZooKeeper snapshot saw the ISR: the partitions that go under
     min.insync.replicas while it is down and those it is the only in-sync replica of. For the approver; not part of
     the hash (the ISR moves).
 
     A topic's min.insync.replicas is its own setting, else ``default_min_isr``: ZooKeeper's cluster-wide default
-    (``cluster_default``) first. The audit's snapshot does not read ``/config/brokers/<default>``, so at plan time
-    it is not known (None): the partitions are then counted with the static default (or Kafka's 1), the result says
-    ``cluster_default_known`` False, and ``thinnest`` names the partitions of topics without their own setting that
-    keep the fewest in-sync replicas with one of these brokers down (under min ISR if the cluster default is above
-    that); the pre-check reads the real value before each stop."""
-    default, source = default_min_isr(cluster_default, static_min_isr)
+    (``cluster_default``, as the audit read ``/config/brokers/<default>``: ``FleetFacts.cluster_default_min_isr``)
+    first. ``cluster_default_known``: whether the audit read that znode (None: known when ``cluster_default`` is
+    given); known and ``cluster_default`` None means ZooKeeper holds none and the static default applies, as in the
+    pre-check. When not known (a failed read, facts staged before the audit read it), the partitions are counted
+    with the static default (or Kafka's 1), the result says ``cluster_default_known`` False, and ``thinnest`` names
+    the partitions of topics without their own setting that keep the fewest in-sync replicas with one of these
+    brokers down (under min ISR if the cluster default is above that); the pre-check reads the real value before
+    each stop."""
+    known = cluster_default is not None if cluster_default_known is None else cluster_default_known
+    default, source = default_min_isr(cluster_default if known else None, static_min_isr)
     topic_min = {r["topic"]: r.get("min_insync_replicas") for r in facts.zk if r.get("kind") == "topic"}
     out: dict[str, Any] = {}
     thin: dict[str, int] = {}  # partition of a topic without its own setting -> fewest in-sync left
@@ -620,8 +626,8 @@ def restart_risk(
         }
     risk: dict[str, Any] = {"min_isr": default, "min_isr_source": source, "static_min_isr": static_min_isr}
     risk["brokers"] = out
-    risk["cluster_default_known"] = cluster_default is not None
-    if cluster_default is None and thin:
+    risk["cluster_default_known"] = known
+    if not known and thin:
         fewest = min(thin.values())
         at = sorted(p for p, n in thin.items() if n == fewest)
         risk["thinnest"] = {"in_sync_left": fewest, "partitions": len(at), "examples": at[:3]}
@@ -668,6 +674,24 @@ class FleetFacts:
                 assigned = replicas.get(r["topic"], {}).get(str(r["partition"])) or []
                 out |= set(assigned) - set(r["isr"])
         return out
+
+    def cluster_default_min_isr(self) -> tuple[bool, int | None]:
+        """ZooKeeper's cluster-wide default ``min.insync.replicas`` (``/config/brokers/<default>``) as the audit's
+        snapshot read it: (known, value). Known with None: the znode is absent or sets none (the brokers' static
+        default applies). Not known: the snapshot could not read it (not readable, malformed, a bad value: the
+        cluster record's ``error`` says which), or its facts have no such field (KRaft, or staged before the audit
+        read it)."""
+        for r in self.zk:
+            if r.get("kind") != "cluster":
+                continue
+            config = r.get("cluster_default_config")
+            if not isinstance(config, dict):
+                return False, None
+            value = r.get("cluster_default_min_insync_replicas")
+            if config.get(MIN_ISR) is not None and value is None:
+                return False, None  # set but not a valid value: the pre-check refuses it
+            return True, value
+        return False, None
 
     def zk_topic_ids(self) -> dict[str, str | None]:
         return {r["topic"]: r.get("topic_id") for r in self.zk if r.get("kind") == "topic"}

@@ -118,9 +118,11 @@ def plan_from(
         include_internal=bool(params.get("include_internal")),
     )
     plan.scope["gates"] = gates_of(params)  # in the hash and the approval text: the approver sees them
-    # for the approver only, not in the hash; ZooKeeper's cluster-wide default is not in the audit's snapshot: the
-    # risk line says so and the pre-check reads it (cluster_for)
-    plan.risk = restart_risk(facts, plan.restart_order, static_min_isr(params, inv))
+    # for the approver only, not in the hash: counted with ZooKeeper's cluster-wide default as the audit's snapshot
+    # read it (the pre-check reads it again before each stop: cluster_for); when the audit could not read it, the
+    # risk line says so
+    known, cluster_default = facts.cluster_default_min_isr()
+    plan.risk = restart_risk(facts, plan.restart_order, static_min_isr(params, inv), cluster_default, known)
     return plan
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from fleet_doctor.zookeeper.cluster import DEFAULT_ENTITY, MIN_ISR, _min_isr_value
+
 SCHEMA_VERSION = 1
 
 # --------------------------------------------------------------------------------------------------
@@ -369,7 +371,8 @@ def relative_path(path: str, chroot: str) -> str | None:
     return None
 
 
-_SINGLETONS = frozenset({"/brokers", "/cluster/id", "/controller", "/controller_epoch"})
+CLUSTER_DEFAULT_CONFIG = f"/config/brokers/{DEFAULT_ENTITY}"  # the cluster-wide dynamic broker config
+_SINGLETONS = frozenset({"/brokers", "/cluster/id", "/controller", "/controller_epoch", CLUSTER_DEFAULT_CONFIG})
 _CHILD_PARENTS = frozenset(
     {("brokers", "ids"), ("brokers", "topics"), ("config", "topics"), ("admin", "delete_topics")}
 )
@@ -544,7 +547,38 @@ def _joined(errors: list[str]) -> str | None:
     return "; ".join(errors) if errors else None
 
 
-def _cluster_record(tree: ZTree, k: _Kafka, c: _Ctx) -> dict[str, Any]:
+def _config_min_isr(config: Mapping[str, Any] | None, cfg_path: str, errors: list[str]) -> int | None:
+    """The ``min.insync.replicas`` of a config znode's ``config`` map, read as the repair's health gates read it
+    (``zookeeper.cluster``); None when unset, or (and an error naming the znode) when it is not a positive integer."""
+    if config is None or config.get(MIN_ISR) is None:
+        return None
+    try:
+        return _min_isr_value(config[MIN_ISR], cfg_path)
+    except ValueError as e:
+        errors.append(f"znode {e}")
+        return None
+
+
+def _cluster_default(
+    tree: ZTree, c: _Ctx, skipped: Sequence[Mapping[str, str]], errors: list[str]
+) -> tuple[dict[str, Any] | None, int | None]:
+    """``/config/brokers/<default>``: its ``config`` map ({} when the znode is absent or has none, as the health
+    gates read it; None when it could not be read: not readable live (``skipped_znodes`` says so), or not a config
+    znode (an error)) and that map's ``min.insync.replicas``."""
+    if any(s.get("path") == CLUSTER_DEFAULT_CONFIG for s in skipped):
+        return None, None
+    node = tree.get(CLUSTER_DEFAULT_CONFIG)
+    if node is None:
+        return {}, None
+    zp = c.zpath(CLUSTER_DEFAULT_CONFIG)
+    obj = _json_object(node, zp, errors)
+    if obj is None:
+        return None, None
+    config = _obj(obj, "config", zp, errors) if obj.get("config") is not None else {}
+    return config, _config_min_isr(config, zp, errors)
+
+
+def _cluster_record(tree: ZTree, k: _Kafka, c: _Ctx, skipped: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
     errors: list[str] = []
     cid = _json_object(tree.get("/cluster/id"), c.zpath("/cluster/id"), errors)
     controller = _json_object(tree.get("/controller"), c.zpath("/controller"), errors)
@@ -555,6 +589,7 @@ def _cluster_record(tree: ZTree, k: _Kafka, c: _Ctx) -> dict[str, Any]:
         epoch = _as_int(text)
         if epoch is None:
             errors.append(f"znode {c.zpath('/controller_epoch')}: not an integer: {text[:80]!r}")
+    default_config, default_min_isr = _cluster_default(tree, c, skipped, errors)
     return {
         "kind": "cluster",
         "kafka_tree_found": "/brokers" in tree,
@@ -564,6 +599,8 @@ def _cluster_record(tree: ZTree, k: _Kafka, c: _Ctx) -> dict[str, Any]:
         "controller_epoch_zk_version": epoch_node.stat.version if epoch_node else None,
         "controller": controller,
         "topics_marked_for_deletion": sorted(k.deletions),
+        "cluster_default_config": default_config,
+        "cluster_default_min_insync_replicas": default_min_isr,
         "error": _joined(errors),
     }
 
@@ -620,12 +657,7 @@ def _topic_record(topic: str, k: _Kafka, c: _Ctx) -> dict[str, Any]:
     cfg_path = c.zpath(f"/config/topics/{topic}")
     cfg_obj = _json_object(k.configs.get(topic), cfg_path, errors)
     config = _obj(cfg_obj, "config", cfg_path, errors) if cfg_obj is not None else None
-    min_isr = None
-    if config is not None and config.get("min.insync.replicas") is not None:
-        raw = config["min.insync.replicas"]
-        min_isr = _as_int(raw) if isinstance(raw, str) else None
-        if min_isr is None:
-            errors.append(_field_error(cfg_path, "min.insync.replicas", "an integer string", raw))
+    min_isr = _config_min_isr(config, cfg_path, errors)
     return {
         "kind": "topic",
         "topic": topic,
@@ -686,7 +718,7 @@ def records_from_tree(
         "taken_at_ms": origin.taken_at_ms,
         **origin.extra,
     }
-    cluster = _cluster_record(tree, k, c)
+    cluster = _cluster_record(tree, k, c, skipped)
     errors = int(cluster["error"] is not None)
     yield cluster
     for name in sorted(k.brokers, key=_id_key):
@@ -806,7 +838,7 @@ class _LiveReader:
             return []
 
     def read(self) -> None:
-        for path in ("/brokers", "/cluster/id", "/controller_epoch", "/controller"):
+        for path in ("/brokers", "/cluster/id", "/controller_epoch", "/controller", CLUSTER_DEFAULT_CONFIG):
             self.get(path, listed=False)
         for b in self.children("/brokers/ids"):
             self.get(f"/brokers/ids/{b}")
