@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 
 from fleet_doctor import inventory
+from fleet_doctor.audit.steps import snapshot_zookeeper
+from fleet_doctor.repair.plan import BrokerPlan, FleetFacts, Plan, restart_risk
+from fleet_doctor.store import Store
 from fleet_doctor.zookeeper import session
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_lab.zk_server import ZooKeeperServer
@@ -26,26 +29,29 @@ def _config(min_isr: str | None) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def zk(server: ZooKeeperServer) -> Iterator[Any]:
     """Kafka's znodes for topic t: t-0 replicas [1, 2, 3] with ISR [1, 2] (broker 3 fell behind), t-1 ISR [2, 3, 1];
     no /config/topics/t (the topic has no override, as most topics)."""
-    with ZooKeeperServer(tmp_path_factory.mktemp("zk")) as server:
-        with session(server.connect) as root:
-            root.ensure_path(CHROOT)
-        with session(server.connect + CHROOT) as client:
-            for b in (1, 2, 3):
-                client.create(f"/brokers/ids/{b}", json.dumps({"host": "h", "port": 9092}).encode(), makepath=True)
-            assignment = {"0": [1, 2, 3], "1": [2, 3, 1]}
-            client.create(
-                "/brokers/topics/t", json.dumps({"version": 2, "partitions": assignment}).encode(), makepath=True
-            )
-            for p, isr in (("0", [1, 2]), ("1", [2, 3, 1])):
-                state = {"controller_epoch": 1, "leader": isr[0], "version": 1, "leader_epoch": 0, "isr": isr}
-                client.create(f"/brokers/topics/t/partitions/{p}/state", json.dumps(state).encode(), makepath=True)
-            client.create("/controller", json.dumps({"version": 1, "brokerid": 1}).encode())
-            client.ensure_path("/config/topics")
-            client.ensure_path("/config/brokers")
-            yield client
+    with session(server.connect) as root:
+        root.ensure_path(CHROOT)
+    with session(server.connect + CHROOT) as client:
+        for b in (1, 2, 3):
+            client.create(f"/brokers/ids/{b}", json.dumps({"host": "h", "port": 9092}).encode(), makepath=True)
+        assignment = {"0": [1, 2, 3], "1": [2, 3, 1]}
+        client.create("/brokers/topics/t", json.dumps({"version": 2, "partitions": assignment}).encode(), makepath=True)
+        for p, isr in (("0", [1, 2]), ("1", [2, 3, 1])):
+            state = {"controller_epoch": 1, "leader": isr[0], "version": 1, "leader_epoch": 0, "isr": isr}
+            client.create(f"/brokers/topics/t/partitions/{p}/state", json.dumps(state).encode(), makepath=True)
+        client.create("/controller", json.dumps({"version": 1, "brokerid": 1}).encode())
+        client.ensure_path("/config/topics")
+        client.ensure_path("/config/brokers")
+        yield client
 
 
 def _set(zk: Any, path: str, min_isr: str | None) -> None:
@@ -102,6 +108,62 @@ def test_static_default_from_the_inventory_or_a_parameter(configs: Any) -> None:
 
 def test_an_invalid_value_is_refused_not_read_as_one(configs: Any) -> None:
     _set(configs, DEFAULT, "two")
+    with pytest.raises(ValueError, match=r"/config/brokers/<default>.*'two'"):
+        Cluster(configs).below_min_isr_if_stopped(1)
+
+
+def _risk_line(facts: FleetFacts, static: int | None = None) -> tuple[dict[str, Any], str]:
+    """The plan's risk for restarting brokers 1 and 3, as ``tasks.plan_from`` counts it, and its Risk line."""
+    known, cluster_default = facts.cluster_default_min_isr()
+    risk = restart_risk(facts, [1, 3], static, cluster_default, known)
+    plan = Plan("c1", "run1", {}, [BrokerPlan(b, False, True, [], None) for b in (1, 3)], [], [], risk)
+    lines = plan.to_markdown().splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("- **Risk:**"))
+    return risk, "\n".join([lines[start], *(x for x in lines[start + 1 :] if x.startswith("  - "))])
+
+
+def test_the_audit_stages_the_cluster_default_and_the_risk_line_counts_with_it(
+    server: ZooKeeperServer, configs: Any, tmp_path: Path
+) -> None:
+    """The audit's ZooKeeper snapshot (the live reader, staged as zk.jsonl) carries /config/brokers/<default>, so the
+    approval's Risk line counts with the default the pre-check will use: set to 2 through kazoo, stopping broker 1
+    takes t-0 (ISR [1, 2]) under it, as the gate says; absent, the static default counts (known, not "not known");
+    a bad value is an error naming the znode, and the line says the default is not known (the gate refuses it)."""
+    store = Store(tmp_path / "store")
+
+    def staged(run: str) -> FleetFacts:
+        snapshot_zookeeper(server.connect + CHROOT, store, f"staging/{run}/zk.jsonl")
+        return FleetFacts.load(store, f"staging/{run}")
+
+    _set(configs, DEFAULT, "2")
+    facts = staged("two")
+    (c,) = [r for r in facts.zk if r["kind"] == "cluster"]
+    assert c["cluster_default_config"] == {"min.insync.replicas": "2"} and c["cluster_default_min_insync_replicas"] == 2
+    assert c["error"] is None and facts.cluster_default_min_isr() == (True, 2)
+    risk, line = _risk_line(facts, static=1)  # ZooKeeper's default over the static one, as the gate
+    assert risk["min_isr"] == 2 and risk["cluster_default_known"] and "thinnest" not in risk
+    assert risk["brokers"]["1"]["under_min_isr"] == 1 and risk["brokers"]["3"]["under_min_isr"] == 0
+    assert "while broker 1 is down, 1 partition(s) go under min.insync.replicas (`t-0`)" in line
+    assert "not known" not in line and "broker 3" not in line
+    assert [p.split(" ")[0] for p in Cluster(configs, default_min_isr=1).below_min_isr_if_stopped(1)] == ["t-0"]
+
+    _set(configs, DEFAULT, None)
+    facts = staged("none")
+    assert facts.cluster_default_min_isr() == (True, None)  # read: ZooKeeper holds none
+    risk, line = _risk_line(facts, static=2)
+    assert risk["min_isr_source"] == "the brokers' static default (inventory or form)" and "`t-0`" in line
+    risk, line = _risk_line(facts)
+    assert risk["min_isr"] == 1 and "none seen at audit time" in line and "Kafka's default" in line
+    assert "not known" not in line and Cluster(configs).below_min_isr_if_stopped(1) == []
+
+    _set(configs, DEFAULT, "two")
+    facts = staged("bad")
+    (c,) = [r for r in facts.zk if r["kind"] == "cluster"]
+    assert c["cluster_default_min_insync_replicas"] is None
+    assert "znode /kafka/config/brokers/<default>: min.insync.replicas 'two' is not a positive integer" in c["error"]
+    assert facts.cluster_default_min_isr() == (False, None)
+    risk, line = _risk_line(facts)
+    assert "cluster default min.insync.replicas not known" in line and "`t-0`" in line  # the thinnest partition
     with pytest.raises(ValueError, match=r"/config/brokers/<default>.*'two'"):
         Cluster(configs).below_min_isr_if_stopped(1)
 
