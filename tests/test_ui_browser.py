@@ -323,7 +323,8 @@ def listening_addresses(port: int) -> set[str]:
     return out
 
 
-LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net/tcp{,6} write them
+# 127.0.0.1, ::1 and ::ffff:127.0.0.1 (a JVM's IPv6 socket bound to 127.0.0.1) as /proc/net/tcp{,6} write them
+LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
 
 
 def listening_sockets(pids: list[int]) -> dict[tuple[str, int], list[int]]:

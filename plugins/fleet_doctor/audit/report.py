@@ -264,6 +264,21 @@ def _airflow_links(airflow_url: str) -> str:
     )
 
 
+def registry_notes(summary: dict[str, Any]) -> list[tuple[str, list[Any]]]:
+    """Where the inventory and the cluster's registry (ZooKeeper's, or the KRaft metadata log's) disagree, and the
+    fenced brokers: (what, broker ids) for each that has any."""
+    registry = "the metadata log (registered, unfenced)" if summary.get("metadata_mode") == "kraft" else "ZooKeeper"
+    return [
+        (label, list(summary[key]))
+        for label, key in (
+            (f"In the inventory, not registered in {registry}", "only_in_inventory"),
+            (f"Registered in {registry}, not in the inventory", "only_in_zookeeper"),
+            ("Fenced by the controller (stopped, not heartbeating or not caught up)", "fenced"),
+        )
+        if summary.get(key)
+    ]
+
+
 def render_audit_html(
     rows: list[dict[str, Any]],
     summary: dict[str, Any],
@@ -297,14 +312,8 @@ def render_audit_html(
             "<h2>Out of scope</h2><p>This run audited only some brokers; the earlier findings of the others are "
             "carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary["out_of_scope"]))) + "</p>"
         )
-    registry = "the metadata log (registered, unfenced)" if summary.get("metadata_mode") == "kraft" else "ZooKeeper"
-    for label, key in (
-        (f"In the inventory, not registered in {registry}", "only_in_inventory"),
-        (f"Registered in {registry}, not in the inventory", "only_in_zookeeper"),
-        ("Fenced by the controller (stopped, not heartbeating or not caught up)", "fenced"),
-    ):
-        if summary.get(key):
-            out.write(f"<h2>{e(label)}</h2><p>broker(s) {e(', '.join(map(str, summary[key])))}</p>")
+    for label, brokers in registry_notes(summary):
+        out.write(f"<h2>{e(label)}</h2><p>broker(s) {e(', '.join(map(str, brokers)))}</p>")
     if summary.get("zookeeper_error"):
         out.write(f"<h2 class='critical'>ZooKeeper</h2><p>{e(summary['zookeeper_error'])}</p>")
     _metadata_source(summary, out)

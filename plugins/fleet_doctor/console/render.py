@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from fleet_doctor.audit.report import svg_history  # the audit report's chart, one implementation
+from fleet_doctor.audit.report import registry_notes, svg_history  # one implementation each, the report's
 from fleet_doctor.console.data import (
     APPROVAL_DAGS,
     REPAIR_DAG,
@@ -36,6 +36,10 @@ AUDIT_DAG = "kafka_fleet_audit"
 MAX_FILES = 200  # files listed per group (the count says how many there are)
 MAX_TOPICS = 5
 STATUSES = ("new", "persisting", "unverified", "resolved")
+GROUP_HEADER = (  # the findings and the resolved tables' columns
+    "<th>severity</th><th>broker</th><th>rule</th><th class='num'>findings</th><th class='num'>partitions</th>"
+    "<th>topics</th><th>status</th><th>example and files</th>"
+)
 
 e = html.escape
 
@@ -322,14 +326,8 @@ def _latest(view: FleetView, now: dt.datetime) -> str:
             f"<p class='note' data-testid='out-of-scope'>Out of this run's scope: broker(s) "
             f"{_brokers(s['out_of_scope'])}. A repair plans from the newest whole-fleet run.</p>"
         )
-    registry = "the metadata log" if s.get("metadata_mode") == "kraft" else "ZooKeeper"
-    for label, key in (
-        (f"In the inventory, not registered in {registry}", "only_in_inventory"),
-        (f"Registered in {registry}, not in the inventory", "only_in_zookeeper"),
-        ("Fenced by the controller", "fenced"),
-    ):
-        if s.get(key):
-            out.append(f"<p class='note'>{e(label)}: broker(s) {_brokers(s[key])}.</p>")
+    for label, brokers in registry_notes(s):
+        out.append(f"<p class='note'>{e(label)}: broker(s) {_brokers(brokers)}.</p>")
     for key, label in (("zookeeper_error", "ZooKeeper"), ("metadata_error", "Cluster metadata not read")):
         if s.get(key):
             out.append(f"<p class='alert'>{e(label)}: {e(str(s[key]))}</p>")
@@ -419,11 +417,7 @@ def _groups(view: FleetView) -> str:
         "the files behind each. <i>Repair…</i> opens the repair DAG's trigger, pre-filled with the group's rule, "
         "broker and topics; nothing changes on a broker before a person approves the plan.</p>"
     )
-    out.append(
-        "<table data-testid='finding-groups'><tr><th>severity</th><th>broker</th><th>rule</th>"
-        "<th class='num'>findings</th><th class='num'>partitions</th><th>topics</th><th>status</th>"
-        "<th>example and files</th><th></th></tr>"
-    )
+    out.append(f"<table data-testid='finding-groups'><tr>{GROUP_HEADER}<th></th></tr>")
     out.append(_group_rows(groups, actions=True))
     out.append("</table></section>")
     return _matrix(groups) + "".join(out)
@@ -440,9 +434,7 @@ def _resolved(view: FleetView) -> str:
     total = sum(g.count for g in groups)
     out.append(
         f"<details{' open' if len(groups) <= 20 else ''}><summary>{total} finding(s) in {len(groups)} group(s)"
-        "</summary><table data-testid='resolved-groups'><tr><th>severity</th><th>broker</th><th>rule</th>"
-        "<th class='num'>findings</th><th class='num'>partitions</th><th>topics</th><th>status</th>"
-        "<th>example and files</th></tr>"
+        f"</summary><table data-testid='resolved-groups'><tr>{GROUP_HEADER}</tr>"
     )
     rows = _group_rows(groups, actions=False)
     out.append(rows.replace("data-testid='finding-group'", "data-testid='resolved-group'"))
