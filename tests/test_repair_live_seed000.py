@@ -109,7 +109,8 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
     restore_request = af.wait_for_approval(RESTORE, r, "approve")
     assert "left stopped" in restore_request["body"] and "Plan hash: `" in restore_request["body"]
     (restore_option, reject) = restore_request["options"]  # the restore's own button: what goes back, which plan
-    assert restore_option.startswith("Approve: put back ") and "on 1 broker(s) (restore " in restore_option
+    assert restore_option.startswith("Approve: put back ")
+    assert "on 1 broker(s), left stopped (restore " in restore_option  # start=false: the button says so
     assert reject == "Reject"
     assert af.approve(RESTORE, r, "approve") == restore_option
     assert af.wait_run(RESTORE, r, 600) == "success", af.task_states(RESTORE, r)
