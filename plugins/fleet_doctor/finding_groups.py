@@ -71,6 +71,12 @@ class FindingGroup:
     def topics(self) -> list[str]:
         return sorted({str(f["topic"]) for f in self.findings if f.get("topic") is not None})
 
+    def topics_text(self, limit: int = 3) -> str:
+        """The group's topics for a row: the first ``limit``, then how many more (plain text: escape it)."""
+        topics = self.topics
+        more = f" and {len(topics) - limit} more" if len(topics) > limit else ""
+        return ", ".join(topics[:limit]) + more
+
     @property
     def partitions(self) -> int:
         """How many distinct partitions the group's findings are about."""

@@ -137,8 +137,7 @@ def _partition_label(f: dict[str, Any]) -> str:
 
 def _where(g: FindingGroup) -> str:
     """The group's topics (at most three) and how many partitions, for its row."""
-    topics = g.topics
-    shown = ", ".join(topics[:3]) + (f" and {len(topics) - 3} more" if len(topics) > 3 else "")
+    shown = g.topics_text()
     return f"{shown} ({g.partitions} partition(s))" if g.partitions else shown
 
 

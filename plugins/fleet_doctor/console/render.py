@@ -371,12 +371,6 @@ def _files(group: FindingGroup) -> str:
     return f"<details data-testid='group-files'><summary>{label}</summary><ul>{items}{more}</ul></details>"
 
 
-def _topics(group: FindingGroup) -> str:
-    topics = group.topics
-    shown = ", ".join(e(t) for t in topics[:MAX_TOPICS])
-    return shown + (f" <span class='muted'>+{len(topics) - MAX_TOPICS} more</span>" if len(topics) > MAX_TOPICS else "")
-
-
 def repair_link(group: FindingGroup) -> str:
     scope = RepairScope.of_group(group)
     where = "the cluster" if group.broker_id is None else f"broker {group.broker_id}"
@@ -399,7 +393,8 @@ def _group_rows(groups: list[FindingGroup], *, actions: bool) -> str:
             f"data-count='{g.count}' data-severity='{e(g.severity)}'>"
             f"<td class='{e(g.severity)}'>{e(g.severity)}</td><td>{e(broker_label(g.broker_id))}</td>"
             f"<td class='nowrap'>{e(g.rule)}</td><td class='num'>{g.count}</td>"
-            f"<td class='num'>{parts or ''}</td><td class='topics'>{_topics(g)}</td><td>{e(status)}</td>"
+            f"<td class='num'>{parts or ''}</td><td class='topics'>{e(g.topics_text(MAX_TOPICS))}</td>"
+            f"<td>{e(status)}</td>"
             f"<td class='example'><div class='msg'>{e(g.example)}</div>{_files(g)}</td>{action}</tr>"
         )
     return "".join(rows)
