@@ -311,6 +311,23 @@ def expect_one(locator: Any) -> None:
     expect(locator).to_be_enabled()
 
 
+def hover_until_tooltip(page: Any, target: Any, tooltip: Any, tries: int = 5) -> None:
+    """Hover ``target`` until its tooltip shows. Chakra opens a tooltip after a delay and only on a pointer that
+    enters the element: a hover that lands while the previous tooltip is closing can open none, so the pointer
+    leaves and enters again (a condition wait per try, no fixed sleep)."""
+    from playwright.sync_api import expect
+
+    for attempt in range(tries):
+        target.hover()
+        try:
+            expect(tooltip).to_have_count(1, timeout=5_000)
+            return
+        except AssertionError:
+            if attempt == tries - 1:
+                raise
+            page.mouse.move(0, 0)
+
+
 def listening_addresses(port: int) -> set[str]:
     """The local addresses of sockets listening on ``port`` (from /proc/net/tcp and tcp6)."""
     out = set()
@@ -389,8 +406,7 @@ def test_home_page_is_green_and_the_fleet_view_shows_the_published_findings(
         steps("home")
         status = page.get_by_role("tooltip").filter(has_text="Status:")
         for i in range(4):  # each badge's tooltip says its status; red is anything but Healthy
-            badges.nth(i).hover()
-            expect(status).to_have_count(1)
+            hover_until_tooltip(page, badges.nth(i), status)
             expect(status).to_contain_text("Status: Healthy")
             page.get_by_role("heading", name="Welcome").hover()  # away: the tooltip closes
             expect(status).to_have_count(0)
