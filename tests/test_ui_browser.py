@@ -24,7 +24,6 @@ when a test fails (its path is in the failure message); a passing test removes i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -48,7 +47,7 @@ from fleet_doctor.store import Store
 from fleet_lab import demo
 from fleet_lab import fleet as lab
 from fleet_lab.airflow_stack import LiveAirflow
-from fleet_lab.fleet import descendants
+from fleet_lab.fleet import LOOPBACK, descendants, listening_sockets
 from fleet_lab.zk_server import free_port, pid_alive
 from harness.live_stack import FAST, REPAIR, events, fleet_snapshot, plan_dir, zk_json
 
@@ -337,30 +336,6 @@ def listening_addresses(port: int) -> set[str]:
             addr, hexport = local.split(":")
             if st == "0A" and int(hexport, 16) == port:
                 out.add(addr)
-    return out
-
-
-# 127.0.0.1, ::1 and ::ffff:127.0.0.1 (a JVM's IPv6 socket bound to 127.0.0.1) as /proc/net/tcp{,6} write them
-LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
-
-
-def listening_sockets(pids: list[int]) -> dict[tuple[str, int], list[int]]:
-    """Every socket listening among ``pids``' open files: (address as /proc/net writes it, port) -> the pids."""
-    inodes: dict[str, list[int]] = {}
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if link.startswith("socket:["):
-                        inodes.setdefault(link[8:-1], []).append(pid)
-    out: dict[tuple[str, int], list[int]] = {}
-    for name in ("tcp", "tcp6"):
-        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
-            fields = line.split()
-            addr, hexport = fields[1].split(":")
-            if fields[3] == "0A" and fields[9] in inodes:
-                out.setdefault((addr, int(hexport, 16)), []).extend(inodes[fields[9]])
     return out
 
 

@@ -582,6 +582,30 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+# 127.0.0.1, ::1 and ::ffff:127.0.0.1 (a JVM's IPv6 socket bound to 127.0.0.1) as /proc/net/tcp{,6} write them
+LOOPBACK = {"0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F"}
+
+
+def listening_sockets(pids: list[int]) -> dict[tuple[str, int], list[int]]:
+    """Every socket listening among ``pids``' open files: (address as /proc/net writes it, port) -> the pids."""
+    inodes: dict[str, list[int]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.setdefault(link[8:-1], []).append(pid)
+    out: dict[tuple[str, int], list[int]] = {}
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            fields = line.split()
+            addr, hexport = fields[1].split(":")
+            if fields[3] == "0A" and fields[9] in inodes:
+                out.setdefault((addr, int(hexport, 16)), []).extend(inodes[fields[9]])
+    return out
+
+
 def start_sshd(state: LabState, broker_id: int) -> None:
     """Start the broker's sshd again (after ``kill_sshd``), on its port and host key, and wait for its banner."""
     b = state.broker(broker_id)
