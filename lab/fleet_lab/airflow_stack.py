@@ -1,8 +1,9 @@
 """A live Airflow on 127.0.0.1: api-server, scheduler and dag-processor (``bin/dev ui`` adds the triggerer) as
-separate processes, and a small REST client for what the repair's acceptance tests and the operator's scripts do
-through the API: trigger a DAG, watch task states, answer a human-in-the-loop request (approve / reject), clear a
-task to rerun it, each as a given user of the simple auth manager (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS``,
-default ``admin:admin``).
+separate processes (``LiveAirflow``), and a small REST client (``AirflowRest``, which ``LiveAirflow`` is) for what
+the repair's acceptance tests and the operator's scripts do through the API: trigger a DAG, watch task states,
+answer a human-in-the-loop request (approve / reject), clear a task to rerun it, each as a given user of the simple
+auth manager (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS``, default ``admin:admin``). ``AirflowRest`` alone talks to
+any Airflow by its URL, e.g. the container deployment's (docker/e2e.py).
 
     with LiveAirflow(env) as af:                       # env: fleet_lab.demo.airflow_environ(...)
         run = af.trigger("kafka_fleet_repair", {"healthy_polls": 3})
@@ -36,11 +37,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from fleet_doctor.deploy import READER
 from fleet_lab.fleet import descendants
 from fleet_lab.zk_server import free_port, pid_alive
 
@@ -57,8 +59,12 @@ HEALTH_KEYS = {
 }
 FINISHED = frozenset({"success", "failed"})
 USERS = "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"
-READER = "fleet_doctor_reader"  # a viewer: reads HITL details for the repair's acting tasks
 PASSWORDS = "simple_auth_manager_passwords.json.generated"
+# without a scheduler log to read, how long wait_for_approval waits after the request is listed (the scheduler took up
+# to 6 s to receive the executor's report of the paused attempt on a busy 2-CPU machine)
+REPORT_WAIT_S = 8.0
+# user -> password: a mapping, a JSON file of it, or a callable returning it
+Passwords = Mapping[str, str] | str | os.PathLike[str] | Callable[[], Mapping[str, str]]
 
 
 class AirflowLiveError(RuntimeError):
@@ -78,161 +84,40 @@ def _kill(pids: Iterable[int]) -> None:
             pass
 
 
-class LiveAirflow:
-    def __init__(
-        self,
-        env: dict[str, str],
-        port: int | None = None,
-        components: tuple[str, ...] = COMPONENTS,
-        passwords: dict[str, str] | None = None,
-    ) -> None:
-        unknown = sorted(set(components) - set(HEALTH_KEYS))
-        if unknown:
-            raise AirflowLiveError(f"unknown Airflow component(s) {unknown}: known {sorted(HEALTH_KEYS)}")
-        self.components = components
-        self.port = port or free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.env = dict(env)
-        self.env.update(
-            {
-                "AIRFLOW__API__HOST": "127.0.0.1",
-                "AIRFLOW__API__PORT": str(self.port),
-                "AIRFLOW__API__BASE_URL": self.base,  # tasks reach the execution API through it
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
-                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": self.env.get(
-                    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60"
-                ),
-            }
-        )
-        self.home = Path(self.env["AIRFLOW_HOME"])
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+class AirflowRest:
+    """The REST client of an Airflow at ``base`` (its api-server's URL), acting as the simple auth manager's
+    ``users`` (the first is the default) with ``passwords``: a mapping of user -> password, or a JSON file of it or
+    a callable returning it, read when a user's token is first fetched (a file the api-server fills in later works)."""
+
+    def __init__(self, base: str, passwords: Passwords, users: Sequence[str]) -> None:
+        if not users:
+            raise AirflowLiveError(f"no user to call {base} as")
+        self.base = base.rstrip("/")
+        self.users = list(users)
+        self._passwords = passwords
         self._tokens: dict[str, str] = {}
-        self.users = self._users(passwords or {})
 
-    @property
-    def passwords_file(self) -> Path:
-        """The simple auth manager's passwords file (JSON: user -> password)."""
-        return self.home / PASSWORDS
-
-    def _users(self, chosen: dict[str, str]) -> list[str]:
-        """The configured users plus the reader, each with a password in the simple auth manager's file (kept
-        across restarts; ``chosen`` ones replace theirs), and the approvals connection for the reader; returns the
-        user names, reader last."""
-        users = [u.split(":")[0] for u in (self.env.get(USERS) or "admin:admin").split(",") if u.strip()]
-        if READER not in users:
-            self.env[USERS] = ",".join([self.env.get(USERS) or "admin:admin", f"{READER}:viewer"])
-            users.append(READER)
-        self.home.mkdir(parents=True, exist_ok=True)
-        file = self.passwords_file
-        passwords = json.loads(file.read_text()) if file.is_file() else {}
-        passwords.update({u: secrets.token_urlsafe(12) for u in users if u not in passwords})
-        passwords.update({u: pw for u, pw in chosen.items() if u in users})
-        file.touch(mode=0o600)
-        file.chmod(0o600)  # passwords: the owner's only
-        file.write_text(json.dumps(passwords) + "\n")
-        conn = {"conn_type": "http", "host": self.base, "login": READER, "password": passwords[READER]}
-        self.env.setdefault("AIRFLOW_CONN_FLEET_DOCTOR_AIRFLOW_API", json.dumps(conn))
-        return [u for u in users if u != READER] + [READER]
-
-    # ---- processes
-    def start(self, timeout: float = 180.0) -> LiveAirflow:
-        for name in self.components:
-            self.start_component(name)
-        self._wait_healthy(timeout)
-        return self
-
-    def start_component(self, name: str) -> None:
-        exe = str(Path(sys.executable).parent / "airflow")
-        args = [exe, name]
-        if name == "api-server":
-            args += ["--host", "127.0.0.1", "--port", str(self.port)]
-        elif name in SERVES_LOGS:
-            # Airflow's log server binds every interface (no host setting): not started. The api-server reads task
-            # and trigger logs from the same AIRFLOW_HOME/logs; a running task's log view notes the missing server.
-            args.append("--skip-serve-logs")
-        log = open(self.home / f"{name}.out", "ab")  # the child has its own copy of the fd
-        try:
-            self.procs[name] = subprocess.Popen(
-                args,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
-
-    def pids(self) -> dict[str, list[int]]:
-        """Each running component's process and everything it forked now (task runners, gunicorn workers)."""
-        return {name: [p.pid, *descendants(p.pid)] for name, p in self.procs.items()}
-
-    def kill_component(self, name: str) -> list[int]:
-        """SIGKILL a component and everything it forked (a crashed worker: task runners included)."""
-        proc = self.procs.pop(name)
-        pids = [proc.pid, *descendants(proc.pid)]
-        _kill(pids)
-        proc.wait(timeout=30)
-        return pids
-
-    def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            for name, p in self.procs.items():
-                if p.poll() is not None:
-                    raise AirflowLiveError(f"airflow {name} exited {p.returncode}:\n{self.log_tail(name)}")
-            try:
-                with urllib.request.urlopen(f"{self.base}/api/v2/monitor/health", timeout=5) as r:
-                    health = json.loads(r.read())
-                waiting = {
-                    HEALTH_KEYS[name]: (health.get(HEALTH_KEYS[name]) or {}).get("status") for name in self.components
-                }
-                if all(status == "healthy" for status in waiting.values()):
-                    return
-                last = ", ".join(f"{key} {status}" for key, status in waiting.items() if status != "healthy")
-            except (OSError, ValueError) as e:
-                last = str(e)
-            time.sleep(1)
-        raise AirflowLiveError(f"Airflow on {self.base} not healthy within {timeout:.0f} s: {last}")
+    def password(self, user: str) -> str:
+        """``user``'s password, read from the source now."""
+        source = self._passwords
+        if isinstance(source, str | os.PathLike):
+            table: Mapping[str, str] = json.loads(Path(source).read_text())
+            where = f" in {source}"
+        else:
+            table, where = (source() if callable(source) else source), ""
+        if user not in table:
+            raise AirflowLiveError(f"no password for the Airflow user {user!r}{where}")
+        return table[user]
 
     def log_tail(self, name: str, n: int = 30) -> str:
-        try:
-            return "\n".join((self.home / f"{name}.out").read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        """The last ``n`` lines of a component's log ("" when the client sees none: override to read them)."""
+        return ""
 
-    def stop(self, timeout: float = 30.0) -> None:
-        for name in list(self.procs):
-            p = self.procs[name]
-            family = [p.pid, *descendants(p.pid)]
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                p.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-            _kill(pid for pid in family if pid_alive(pid))
-            if p.poll() is None:
-                p.wait(timeout=10)
-            del self.procs[name]
-
-    def __enter__(self) -> LiveAirflow:
-        return self.start()
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
-
-    # ---- REST
     def token(self, user: str | None = None) -> str:
         """A JWT of ``user`` (default: the first configured user)."""
         user = user or self.users[0]
         if user not in self._tokens:
-            password = json.loads(self.passwords_file.read_text())[user]
-            body = {"username": user, "password": password}
+            body = {"username": user, "password": self.password(user)}
             self._tokens[user] = self.api("POST", "/auth/token", body, auth=False)["access_token"]
         return self._tokens[user]
 
@@ -321,7 +206,9 @@ class LiveAirflow:
 
         Then until the scheduler has received the executor's report of the paused attempt: an answer that comes
         first makes the scheduler fail the task ("finished with state success, but the task instance's state
-        attribute is queued", seen on 3.3.2; the report took up to 6 s on a busy 2-CPU machine)."""
+        attribute is queued", seen on 3.3.2; the report took up to 6 s on a busy 2-CPU machine). That is the
+        scheduler's log line saying so, read through ``log_tail("scheduler")``; a client that sees no scheduler log
+        (``log_tail`` gives "") waits a fixed ``REPORT_WAIT_S`` seconds after the request is listed instead."""
         self.wait_task(dag_id, run_id, task_id, {"awaiting_input"}, timeout)
         deadline = time.monotonic() + 60
         request = None
@@ -339,6 +226,9 @@ class LiveAirflow:
             f"Received executor event with state success for task instance TaskInstanceKey(dag_id='{dag_id}', "
             f"task_id='{task_id}', run_id='{run_id}'"
         )
+        if not self.log_tail("scheduler", 2000):
+            time.sleep(REPORT_WAIT_S)
+            return dict(request)
         while time.monotonic() < deadline and reported not in self.log_tail("scheduler", 2000):
             time.sleep(1)
         time.sleep(1)
@@ -404,3 +294,155 @@ class LiveAirflow:
             "reset_dag_runs": True,
         }
         self.api("POST", f"/api/v2/dags/{dag_id}/clearTaskInstances", body)
+
+
+class LiveAirflow(AirflowRest):
+    """The processes of a live Airflow on 127.0.0.1 (``AIRFLOW_HOME`` from ``env``) and its REST client."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        port: int | None = None,
+        components: tuple[str, ...] = COMPONENTS,
+        passwords: dict[str, str] | None = None,
+    ) -> None:
+        unknown = sorted(set(components) - set(HEALTH_KEYS))
+        if unknown:
+            raise AirflowLiveError(f"unknown Airflow component(s) {unknown}: known {sorted(HEALTH_KEYS)}")
+        self.components = components
+        self.port = port or free_port()
+        base = f"http://127.0.0.1:{self.port}"
+        self.env = dict(env)
+        self.env.update(
+            {
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": base,  # tasks reach the execution API through it
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": self.env.get(
+                    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", "60"
+                ),
+            }
+        )
+        self.home = Path(self.env["AIRFLOW_HOME"])
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # the passwords file is read again for each new token: the simple auth manager adds to it as it starts
+        super().__init__(base, self.passwords_file, self._users(passwords or {}, base))
+
+    @property
+    def passwords_file(self) -> Path:
+        """The simple auth manager's passwords file (JSON: user -> password)."""
+        return self.home / PASSWORDS
+
+    def _users(self, chosen: dict[str, str], base: str) -> list[str]:
+        """The configured users plus the reader, each with a password in the simple auth manager's file (kept
+        across restarts; ``chosen`` ones replace theirs), and the approvals connection for the reader; returns the
+        user names, reader last."""
+        users = [u.split(":")[0] for u in (self.env.get(USERS) or "admin:admin").split(",") if u.strip()]
+        if READER not in users:
+            self.env[USERS] = ",".join([self.env.get(USERS) or "admin:admin", f"{READER}:viewer"])
+            users.append(READER)
+        self.home.mkdir(parents=True, exist_ok=True)
+        file = self.passwords_file
+        passwords = json.loads(file.read_text()) if file.is_file() else {}
+        passwords.update({u: secrets.token_urlsafe(12) for u in users if u not in passwords})
+        passwords.update({u: pw for u, pw in chosen.items() if u in users})
+        file.touch(mode=0o600)
+        file.chmod(0o600)  # passwords: the owner's only
+        file.write_text(json.dumps(passwords) + "\n")
+        conn = {"conn_type": "http", "host": base, "login": READER, "password": passwords[READER]}
+        self.env.setdefault("AIRFLOW_CONN_FLEET_DOCTOR_AIRFLOW_API", json.dumps(conn))
+        return [u for u in users if u != READER] + [READER]
+
+    # ---- processes
+    def start(self, timeout: float = 180.0) -> LiveAirflow:
+        for name in self.components:
+            self.start_component(name)
+        self._wait_healthy(timeout)
+        return self
+
+    def start_component(self, name: str) -> None:
+        exe = str(Path(sys.executable).parent / "airflow")
+        args = [exe, name]
+        if name == "api-server":
+            args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        elif name in SERVES_LOGS:
+            # Airflow's log server binds every interface (no host setting): not started. The api-server reads task
+            # and trigger logs from the same AIRFLOW_HOME/logs; a running task's log view notes the missing server.
+            args.append("--skip-serve-logs")
+        log = open(self.home / f"{name}.out", "ab")  # the child has its own copy of the fd
+        try:
+            self.procs[name] = subprocess.Popen(
+                args,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    def pids(self) -> dict[str, list[int]]:
+        """Each running component's process and everything it forked now (task runners, gunicorn workers)."""
+        return {name: [p.pid, *descendants(p.pid)] for name, p in self.procs.items()}
+
+    def kill_component(self, name: str) -> list[int]:
+        """SIGKILL a component and everything it forked (a crashed worker: task runners included)."""
+        proc = self.procs.pop(name)
+        pids = [proc.pid, *descendants(proc.pid)]
+        _kill(pids)
+        proc.wait(timeout=30)
+        return pids
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise AirflowLiveError(f"airflow {name} exited {p.returncode}:\n{self.log_tail(name)}")
+            try:
+                with urllib.request.urlopen(f"{self.base}/api/v2/monitor/health", timeout=5) as r:
+                    health = json.loads(r.read())
+                waiting = {
+                    HEALTH_KEYS[name]: (health.get(HEALTH_KEYS[name]) or {}).get("status") for name in self.components
+                }
+                if all(status == "healthy" for status in waiting.values()):
+                    return
+                last = ", ".join(f"{key} {status}" for key, status in waiting.items() if status != "healthy")
+            except (OSError, ValueError) as e:
+                last = str(e)
+            time.sleep(1)
+        raise AirflowLiveError(f"Airflow on {self.base} not healthy within {timeout:.0f} s: {last}")
+
+    def log_tail(self, name: str, n: int = 30) -> str:
+        """The last ``n`` lines of a component's output (``<AIRFLOW_HOME>/<name>.out``)."""
+        try:
+            return "\n".join((self.home / f"{name}.out").read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> None:
+        for name in list(self.procs):
+            p = self.procs[name]
+            family = [p.pid, *descendants(p.pid)]
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            _kill(pid for pid in family if pid_alive(pid))
+            if p.poll() is None:
+                p.wait(timeout=10)
+            del self.procs[name]
+
+    def __enter__(self) -> LiveAirflow:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
