@@ -277,7 +277,7 @@ def check_detect_on_spark(values: dict[str, str], started_after: float) -> None:
     apps = [
         a
         for a in master["completedapps"]
-        if a["name"] == "fleet-doctor-detect" and a["starttime"] / 1000 >= started_after
+        if a["name"].startswith("fleet-doctor-detect") and a["starttime"] / 1000 >= started_after
     ]
     check(len(apps) == 1 and apps[0]["state"] == "FINISHED", f"detect ran on the Spark master: {apps}")
     app = apps[0]["id"]
