@@ -279,7 +279,8 @@ def check_detect_on_spark(values: dict[str, str], started_after: float) -> None:
         for a in master["completedapps"]
         if a["name"].startswith("fleet-doctor-detect") and a["starttime"] / 1000 >= started_after
     ]
-    check(len(apps) == 1 and apps[0]["state"] == "FINISHED", f"detect ran on the Spark master: {apps}")
+    seen = [(a["name"], a["state"], a["starttime"]) for a in master["completedapps"] + master["activeapps"]]
+    check(len(apps) == 1 and apps[0]["state"] == "FINISHED", f"detect ran on the Spark master: {apps} (all: {seen})")
     app = apps[0]["id"]
     ran_on = []
     for n in (1, 2):
