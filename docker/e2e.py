@@ -25,7 +25,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,8 +41,10 @@ sys.path[:0] = [str(REPO / "lab"), str(REPO / "plugins")]
 from fleet_doctor.settings import safe_run_id  # noqa: E402
 from fleet_lab import fleet  # noqa: E402
 from fleet_lab.airflow_stack import AirflowRest  # noqa: E402
-from fleet_lab.fleet import LOOPBACK, descendants, listening_sockets  # noqa: E402
+from fleet_lab.fleet import LOOPBACK, descendants, listening_sockets, zk_json  # noqa: E402
+from fleet_lab.fleet import broker_events as events  # noqa: E402
 from fleet_lab.incidents import SCENARIOS, run_scenario  # noqa: E402
+from fleet_lab.zk_server import free_ports  # noqa: E402
 
 DOCKER = "/usr/bin/docker"
 PROJECT = "fleet-doctor-e2e"
@@ -90,17 +91,6 @@ def timed(timings: dict[str, float], name: str) -> Iterator[None]:
     yield
     timings[name] = round(time.monotonic() - t, 1)
     say(f"{name}: {timings[name]} s")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def owned_copy(src: Path, dst: Path, mode: int) -> Path:
@@ -366,23 +356,6 @@ def check_history(stack: Stack, runs: list[str]) -> None:
         check(len(ours) == 1, f"audit run {r} is in the history once")
     for r, ids in findings.items():
         check(len(ids) == len(set(ids)), f"audit run {r}: {len(ids)} findings, none twice")
-
-
-def zk_json(state: fleet.LabState, path: str) -> Any:
-    zk = state.zk_client()
-    try:
-        return json.loads(zk.get(path)[0]) if zk.exists(path) else None
-    finally:
-        zk.stop()
-        zk.close()
-
-
-def events(state: fleet.LabState) -> dict[int, list[dict[str, Any]]]:
-    out = {}
-    for b in state.brokers:
-        f = Path(b.run_dir) / "events.jsonl"
-        out[b.id] = [json.loads(x) for x in f.read_text().splitlines()] if f.exists() else []
-    return out
 
 
 def check_down(stack: Stack) -> None:

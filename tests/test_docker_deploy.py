@@ -20,7 +20,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +38,7 @@ from fleet_doctor.inventory import Inventory
 from fleet_doctor.settings import Settings
 from fleet_doctor.zookeeper.snapshot import read_snapshot_file
 from fleet_lab.fleet import LOOPBACK, descendants, listening_sockets
-from fleet_lab.zk_server import pid_alive
+from fleet_lab.zk_server import free_ports, pid_alive
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
@@ -523,17 +522,6 @@ def test_services_without_a_command_bind_loopback_through_their_image() -> None:
 
 
 # ------------------------------------------------------------------------------------------- the Spark cluster
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read())

@@ -973,6 +973,25 @@ def live_replica_dirs(log_dir: Path) -> list[tuple[str, int, Path]]:
     return out
 
 
+def zk_json(state: LabState, path: str) -> Any:
+    """The JSON at a ZooKeeper path of the lab (None if absent)."""
+    zk = state.zk_client()
+    try:
+        return json.loads(zk.get(path)[0]) if zk.exists(path) else None
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def broker_events(state: LabState) -> dict[int, list[dict[str, Any]]]:
+    """Each lab broker's lifecycle events (events.jsonl: running, stop-requested, ...), oldest first."""
+    out = {}
+    for b in state.brokers:
+        f = Path(b.run_dir) / "events.jsonl"
+        out[b.id] = [json.loads(x) for x in f.read_text().splitlines()] if f.exists() else []
+    return out
+
+
 def partition_topic_ids(state: LabState) -> dict[tuple[int, str, int], str | None]:
     """(broker, topic, partition) -> the topic ID in that replica's partition.metadata (None when absent)."""
     out = {}

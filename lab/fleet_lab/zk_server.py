@@ -102,6 +102,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports nobody listens on now (``free_port``'s, outside the ephemeral range)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> str:
     """Send a four-letter word (``ruok``, ``srvr``) and return the reply ('' if the connection fails)."""
     try:

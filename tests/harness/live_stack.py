@@ -5,7 +5,6 @@ lab on their own (files, the lab's event record, ZooKeeper), never from the prod
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,8 @@ from fleet_doctor.repair.executor import attempt_name
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_lab import demo, fleet
 from fleet_lab.airflow_stack import LiveAirflow
+from fleet_lab.fleet import broker_events as events  # the live tests import it from here
+from fleet_lab.fleet import zk_json  # noqa: F401  (the live tests import it from here)
 from fleet_lab.incidents import run_scenario
 
 AUDIT, REPAIR, RESTORE = "kafka_fleet_audit", "kafka_fleet_repair", "kafka_fleet_restore"
@@ -70,14 +71,6 @@ def attempt_of(data: Path, request: dict[str, Any], run: str) -> Path:
     return plan_dir(data, request) / "attempts" / attempt_name(run)
 
 
-def events(state: fleet.LabState) -> dict[int, list[dict[str, Any]]]:
-    out = {}
-    for b in state.brokers:
-        f = Path(b.run_dir) / "events.jsonl"
-        out[b.id] = [json.loads(x) for x in f.read_text().splitlines()] if f.exists() else []
-    return out
-
-
 def fleet_snapshot(state: fleet.LabState) -> dict[str, Any]:
     """Everything a repair could change, read straight from the lab: the repairable files (content), the index
     files (size and mtime: active ones are 10 MiB), quarantine folders, process starts and stop requests per
@@ -107,12 +100,3 @@ def fleet_snapshot(state: fleet.LabState) -> dict[str, Any]:
         "stops": {b: sum(e["event"] in ("stop-requested", "kill-requested") for e in es) for b, es in ev.items()},
         "registrations": regs,
     }
-
-
-def zk_json(state: fleet.LabState, path: str) -> Any:
-    zk = state.zk_client()
-    try:
-        return json.loads(zk.get(path)[0]) if zk.exists(path) else None
-    finally:
-        zk.stop()
-        zk.close()
