@@ -3,7 +3,9 @@
 A task resolves its ``Settings`` once (``Settings.from_env()``) and hands it down; the DAG files read it at parse
 time only for what shapes the DAG (schedule, pool, Spark jars). Operator reference: docs/audit.md ("Settings").
 The S3 settings of an ``s3a://`` data root (``AWS_*``, ``FLEET_DOCTOR_S3_ENDPOINT``) are read by ``fleet_doctor.store``
-from the same environment (``Settings.environ``).
+from the same environment (``Settings.environ``). A container deployment's set-up variables (``FLEET_DOCTOR_SSH_KEY``,
+``FLEET_DOCTOR_SPARK_MASTER``, ``FLEET_DOCTOR_AIRFLOW_PASSWORDS``, ``FLEET_DOCTOR_HOSTNAME``) are not a task's settings:
+``fleet_doctor.deploy`` reads them, once, when ``airflow-init`` prepares Airflow (docker/README.md).
 """
 
 from __future__ import annotations
