@@ -13,9 +13,9 @@ Audits every broker of the cluster inventory and tells the on-call what is wrong
    is staged gzip'd and renamed into place only when complete. Retries with exponential backoff; a broker that
    stays unreachable fails its own task only and the report lists it as **not audited**.
 3. **snapshot_metadata**: topics, partition states, brokers, controller: from ZooKeeper (kazoo, read-only), or on
-   a KRaft cluster decoded from each controller's `__cluster_metadata` log over SSH (host key pinned); the most
-   up-to-date log gives the cluster facts (the report names its controller and snapshot), every controller's own
-   log header and problems go to the KRaft rules.
+   a KRaft cluster decoded from each controller's `__cluster_metadata` log over SSH (host key pinned, read once per
+   run, by discover); the most up-to-date log gives the cluster facts (the report names its controller and
+   snapshot), every controller's own log header and problems go to the KRaft rules.
 4. **detect**: `spark_apps/detect.py` through `SparkSubmitOperator` (connection `spark_default`).
 5. **publish**: findings history (new / persisting / resolved), the HTML report, a compact summary in XCom, and
    the `kafka_fleet_findings` asset for the repair DAG.
@@ -32,7 +32,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-from fleet_doctor import inventory, zookeeper
+from fleet_doctor import inventory, layout, zookeeper
+from fleet_doctor.airflow_links import AUDIT_DAG
 from fleet_doctor.audit import alerts, history, steps
 from fleet_doctor.audit.detect_task import DetectOperator
 from fleet_doctor.remote import airflow_ssh_client
@@ -43,7 +44,7 @@ FINDINGS = Asset(name="kafka_fleet_findings", uri=asset_uri(SETTINGS.findings_ur
 
 
 @dag(
-    dag_id="kafka_fleet_audit",
+    dag_id=AUDIT_DAG,
     schedule=SETTINGS.schedule,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
@@ -61,7 +62,12 @@ def kafka_fleet_audit() -> None:
         settings = Settings.from_env()
         settings.store.check()  # an unreachable store or a missing bucket stops the run here, named
         context = get_current_context()
-        discovered = steps.discover(inventory.load(settings.inventory), only=context["params"].get("brokers") or [])
+        discovered = steps.discover(
+            inventory.load(settings.inventory),
+            only=context["params"].get("brokers") or [],
+            store=settings.store,  # KRaft: the controllers' metadata, read once for the run, staged here
+            area=layout.staging(context["run_id"]),
+        )
         context["ti"].xcom_push(key="fleet", value=discovered)
         return discovered["brokers"]
 
@@ -78,12 +84,11 @@ def kafka_fleet_audit() -> None:
         context["broker_label"] = str(broker["broker_id"])  # type: ignore[typeddict-unknown-key]
         client = airflow_ssh_client(broker["ssh_conn_id"])
         try:
-            run_key = settings.run_key(context["run_id"])
             return steps.stage_broker(
                 client,
                 broker,
                 settings.store,
-                run_key,
+                layout.staging(context["run_id"]),
                 deep=settings.deep,
                 verify_crc=settings.verify_crc,
                 timeout=settings.ssh_timeout_s,
@@ -95,17 +100,17 @@ def kafka_fleet_audit() -> None:
     def snapshot_metadata(discovered: dict[str, Any]) -> int:
         """ZooKeeper's snapshot, or the KRaft controllers' metadata logs (their SSH connections, as discover's)."""
         settings = Settings.from_env()
-        run_key = settings.run_key(get_current_context()["run_id"])
+        area = layout.staging(get_current_context()["run_id"])
         inv = inventory.load(settings.inventory)
         auth = None if inv.kraft else zookeeper.credentials(inv)  # the kafka_zk_<cluster> connection
-        return steps.snapshot_metadata(discovered, settings.store, run_key, auth=auth)
+        return steps.snapshot_metadata(discovered, settings.store, area, auth=auth)
 
     @task(trigger_rule="all_done", multiple_outputs=True)
     def broker_facts(discovered: dict[str, Any]) -> dict[str, Any]:
         """Runs whatever happened to the stage tasks: only completely staged brokers are audited."""
         settings = Settings.from_env()
         run_id = get_current_context()["run_id"]
-        facts = steps.write_broker_facts(discovered, settings.store, settings.run_key(run_id))
+        facts = steps.write_broker_facts(discovered, settings.store, layout.staging(run_id))
         if not facts["audited"]:
             raise RuntimeError("no broker could be staged: nothing to audit")
         return {**facts, "detect_args": steps.detect_args(settings, run_id, facts)}

@@ -40,8 +40,10 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
+from fleet_doctor.airflow_links import REPAIR_DAG
 from fleet_doctor.repair import approval, tasks
 from fleet_doctor.repair.hitl import PlanApprovalOperator
+from fleet_doctor.repair.params import manual_dag_args, repair_gates
 from fleet_doctor.settings import Settings
 
 SETTINGS = Settings.from_env()
@@ -61,8 +63,8 @@ def approval_of(task_id: str, subject: str, body: str, option: str) -> PlanAppro
 
 
 @dag(
-    dag_id="kafka_fleet_repair",
-    **tasks.manual_dag_args(),
+    dag_id=REPAIR_DAG,
+    **manual_dag_args(),
     doc_md=__doc__,
     params={
         "audit_run": Param("latest", type="string", description="audit run id, or 'latest'"),
@@ -71,20 +73,7 @@ def approval_of(task_id: str, subject: str, body: str, option: str) -> PlanAppro
         "topics": Param([], type="array", description="only these topics (empty: all)"),
         "hold_out": Param([], type="array", description="broker ids left out of this run"),
         "include_internal": Param(False, type="boolean", description="also repair __consumer_offsets etc."),
-        "pause_between_brokers_s": Param(60, type="integer", minimum=0),
-        "healthy_polls": Param(3, type="integer", minimum=1, description="consecutive healthy polls per broker"),
-        "poll_interval_s": Param(10, type="integer", minimum=1),
-        "isr_timeout_s": Param(900, type="integer", minimum=60, description="per broker: back in ISR within"),
-        "dry_run": Param(
-            False,
-            type="boolean",
-            title="Dry run (nothing written)",
-            description="Do every read and check and log every command, but write nothing: no backup, no file "
-            "change, no broker stop, no ZooKeeper write. The approval then says DRY RUN.",
-        ),
-        "min_insync_replicas": Param(
-            None, type=["null", "integer"], minimum=1, description="the brokers' default (empty: the inventory's)"
-        ),
+        **{name: Param(**spec) for name, spec in repair_gates().items()},  # defaults: repair.gates
     },
 )
 def kafka_fleet_repair() -> None:
@@ -101,8 +90,8 @@ def kafka_fleet_repair() -> None:
     @task
     def execute(planned: dict[str, Any]) -> dict[str, Any]:
         ctx, settings = get_current_context(), Settings.from_env()
-        asked = tasks.approval_request(settings, planned, "markdown")  # what the stored plan shows and offers
-        approved = approval.confirm(ctx, "approve", planned["hash"], settings, **asked)  # not the upstream's state
+        asked = tasks.approval_request(settings, planned, tasks.BROKERS)  # what the stored plan shows and offers
+        approved = approval.confirm(ctx, "approve", planned["hash"], settings, asked)  # not the upstream's state
         return tasks.execute(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
 
     @task.short_circuit
@@ -116,8 +105,8 @@ def kafka_fleet_repair() -> None:
     @task
     def restore_topic_ids(planned: dict[str, Any]) -> list[str]:
         ctx, settings = get_current_context(), Settings.from_env()
-        asked = tasks.approval_request(settings, planned, "zookeeper_markdown")
-        approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], settings, **asked)
+        asked = tasks.approval_request(settings, planned, tasks.ZOOKEEPER)
+        approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], settings, asked)
         return tasks.restore_zookeeper(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
 
     planned = plan()

@@ -29,36 +29,31 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from fleet_doctor.repair import approval, tasks
-from fleet_doctor.repair import restore as repair_restore
+from fleet_doctor.airflow_links import RESTORE_DAG
+from fleet_doctor.repair import approval, restore_tasks
 from fleet_doctor.repair.hitl import PlanApprovalOperator
+from fleet_doctor.repair.params import manual_dag_args, restore_gates
 from fleet_doctor.settings import Settings
 
 SETTINGS = Settings.from_env()
 
 
 @dag(
-    dag_id="kafka_fleet_restore",
-    **tasks.manual_dag_args(),
+    dag_id=RESTORE_DAG,
+    **manual_dag_args(),
     doc_md=__doc__,
     params={
         "plan": Param(type="string", pattern="^[0-9a-f]{12,64}$", description="the repair plan's hash"),
         "attempt": Param("", type="string", description="the repair's run id (empty: the newest with a backup)"),
         "brokers": Param([], type="array", description="broker ids to restore (empty: every one with a backup)"),
         "start": Param(True, type="boolean", description="start each broker again (false: one broker only)"),
-        "timeout_s": Param(600, type="integer", minimum=30, description="per broker: stop / register within"),
-        "healthy_polls": Param(3, type="integer", minimum=1, description="consecutive healthy polls per broker"),
-        "poll_interval_s": Param(10, type="integer", minimum=1),
-        "isr_timeout_s": Param(900, type="integer", minimum=60, description="per broker: back in ISR within"),
-        "min_insync_replicas": Param(
-            None, type=["null", "integer"], minimum=1, description="the brokers' default (empty: the inventory's)"
-        ),
+        **{name: Param(**spec) for name, spec in restore_gates().items()},  # defaults: repair.gates
     },
 )
 def kafka_fleet_restore() -> None:
     @task
     def plan() -> dict[str, Any]:
-        return tasks.make_restore_plan(Settings.from_env(), get_current_context()["params"])
+        return restore_tasks.plan(Settings.from_env(), get_current_context()["params"])
 
     approve = PlanApprovalOperator(
         task_id="approve",
@@ -73,10 +68,9 @@ def kafka_fleet_restore() -> None:
     def restore(planned: dict[str, Any]) -> dict[str, Any]:
         ctx = get_current_context()
         settings = Settings.from_env()
-        tasks.refuse_kraft(settings, "repairs and restores")  # plan refused it already: an inventory changed since
-        asked = tasks.restore_approval_request(settings, planned)
-        answer = approval.confirm(ctx, "approve", planned["hash"], settings, **asked)
-        return repair_restore.restore_backup(settings, planned, ctx["params"], ctx["run_id"], approval=answer)
+        asked = restore_tasks.approval_request(settings, planned)  # what the stored restore plan shows and offers
+        answer = approval.confirm(ctx, "approve", planned["hash"], settings, asked)
+        return restore_tasks.restore_backup(settings, planned, ctx["params"], ctx["run_id"], approval=answer)
 
     planned = plan()
     planned >> approve >> restore(planned)

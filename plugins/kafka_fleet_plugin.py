@@ -15,9 +15,8 @@ from airflow.api_fastapi.core_api.security import requires_access_dag
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends
 
+from fleet_doctor.airflow_links import AUDIT_DAG, PREFIX, REPAIR_DAG
 from fleet_doctor.console.app import create_app
-from fleet_doctor.console.data import PREFIX
-from fleet_doctor.console.render import AUDIT_DAG, REPAIR_DAG
 
 app = create_app(
     read=[Depends(requires_access_dag("GET", param_dag_id=AUDIT_DAG))],

@@ -1,13 +1,14 @@
 """Fleet Doctor detection app: staged probe output + cluster facts + broker facts -> findings.
 
     spark-submit --py-files fleet_doctor-<hash>.zip spark_apps/detect.py --probe-dir STAGING \
-        --brokers brokers.jsonl \
-        [--zk-snapshot zk.jsonl] [--controllers controllers.jsonl] [--metadata-mode zookeeper|kraft] \
+        --brokers brokers.jsonl [--cluster-metadata cluster-metadata.jsonl] \
+        [--controllers controllers.jsonl] [--metadata-mode zookeeper|kraft] \
         --output FINDINGS_DIR --audit-run RUN_ID \
         [--summary summary.json] [--findings-json findings.jsonl]
 
-The cluster facts (--zk-snapshot) are a ZooKeeper snapshot's records or, on a KRaft cluster, the same records decoded
-from its metadata log (fleet-doctor cluster-metadata); --controllers adds each KRaft controller's own metadata log
+The cluster facts (--cluster-metadata; its older name --zk-snapshot still works) are a ZooKeeper snapshot's records
+or, on a KRaft cluster, the same records decoded from its metadata log (fleet-doctor cluster-metadata); --controllers
+adds each KRaft controller's own metadata log
 header and problems (the KRaft rules of the controller scope); --metadata-mode is the cluster's declared mode, so
 that a KRaft cluster none of whose controllers could be read still gets its rules reported as skipped, in KRaft words.
 
@@ -42,7 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--brokers", help="broker facts, JSON Lines {broker_id, kafka_version, running, host}")
     p.add_argument(
-        "--zk-snapshot",
+        "--cluster-metadata",
+        "--zk-snapshot",  # its name before it carried KRaft facts too: still accepted
+        dest="cluster_metadata",
         help="cluster facts, JSON Lines: a ZooKeeper snapshot (fleet-doctor zk-snapshot) or a KRaft cluster's metadata "
         "log (fleet-doctor cluster-metadata)",
     )
@@ -54,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--metadata-mode",
         choices=("zookeeper", "kraft"),
-        help="the cluster's metadata mode as the inventory declares it (default: inferred from the cluster facts)",
+        help="the cluster's metadata mode as the inventory declares it (default: what the cluster facts are)",
     )
     p.add_argument("--output", required=True, help="findings dataset root (Parquet, partitioned by audit_run)")
     p.add_argument("--audit-run", required=True, help="audit run id, e.g. the Airflow run id")
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     # partitions, 64 for big runs) instead of coalescing them, and every action on the cache runs that many tasks
     spark.conf.set("spark.sql.optimizer.canChangeCachedPlanOutputPartitioning", "true")
     frames = load_frames(
-        spark, args.probe_dir, args.brokers, args.zk_snapshot, args.controllers, metadata_mode=args.metadata_mode
+        spark, args.probe_dir, args.brokers, args.cluster_metadata, args.controllers, metadata_mode=args.metadata_mode
     )
     found, skipped = detect(frames, partial_scope=args.partial_scope)
     found = found.withColumn("audit_run", F.lit(args.audit_run)).dropDuplicates()

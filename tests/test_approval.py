@@ -11,20 +11,11 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.repair import approval
+from fleet_doctor.repair import approval, approval_text
 from fleet_doctor.repair.approval import ApprovalError, check, hitl_users
-from fleet_doctor.repair.executor import RepairError
-from fleet_doctor.repair.plan import (
-    FILES_SHOWN,
-    BrokerPlan,
-    FileAction,
-    Plan,
-    RestartPreview,
-    ZkAction,
-    hashes_in,
-    md_cell,
-)
-from fleet_doctor.repair.restore import restore_markdown
+from fleet_doctor.repair.approval_text import FILES_SHOWN, hashes_in, md_cell, restore_markdown
+from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, RestartPreview, ZkAction
 from fleet_doctor.rules import RULES_BY_ID
 from fleet_doctor.settings import Settings, SettingsError
 
@@ -136,7 +127,7 @@ def test_confirm_without_the_api_connection_refuses() -> None:
         dag_id, run_id, triggering_user_name = "kafka_fleet_repair", "manual__x", "bob"
 
     with pytest.raises(ApprovalError, match="fleet_doctor_airflow_api"):
-        approval.confirm({"dag_run": Run()}, "approve", PLAN, settings(), option=APPROVE)
+        approval.confirm({"dag_run": Run()}, "approve", PLAN, settings(), approval_text.Request("s", BODY, APPROVE))
 
 
 # ---- the approval text on hostile names
@@ -176,10 +167,10 @@ def shown_as(name: str) -> str:
     return name.replace("\n", "\\n").replace("\u202e", "\\u202e")
 
 
-@pytest.mark.parametrize("which", ["to_markdown", "zookeeper_markdown"])
+@pytest.mark.parametrize("which", ["repair_markdown", "zookeeper_markdown"])
 def test_hostile_names_stay_one_literal_cell(which: str) -> None:
     plan = hostile_plan()
-    text = getattr(plan, which)()
+    text = getattr(approval_text, which)(plan)
     html = render(text)
     assert "<script" not in html and "<img" not in html and "<a " not in html and "<b>" not in html
     assert "<strong>bold" not in html and "<em>em" not in html
@@ -188,7 +179,7 @@ def test_hostile_names_stay_one_literal_cell(which: str) -> None:
         assert all(len(re.findall(r"<td", r)) == len(re.findall(r"<th", head)) for r in rows), rows
     rows_per_table = [len(rows) for _, *rows in tables]
     assert rows_per_table == ([1] if which == "zookeeper_markdown" else [0, 1])  # restart preview, ZooKeeper
-    if which == "to_markdown":  # each file one list item holding one code span: the name as it is
+    if which == "repair_markdown":  # each file one list item holding one code span: the name as it is
         items = re.findall(r"<li>(.*?)</li>", html, re.S)
         files = [unescaped(c) for i in items for c in re.findall(r"^<code>(.*?)</code>$", i, re.S)]
         assert files == [shown_as(n) for n in HOSTILE]
@@ -274,12 +265,12 @@ def test_a_big_plan_keeps_the_approval_short_summary_first() -> None:
     """900 quarantined indexes and 18 removed files: the text lists FILES_SHOWN per group and points at plan.json
     for the rest, so the request's buttons (below the text) stay near; the summary comes before any file."""
     plan = big_plan()
-    text = plan.to_markdown(f"/srv/repairs/{plan.hash}")
+    text = approval_text.repair_markdown(plan, f"/srv/repairs/{plan.hash}")
     lines = text.splitlines()
     assert sum(len(b.actions) for b in plan.brokers) == 918
     assert len(lines) < 100 and len(text) < 8_000, (len(lines), len(text))
     bigger = big_plan(partitions=300)  # ten times the files: not one line more
-    assert len(bigger.to_markdown(f"/srv/repairs/{bigger.hash}").splitlines()) == len(lines)
+    assert len(approval_text.repair_markdown(bigger, f"/srv/repairs/{bigger.hash}").splitlines()) == len(lines)
     listed = [x for x in lines if x.startswith("- `/data/kafka/")]
     assert len(listed) == 3 * 2 * FILES_SHOWN  # three brokers, two groups each (quarantine, remove)
     assert lines.count(f"- … and {300 - FILES_SHOWN} more: full list in `/srv/repairs/{plan.hash}/plan.json`") == 3
@@ -306,19 +297,21 @@ def test_a_big_plan_keeps_the_approval_short_summary_first() -> None:
 def test_a_dry_run_says_so_in_the_text_the_subject_and_the_button() -> None:
     dry, real = big_plan(dry_run=True), big_plan()
     assert dry.hash != real.hash  # dry_run is one of the gates: part of the plan
-    text = dry.to_markdown()
+    text = approval_text.repair_markdown(dry)
     assert "**DRY RUN: nothing will be written.**" in text.splitlines()[2]  # right under the title
-    assert "DRY RUN" in dry.subject() and "DRY RUN" not in real.subject()
-    assert dry.approve_option() == f"Approve dry run: 3 brokers, nothing written (plan {dry.hash[:12]})"
-    assert real.approve_option() == f"Approve: restart 3 brokers, change 918 files (plan {real.hash[:12]})"
+    assert "DRY RUN" in approval_text.repair_subject(dry) and "DRY RUN" not in approval_text.repair_subject(real)
+    assert approval_text.repair_option(dry) == f"Approve dry run: 3 brokers, nothing written (plan {dry.hash[:12]})"
+    assert approval_text.repair_option(real) == f"Approve: restart 3 brokers, change 918 files (plan {real.hash[:12]})"
 
 
 def test_the_zookeeper_approval_has_its_own_option_and_bounded_table() -> None:
     zk = [ZkAction("restore-topic-id", f"topic-{i}", "A" * 22, "every replica holds this topic ID") for i in range(25)]
     plan = Plan("c1", "run1", {}, [], zk, [])
-    text = plan.zookeeper_markdown("/srv/repairs/x")
-    assert plan.zookeeper_approve_option() == f"Approve: write 25 topic IDs to ZooKeeper (plan {plan.hash[:12]})"
-    assert plan.zookeeper_approve_option() != plan.approve_option()  # one answer cannot approve the other request
+    text = approval_text.zookeeper_markdown(plan, "/srv/repairs/x")
+    assert approval_text.zookeeper_option(plan) == f"Approve: write 25 topic IDs to ZooKeeper (plan {plan.hash[:12]})"
+    assert approval_text.zookeeper_option(plan) != approval_text.repair_option(
+        plan
+    )  # one answer cannot approve the other request
     assert sum(line.startswith("| `topic-") for line in text.splitlines()) == 10
     assert "… and 15 more topic(s)" in text and hashes_in(text) == [plan.hash]
 
@@ -329,13 +322,15 @@ def test_the_hash_is_the_canonical_contents_not_the_text() -> None:
     assessed = Plan(plan.cluster, plan.audit_run, plan.scope, plan.brokers, plan.zookeeper, plan.skipped, {})
     assert assessed.hash == plan.hash and "risk" not in plan.canonical()
     again = Plan.from_json(plan.to_json())
-    assert again.risk == plan.risk and again.to_markdown("/x") == plan.to_markdown("/x")  # what execute re-renders
+    assert again.risk == plan.risk and approval_text.repair_markdown(again, "/x") == approval_text.repair_markdown(
+        plan, "/x"
+    )  # what execute re-renders
 
 
 def test_the_risk_is_read_from_the_audits_isr() -> None:
     """Per restarted broker, from the audit's ZooKeeper snapshot: partitions under min ISR while it is down (the
     topic's own setting, else the default), and those it is the only in-sync replica of."""
-    from fleet_doctor.repair.plan import FleetFacts, restart_risk
+    from fleet_doctor.repair.planner import FleetFacts, restart_risk
 
     zk = [
         {"kind": "topic", "topic": "strict", "min_insync_replicas": 3, "partitions": {"0": [1, 2, 3]}},
@@ -391,17 +386,17 @@ def test_the_summary_says_when_internal_topics_are_included() -> None:
         ]
         return Plan("c1", "run1", {"include_internal": include_internal}, brokers, [], [])
 
-    included = plan(True).to_markdown()
+    included = approval_text.repair_markdown(plan(True))
     summary = included.splitlines()[: included.splitlines().index("#### Restart preview")]
     assert "- **Internal topics included:** `__consumer_offsets` (2 partition(s), 4 replica(s))." in summary
-    assert "Internal topics" not in plan(False).to_markdown()
-    untouched = plan(True, topic="orders").to_markdown()
+    assert "Internal topics" not in approval_text.repair_markdown(plan(False))
+    untouched = approval_text.repair_markdown(plan(True, topic="orders"))
     assert "- **Internal topics included:** none of them is touched by this plan." in untouched.splitlines()
 
 
 # ---- review of the approval changes: the cluster default min ISR, decisions by topic, the subject, the restore option
 def _isr_facts() -> Any:
-    from fleet_doctor.repair.plan import FleetFacts
+    from fleet_doctor.repair.planner import FleetFacts
 
     return FleetFacts(
         {},
@@ -421,32 +416,35 @@ def test_the_risk_never_reads_an_unknown_cluster_default_as_no_risk() -> None:
     """With nothing in the inventory or the form, a cluster whose ZooKeeper default is 2 (`/config/brokers/<default>`,
     which the audit's snapshot does not read) stops the run at broker 1's pre-check (lax-0 keeps 1 in-sync replica):
     the risk line said "none seen" with an assumed 1. It says the default is not known and names lax-0."""
-    from fleet_doctor.repair.plan import default_min_isr, restart_risk
+    from fleet_doctor.repair.planner import default_min_isr, restart_risk
 
     risk = restart_risk(_isr_facts(), [1])
     assert risk["cluster_default_known"] is False and risk["brokers"]["1"]["under_min_isr"] == 0
-    text = _restarting(risk).to_markdown()
+    text = approval_text.repair_markdown(_restarting(risk))
     (line,) = [x for x in text.splitlines() if x.startswith("- **Risk:**")]
     assert "none seen" not in line and "cluster default min.insync.replicas not known: the pre-check reads it" in line
     assert "`/config/brokers/<default>`" in line and "no static default is set" in line
     assert "1 partition(s) of topics without their own setting keep only 1 in-sync replica (`lax-0`)" in line
     assert "under min ISR if that default is above 1" in line
-    with_static = _restarting(restart_risk(_isr_facts(), [1], static_min_isr=2)).to_markdown()
+    with_static = approval_text.repair_markdown(_restarting(restart_risk(_isr_facts(), [1], static_min_isr=2)))
     assert "go under min.insync.replicas (`lax-0`)" in with_static and "counted here with 2" in with_static
     # known (the gates' order: ZooKeeper's default over the static one over Kafka's 1): then "none seen" may be said
     known = restart_risk(_isr_facts(), [1], static_min_isr=3, cluster_default=1)
     assert known["min_isr"] == 1 and known["cluster_default_known"] and "thinnest" not in known
-    assert "none seen at audit time" in _restarting(known).to_markdown()
+    assert "none seen at audit time" in approval_text.repair_markdown(_restarting(known))
     assert default_min_isr(2, 3) == (2, "ZooKeeper's /config/brokers/<default>")
     assert default_min_isr(None, 3)[0] == 3 and default_min_isr(None, None) == (1, "Kafka's default")
     old = {"min_isr": 1, "brokers": {"1": {"under_min_isr": 0, "under_min_isr_examples": [], "offline": 0}}}
-    assert "not known" in _restarting(old).to_markdown()  # a plan stored before: never "none seen" either
+    assert "not known" in approval_text.repair_markdown(
+        _restarting(old)
+    )  # a plan stored before: never "none seen" either
 
 
 def test_the_plan_and_the_gates_take_the_same_static_min_isr() -> None:
     """plan_from's risk and cluster_for's gates resolve the brokers' static default with one helper."""
     from fleet_doctor import inventory
-    from fleet_doctor.repair import tasks
+    from fleet_doctor.repair.gates import static_min_isr
+    from fleet_doctor.repair.session import cluster_for
 
     def inv(**extra: Any) -> inventory.Inventory:
         broker = {"id": 1, "host": "127.0.0.1", "ssh_port": 22, "ssh_user": "k", "ssh_key_file": "/k"}
@@ -456,14 +454,14 @@ def test_the_plan_and_the_gates_take_the_same_static_min_isr() -> None:
         return inventory.parse(data | extra)
 
     for params, i, want in (({}, inv(), None), ({"min_insync_replicas": 3}, inv(min_insync_replicas=2), 3)):
-        assert tasks.static_min_isr(params, i) == want
-        assert tasks.cluster_for(None, i, params).default_min_isr == want
-    assert tasks.static_min_isr({"min_insync_replicas": 1}, inv(min_insync_replicas=2)) == 2  # never lowered
+        assert static_min_isr(params, i.min_insync_replicas) == want
+        assert cluster_for(None, i, params).default_min_isr == want
+    assert static_min_isr({"min_insync_replicas": 1}, inv(min_insync_replicas=2).min_insync_replicas) == 2  # raised
 
 
 def _split_facts(topics: dict[str, dict[str, int]], in_zk: dict[str, str] | None = None) -> Any:
     """Per topic, how many replicas hold each topic ID (ZooKeeper's: ``in_zk``, else none): broker 1's probe."""
-    from fleet_doctor.repair.plan import FleetFacts
+    from fleet_doctor.repair.planner import FleetFacts
 
     probe, zk = [], []
     for t, ids in topics.items():
@@ -479,7 +477,7 @@ def _split_facts(topics: dict[str, dict[str, int]], in_zk: dict[str, str] | None
 def test_a_decision_left_to_a_human_names_its_topic_and_the_candidate_ids() -> None:
     """A topic-id-split without a ZooKeeper ID was one grouped line without its topic or its IDs; each decision is
     listed first, escaped, with how many replicas hold each candidate ID, and at most ROWS_SHOWN of them."""
-    from fleet_doctor.repair.plan import build_plan
+    from fleet_doctor.repair.planner import build_plan
 
     hostile = "t|x`<b>\n"
     facts = _split_facts(
@@ -491,7 +489,7 @@ def test_a_decision_left_to_a_human_names_its_topic_and_the_candidate_ids() -> N
     plan = build_plan("c1", "run1", split + report, facts)
     (decision,) = plan.decisions
     assert decision["replicas_per_id"] == {"AAAAAAAAAAAAAAAAAAAAAA": 4, "BBBBBBBBBBBBBBBBBBBBBB": 2}
-    lines = plan.to_markdown().splitlines()
+    lines = approval_text.repair_markdown(plan).splitlines()
     first = lines.index("#### Not addressed by this plan: 2 finding(s)") + 2
     assert lines[first] == (
         f"- **A decision for a human:** topic {md_cell(hostile, table=False)}, which topic ID to keep: "
@@ -506,7 +504,7 @@ def test_a_decision_left_to_a_human_names_its_topic_and_the_candidate_ids() -> N
         [{**split[0], "topic": f"t{i:02d}"} for i in range(13)],
         _split_facts({f"t{i:02d}": {} for i in range(13)}),
     )
-    text = many.to_markdown("/srv/r")
+    text = approval_text.repair_markdown(many, "/srv/r")
     assert sum(x.startswith("- **A decision for a human:** topic `t") for x in text.splitlines()) == 10
     assert "- … and 3 more decision(s) in `/srv/r/plan.json`" in text and "`t09`" in text and "`t10`" not in text
 
@@ -514,30 +512,35 @@ def test_a_decision_left_to_a_human_names_its_topic_and_the_candidate_ids() -> N
 def test_the_subject_shown_must_be_the_stored_plans(tmp_path: Any) -> None:
     """The subject is rendered from the plan task's XCom (the REST API can write it) and carries "DRY RUN": a request
     whose subject lost it is refused, for the repair, ZooKeeper and restore approvals alike."""
-    from fleet_doctor.repair import tasks
+    import dataclasses
+
+    from fleet_doctor.repair import restore_tasks, tasks
 
     s = settings(FLEET_DOCTOR_REPAIR_DIR=str(tmp_path))
     dry = big_plan(dry_run=True)
-    dry.zookeeper = [ZkAction("restore-topic-id", "t", "A" * 22, "every replica holds this topic ID")]
+    dry = dataclasses.replace(dry, zookeeper=(ZkAction("restore-topic-id", "t", "A" * 22, "every replica holds it"),))
     tasks.save_plan(s, dry)
-    for which, subject in (("markdown", dry.subject()), ("zookeeper_markdown", dry.zookeeper_subject())):
+    subjects = {tasks.BROKERS: approval_text.repair_subject(dry), tasks.ZOOKEEPER: approval_text.zookeeper_subject(dry)}
+    for which, subject in subjects.items():
         asked = tasks.approval_request(s, {"hash": dry.hash}, which)
-        assert asked["subject"] == subject and "DRY RUN" in subject
-        d = detail("alice", option=asked["option"], body=asked["body"]) | {"subject": subject}
+        assert asked.subject == subject and "DRY RUN" in subject
+        d = detail("alice", option=asked.option, body=asked.body) | {"subject": subject}
         args = {"task_id": "approve", "plan_hash": dry.hash, "settings": s, "triggered_by": "bob"}
-        assert check(d, **args, **asked)["plan_hash"] == dry.hash
+        shown = {"option": asked.option, "body": asked.body, "subject": asked.subject}
+        assert check(d, **args, **shown)["plan_hash"] == dry.hash
         with pytest.raises(ApprovalError, match=r"subject .* is not the stored plan's.*nothing was touched"):
-            check(d | {"subject": subject.replace("DRY RUN, ", "")}, **args, **asked)
+            check(d | {"subject": subject.replace("DRY RUN, ", "")}, **args, **shown)
     restore = _restore_plan(start=False)
     where = tmp_path / restore.scope["restore_of"] / "restores" / restore.hash
     where.mkdir(parents=True)
     (where / "plan.json").write_text(restore.to_json())
-    asked = tasks.restore_approval_request(s, {"hash": restore.hash, "restore_of": restore.scope["restore_of"]})
-    d = detail("alice", option=asked["option"], body=asked["body"]) | {"subject": asked["subject"]}
+    asked = restore_tasks.approval_request(s, {"hash": restore.hash, "restore_of": restore.scope["restore_of"]})
+    d = detail("alice", option=asked.option, body=asked.body) | {"subject": asked.subject}
     args = {"task_id": "approve", "plan_hash": restore.hash, "settings": s, "triggered_by": "bob"}
-    assert check(d, **args, **asked)["option"] == asked["option"]
+    shown = {"option": asked.option, "body": asked.body, "subject": asked.subject}
+    assert check(d, **args, **shown)["option"] == asked.option
     with pytest.raises(ApprovalError, match="subject"):
-        check(d | {"subject": asked["subject"].replace(", left stopped", "")}, **args, **asked)
+        check(d | {"subject": asked.subject.replace(", left stopped", "")}, **args, **shown)
 
 
 def _restore_plan(start: bool) -> Plan:
@@ -550,14 +553,12 @@ def _restore_plan(start: bool) -> Plan:
 
 
 def test_the_restore_option_says_when_the_broker_is_left_stopped() -> None:
-    from fleet_doctor.repair.restore import restore_approve_option, restore_subject
+    from fleet_doctor.repair.approval_text import restore_option, restore_subject
 
     stopped, started = _restore_plan(start=False), _restore_plan(start=True)
-    assert restore_approve_option(stopped) == (
+    assert restore_option(stopped) == (
         f"Approve: put back 2 file(s) on 1 broker(s), left stopped (restore {stopped.hash[:12]})"
     )
-    assert (
-        restore_approve_option(started) == f"Approve: put back 2 file(s) on 1 broker(s) (restore {started.hash[:12]})"
-    )
+    assert restore_option(started) == f"Approve: put back 2 file(s) on 1 broker(s) (restore {started.hash[:12]})"
     assert ", left stopped" in restore_subject(stopped) and "left stopped" not in restore_subject(started)
     assert "**left stopped**" in restore_markdown(stopped)

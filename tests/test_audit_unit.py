@@ -11,7 +11,8 @@ import pytest
 
 from fleet_doctor.audit import alerts, history, steps
 from fleet_doctor.repair import tasks
-from fleet_doctor.settings import Settings, safe_run_id
+from fleet_doctor.layout import safe_run_id
+from fleet_doctor.settings import Settings
 from harness.findings import finding
 
 

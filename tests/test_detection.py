@@ -295,8 +295,8 @@ def pristine_explained(run: Run, manifest: dict[str, SampleAppendix]) -> dict[st
     corpus that MANIFEST.md describes (computed from the staged files and ZooKeeper records)."""
     fleet, thillai = run.fleet, manifest[THILLAI]
     out: dict[str, set[tuple]] = {r: set() for r in ALL_RULE_IDS}
-    zk_topics = {r["topic"]: r for r in fleet.zk if r["kind"] == "topic"}
-    zk_states = {(r["topic"], r["partition"]): r for r in fleet.zk if r["kind"] == "partition_state"}
+    cluster_topics = {r["topic"]: r for r in fleet.zk if r["kind"] == "topic"}
+    cluster_states = {(r["topic"], r["partition"]): r for r in fleet.zk if r["kind"] == "partition_state"}
     for bid in (0, 1, 2):
         ld = fleet.logdirs[bid]
         # MANIFEST: "No clean shutdown" for thillai's broker dirs
@@ -311,12 +311,12 @@ def pristine_explained(run: Run, manifest: dict[str, SampleAppendix]) -> dict[st
                     assert f"kafka-logs-{bid}/{name}" in thillai.absent_index_dirs, name
                     out["index-missing"].add(("index-missing", bid, topic, int(part), int(log[:20]), f"{name}/{log}"))
             # MANIFEST: incoming, sendToEmail and outgoing were created after the last snapshot
-            if topic not in zk_topics:
+            if topic not in cluster_topics:
                 assert topic in ("incoming", "sendToEmail", "outgoing"), name
                 out["replica-not-assigned"].add(("replica-not-assigned", bid, topic, int(part), None, name))
             # MANIFEST: the snapshot's leader epochs (my-topic 4/4/2) predate the replicas' checkpoints
             epochs = _leader_epochs(ld / name / "leader-epoch-checkpoint")
-            state = zk_states.get((topic, int(part)))
+            state = cluster_states.get((topic, int(part)))
             if epochs and state and epochs[-1][0] > state["leader_epoch"]:
                 path = f"{name}/leader-epoch-checkpoint"
                 out["leader-epoch-ahead"].add(("leader-epoch-ahead", bid, topic, int(part), None, path))
@@ -327,7 +327,7 @@ def pristine_explained(run: Run, manifest: dict[str, SampleAppendix]) -> dict[st
                 if f"{topic}-{part}" not in dirs:
                     assert f"kafka-logs-{bid}/{topic}-{part}" in thillai.omitted
                     out["checkpoint-dangling"].add(("checkpoint-dangling", bid, topic, part, None, cp))
-        for topic, rec in zk_topics.items():
+        for topic, rec in cluster_topics.items():
             for part, replicas in rec["partitions"].items():
                 if bid in replicas and f"{topic}-{part}" not in dirs:
                     assert f"kafka-logs-{bid}/{topic}-{part}" in thillai.omitted
@@ -337,10 +337,10 @@ def pristine_explained(run: Run, manifest: dict[str, SampleAppendix]) -> dict[st
     # MANIFEST: design1's partition.metadata ID differs from ZooKeeper's (design1 recreated after snapshot.32f)
     for p in range(3):
         pm = (fleet.logdirs[3] / f"design1-{p}" / "partition.metadata").read_text()
-        assert ARYAN_DESIGN1_DISK_ID in pm and zk_topics["design1"]["topic_id"] == ARYAN_DESIGN1_ZK_ID
+        assert ARYAN_DESIGN1_DISK_ID in pm and cluster_topics["design1"]["topic_id"] == ARYAN_DESIGN1_ZK_ID
         out["topic-id-mismatch"].add(("topic-id-mismatch", 3, "design1", p, None, f"design1-{p}/partition.metadata"))
     # replication factor 1 in ZooKeeper (single-broker topics of both clusters)
-    for topic, rec in zk_topics.items():
+    for topic, rec in cluster_topics.items():
         if rec["replication_factor"] == 1:
             out["unsafe-replication"].add(
                 ("unsafe-replication", None, topic, None, None, f"zk:/brokers/topics/{topic}")

@@ -117,7 +117,7 @@ def _risk_line(facts: FleetFacts, static: int | None = None) -> tuple[dict[str, 
     known, cluster_default = facts.cluster_default_min_isr()
     risk = restart_risk(facts, [1, 3], static, cluster_default, known)
     plan = Plan("c1", "run1", {}, [BrokerPlan(b, False, True, [], None) for b in (1, 3)], [], [], risk)
-    lines = plan.to_markdown().splitlines()
+    lines = approval_text.repair_markdown(plan).splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith("- **Risk:**"))
     return risk, "\n".join([lines[start], *(x for x in lines[start + 1 :] if x.startswith("  - "))])
 

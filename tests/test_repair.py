@@ -125,7 +125,7 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
         zk_id = json.loads(zk.get("/brokers/topics/seed-004")[0])["topic_id"]
         assert plan.restart_order[-1] == controller and sorted(plan.restart_order) == [1, 2, 3]
         assert plan.restart_order[0] == 1  # the broker already out of ISR goes first
-        md = plan.to_markdown()
+        md = approval_text.repair_markdown(plan)
         assert plan.hash[:12] in md and "partition.metadata" in md and "est. recovery" in md
         again = _plan(seed004)
         assert again.hash == plan.hash  # content-addressed: same inputs, same hash

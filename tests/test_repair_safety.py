@@ -349,7 +349,7 @@ def test_the_gates_are_part_of_the_plan(lab: dict[str, Any]) -> None:
     careful = tasks.plan_from(s, "run1", findings, s.run_key("run1"), {"healthy_polls": 5, "min_insync_replicas": 2})
     lax = tasks.plan_from(s, "run1", findings, s.run_key("run1"), {"healthy_polls": 1})
     assert careful.hash != lax.hash
-    assert "`healthy_polls` `5`" in careful.to_markdown() and "`min_insync_replicas` `2`" in careful.to_markdown()
+    assert "`healthy_polls` `5`" in approval_text.repair_markdown(careful) and "`min_insync_replicas` `2`" in approval_text.repair_markdown(careful)
     gated = tasks.approved_gates(careful, {"healthy_polls": 1, "min_insync_replicas": 1})
     assert gated["healthy_polls"] == 5 and gated["min_insync_replicas"] == 2
     assert tasks.cluster_for(lab["zk"], lab["inv"], {"min_insync_replicas": 1}).default_min_isr in (None, 1)

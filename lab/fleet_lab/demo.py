@@ -28,11 +28,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from fleet_doctor.airflow_links import AUDIT_DAG, REPAIR_DAG
 from fleet_doctor.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
-AUDIT_DAG = "kafka_fleet_audit"
-REPAIR_DAG = "kafka_fleet_repair"
 # ui: a fixed port, so that a bookmark keeps working (8080 is often taken); FLEET_DOCTOR_UI_PORT or --port
 UI_PORT = 28080
 UI_SCENARIOS = ("demo", "seed-004", "seed-000")  # demo: DEMO_INCIDENTS; seed-*: fleet_lab.incidents.SCENARIOS

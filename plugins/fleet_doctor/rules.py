@@ -522,6 +522,9 @@ metadata-record-unknown: Metadata the decoder does not know or cannot read
 RULES: tuple[Rule, ...] = _catalogue(CATALOGUE)
 
 RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
+# Kafka's own topics: a topic-ID repair leaves their replicas alone unless a person includes them (PRODUCT.md, safety
+# invariant 6); the Kafka fleet view says so when a repair link names one
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 def rule_ids_with(remediation: Remediation) -> frozenset[str]:

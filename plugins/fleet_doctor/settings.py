@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor import layout
 from fleet_doctor.store import Store, s3_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,11 +28,6 @@ SECRET_SETTING_WORDS = ("access.key", "secret", "session.token", "password")
 
 class SettingsError(ValueError):
     """A FLEET_DOCTOR_* variable holds something unusable (the message names it)."""
-
-
-def safe_run_id(run_id: str) -> str:
-    """Airflow run ids hold ':' and '+': keep a file-name-safe form."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
 
 
 def asset_uri(url: str) -> str:
@@ -121,14 +116,9 @@ class Settings:
     def store(self) -> Store:
         return Store(self.data_root, self.environ)
 
-    @staticmethod
-    def run_key(run_id: str) -> str:
-        """The store key of one audit run's staging area."""
-        return f"staging/{safe_run_id(run_id)}"
-
     @property
     def findings_url(self) -> str:
-        return self.store.url("findings")
+        return self.store.url(layout.FINDINGS)
 
     def detect_conf(self, base: Mapping[str, str]) -> dict[str, str]:
         """Spark settings of the detection app: ``base``, the store's (S3A endpoint), then the configured extras."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import itertools
-import json
 import os
 import shutil
 import stat
@@ -30,9 +29,8 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from fleet_doctor.store import atomic_file, temporary_name, write_atomic
+from fleet_doctor.store import atomic_file, temporary_name
 
 PACKAGE = Path(__file__).resolve().parent
 DETECT_APP = PACKAGE.parents[1] / "spark_apps" / "detect.py"
@@ -306,12 +304,12 @@ def detect_args(
     audit_run: str,
     summary: str,
     findings_json: str,
-    zk_snapshot: str | None = None,
+    cluster_metadata: str | None = None,
     partial_scope: bool = False,
     controllers: str | None = None,
     metadata_mode: str | None = None,
 ) -> list[str]:
-    """The detection app's command-line arguments (spark_apps/detect.py --help). ``zk_snapshot``: the cluster facts
+    """The detection app's command-line arguments (spark_apps/detect.py --help). ``cluster_metadata``: the cluster facts
     (a ZooKeeper snapshot's records, or a KRaft metadata log's); ``controllers``: KRaft, the controllers' own
     metadata log headers and problems; ``metadata_mode``: the cluster's declared mode ("zookeeper" | "kraft"), so
     that a KRaft run whose controllers could not be read says so instead of looking like a ZooKeeper one."""
@@ -319,8 +317,8 @@ def detect_args(
         raise ValueError(f"metadata_mode must be 'zookeeper' or 'kraft', not {metadata_mode!r}")
     args = ["--probe-dir", probe_dir, "--brokers", brokers, "--output", output, "--audit-run", audit_run]
     args += ["--summary", summary, "--findings-json", findings_json]
-    if zk_snapshot:
-        args += ["--zk-snapshot", zk_snapshot]
+    if cluster_metadata:
+        args += ["--cluster-metadata", cluster_metadata]
     if controllers:
         args += ["--controllers", controllers]
     if metadata_mode:
@@ -359,62 +357,3 @@ def run_detect(
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-25:])
         raise SparkError(f"detection app failed (exit {proc.returncode}):\n{tail}")
-
-
-@dataclass(frozen=True)
-class Detection:
-    findings: list[dict[str, Any]]
-    summary: dict[str, Any]
-
-
-def detect_locally(
-    work: Path,
-    brokers: Iterable[Mapping[str, Any]],
-    zk_records: Iterable[Mapping[str, Any]] | None,
-    *,
-    master: str = "local[*]",
-    audit_run: str = "scan",
-    partial_scope: bool = False,
-    controller_records: Iterable[Mapping[str, Any]] | None = None,
-    metadata_mode: str | None = None,
-) -> Detection:
-    """The detection app on probe output staged in ``work/probe/broker_id=<N>/`` (fleet_doctor.audit.staging), in
-    this machine's Spark: for ``fleet-doctor scan`` and the repair's post-verify of one broker. ``brokers``: the
-    broker facts (``broker_id``, ``kafka_version``, ``running``); ``zk_records``: the cluster facts (a ZooKeeper
-    snapshot's records or a KRaft metadata log's), or None for none; ``controller_records``: KRaft, every
-    controller's ``cluster_metadata`` record each followed by its ``metadata_problem`` records, or None;
-    ``partial_scope``: only some of the fleet's brokers are in ``work`` (rules that compare brokers are skipped);
-    ``metadata_mode``: the cluster's mode, by default "kraft" when controller records or a metadata log's records
-    are given, else "zookeeper" when a ZooKeeper snapshot's are, else not told. SparkError when the app fails."""
-    write_atomic(work / "brokers.jsonl", "".join(json.dumps(dict(b)) + "\n" for b in brokers).encode())
-    zk = controllers = None
-    if zk_records is not None:
-        zk_records = list(zk_records)
-    if controller_records is not None:
-        controller_records = list(controller_records)
-    if metadata_mode is None:
-        if controller_records is not None or (zk_records and zk_records[0].get("kind") == "cluster_metadata"):
-            metadata_mode = "kraft"
-        elif zk_records is not None:
-            metadata_mode = "zookeeper"
-    if zk_records is not None:
-        zk = str(work / "zk.jsonl")
-        write_atomic(zk, "".join(json.dumps(dict(r)) + "\n" for r in zk_records).encode())
-    if controller_records is not None:
-        controllers = str(work / "controllers.jsonl")
-        write_atomic(controllers, "".join(json.dumps(dict(r)) + "\n" for r in controller_records).encode())
-    args = detect_args(
-        str(work / "probe"),
-        str(work / "brokers.jsonl"),
-        str(work / "findings"),
-        audit_run,
-        str(work / "summary.json"),
-        str(work / "findings.jsonl"),
-        zk,
-        partial_scope,
-        controllers,
-        metadata_mode,
-    )
-    run_detect(master, {**conf_for(master), **SHORT_RUN_CONF, **input_conf(args)}, args)
-    findings = [json.loads(line) for line in (work / "findings.jsonl").read_text().splitlines() if line.strip()]
-    return Detection(findings, json.loads((work / "summary.json").read_text()))

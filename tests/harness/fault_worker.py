@@ -19,17 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory
-from fleet_doctor.remote import Remote
-from fleet_doctor.repair.executor import Executor, Gates
+from fleet_doctor.layout import RESULT, RepairsDir
+from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
+from fleet_doctor.repair.executor import Executor
+from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.plan import BrokerPlan, Plan
-from fleet_doctor.repair.tasks import finish, lock_fence
-from fleet_doctor.zookeeper import cluster_session
-from fleet_doctor.zookeeper.cluster import Cluster
-from fleet_doctor.zookeeper.lock import acquire_lock
+from fleet_doctor.repair.session import cluster_lock
 from harness.ssh import ssh_connect
 
 POINTS = ("after-precheck", "after-stop", "mid-backup", "after-backup", "mid-change", "after-start")
-GATES = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=2, poll_interval_s=0.5, isr_timeout_s=60)
+GATES = Gates(
+    stop_timeout_s=60,
+    start_timeout_s=60,
+    healthy_polls=2,
+    poll_interval_s=0.5,
+    isr_timeout_s=60,
+    pause_between_brokers_s=0,
+)
 
 
 def die() -> None:
@@ -40,65 +46,55 @@ def die() -> None:
 class DyingExecutor(Executor):
     point = ""
 
-    def stop(self, b: BrokerPlan, remote: Remote) -> str:
+    def stop(self, b: BrokerPlan, host: BrokerHost) -> str:
         if self.point == "after-precheck":
             die()
-        return super().stop(b, remote)
+        return super().stop(b, host)
 
-    def backup(self, b: BrokerPlan, remote: Remote) -> str:
+    def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
         if self.point == "after-stop":
             die()
         if self.point == "mid-backup":
-            remote.fetch = lambda *a, **k: die()  # type: ignore[method-assign]
-        return super().backup(b, remote)
+            host.remote.fetch = lambda *a, **k: die()  # type: ignore[method-assign]
+        return super().backup(b, host)
 
-    def change(self, b: BrokerPlan, remote: Remote) -> str:
+    def change(self, b: BrokerPlan, host: BrokerHost) -> str:
         if self.point == "after-backup":
             die()
         if self.point == "mid-change":
-            run = remote.run
+            remove = host.remove
 
-            def run_then_die(command: str, *a: Any, **k: Any) -> Any:
-                out = run(command, *a, **k)
-                if "rm -f --" in command:
-                    die()  # one file removed, the rest not
+            def remove_then_die(path: str) -> Any:
+                out = remove(path)
+                die()  # one file removed, the rest not
                 return out
 
-            remote.run = run_then_die  # type: ignore[method-assign]
-        return super().change(b, remote)
+            host.remove = remove_then_die  # type: ignore[method-assign]
+        return super().change(b, host)
 
-    def healthy(self, b: BrokerPlan, remote: Remote) -> str:
+    def healthy(self, b: BrokerPlan, host: BrokerHost) -> str:
         if self.point == "after-start":
             die()
-        return super().healthy(b, remote)
+        return super().healthy(b, host)
 
 
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     assert cfg["point"] in POINTS, cfg["point"]
     inv = inventory.load(cfg["inventory"])
-    repairs = Path(cfg["repairs"])
-    plan = Plan.from_json((repairs / cfg["plan_hash"] / "plan.json").read_text())
+    repairs = RepairsDir(Path(cfg["repairs"]))
+    plan = Plan.from_json(repairs.plan(cfg["plan_hash"]).read_text())
     owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": cfg["attempt"]}
     DyingExecutor.point = cfg["point"]
     timeout = float(cfg.get("session_timeout_s", 4))
-    with cluster_session(inv, timeout=timeout, start_timeout=15) as zk:
-        acquire_lock(zk, inv.cluster, owner)
+    attempt = repairs.attempt(plan.hash, cfg["attempt"])
+    report: dict[str, Any] = {}
+    with cluster_lock(inv, owner, report, attempt / RESULT, session_timeout=timeout) as lock:
         ex = DyingExecutor(
-            plan,
-            repairs,
-            inv,
-            ssh_connect(inv),
-            Cluster(zk),
-            GATES,
-            attempt=cfg["attempt"],
-            fence=lock_fence(zk, inv.cluster, owner),
+            plan, attempt, inv, ssh_hosts(inv, ssh_connect(inv)), lock.cluster({}), GATES, fence=lock.fence()
         )
-        report: dict[str, Any] = {}
-        try:
-            ex.run()
-        finally:
-            finish(zk, inv, owner, ex.journal, report)
+        lock.keep_when(ex.journal.keeps_lock)
+        ex.run()
     print(json.dumps({"survived": True, **report}))
     return 0
 

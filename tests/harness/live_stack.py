@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.repair.executor import attempt_name
+from fleet_doctor.airflow_links import AUDIT_DAG, REPAIR_DAG, RESTORE_DAG
+from fleet_doctor.layout import attempt_name
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_lab import demo, fleet
 from fleet_lab.airflow_stack import LiveAirflow
@@ -19,7 +20,7 @@ from fleet_lab.fleet import broker_events as events  # the live tests import it 
 from fleet_lab.fleet import zk_json  # noqa: F401  (the live tests import it from here)
 from fleet_lab.incidents import run_scenario
 
-AUDIT, REPAIR, RESTORE = "kafka_fleet_audit", "kafka_fleet_repair", "kafka_fleet_restore"
+AUDIT, REPAIR, RESTORE = AUDIT_DAG, REPAIR_DAG, RESTORE_DAG
 FAST = {"healthy_polls": 2, "poll_interval_s": 1, "pause_between_brokers_s": 0, "isr_timeout_s": 120}
 REPAIRABLE = ("partition.metadata", "leader-epoch-checkpoint")
 

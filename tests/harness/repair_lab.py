@@ -8,16 +8,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor import inventory
+from fleet_doctor import inventory, layout
 from fleet_doctor.audit import steps
-from fleet_doctor.repair.executor import Gates
-from fleet_doctor.repair.plan import FleetFacts, Plan, build_plan
+from fleet_doctor.repair.gates import Gates
+from fleet_doctor.repair.plan import Plan
+from fleet_doctor.repair.planner import FleetFacts, build_plan
 from fleet_doctor.settings import Settings
 from fleet_lab import fleet
 from fleet_lab.incidents import run_scenario
 from harness.ssh import ssh_connect
 
-FAST = Gates(stop_timeout_s=60, start_timeout_s=60, healthy_polls=3, poll_interval_s=0.5, isr_timeout_s=60)
+FAST = Gates(
+    stop_timeout_s=60,
+    start_timeout_s=60,
+    healthy_polls=3,
+    poll_interval_s=0.5,
+    isr_timeout_s=60,
+    pause_between_brokers_s=0,
+)
 
 
 @contextmanager
@@ -38,5 +46,5 @@ def audited_lab(tmp_path: Path, scenario: str = "seed-004", version: str = "2.8.
 def plan_of(ctx: dict[str, Any], **scope: Any) -> Plan:
     """The plan for the lab's audit ``run1``, in ``scope`` (build_plan's keywords: brokers, rules, topics...)."""
     s: Settings = ctx["settings"]
-    findings = s.store.read_jsonl("history/audit_run=run1/findings.jsonl")
-    return build_plan(ctx["inv"].cluster, "run1", findings, FleetFacts.load(s.store, s.run_key("run1")), **scope)
+    findings = s.store.read_jsonl(layout.history_findings("run1"))
+    return build_plan(ctx["inv"].cluster, "run1", findings, FleetFacts.load(s.store, layout.staging("run1")), **scope)

@@ -13,46 +13,52 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
+from fleet_doctor.audit.summary import RunSummary
 from fleet_doctor.settings import Settings
 
 LOG = logging.getLogger(__name__)
 
 
-def report_url(summary: dict[str, Any], base: str = "") -> str:
-    return f"{base.rstrip('/')}/{os.path.basename(summary['report'])}" if base else summary["report"]
+def report_url(summary: RunSummary, base: str = "") -> str:
+    return f"{base.rstrip('/')}/{os.path.basename(summary.report)}" if base else summary.report
 
 
-def alert_message(summary: dict[str, Any], report_url: str | None = None) -> str | None:
+def alert_message(summary: RunSummary, report_url: str | None = None) -> str | None:
     """The on-call message when there are critical findings or brokers (KRaft: controllers) that could not be
     audited, else None."""
-    crit = summary["by_severity"]["critical"]
-    unread = summary.get("zookeeper_error") or summary.get("metadata_error")  # no cluster facts this run
-    controllers = sorted({e["controller"] for e in summary.get("controller_errors") or []})  # their logs unchecked
-    if not crit and not summary["not_audited"] and not unread and not controllers:
+    crit = summary.critical
+    controllers = sorted({e["controller"] for e in summary.controller_errors})  # their logs went unchecked
+    if not crit and not summary.not_audited and not summary.cluster_facts_unread and not controllers:
         return None
-    parts = [f"Kafka Fleet Doctor, cluster {summary['cluster']}, audit {summary['audit_run']}:"]
+    parts = [f"Kafka Fleet Doctor, cluster {summary.cluster}, audit {summary.audit_run}:"]
     parts.append(
-        f"{crit} critical, {summary['by_severity']['warning']} warning finding(s) "
-        f"({summary['by_status']['new']} new, {summary['by_status']['resolved']} resolved)."
+        f"{crit} critical, {summary.by_severity.get('warning', 0)} warning finding(s) "
+        f"({summary.by_status.get('new', 0)} new, {summary.by_status.get('resolved', 0)} resolved)."
     )
-    if summary["by_rule"]:
-        parts.append("Rules: " + ", ".join(f"{r} {n}" for r, n in summary["by_rule"].items()) + ".")
-    if summary["not_audited"]:
-        parts.append(f"NOT AUDITED (unreachable): brokers {', '.join(map(str, summary['not_audited']))}.")
-    if summary.get("zookeeper_error"):
-        parts.append(summary["zookeeper_error"])
-    if summary.get("metadata_error"):  # KRaft: no controller's metadata log could be read
-        parts.append(summary["metadata_error"])
+    if summary.by_rule:
+        parts.append("Rules: " + ", ".join(f"{r} {n}" for r, n in summary.by_rule.items()) + ".")
+    if summary.not_audited:
+        parts.append(f"NOT AUDITED (unreachable): brokers {', '.join(map(str, summary.not_audited))}.")
+    if summary.zookeeper_error:
+        parts.append(summary.zookeeper_error)
+    if summary.metadata_error:  # KRaft: no controller's metadata log could be read
+        parts.append(summary.metadata_error)
     elif controllers:
         parts.append(f"NOT READ (KRaft controllers' metadata logs): {', '.join(map(str, controllers))}.")
-    parts.append(f"Report: {report_url or summary['report']}")
+    parts.append(f"Report: {report_url or summary.report}")
     return " ".join(parts)
 
 
-def send_alert(settings: Settings, summary: dict[str, Any], context: dict[str, Any] | None = None) -> str | None:
-    """Log the alert (WARNING) and send it to the configured notifiers; returns the message or None."""
+def send_alert(
+    settings: Settings, summary: Mapping[str, Any] | RunSummary, context: dict[str, Any] | None = None
+) -> str | None:
+    """Log the alert (WARNING) and send it to the configured notifiers; returns the message or None. ``summary``:
+    the run's (``history.publish``'s, as the DAG's XCom holds it)."""
+    if not isinstance(summary, RunSummary):
+        summary = RunSummary.from_dict(summary)
     url = report_url(summary, settings.report_base_url)
     message = alert_message(summary, url)
     if message is None:

@@ -1,5 +1,5 @@
 """Publishing an audit run: the findings history (new / persisting / resolved / unverified since the previous run),
-the run's summary and its HTML report, in the audit's store (layout: ``fleet_doctor.audit.steps``)."""
+the run's summary and its HTML report, in the audit's store (``fleet_doctor.layout``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import time
 from collections import Counter
 from typing import Any
 
+from fleet_doctor import layout
 from fleet_doctor.audit.report import render_audit_html
+from fleet_doctor.audit.summary import FindingStatus, RunSummary
+from fleet_doctor.layout import safe_run_id
 from fleet_doctor.rules import SEVERITY_ORDER
-from fleet_doctor.settings import Settings, safe_run_id
+from fleet_doctor.settings import Settings
 
 # what identifies a finding from one run to the next
 FINDING_KEY = ("rule", "broker_id", "log_dir", "topic", "partition", "segment", "path")
@@ -24,21 +27,17 @@ def finding_key(f: dict[str, Any]) -> str:
 
 def metadata_summary(discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """Where the run's cluster metadata came from. KRaft: the controller, snapshot file and log end offset the
-    staged metadata was read from (the snapshot step's, else discover's), why it could not be read, and the
-    controllers that were tried and failed. ZooKeeper: the mode only (its errors are ``zookeeper_error``)."""
-    mode = facts.get("metadata_mode") or discovered.get("metadata_mode") or "zookeeper"
+    staged metadata was read from, why it could not be read, and the controllers that were tried and failed (the
+    snapshot step's account, read once per run). ZooKeeper: the mode only (its errors are ``zookeeper_error``)."""
+    mode = discovered["metadata_mode"]
     if mode != "kraft":
         return {"metadata_mode": mode}
-    staged = "metadata_source" in facts  # the snapshot step's account, when broker_facts read one
-    source = facts.get("metadata_source") if staged else discovered.get("metadata_source")
-    error = facts.get("metadata_error") if staged else discovered.get("metadata_error")
-    errors = facts.get("controller_errors") if staged else discovered.get("controller_errors")
     return {
         "metadata_mode": mode,
         "fenced": list(discovered.get("fenced") or []),
-        "metadata_source": source,
-        "metadata_error": error,
-        "controller_errors": list(errors or []),
+        "metadata_source": facts.get("metadata_source"),
+        "metadata_error": facts.get("metadata_error"),
+        "controller_errors": list(facts.get("controller_errors") or []),
     }
 
 
@@ -58,20 +57,20 @@ def airflow_url(settings: Settings) -> str | None:
 def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
     """Mark every finding new / persisting versus the previous run, add the previous run's findings that are
     gone as resolved (unless their broker was not audited this time, unreachable or out of the run's scope: then
-    they are carried as unverified),
-    append the run to the history, write the HTML report and return the compact summary."""
+    they are carried as unverified), append the run to the history, write the HTML report and return the run's
+    summary (``RunSummary.to_dict``)."""
     store = settings.store
     run = safe_run_id(run_id)
-    run_key = settings.run_key(run_id)
-    findings = store.read_jsonl(f"{run_key}/findings.jsonl")
-    spark_summary = store.read_json(f"{run_key}/summary.json") or {}
-    runs = [r for r in store.read_jsonl("history/runs.jsonl") if r["audit_run"] != run]
+    area = layout.staging(run_id)
+    findings = store.read_jsonl(area.findings_json)
+    spark_summary = store.read_json(area.summary) or {}
+    runs = [r for r in store.read_jsonl(layout.HISTORY_RUNS) if r["audit_run"] != run]
     previous = runs[-1]["audit_run"] if runs else None
     before = (
         {
             finding_key(f): f
-            for f in store.read_jsonl(f"history/audit_run={previous}/findings.jsonl")
-            if f.get("status") != "resolved"
+            for f in store.read_jsonl(layout.history_findings(previous))
+            if f.get("status") != FindingStatus.RESOLVED
         }
         if previous
         else {}
@@ -82,50 +81,53 @@ def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: 
     rows = []
     now = {finding_key(f): f for f in findings}
     for key, f in now.items():
-        rows.append(
-            {
-                **f,
-                "status": "persisting" if key in before else "new",
-                "first_seen": (before.get(key) or {}).get("first_seen") or run,
-            }
-        )
+        status = FindingStatus.PERSISTING if key in before else FindingStatus.NEW
+        rows.append({**f, "status": status.value, "first_seen": (before.get(key) or {}).get("first_seen") or run})
     for key, f in before.items():
         if key in now:
             continue
         # a partial run resolves only what it looked at: its brokers' own findings, not the cluster's
         carried = f.get("broker_id") in not_checked or (bool(out_of_scope) and f.get("broker_id") is None)
-        rows.append({**f, "status": "unverified" if carried else "resolved", "audit_run": run})
-    store.write_jsonl(f"history/audit_run={run}/findings.jsonl", rows)
-    active = [r for r in rows if r["status"] in ("new", "persisting", "unverified")]
-    by_severity = Counter(r["severity"] for r in active if r["status"] != "unverified")
+        status = FindingStatus.UNVERIFIED if carried else FindingStatus.RESOLVED
+        rows.append({**f, "status": status.value, "audit_run": run})
+    store.write_jsonl(layout.history_findings(run), rows)
+    verified = [r for r in rows if r["status"] in (FindingStatus.NEW, FindingStatus.PERSISTING)]
+    by_severity = Counter(r["severity"] for r in verified)
     status_counts = Counter(r["status"] for r in rows)
-    report = f"reports/{run}.html"
-    summary = {
-        "audit_run": run,
-        "cluster": discovered["cluster"],
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "findings": sum(by_severity.values()),
-        "by_severity": {s: by_severity.get(s, 0) for s in SEVERITY_ORDER},
-        "by_status": {s: status_counts.get(s, 0) for s in ("new", "persisting", "resolved", "unverified")},
-        "by_rule": dict(sorted(Counter(r["rule"] for r in active if r["status"] != "unverified").items())),
-        "audited": facts["audited"],
-        "not_audited": facts["not_audited"],
-        "out_of_scope": facts.get("out_of_scope", []),
-        "only_in_inventory": discovered["only_in_inventory"],
-        "only_in_zookeeper": discovered["only_in_zookeeper"],  # KRaft: only in the metadata log
-        "zookeeper_error": discovered.get("zookeeper_error"),
+    only_in_metadata = discovered.get("only_in_cluster_metadata", discovered.get("only_in_zookeeper", []))
+    summary = RunSummary(
+        audit_run=run,
+        cluster=discovered["cluster"],
+        finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        findings=sum(by_severity.values()),
+        by_severity={s: by_severity.get(s, 0) for s in SEVERITY_ORDER},
+        by_status={s.value: status_counts.get(s.value, 0) for s in FindingStatus},
+        by_rule=dict(sorted(Counter(r["rule"] for r in verified).items())),
+        audited=facts["audited"],
+        not_audited=facts["not_audited"],
+        out_of_scope=facts.get("out_of_scope", []),
+        only_in_inventory=discovered["only_in_inventory"],
+        only_in_cluster_metadata=list(only_in_metadata),
+        zookeeper_error=discovered.get("zookeeper_error"),
         **metadata_summary(discovered, facts),
-        "rules_skipped": spark_summary.get("rules_skipped", {}),
-        "report": store.url(report),
-        "findings_dataset": store.url(f"findings/audit_run={run}"),
-        "previous_run": previous,
-    }
-    runs.append(
-        {k: summary[k] for k in ("audit_run", "finished_at", "by_severity", "by_status", "not_audited", "out_of_scope")}
+        rules_skipped=spark_summary.get("rules_skipped", {}),
+        report=store.url(layout.report_html(run)),
+        findings_dataset=store.url(layout.findings_dataset(run)),
+        previous_run=previous,
     )
-    store.write_jsonl("history/runs.jsonl", runs)
-    store.write_text(f"reports/{run}.json", json.dumps(summary, indent=2) + "\n")
+    runs.append(
+        {
+            "audit_run": run,
+            "finished_at": summary.finished_at,
+            "by_severity": summary.by_severity,
+            "by_status": summary.by_status,
+            "not_audited": summary.not_audited,
+            "out_of_scope": summary.out_of_scope,
+        }
+    )
+    store.write_jsonl(layout.HISTORY_RUNS, runs)
+    store.write_text(layout.report_json(run), json.dumps(summary.to_dict(), indent=2) + "\n")
     html = io.StringIO()
     render_audit_html(rows, summary, runs, html, airflow_url(settings))
-    store.write_text(report, html.getvalue())
-    return summary
+    store.write_text(layout.report_html(run), html.getvalue())
+    return summary.to_dict()

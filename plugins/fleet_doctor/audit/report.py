@@ -12,7 +12,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from fleet_doctor.console.data import RepairScope, in_airflow, is_repairable
+from fleet_doctor.airflow_links import RepairScope, in_airflow, is_repairable
+from fleet_doctor.audit.summary import FindingStatus, RunSummary
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.rules import SEVERITY_ORDER, severity_rank
 
@@ -30,9 +31,9 @@ def counts(findings: Iterable[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def metadata_label(summary: dict[str, Any]) -> str:
+def metadata_label(kraft: bool) -> str:
     """Where cluster-wide facts come from, in a heading: ZooKeeper, or the KRaft metadata log."""
-    return "metadata log" if summary.get("metadata_mode") == "kraft" else "ZooKeeper"
+    return "metadata log" if kraft else "ZooKeeper"
 
 
 def metadata_source_text(source: dict[str, Any]) -> str:
@@ -63,7 +64,7 @@ def render_text(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
     for key in sorted(by_broker):
         group = by_broker[key]
         c = counts(group)
-        title = f"cluster ({metadata_label(summary)})" if key[0] else f"broker {key[1]}"
+        title = f"cluster ({metadata_label(summary.get('metadata_mode') == 'kraft')})" if key[0] else f"broker {key[1]}"
         out.write(f"{title}: {c['critical']} critical, {c['warning']} warning, {c['info']} info\n")
         by_part: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
         for f in group:
@@ -125,7 +126,7 @@ def render_html(findings: list[dict[str, Any]], summary: dict[str, Any], out: Te
         out.write(f"<tr><td>{e(rule)}</td><td>{n}</td></tr>")
     out.write("</table><h2>Findings</h2>")
     _groups_table(group_findings(findings), out, status=False)
-    _not_evaluated(summary, out)
+    _not_evaluated(summary.get("rules_skipped") or {}, out)
     out.write("</body></html>\n")
 
 
@@ -188,8 +189,7 @@ def _groups_table(groups: Iterable[FindingGroup], out: TextIO, *, status: bool, 
     out.write("</table>")
 
 
-def _not_evaluated(summary: dict[str, Any], out: TextIO) -> None:
-    skipped = summary.get("rules_skipped") or {}
+def _not_evaluated(skipped: dict[str, str], out: TextIO) -> None:
     if skipped:
         out.write("<h2>Not evaluated</h2><ul>")
         for rule, why in sorted(skipped.items()):
@@ -197,27 +197,26 @@ def _not_evaluated(summary: dict[str, Any], out: TextIO) -> None:
         out.write("</ul>")
 
 
-def _metadata_source(summary: dict[str, Any], out: TextIO) -> None:
+def _metadata_source(summary: RunSummary, out: TextIO) -> None:
     """KRaft: which controller's metadata log the cluster facts come from, and the controllers that failed."""
-    if summary.get("metadata_mode") != "kraft":
+    if not summary.kraft:
         return
     e = html.escape
-    if summary.get("metadata_error"):
+    if summary.metadata_error:
         out.write(
             "<h2 class='critical'>Cluster metadata</h2><p>Not read: the cluster-wide rules did not run. "
-            f"{e(summary['metadata_error'])}</p>"
+            f"{e(summary.metadata_error)}</p>"
         )
-    elif summary.get("metadata_source"):
-        out.write(f"<h2>Cluster metadata</h2><p>From {e(metadata_source_text(summary['metadata_source']))}.</p>")
-    failed = summary.get("controller_errors") or []
-    if failed and not summary.get("metadata_error"):
+    elif summary.metadata_source:
+        out.write(f"<h2>Cluster metadata</h2><p>From {e(metadata_source_text(summary.metadata_source))}.</p>")
+    if summary.controller_errors and not summary.metadata_error:
         out.write("<p>Controllers not read:</p><ul>")
-        for f in failed:
+        for f in summary.controller_errors:
             out.write(f"<li>{e(str(f.get('error')))}</li>")
         out.write("</ul>")
 
 
-_STATUS_ORDER = {"new": 0, "persisting": 1, "unverified": 2, "resolved": 3}
+_STATUS_ORDER = {s.value: i for i, s in enumerate(FindingStatus)}
 
 
 def svg_history(runs: list[dict[str, Any]], width: int = 640, height: int = 160) -> str:
@@ -263,24 +262,21 @@ def _airflow_links(airflow_url: str) -> str:
     )
 
 
-def registry_notes(summary: dict[str, Any]) -> list[tuple[str, list[Any]]]:
+def registry_notes(summary: RunSummary) -> list[tuple[str, list[Any]]]:
     """Where the inventory and the cluster's registry (ZooKeeper's, or the KRaft metadata log's) disagree, and the
     fenced brokers: (what, broker ids) for each that has any."""
-    registry = "the metadata log (registered, unfenced)" if summary.get("metadata_mode") == "kraft" else "ZooKeeper"
-    return [
-        (label, list(summary[key]))
-        for label, key in (
-            (f"In the inventory, not registered in {registry}", "only_in_inventory"),
-            (f"Registered in {registry}, not in the inventory", "only_in_zookeeper"),
-            ("Fenced by the controller (stopped, not heartbeating or not caught up)", "fenced"),
-        )
-        if summary.get(key)
-    ]
+    registry = "the metadata log (registered, unfenced)" if summary.kraft else "ZooKeeper"
+    notes = (
+        (f"In the inventory, not registered in {registry}", summary.only_in_inventory),
+        (f"Registered in {registry}, not in the inventory", summary.only_in_cluster_metadata),
+        ("Fenced by the controller (stopped, not heartbeating or not caught up)", summary.fenced),
+    )
+    return [(label, list(brokers)) for label, brokers in notes if brokers]
 
 
 def render_audit_html(
     rows: list[dict[str, Any]],
-    summary: dict[str, Any],
+    summary: RunSummary,
     runs: list[dict[str, Any]],
     out: TextIO,
     airflow_url: str | None = None,
@@ -290,34 +286,34 @@ def render_audit_html(
     ``airflow_url`` (Airflow's UI as people open it), links into Airflow: the Kafka fleet view, the pending
     approvals, and a pre-filled repair per repairable group."""
     e = html.escape
-    title = f"Kafka Fleet Doctor: cluster {summary['cluster']}, audit {summary['audit_run']}"
+    title = f"Kafka Fleet Doctor: cluster {summary.cluster}, audit {summary.audit_run}"
     out.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>")
     out.write(f"</head><body><h1>{e(title)}</h1>")
     if airflow_url:
         out.write(_airflow_links(airflow_url))
     out.write("<div class='cards'>")
     for s in SEVERITY_ORDER:
-        out.write(f"<div class='card'><b class='{s}'>{summary['by_severity'][s]}</b>{s}</div>")
-    for s in ("new", "resolved"):
-        out.write(f"<div class='card'><b>{summary['by_status'][s]}</b>{s}</div>")
+        out.write(f"<div class='card'><b class='{s}'>{summary.by_severity[s]}</b>{s}</div>")
+    for st in (FindingStatus.NEW, FindingStatus.RESOLVED):
+        out.write(f"<div class='card'><b>{summary.by_status[st]}</b>{st}</div>")
     out.write("</div>")
-    if summary["not_audited"]:
+    if summary.not_audited:
         out.write(
             "<h2 class='critical'>Not audited</h2><p>These brokers could not be reached; their earlier findings "
-            "are carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary["not_audited"]))) + "</p>"
+            "are carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary.not_audited))) + "</p>"
         )
-    if summary.get("out_of_scope"):
+    if summary.out_of_scope:
         out.write(
             "<h2>Out of scope</h2><p>This run audited only some brokers; the earlier findings of the others are "
-            "carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary["out_of_scope"]))) + "</p>"
+            "carried as <i>unverified</i>: broker(s) " + e(", ".join(map(str, summary.out_of_scope))) + "</p>"
         )
     for label, brokers in registry_notes(summary):
         out.write(f"<h2>{e(label)}</h2><p>broker(s) {e(', '.join(map(str, brokers)))}</p>")
-    if summary.get("zookeeper_error"):
-        out.write(f"<h2 class='critical'>ZooKeeper</h2><p>{e(summary['zookeeper_error'])}</p>")
+    if summary.zookeeper_error:
+        out.write(f"<h2 class='critical'>ZooKeeper</h2><p>{e(summary.zookeeper_error)}</p>")
     _metadata_source(summary, out)
     out.write("<h2>Findings over time</h2>" + svg_history(runs))
-    active = [r for r in rows if r["status"] != "resolved"]
+    active = [r for r in rows if r["status"] != FindingStatus.RESOLVED]
     per_broker: dict[str, Counter[str]] = defaultdict(Counter)
     per_rule: dict[str, Counter[str]] = defaultdict(Counter)
     for r in active:
@@ -336,9 +332,9 @@ def render_audit_html(
         "cause each); the files behind each.</p>"
     )
     _groups_table(groups, out, status=True, airflow_url=airflow_url)
-    resolved = [r for r in rows if r["status"] == "resolved"]
+    resolved = [r for r in rows if r["status"] == FindingStatus.RESOLVED]
     if resolved:
         out.write(f"<h2>Resolved since the previous run</h2><p>{len(resolved)} finding(s).</p>")
         _groups_table(group_findings(resolved), out, status=True)
-    _not_evaluated(summary, out)
+    _not_evaluated(summary.rules_skipped, out)
     out.write("</body></html>\n")

@@ -20,20 +20,18 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from fleet_doctor import records
+from fleet_doctor.layout import RunArea
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from fleet_doctor.store import Store
-
-PROBE_OBJECT = "probe.jsonl.gz"  # one broker's staged JSON Lines: the object that says the broker is staged
 
 
 @dataclass(frozen=True)
@@ -293,23 +291,18 @@ class StagingError(RuntimeError):
     """The probe's output could not be staged completely (the message names the broker and what differs)."""
 
 
-def probe_key(run_key: str, broker_id: int) -> str:
-    """The JSON Lines object of one broker's staged probe output in an audit run's staging area."""
-    return f"{run_key}/probe/broker_id={broker_id}/{PROBE_OBJECT}"
-
-
-def staged_brokers(store: Store, run_key: str) -> list[int]:
-    """Brokers whose probe output is completely staged: their JSON Lines object exists (it is committed last)."""
-    done = re.compile(r"broker_id=(\d+)/" + re.escape(PROBE_OBJECT))
-    return sorted(int(m.group(1)) for f in store.files(f"{run_key}/probe") if (m := done.fullmatch(f)))
+def staged_brokers(store: Store, area: RunArea) -> list[int]:
+    """Brokers whose probe output is completely staged in ``area``: their JSON Lines object exists (it is committed
+    last)."""
+    return sorted(b for f in store.files(area.probe_dir) if (b := area.staged_broker(f)) is not None)
 
 
 def stage_probe(
     store: Store, key: str, produce: Callable[[Callable[[bytes], None]], Mapping[str, Any]], who: str
 ) -> ProbeSplitter:
-    """Stage one probe run at ``key`` (``probe_key``): ``produce(write)`` streams the probe's stdout into ``write``
-    and returns its ``probe_end`` record. A previous attempt's JSON Lines object goes first (old JSON Lines never
-    pair with new Parquet); the Parquet objects are committed, then the JSON Lines, only when ``produce`` returned
+    """Stage one probe run at ``key`` (``layout.RunArea.probe``): ``produce(write)`` streams the probe's stdout into
+    ``write`` and returns its ``probe_end`` record. A previous attempt's JSON Lines object goes first (old JSON Lines
+    never pair with new Parquet); the Parquet objects are committed, then the JSON Lines, only when ``produce`` returned
     and each kind's records staged (Parquet rows plus JSON lines) are as many as ``probe_end`` counted. Anything
     else leaves no JSON Lines object, so the broker does not count as staged."""
     store.delete(key)

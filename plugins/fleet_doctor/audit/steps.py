@@ -8,23 +8,10 @@ own.
 The cluster metadata comes from ZooKeeper (``metadata_mode`` ``zookeeper``) or, on a KRaft cluster, from the
 controllers' metadata log (``fleet_doctor.audit.kraft``: the decoder run on each controller over SSH, the most
 up-to-date log of those read giving the cluster's facts). Both give the same records (docs/zk-snapshot-schema.md,
-docs/cluster-metadata-schema.md), staged as ``zk.jsonl``: detection reads one shape of cluster facts.
+docs/cluster-metadata-schema.md), staged as the run's cluster metadata: detection reads one shape of cluster facts. A
+KRaft cluster's controllers are read once per run: ``discover`` stages what it read, ``snapshot_metadata`` uses it.
 
-Storage layout under the data root (``FLEET_DOCTOR_DATA``: a local directory, or ``s3a://bucket/prefix`` or
-``hdfs://namenode/path``, see fleet_doctor.store)::
-
-    staging/<run>/probe/broker_id=<N>/probe.jsonl.gz    one broker's probe output but its bulk records, and
-    staging/<run>/probe/broker_id=<N>/probe.{segments,partitions,files}.parquet   those (audit.staging)
-    staging/<run>/zk.jsonl, brokers.jsonl               the cluster metadata (ZooKeeper or KRaft), the broker facts
-    staging/<run>/controllers.jsonl                     KRaft: each controller's metadata log header and problems
-    staging/<run>/metadata-source.json                  KRaft: which controller the metadata came from, and why
-                                                        the others did not give it
-    staging/<run>/summary.json, findings.jsonl          what the Spark app wrote
-    findings/audit_run=<run>/*.parquet                  the findings dataset (the DAG's Asset)
-    history/runs.jsonl, history/audit_run=<run>/findings.jsonl   per finding: new / persisting / resolved
-    reports/<run>.html                                  the report
-    verify/<run>/...                                    a repair's re-verification: staged and detected as an
-                                                        audit run, never published (docs/repair.md)
+Where each step keeps what it stages: ``fleet_doctor.layout`` (one run's staging area is a ``RunArea``).
 """
 
 from __future__ import annotations
@@ -37,18 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory as inv
-from fleet_doctor import spark
-from fleet_doctor.audit import history, kraft
-from fleet_doctor.audit.staging import StagingError, probe_key, stage_probe, staged_brokers
+from fleet_doctor.audit import detection, history, kraft
+from fleet_doctor.audit.staging import StagingError, stage_probe, staged_brokers
 from fleet_doctor.identity import verify_identity
+from fleet_doctor.layout import RunArea, staging
 from fleet_doctor.remote import Remote, lowest_priority
-from fleet_doctor.settings import Settings, safe_run_id
+from fleet_doctor.settings import Settings
 from fleet_doctor.store import Store
 from fleet_doctor.zookeeper import ZkAuth, credentials, session
 from fleet_doctor.zookeeper.cluster import Cluster
 
 PROBE_SOURCE = Path(__file__).resolve().parents[1] / "probe.py"
-METADATA_SOURCE = "metadata-source.json"  # KRaft: which controller the staged metadata came from
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,6 +47,9 @@ def discover(
     auth: ZkAuth | None = None,
     connect: kraft.Connect | None = None,
     metadata_timeout: float = kraft.DECODE_TIMEOUT_S,
+    *,
+    store: Store | None = None,
+    area: RunArea | None = None,
 ) -> dict[str, Any]:
     """The brokers to audit: every broker of the inventory (or only the ids in ``only``, the rest listed as out of
     scope), with its registration. A broker known to only one of the two is reported, never dropped.
@@ -69,7 +58,9 @@ def discover(
     from every controller (``connect(endpoint) -> SSH client``, default the Airflow connection) and taken from the
     most up-to-date log, the inventory's order breaking ties (``fleet_doctor.audit.kraft``); ``metadata_source``
     names it, ``controller_errors`` the controllers that could not be read, ``metadata_error`` says why none could
-    be, ``fenced`` the brokers registered but fenced (``only_in_zookeeper`` then means "only in the metadata log").
+    be, ``fenced`` the brokers registered but fenced (``only_in_cluster_metadata``: "only in the metadata log").
+    With ``store`` and ``area`` (the run's staging area), what was read from the controllers is staged there as the
+    run's cluster metadata (``stage_kraft_metadata``), so that ``snapshot_metadata`` does not read them again.
     Each broker carries what ``stage_broker`` checks its identity against (pinned host key, log dirs)."""
     known = {b.id for b in inventory.brokers}
     scope = {int(b) for b in only}
@@ -81,10 +72,12 @@ def discover(
     controller_errors: list[dict[str, Any]] = []
     fenced: list[int] = []
     zk_connect: str | None = zookeeper or inventory.zookeeper
+    endpoints = [inventory.controller_endpoint(c.id) for c in inventory.controllers]
     if inventory.kraft:
         zk_connect = None
-        endpoints = [inventory.controller_endpoint(c.id) for c in inventory.controllers]
         reads, controller_errors = kraft.read_controllers(endpoints, connect, timeout=metadata_timeout)
+        if store is not None and area is not None:
+            stage_kraft_metadata(store, area, endpoints, reads, controller_errors)
         if reads:
             registered, fenced, source = reads[0].registrations(), reads[0].fenced(), reads[0].source()
         else:
@@ -112,15 +105,17 @@ def discover(
         for b in inventory.brokers
         if not scope or b.id in scope
     ]
+    only_in_metadata = sorted(set(registered) - known)
     return {
         "cluster": inventory.cluster,
-        "metadata_mode": inventory.metadata_mode,
+        "metadata_mode": inventory.metadata_mode,  # decided once, by the inventory: passed on from here
         "zookeeper": zk_connect,
-        "controllers": [inventory.controller_endpoint(c.id) for c in inventory.controllers],
+        "controllers": endpoints,
         "brokers": brokers,
         "registered": sorted(registered),
         "only_in_inventory": sorted(known - set(registered)) if not unknown else [],
-        "only_in_zookeeper": sorted(set(registered) - known),
+        "only_in_cluster_metadata": only_in_metadata,
+        "only_in_zookeeper": only_in_metadata,  # its older name (on KRaft it meant "only in the metadata log")
         "fenced": fenced,  # KRaft: registered but fenced (in only_in_inventory when in the inventory)
         "zookeeper_error": zk_error,
         "metadata_source": source,
@@ -173,20 +168,20 @@ def stage_broker(
     client: Any,
     broker: dict[str, Any],
     store: Store,
-    run_key: str,
+    area: RunArea,
     *,
     deep: bool,
     verify_crc: bool,
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
-    """Run the probe on the broker over an open SSH connection and stream its output into the store under
-    ``<run_key>/probe/broker_id=<N>/`` in the staged form (audit.staging: Parquet for the bulk records, gzip'd
+    """Run the probe on the broker over an open SSH connection and stream its output into the store under the run
+    area's ``probe/broker_id=<N>/`` in the staged form (audit.staging: Parquet for the bulk records, gzip'd
     JSON Lines for the rest, committed all or nothing).
 
     First the host must prove it is broker N (fleet_doctor.identity: the pinned host key, the log dirs'
     meta.properties): IdentityError naming both ids otherwise, and nothing is staged."""
     bid = int(broker["broker_id"])
-    key = probe_key(run_key, bid)
+    key = area.probe(bid)
     remote = Remote(client, bid)
     if not broker.get("host_key"):
         raise StageError(f"{remote.who}: no pinned host_key in the discovered broker: rerun discover")
@@ -231,26 +226,17 @@ def snapshot_zookeeper(connect: str, store: Store, key: str, timeout: float = 10
     return len(records)
 
 
-def snapshot_metadata(
-    discovered: dict[str, Any],
+def stage_kraft_metadata(
     store: Store,
-    run_key: str,
-    *,
-    timeout: float = 10.0,
-    auth: ZkAuth | None = None,
-    connect: kraft.Connect | None = None,
-    metadata_timeout: float = kraft.DECODE_TIMEOUT_S,
-) -> int:
-    """The cluster's metadata as JSON Lines at ``<run_key>/zk.jsonl`` (the number of records). ZooKeeper: exactly
-    ``snapshot_zookeeper``. KRaft: every controller of ``discovered`` is decoded (``connect(endpoint)``); the most
-    up-to-date log (the inventory's order breaking ties) gives ``zk.jsonl``, each one read its header and problems
-    to ``controllers.jsonl`` (in the inventory's order), and ``metadata-source.json`` says which controller was used
-    and why others were not.
-    Raises MetadataReadError when no controller could be read (detection then runs without cluster facts)."""
-    if discovered.get("metadata_mode", "zookeeper") != "kraft":
-        return snapshot_zookeeper(discovered["zookeeper"], store, f"{run_key}/zk.jsonl", timeout=timeout, auth=auth)
-    endpoints = discovered["controllers"]
-    reads, errors = kraft.read_controllers(endpoints, connect, timeout=metadata_timeout)
+    area: RunArea,
+    endpoints: list[dict[str, Any]],
+    reads: list[kraft.ControllerRead],
+    errors: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """What one read of a KRaft cluster's controllers gave, staged in ``area``: the most up-to-date log's records as
+    the cluster metadata, each controller's header and problems (in the inventory's order) as the controllers
+    input, and the account of the read (which controller, why the others did not give it, how many records). A read
+    that failed leaves an earlier successful one's files in place. Returns the account."""
     order = [int(e["controller_id"]) for e in endpoints]
     in_order = sorted(reads, key=lambda r: order.index(r.controller_id))
     source = {
@@ -259,20 +245,45 @@ def snapshot_metadata(
         "controllers_read": [r.controller_id for r in in_order],
         "controller_errors": errors,
         "error": None if reads else kraft.error_text(errors),
+        "records": len(reads[0].records) if reads else 0,
     }
     if reads:
-        store.write_jsonl(f"{run_key}/controllers.jsonl", [r for read in in_order for r in read.controller_records()])
-        store.write_jsonl(f"{run_key}/zk.jsonl", reads[0].records)
-    if reads or not store.is_file(f"{run_key}/zk.jsonl"):  # a retry that failed leaves an earlier attempt's account
-        store.write_text(f"{run_key}/{METADATA_SOURCE}", json.dumps(source, indent=2) + "\n")
-    if not reads:
-        raise kraft.MetadataReadError(source["error"])
-    return len(reads[0].records)
+        store.write_jsonl(area.controllers, [r for read in in_order for r in read.controller_records()])
+        store.write_jsonl(area.cluster_metadata, reads[0].records)
+    if reads or not store.is_file(area.cluster_metadata):  # a retry that failed leaves an earlier attempt's account
+        store.write_text(area.metadata_source, json.dumps(source, indent=2) + "\n")
+    return source
 
 
-def write_broker_facts(discovered: dict[str, Any], store: Store, run_key: str) -> dict[str, Any]:
-    """brokers.jsonl for the Spark app, and the audited / not-audited split."""
-    staged = set(staged_brokers(store, run_key))
+def snapshot_metadata(
+    discovered: dict[str, Any],
+    store: Store,
+    area: RunArea,
+    *,
+    timeout: float = 10.0,
+    auth: ZkAuth | None = None,
+    connect: kraft.Connect | None = None,
+    metadata_timeout: float = kraft.DECODE_TIMEOUT_S,
+) -> int:
+    """The cluster's metadata staged in ``area`` (the number of records). ZooKeeper: exactly ``snapshot_zookeeper``.
+    KRaft: what ``discover`` read from the controllers and staged for this run (``stage_kraft_metadata``); read now
+    only when discover could not read any controller (``connect(endpoint)``).
+    Raises MetadataReadError when no controller could be read (detection then runs without cluster facts)."""
+    if discovered["metadata_mode"] != "kraft":
+        return snapshot_zookeeper(discovered["zookeeper"], store, area.cluster_metadata, timeout=timeout, auth=auth)
+    staged = store.read_json(area.metadata_source) or {}
+    if not staged.get("source") or not store.is_file(area.cluster_metadata):
+        endpoints = discovered["controllers"]
+        reads, errors = kraft.read_controllers(endpoints, connect, timeout=metadata_timeout)
+        staged = stage_kraft_metadata(store, area, endpoints, reads, errors)
+    if not staged.get("source"):
+        raise kraft.MetadataReadError(staged.get("error") or "no controller's metadata log could be read")
+    return int(staged.get("records") or 0)
+
+
+def write_broker_facts(discovered: dict[str, Any], store: Store, area: RunArea) -> dict[str, Any]:
+    """The broker facts for the detection app (staged in ``area``), and the audited / not-audited split."""
+    staged = set(staged_brokers(store, area))
     facts = [
         {
             "broker_id": b["broker_id"],
@@ -283,20 +294,15 @@ def write_broker_facts(discovered: dict[str, Any], store: Store, run_key: str) -
         for b in discovered["brokers"]
         if b["broker_id"] in staged
     ]
-    store.write_jsonl(f"{run_key}/brokers.jsonl", facts)
-    zk, controllers = f"{run_key}/zk.jsonl", f"{run_key}/controllers.jsonl"
+    store.write_jsonl(area.brokers, facts)
     out = {
         "audited": sorted(staged),
         "not_audited": sorted(b["broker_id"] for b in discovered["brokers"] if b["broker_id"] not in staged),
         "out_of_scope": list(discovered.get("out_of_scope", [])),
-        "brokers": store.url(f"{run_key}/brokers.jsonl"),
-        "probe_dir": store.url(f"{run_key}/probe"),
-        "zk_snapshot": store.url(zk) if store.is_file(zk) else None,
-        "metadata_mode": discovered.get("metadata_mode", "zookeeper"),
-        "controllers": store.url(controllers) if store.is_file(controllers) else None,
+        "metadata_mode": discovered["metadata_mode"],
     }
-    if out["metadata_mode"] == "kraft":  # what the snapshot step used (discover may have read another controller)
-        source = store.read_json(f"{run_key}/{METADATA_SOURCE}") or {}
+    if out["metadata_mode"] == "kraft":  # what the snapshot step used (read once per run)
+        source = store.read_json(area.metadata_source) or {}
         out["metadata_source"] = source.get("source")
         out["metadata_error"] = source.get("error") or (None if source else "the metadata snapshot step did not run")
         out["controller_errors"] = source.get("controller_errors", [])
@@ -304,24 +310,21 @@ def write_broker_facts(discovered: dict[str, Any], store: Store, run_key: str) -
 
 
 def detect_args(
-    settings: Settings, run_id: str, facts: dict[str, Any], run_key: str | None = None, output: str | None = None
+    settings: Settings,
+    run_id: str,
+    facts: dict[str, Any],
+    area: RunArea | None = None,
+    findings_dataset: str | None = None,
 ) -> list[str]:
-    """The detection app's arguments for an audit run (``run_key``: its staging area, default the run's; ``output``:
-    the findings dataset, default the audit's)."""
-    run_key = run_key or settings.run_key(run_id)
-    # KRaft: each controller's metadata log header and problems (the ZooKeeper path passes nothing new)
-    controllers = {"controllers": facts["controllers"]} if facts.get("controllers") else {}
-    return spark.detect_args(
-        facts["probe_dir"],
-        facts["brokers"],
-        output or settings.findings_url,
-        safe_run_id(run_id),
-        settings.store.url(f"{run_key}/summary.json"),
-        settings.store.url(f"{run_key}/findings.jsonl"),
-        facts.get("zk_snapshot"),
+    """The detection app's arguments for an audit run (``area``: its staging area, default the run's;
+    ``findings_dataset``: default the audit's)."""
+    return detection.detect_args(
+        settings.store,
+        area or staging(run_id),
+        run_id,
+        metadata_mode=facts["metadata_mode"],
+        findings_dataset=findings_dataset or settings.findings_url,
         partial_scope=bool(facts.get("out_of_scope")),
-        metadata_mode=facts.get("metadata_mode"),
-        **controllers,
     )
 
 
@@ -329,7 +332,7 @@ def detect_args(
 class LocalRun:
     """An audit run made in this process: what ``discover`` and the broker facts said, and where it is staged."""
 
-    run_key: str
+    area: RunArea
     discovered: dict[str, Any]
     facts: dict[str, Any]
 
@@ -339,45 +342,44 @@ def stage_and_detect(
     run_id: str,
     connect: Callable[[dict[str, Any]], Any],
     *,
-    run_key: str | None = None,
+    area: RunArea | None = None,
     master: str = "local[2]",
     connect_controller: kraft.Connect | None = None,
 ) -> LocalRun:
     """The audit's steps up to detection, in this process (no Airflow): discover, stage every broker through
     ``connect(broker) -> paramiko.SSHClient`` (a broker that fails is left not audited), snapshot the cluster
     metadata (KRaft: the controllers through ``connect_controller(endpoint)``, default their Airflow connections),
-    detect with spark-submit. ``run_key``: where to stage (default the run's staging area); a run staged elsewhere
+    detect with spark-submit. ``area``: where to stage (default the run's staging area); a run staged elsewhere
     writes its findings dataset there too, never into the audit's."""
     store = settings.store
-    own_area = run_key is not None
-    run_key = run_key or settings.run_key(run_id)
+    own_area = area is not None
+    area = area or staging(run_id)
     store.check()
     inventory = inv.load(settings.inventory)
     auth = None if inventory.kraft else credentials(inventory)
-    discovered = discover(inventory, auth=auth, connect=connect_controller)
+    discovered = discover(inventory, auth=auth, connect=connect_controller, store=store, area=area)
     errors = []
     for broker in discovered["brokers"]:
         try:
             client = connect(broker)
             try:
-                stage_broker(client, broker, store, run_key, deep=settings.deep, verify_crc=settings.verify_crc)
+                stage_broker(client, broker, store, area, deep=settings.deep, verify_crc=settings.verify_crc)
             finally:
                 client.close()
         except Exception as e:  # an unreachable broker is reported, not fatal
             errors.append(f"broker {broker['broker_id']}: {type(e).__name__}: {e}\n")
     if errors:
-        store.write_text(f"{run_key}/stage-errors.txt", "".join(errors))
+        store.write_text(area.stage_errors, "".join(errors))
     try:
-        snapshot_metadata(discovered, store, run_key, auth=auth, connect=connect_controller)
+        snapshot_metadata(discovered, store, area, auth=auth, connect=connect_controller)
     except Exception as e:  # detection runs without the cross-source rules
-        store.write_text(f"{run_key}/zk-error.txt", f"{type(e).__name__}: {e}\n")
-    facts = write_broker_facts(discovered, store, run_key)
-    output = store.url(f"{run_key}/findings") if own_area else None
-    args = detect_args(settings, run_id, facts, run_key, output)
-    conf = settings.detect_conf({**spark.conf_for(master), **spark.SHORT_RUN_CONF, **spark.input_conf(args)})
+        store.write_text(area.metadata_error, f"{type(e).__name__}: {e}\n")
+    facts = write_broker_facts(discovered, store, area)
+    output = store.url(area.own_findings_dataset) if own_area else None
+    args = detect_args(settings, run_id, facts, area, output)
     # the store's settings (AWS_*) as the settings were read, for Spark as for the tasks
-    spark.run_detect(master, conf, args, jars=settings.spark_jars, env=settings.aws_environ())
-    return LocalRun(run_key, discovered, facts)
+    detection.run(master, settings.detect_conf({}), args, jars=settings.spark_jars, env=settings.aws_environ())
+    return LocalRun(area, discovered, facts)
 
 
 def run_local(
@@ -389,6 +391,6 @@ def run_local(
     connect_controller: kraft.Connect | None = None,
 ) -> dict[str, Any]:
     """A whole audit run in this process (tests, ad-hoc runs): ``stage_and_detect``, then publish. Returns the
-    published summary."""
+    published summary (``audit.summary.RunSummary.to_dict``)."""
     run = stage_and_detect(settings, run_id, connect, master=master, connect_controller=connect_controller)
     return history.publish(settings, run_id, run.discovered, run.facts)

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import spark
-from fleet_doctor.probe import Probe
+from fleet_doctor.audit import detection
+from fleet_doctor.layout import LOCAL
+from fleet_doctor.probe import Probe, segment_file_name
 
 METADATA_DIR = "__cluster_metadata-0"
 
@@ -138,7 +140,7 @@ def stage_probe(
                         break
         if bid is None:
             raise ScanError(f"{path}: no broker id in meta.properties; pass --broker-id N")
-        dest = staging / "probe" / f"broker_id={bid}"
+        dest = staging / LOCAL.broker_dir(bid)
         dest.mkdir(parents=True, exist_ok=True)
         with tmp.open("rb") as src:
             split_to_dir(src, dest, f"logdir-{k}.jsonl")
@@ -186,8 +188,12 @@ def scan(
                     records = zk_snapshot.read_snapshot_file(zk_snapshot_file)
             except (OSError, ValueError) as e:
                 raise ScanError(f"ZooKeeper snapshot: {e}") from e
+        # the cluster's mode, decided once from what the scan was given: KRaft metadata dirs, or ZooKeeper
+        mode = "kraft" if source is not None else ("zookeeper" if records is not None else None)
         try:
-            found = spark.detect_locally(work, facts, records, master=master, controller_records=controllers)
+            found = detection.detect_locally(
+                work, facts, records, metadata_mode=mode, master=master, controller_records=controllers
+            )
         except spark.SparkError as e:
             raise ScanError(str(e)) from e
         summary = dict(found.summary)
@@ -215,7 +221,7 @@ def prepare_class_archive(master: str = "local[2]") -> Path | None:
         partition.mkdir(parents=True)
         (logdir / "meta.properties").write_text("version=0\nbroker.id=0\n")
         for ext in ("log", "index", "timeindex"):
-            (partition / f"{0:020d}.{ext}").write_bytes(b"")
+            (partition / segment_file_name(0, ext)).write_bytes(b"")
         work = Path(tmp) / "work"
         work.mkdir()
         stage_probe([str(logdir)], work, deep=False, verify_crc=False, broker_id=None)
@@ -226,5 +232,5 @@ def prepare_class_archive(master: str = "local[2]") -> Path | None:
             {"kind": "partition_state", "topic": "warmup", "partition": 0, "leader": 0, "isr": [0]},
         ]
         facts = [{"broker_id": 0, "kafka_version": None, "running": False}]
-        spark.detect_locally(work, facts, cluster, master=master)
+        detection.detect_locally(work, facts, cluster, metadata_mode="zookeeper", master=master)
     return archive.archive if archive.archive is not None and archive.archive.is_file() else None

@@ -21,8 +21,10 @@ from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.params import Depends
 from fastapi.responses import HTMLResponse
 
+from fleet_doctor import layout
+from fleet_doctor.airflow_links import RepairScope
 from fleet_doctor.console import render
-from fleet_doctor.console.data import RepairScope, load_view
+from fleet_doctor.console.data import load_view
 from fleet_doctor.settings import Settings, SettingsError
 from fleet_doctor.store import StoreError
 
@@ -80,14 +82,14 @@ def create_app(
             raise HTTPException(404, f"{name}: not a report (reports/<run>.html)")
         try:
             store = store_of()
-            runs = {str(r.get("audit_run")) for r in store.read_jsonl("history/runs.jsonl")}
+            runs = {str(r.get("audit_run")) for r in store.read_jsonl(layout.HISTORY_RUNS)}
             if run not in runs:
-                raise HTTPException(404, f"no audit run {run!r} in {store.url('history/runs.jsonl')}")
-            text = store.read_text(f"reports/{run}.html")
+                raise HTTPException(404, f"no audit run {run!r} in {store.url(layout.HISTORY_RUNS)}")
+            text = store.read_text(layout.report_html(run))
         except StoreError as err:
             raise HTTPException(503, str(err)) from err
         if text is None:
-            raise HTTPException(404, f"{store.url(f'reports/{run}.html')}: no such report in the store")
+            raise HTTPException(404, f"{store.url(layout.report_html(run))}: no such report in the store")
         nonce = secrets.token_urlsafe(16)  # the report's links into Airflow open in the Airflow window
         return _html(render.with_nav(text, nonce), REPORT_CSP.format(nonce=nonce))
 

@@ -16,26 +16,16 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
+from fleet_doctor.airflow_links import APPROVAL_DAGS, AUDIT_DAG, REPAIR_DAG, RESTORE_DAG, RepairScope, is_repairable
 from fleet_doctor.audit.report import registry_notes, svg_history  # one implementation each, the report's
-from fleet_doctor.console.data import (
-    APPROVAL_DAGS,
-    REPAIR_DAG,
-    RESTORE_DAG,
-    FleetView,
-    RepairScope,
-    broker_label,
-    cluster_name,
-    distinct,
-    is_repairable,
-    matrix,
-)
+from fleet_doctor.audit.summary import FindingStatus
+from fleet_doctor.console.data import FleetView, broker_label, cluster_name, distinct, matrix
 from fleet_doctor.finding_groups import FindingGroup
 from fleet_doctor.rules import SEVERITY_ORDER
 
-AUDIT_DAG = "kafka_fleet_audit"
 MAX_FILES = 200  # files listed per group (the count says how many there are)
 MAX_TOPICS = 5
-STATUSES = ("new", "persisting", "unverified", "resolved")
+STATUSES = tuple(s.value for s in FindingStatus)
 GROUP_HEADER = (  # the findings and the resolved tables' columns
     "<th>severity</th><th>broker</th><th>rule</th><th class='num'>findings</th><th class='num'>partitions</th>"
     "<th>topics</th><th>status</th><th>example and files</th>"
@@ -292,15 +282,14 @@ def _brokers(ids: Any) -> str:
 
 
 def _latest(view: FleetView, now: dt.datetime) -> str:
-    s = view.summary or {}
-    run = str(s.get("audit_run") or view.latest)
-    by_sev = s.get("by_severity") or {}
-    by_status = s.get("by_status") or {}
+    s = view.summary
+    assert s is not None  # fleet_page shows the latest audit only when there is one
+    run = s.audit_run or str(view.latest)
     out = ["<section id='latest'><h2>Latest audit</h2>"]
-    age = _age(s.get("finished_at"), now)
+    age = _age(s.finished_at or None, now)
     out.append(
         f"<p>Run <span class='mono' data-testid='audit-run'>{e(run)}</span>, finished "
-        f"{e(str(s.get('finished_at') or 'at an unknown time'))}{f' ({e(age)})' if age else ''}. "
+        f"{e(s.finished_at or 'at an unknown time')}{f' ({e(age)})' if age else ''}. "
         f"<a href='reports/{quote(run, safe='')}.html' data-testid='report-link'>Full report</a></p>"
     )
     if view.missing_summary:
@@ -310,28 +299,28 @@ def _latest(view: FleetView, now: dt.datetime) -> str:
         )
     out.append("<div class='cards'>")
     for sev in SEVERITY_ORDER:
-        n = int(by_sev.get(sev, 0))
+        n = int(s.by_severity.get(sev, 0))
         out.append(f"<div class='card' data-testid='count-{sev}'><b class='{sev}'>{n}</b>{sev}</div>")
-    for st in ("new", "resolved", "unverified"):
-        out.append(f"<div class='card' data-testid='count-{st}'><b>{int(by_status.get(st, 0))}</b>{st}</div>")
+    for st in (FindingStatus.NEW, FindingStatus.RESOLVED, FindingStatus.UNVERIFIED):
+        out.append(f"<div class='card' data-testid='count-{st}'><b>{int(s.by_status.get(st, 0))}</b>{st}</div>")
     out.append("</div>")
-    out.append(f"<p data-testid='audited'>Brokers audited: {_brokers(s.get('audited'))}.</p>")
-    if s.get("not_audited"):
+    out.append(f"<p data-testid='audited'>Brokers audited: {_brokers(s.audited)}.</p>")
+    if s.not_audited:
         out.append(
             f"<p class='alert' data-testid='not-audited'>Not audited (could not be reached): broker(s) "
-            f"{_brokers(s['not_audited'])}. Their earlier findings are carried as <i>unverified</i>.</p>"
+            f"{_brokers(s.not_audited)}. Their earlier findings are carried as <i>unverified</i>.</p>"
         )
-    if s.get("out_of_scope"):
+    if s.out_of_scope:
         out.append(
             f"<p class='note' data-testid='out-of-scope'>Out of this run's scope: broker(s) "
-            f"{_brokers(s['out_of_scope'])}. A repair plans from the newest whole-fleet run.</p>"
+            f"{_brokers(s.out_of_scope)}. A repair plans from the newest whole-fleet run.</p>"
         )
     for label, brokers in registry_notes(s):
         out.append(f"<p class='note'>{e(label)}: broker(s) {_brokers(brokers)}.</p>")
-    for key, label in (("zookeeper_error", "ZooKeeper"), ("metadata_error", "Cluster metadata not read")):
-        if s.get(key):
-            out.append(f"<p class='alert'>{e(label)}: {e(str(s[key]))}</p>")
-    skipped = s.get("rules_skipped") or {}
+    for value, label in ((s.zookeeper_error, "ZooKeeper"), (s.metadata_error, "Cluster metadata not read")):
+        if value:
+            out.append(f"<p class='alert'>{e(label)}: {e(str(value))}</p>")
+    skipped = s.rules_skipped or {}
     if skipped:
         items = "".join(f"<li>{e(str(r))}: {e(str(why))}</li>" for r, why in sorted(skipped.items()))
         out.append(f"<details><summary>{len(skipped)} rule(s) not evaluated</summary><ul>{items}</ul></details>")
@@ -420,7 +409,7 @@ def _groups(view: FleetView) -> str:
 
 def _resolved(view: FleetView) -> str:
     groups = view.resolved
-    previous = (view.summary or {}).get("previous_run")
+    previous = view.summary.previous_run if view.summary else None
     since = f" (run <span class='mono'>{e(str(previous))}</span>)" if previous else ""
     out = [f"<section id='resolved'><h2>Resolved since the previous run{since}</h2>"]
     if not groups:
@@ -491,7 +480,7 @@ def fleet_page(view: FleetView, nonce: str, *, last: int = 30, now: dt.datetime 
         )
         return _page("Kafka fleet", body, nonce, scripts)
     cluster = cluster_name(view.summary)
-    run = str(view.summary.get("audit_run") or view.latest)
+    run = view.summary.audit_run or str(view.latest)
     body = (
         f"<main data-testid='kafka-fleet' data-cluster='{e(cluster)}' data-audit-run='{e(run)}'>"
         f"<h1>Kafka fleet: cluster <span data-testid='cluster'>{e(cluster)}</span></h1>"

@@ -67,7 +67,7 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
             if EMITTED_BY[rule.id] in skipped:
                 skipped[rule.id] = skipped[EMITTED_BY[rule.id]]
             continue
-        if rule.needs is Needs.ZOOKEEPER and not f.has_zk:
+        if rule.needs is Needs.ZOOKEEPER and not f.has_cluster_facts:
             skipped[rule.id] = NO_METADATA_LOG if f.kraft else "no ZooKeeper snapshot given"
             continue
         if rule.needs is Needs.METADATA_LOG:
@@ -77,7 +77,7 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
             if rule.scope is Scope.CONTROLLER and f.controllers is None:
                 skipped[rule.id] = NO_METADATA_LOG
                 continue
-            if rule.scope is not Scope.CONTROLLER and not f.has_zk:
+            if rule.scope is not Scope.CONTROLLER and not f.has_cluster_facts:
                 skipped[rule.id] = NO_METADATA_LOG
                 continue
         if rule.id in LIVENESS_RULES and f.stopped_kraft_cluster:

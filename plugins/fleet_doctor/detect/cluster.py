@@ -25,8 +25,8 @@ def _partition_path(f: Frames) -> Column:
 
 @detector("topic-id-mismatch")
 def topic_id_mismatch(f: Frames) -> DataFrame:
-    assert f.zk_topics is not None
-    zk = f.zk_topics.where(F.col("topic_id").isNotNull()).select("topic", F.col("topic_id").alias("zk_topic_id"))
+    assert f.cluster_topics is not None
+    zk = f.cluster_topics.where(F.col("topic_id").isNotNull()).select("topic", F.col("topic_id").alias("zk_topic_id"))
     hit = (
         live_partitions(f)
         .where(F.col("topic_id").isNotNull())
@@ -111,8 +111,8 @@ def topic_id_split(f: Frames) -> DataFrame:
             ),
         )
     )
-    if f.zk_topics is not None:
-        zk = f.zk_topics.select("topic", F.col("topic_id").alias("zk_topic_id"), F.lit(True).alias("in_zk"))
+    if f.cluster_topics is not None:
+        zk = f.cluster_topics.select("topic", F.col("topic_id").alias("zk_topic_id"), F.lit(True).alias("in_zk"))
     else:
         zk = per_broker.select("topic").distinct().select("topic", F.lit(None).cast("string").alias("zk_topic_id"))
         zk = zk.withColumn("in_zk", F.lit(None).cast("boolean"))
@@ -159,7 +159,7 @@ def topic_id_split(f: Frames) -> DataFrame:
         has = F.format_string("ZooKeeper /brokers/topics/%s has %s", "topic", "zk_topic_id")
         absent = F.format_string("ZooKeeper has no topic %s", "topic")
         no_id = F.format_string("ZooKeeper /brokers/topics/%s has no topic ID", "topic")
-    if f.zk_topics is None:
+    if f.cluster_topics is None:
         absent = F.lit("No metadata log was read" if f.kraft else "No ZooKeeper snapshot was given")
     verdict = F.when(
         F.col("zk_topic_id").isNotNull(),
@@ -183,7 +183,7 @@ def topic_id_split(f: Frames) -> DataFrame:
 
 @detector("topic-id-missing-in-zk")
 def topic_id_missing_in_zk(f: Frames) -> DataFrame:
-    assert f.zk_topics is not None
+    assert f.cluster_topics is not None
     # IBP >= 2.8 on the fleet: the newest audited broker (or unknown) decides
     replica_ids = (
         live_partitions(f)
@@ -191,7 +191,7 @@ def topic_id_missing_in_zk(f: Frames) -> DataFrame:
         .groupBy("topic")
         .agg(F.array_sort(F.collect_set("topic_id")).alias("replica_ids"))
     )
-    hit = f.fleet_tagged(f.zk_topics.where(F.col("topic_id").isNull() & F.col("error").isNull())).join(
+    hit = f.fleet_tagged(f.cluster_topics.where(F.col("topic_id").isNull() & F.col("error").isNull())).join(
         replica_ids, "topic", "left"
     )
     msg = F.format_string(
@@ -203,19 +203,19 @@ def topic_id_missing_in_zk(f: Frames) -> DataFrame:
 
 
 def _assignment(f: Frames) -> DataFrame:
-    assert f.zk_topics is not None
-    return f.zk_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
+    assert f.cluster_topics is not None
+    return f.cluster_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
         "topic", F.col("p").cast("int").alias("partition"), F.explode("replicas").alias("broker_id")
     )
 
 
 @detector("replica-not-assigned")
 def replica_not_assigned(f: Frames) -> DataFrame:
-    assert f.zk_topics is not None
+    assert f.cluster_topics is not None
     assigned = _assignment(f)
     # a topic whose znode could not be read has no known assignment: no judgement on its replicas
-    unreadable = f.zk_topics.where(F.col("partitions").isNull()).select("topic")
-    known = f.zk_topics.where(F.col("partitions").isNotNull()).select("topic", F.lit(True).alias("known"))
+    unreadable = f.cluster_topics.where(F.col("partitions").isNull()).select("topic")
+    known = f.cluster_topics.where(F.col("partitions").isNotNull()).select("topic", F.lit(True).alias("known"))
     parts = live_partitions(f).where(F.col("topic") != "__cluster_metadata").join(unreadable, "topic", "left_anti")
     hit = parts.join(assigned, ["topic", "partition", "broker_id"], "left_anti").join(known, "topic", "left")
     msg = F.when(
@@ -233,9 +233,9 @@ def replica_not_assigned(f: Frames) -> DataFrame:
 
 @detector("replica-dir-missing")
 def replica_dir_missing(f: Frames) -> DataFrame:
-    assert f.zk_topics is not None
+    assert f.cluster_topics is not None
     # only audited brokers; a topic being deleted loses its directories (renamed -delete) before its znode
-    deleting = f.zk_topics.where(F.coalesce("marked_for_deletion", F.lit(False))).select("topic")
+    deleting = f.cluster_topics.where(F.coalesce("marked_for_deletion", F.lit(False))).select("topic")
     expected = (
         _assignment(f).where(F.col("broker_id").isin(list(f.probed_brokers))).join(deleting, "topic", "left_anti")
     )
@@ -253,11 +253,11 @@ def replica_dir_missing(f: Frames) -> DataFrame:
 
 @detector("under-replicated", "offline-partition")
 def _zk_partition_rules(f: Frames) -> DataFrame:
-    assert f.zk_topics is not None and f.zk_states is not None and f.zk_brokers is not None
-    replicas = f.zk_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
+    assert f.cluster_topics is not None and f.cluster_states is not None and f.cluster_brokers is not None
+    replicas = f.cluster_topics.select("topic", F.explode("partitions").alias("p", "replicas")).select(
         "topic", F.col("p").cast("int").alias("partition"), "replicas"
     )
-    st = f.fleet_tagged(f.zk_states.where(F.col("error").isNull()).join(replicas, ["topic", "partition"]))
+    st = f.fleet_tagged(f.cluster_states.where(F.col("error").isNull()).join(replicas, ["topic", "partition"]))
     path = _partition_path(f)
     urp = st.where(F.size("isr") < F.size("replicas"))
     urp_f = cluster_findings(
@@ -275,7 +275,7 @@ def _zk_partition_rules(f: Frames) -> DataFrame:
     )
     # a snapshot taken while no broker was registered (a post-mortem of a stopped cluster) cannot tell
     # whether a leader is alive: only leader -1 counts as offline then
-    unregistered = ~F.col("leader").isin(list(f.zk_registered)) if f.zk_registered else F.lit(False)
+    unregistered = ~F.col("leader").isin(list(f.registered_brokers)) if f.registered_brokers else F.lit(False)
     off = st.where((F.col("leader") < 0) | unregistered)
     off_f = cluster_findings(
         off,
@@ -289,8 +289,8 @@ def _zk_partition_rules(f: Frames) -> DataFrame:
 
 @detector("unsafe-replication")
 def unsafe_replication(f: Frames) -> DataFrame:
-    assert f.zk_topics is not None
-    t = f.fleet_tagged(f.zk_topics.where(F.col("error").isNull() & F.col("replication_factor").isNotNull()))
+    assert f.cluster_topics is not None
+    t = f.fleet_tagged(f.cluster_topics.where(F.col("error").isNull() & F.col("replication_factor").isNotNull()))
     hit = t.where(
         (F.col("replication_factor") <= 1)
         | (F.col("min_insync_replicas").isNotNull() & (F.col("min_insync_replicas") >= F.col("replication_factor")))
@@ -323,17 +323,17 @@ def meta_mismatch(f: Frames) -> DataFrame:
         F.array_join("clusters", ", "),
     )
     out = _meta_findings(hit, msg)
-    if f.zk_cluster_id is None:
+    if f.facts_cluster_id is None:
         return out
-    foreign = ld.withColumn("zk_cluster_id", F.lit(f.zk_cluster_id)).where(
-        F.col("meta.cluster_id").isNotNull() & (F.col("meta.cluster_id") != F.col("zk_cluster_id"))
+    foreign = ld.withColumn("facts_cluster_id", F.lit(f.facts_cluster_id)).where(
+        F.col("meta.cluster_id").isNotNull() & (F.col("meta.cluster_id") != F.col("facts_cluster_id"))
     )
     msg2 = F.format_string(
         "%s/meta.properties has cluster.id %s but %s is %s",
         "logdir",
         "meta.cluster_id",
         F.lit(f"the cluster id of {f.metadata_log()}" if f.kraft else "ZooKeeper /cluster/id"),
-        "zk_cluster_id",
+        "facts_cluster_id",
     )
     return out.unionByName(_meta_findings(foreign, msg2))
 

@@ -108,24 +108,25 @@ class Frames:
     files: DataFrame
     logdirs: DataFrame
     brokers: DataFrame  # broker facts: broker_id, kafka_version, kafka_version_num, running
-    zk_topics: DataFrame | None = None
-    zk_states: DataFrame | None = None
-    zk_brokers: DataFrame | None = None
-    zk_cluster: DataFrame | None = None
+    cluster_topics: DataFrame | None = None
+    cluster_states: DataFrame | None = None
+    cluster_brokers: DataFrame | None = None
+    cluster_rows: DataFrame | None = None
     # small facts read back to the driver once (a few rows per broker), used as literals by the rules
     fleet_version: str | None = None  # the newest Kafka version among the brokers (None: none known)
     fleet_version_num: int | None = None
     probed_brokers: tuple[int, ...] = ()  # brokers with probe output
-    zk_registered: tuple[int, ...] = ()  # /brokers/ids in the ZooKeeper snapshot; KRaft: registered, not fenced
-    zk_cluster_id: str | None = None
+    registered_brokers: tuple[int, ...] = ()  # /brokers/ids in the ZooKeeper snapshot; KRaft: registered, not fenced
+    facts_cluster_id: str | None = None
     # where the cluster facts come from: "zookeeper" or "kraft" (None: no cluster facts given)
     metadata_source: str | None = None
     metadata_node: int | None = None  # KRaft: the node whose metadata log the facts were decoded from
     metadata_snapshot: str | None = None  # KRaft: the snapshot file the facts start from
     fenced_brokers: tuple[int, ...] = ()  # KRaft: registered but fenced (ZooKeeper: none)
     shutdown_brokers: tuple[int, ...] = ()  # KRaft: fenced after a controlled shutdown (in_controlled_shutdown)
-    # the cluster's metadata mode as the run declares it ("zookeeper" | "kraft"; None: not told, inferred from the
-    # facts): a KRaft run whose controllers could not be read still knows it is one
+    # the cluster's metadata mode ("zookeeper" | "kraft"; None: not known), resolved once when the frames load: as the
+    # run declares it (the inventory's, or what a scan was given), else what the staged facts are. A KRaft run whose
+    # controllers could not be read still knows it is one
     metadata_mode: str | None = None
     # something of the cluster was seen alive: a process holds a probed log dir's lock, or the controllers' metadata
     # was read by the audit from the running deployment (records with the audit's controller_id)
@@ -143,9 +144,9 @@ class Frames:
     deep_logdirs: tuple[str, ...] = ()  # log dirs with deep-mode segment facts (batch offsets)
 
     @property
-    def has_zk(self) -> bool:
+    def has_cluster_facts(self) -> bool:
         """Cluster facts were given (a ZooKeeper snapshot, or the image decoded from a KRaft metadata log)."""
-        return self.zk_topics is not None
+        return self.cluster_topics is not None
 
     @property
     def stopped_kraft_cluster(self) -> bool:
@@ -156,7 +157,7 @@ class Frames:
         facts say running, no log dir lock is held, the metadata was not read from a live controller: a scan of
         copied dirs). Brokers fenced because they crashed, or while they catch up, under live controllers are not a
         stopped cluster: their partitions are offline."""
-        if self.metadata_source != "kraft" or not self.fenced_brokers or self.zk_registered:
+        if self.metadata_source != "kraft" or not self.fenced_brokers or self.registered_brokers:
             return False
         if set(self.shutdown_brokers) >= set(self.fenced_brokers):
             return True
@@ -164,8 +165,8 @@ class Frames:
 
     @property
     def kraft(self) -> bool:
-        """The cluster is a KRaft one: its facts came from a metadata log, or controllers' metadata logs were given."""
-        return self.metadata_mode == "kraft" or self.metadata_source == "kraft" or self.controllers is not None
+        """The cluster is a KRaft one (``metadata_mode``)."""
+        return self.metadata_mode == "kraft"
 
     def metadata_log(self) -> str:
         """How messages name the KRaft cluster facts: "the metadata log" (of controller N, when known)."""
@@ -279,7 +280,7 @@ def load_frames(
     spark: SparkSession,
     probe_dir: str,
     brokers_path: str | None = None,
-    zk_snapshot_path: str | None = None,
+    cluster_metadata_path: str | None = None,
     controllers_path: str | None = None,
     metadata_mode: str | None = None,
 ) -> Frames:
@@ -292,8 +293,10 @@ def load_frames(
     in_thread = inheritable_thread_target(spark)  # the job group and properties of this thread
     with ThreadPoolExecutor(LOAD_THREADS) as pool:
         # the cluster facts load beside the probe records (Spark runs the jobs of both threads side by side)
-        zk_facts = pool.submit(in_thread(_cluster_facts), spark, zk_snapshot_path) if zk_snapshot_path else None
-        return _load(spark, pool, in_thread, probe_dir, brokers_path, zk_facts, controllers_path, metadata_mode)
+        cluster_facts = (
+            pool.submit(in_thread(_cluster_facts), spark, cluster_metadata_path) if cluster_metadata_path else None
+        )
+        return _load(spark, pool, in_thread, probe_dir, brokers_path, cluster_facts, controllers_path, metadata_mode)
 
 
 def _cluster_facts(spark: SparkSession, path: str) -> tuple[DataFrame, list[Row]]:
@@ -313,7 +316,7 @@ def _load(
     in_thread: Callable[[Callable], Callable],
     probe_dir: str,
     brokers_path: str | None,
-    zk_facts: Future | None,
+    cluster_facts: Future | None,
     controllers_path: str | None,
     metadata_mode: str | None,
 ) -> Frames:
@@ -446,14 +449,14 @@ def _load(
         metadata_mode=metadata_mode,
         live_source=bool(locked),
     )
-    if zk_facts is not None:
-        zk, small_rows = zk_facts.result()
-        frames.zk_topics = _of_kind(zk, "topic", ZK_TOPIC_SCHEMA)
-        frames.zk_states = _of_kind(zk, "partition_state", ZK_STATE_SCHEMA)
-        frames.zk_brokers = _of_kind(zk, "broker", ZK_BROKER_SCHEMA)
-        frames.zk_cluster = _of_kind(zk, "cluster", ZK_CLUSTER_SCHEMA)
+    if cluster_facts is not None:
+        zk, small_rows = cluster_facts.result()
+        frames.cluster_topics = _of_kind(zk, "topic", ZK_TOPIC_SCHEMA)
+        frames.cluster_states = _of_kind(zk, "partition_state", ZK_STATE_SCHEMA)
+        frames.cluster_brokers = _of_kind(zk, "broker", ZK_BROKER_SCHEMA)
+        frames.cluster_rows = _of_kind(zk, "cluster", ZK_CLUSTER_SCHEMA)
         # a KRaft broker that is registered but fenced is not alive (ZooKeeper's records have no fenced: null)
-        frames.zk_registered = tuple(
+        frames.registered_brokers = tuple(
             sorted(
                 r.broker_id
                 for r in small_rows
@@ -470,7 +473,7 @@ def _load(
                 if r.kind == "broker" and r.error is None and r.fenced and r.in_controlled_shutdown
             )
         )
-        frames.zk_cluster_id = next((r.cluster_id for r in small_rows if r.kind == "cluster" and r.cluster_id), None)
+        frames.facts_cluster_id = next((r.cluster_id for r in small_rows if r.kind == "cluster" and r.cluster_id), None)
         header = next((r for r in small_rows if r.kind == "cluster_metadata"), None)
         frames.metadata_source = "zookeeper" if header is None else "kraft"
         if header is not None:
@@ -488,6 +491,9 @@ def _load(
                 if h["error"] is None and h["node_id"] is not None and h["dir"]
             )
         )
+    if frames.metadata_mode is None:  # not declared: what the staged facts are (a metadata log's, controllers')
+        kraft_facts = frames.metadata_source == "kraft" or controllers_path is not None
+        frames.metadata_mode = "kraft" if kraft_facts else frames.metadata_source
     return frames
 
 

@@ -28,8 +28,8 @@ NO_TOPIC_ID_IS_STRAY = KafkaVersion.parse("3.7.1").number
 def stray_replica(f: Frames) -> DataFrame:
     """LogManager.isStrayKraftReplica on every live partition dir: no topic ID, a topic ID the image does not know,
     or the image's partition (by topic ID, never by name: names are reused) without this broker."""
-    assert f.zk_topics is not None
-    image = f.zk_topics.where(F.col("topic_id").isNotNull() & F.col("error").isNull())
+    assert f.cluster_topics is not None
+    image = f.cluster_topics.where(F.col("topic_id").isNotNull() & F.col("error").isNull())
     ids = image.select("topic_id", F.lit(True).alias("id_known"))
     by_name = image.select("topic", F.col("topic_id").alias("name_topic_id"))
     image_parts = image.where(F.col("partitions").isNotNull()).select(

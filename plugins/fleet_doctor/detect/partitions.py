@@ -57,11 +57,11 @@ def leader_epoch_ahead(f: Frames) -> list[Check | DataFrame]:
         ),
         "leader-epoch-checkpoint",
     )
-    if not f.has_zk:
+    if not f.has_cluster_facts:
         return [local]
-    assert f.zk_states is not None
+    assert f.cluster_states is not None
     zk = live_partitions(f).join(
-        f.zk_states.where(F.col("error").isNull()).select(
+        f.cluster_states.where(F.col("error").isNull()).select(
             "topic", "partition", F.col("leader_epoch").alias("zk_leader_epoch")
         ),
         ["topic", "partition"],

@@ -4,13 +4,13 @@ The ``approve`` task (``repair.hitl.PlanApprovalOperator``) only asks; the ``exe
 (and the restore DAG's) do not take its success as the answer, since an approve task marked "success" by hand, or
 cleared and skipped, would otherwise stand for a human who never answered. Each reads Airflow's own record of the
 answer (the task's human-in-the-loop detail in this run) and goes on only when it is the plan's own approving option
-(``Plan.approve_option``, e.g. "Approve: restart 3 brokers, change 14 files (plan 1f2e3d4c5b6a)", derived from the
-stored plan, never from the request; ``repair.hitl.PlanApprovalOperator`` offers it beside "Reject"), given by a user
-(not a timeout default), an allowed approver when ``FLEET_DOCTOR_APPROVERS`` is set, not the user who triggered the
-run when that list is set (four eyes; ``FLEET_DOCTOR_ALLOW_SELF_APPROVAL`` lifts this), and to a request whose
-text carries the hash of the plan about to run and whose subject and text are exactly the stored plan's (the request
-is rendered from the plan task's XCom, which the REST API can write: a subject without its "DRY RUN" is refused).
-The record (who, when, which plan) goes into the journal.
+(``approval_text.repair_option``, e.g. "Approve: restart 3 brokers, change 14 files (plan 1f2e3d4c5b6a)", derived
+from the stored plan, never from the request; ``repair.hitl.PlanApprovalOperator`` offers it beside "Reject"), given by
+a user (not a timeout default), an allowed approver when ``FLEET_DOCTOR_APPROVERS`` is set, not the user who
+triggered the run when that list is set (four eyes; ``FLEET_DOCTOR_ALLOW_SELF_APPROVAL`` lifts this), and to a request
+whose text carries the hash of the plan about to run and whose subject and text are exactly the stored plan's (the
+request is rendered from the plan task's XCom, which the REST API can write: a subject without its "DRY RUN" is
+refused). The record (who, when, which plan) goes into the journal.
 
 Where the record is read: Airflow's REST API (``GET .../taskInstances/{task}/-1/hitlDetails``), as a user named by
 the Airflow connection ``FLEET_DOCTOR_AIRFLOW_API_CONN`` (default ``fleet_doctor_airflow_api``: host = the
@@ -32,17 +32,13 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from fleet_doctor.repair.executor import RepairError
-from fleet_doctor.repair.plan import hashes_in
+from fleet_doctor.repair.approval_text import Request, hashes_in
+from fleet_doctor.repair.errors import ApprovalError
 from fleet_doctor.settings import Settings
 
 LOG = logging.getLogger(__name__)
 APPROVE = "Approve"  # every approving option starts with it (the live tests' LiveAirflow.approve picks it so)
 HTTP_TIMEOUT_S = 30.0
-
-
-class ApprovalError(RepairError):
-    """No valid human approval of this plan is on record: nothing is touched (the message says what is missing)."""
 
 
 def hitl_users(settings: Settings) -> list[dict[str, str]] | None:
@@ -64,10 +60,10 @@ def check(
 ) -> dict[str, Any]:
     """The journal record of a valid approval, from Airflow's HITL detail of ``task_id`` in this run (as the REST
     API returns it; None: Airflow has none); raises ``ApprovalError`` otherwise. ``option``: the answer that
-    approves this plan, from the stored plan (``Plan.approve_option``): the only one accepted. ``body``: the approval
-    text as the stored plan renders it; the text the human saw must be exactly that (XCom, which the request was
-    rendered from, can be written through the REST API: a tidied table over the right hash is refused).
-    ``subject``: the request's headline as the stored plan renders it (``Plan.subject``: it says "DRY RUN"); the
+    approves this plan, from the stored plan (``approval_text.repair_option``): the only one accepted. ``body``: the
+    approval text as the stored plan renders it; the text the human saw must be exactly that (XCom, which the request
+    was rendered from, can be written through the REST API: a tidied table over the right hash is refused).
+    ``subject``: the request's headline as the stored plan renders it (``approval_text``: it says "DRY RUN"); the
     detail's ``subject`` must be exactly it (the template ``{{ ... ['subject'] }}`` renders the XCom value as is)."""
     where = f"the approval task {task_id!r} of this run"
     if not detail:
@@ -133,19 +129,13 @@ def check(
 
 
 def confirm(
-    context: Mapping[str, Any],
-    task_id: str,
-    plan_hash: str,
-    settings: Settings,
-    *,
-    option: str,
-    body: str | None = None,
-    subject: str | None = None,
+    context: Mapping[str, Any], task_id: str, plan_hash: str, settings: Settings, asked: Request
 ) -> dict[str, Any]:
     """Check, from Airflow's record, that ``task_id`` of the running DAG run (``context``: the running task's
-    Airflow context) holds a valid human approval of ``plan_hash``, answered with ``option`` and shown ``subject``
-    and ``body`` (all as the stored plan renders them: ``tasks.approval_request``); returns the journal record
-    ``{"task", "option", "by": {"id", "name"}, "at", "plan_hash", "triggered_by"}``, raises ``ApprovalError``."""
+    Airflow context) holds a valid human approval of ``plan_hash``, answered with the request's option and shown its
+    subject and body (``asked``: as the stored plan renders them, ``repair.approval_text``); returns the journal
+    record ``{"task", "option", "by": {"id", "name"}, "at", "plan_hash", "triggered_by"}``, raises
+    ``ApprovalError``."""
     dag_run = context["dag_run"]
     triggered_by = getattr(dag_run, "triggering_user_name", None)
     detail = read_hitl_detail(settings, dag_run.dag_id, dag_run.run_id, task_id)
@@ -155,9 +145,9 @@ def confirm(
         plan_hash=plan_hash,
         settings=settings,
         triggered_by=triggered_by,
-        option=option,
-        body=body,
-        subject=subject,
+        option=asked.option,
+        body=asked.body,
+        subject=asked.subject,
     )
     LOG.info("approval on record: %s", json.dumps(record))
     return record

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fleet_doctor.probe import PARTITION_METADATA, parse_partition_metadata
 from fleet_doctor.remote import Remote
-from fleet_doctor.repair.executor import RepairError
+from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.plan import ZkAction
 from fleet_doctor.zookeeper.cluster import Cluster, topic_path
 
@@ -57,7 +57,7 @@ def replica_topic_ids(
 
 def restore_topic_ids(
     cluster: Cluster,
-    actions: list[ZkAction],
+    actions: Iterable[ZkAction],
     connect: Callable[[int], Any],
     inventory: Any,
     dry_run: bool = False,

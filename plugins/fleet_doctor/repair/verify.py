@@ -2,8 +2,8 @@
 
 "Right" is what detection says, not a second set of checks: the broker is probed again (metadata mode) and its
 fresh output, with a live ZooKeeper snapshot, goes through the same detection app as an audit
-(``fleet_doctor.spark.detect_locally``). A touched file is wrong when a finding names it (a quarantined index that
-Kafka rebuilt badly, a ``partition.metadata`` that again holds another topic ID than ZooKeeper's), or names its
+(``fleet_doctor.audit.detection.detect_locally``). A touched file is wrong when a finding names it (a quarantined index
+that Kafka rebuilt badly, a ``partition.metadata`` that again holds another topic ID than ZooKeeper's), or names its
 segment's log (``index-missing``). Besides findings, the broker must have re-created what it re-creates at start: a
 removed ``partition.metadata`` and a quarantined index must exist again, and so must a removed
 ``leader-epoch-checkpoint``: Kafka (0.11+, message format v2) creates it whenever it loads a log, empty when it was
@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.audit.detection import detect_locally
 from fleet_doctor.audit.staging import split_to_dir
 from fleet_doctor.audit.steps import probe_command, run_probe
-from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
+from fleet_doctor.layout import LOCAL, PROBE_OBJECT
+from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
 from fleet_doctor.remote import Remote
-from fleet_doctor.spark import detect_locally
 from fleet_doctor.zookeeper import snapshot
 
 
@@ -39,24 +40,28 @@ def post_verify(
     zookeeper: str,
     timeout: float = 600.0,
     stage: Callable[[str], None] = lambda s: None,
+    metadata_mode: str = "zookeeper",
 ) -> list[str]:
     """The problems left on the files of ``actions`` (a BrokerPlan's FileActions); empty when every one is right.
-    ``stage``: told which stage runs now (the executor's progress lines say it)."""
+    ``stage``: told which stage runs now (the executor's progress lines say it); ``metadata_mode``: the cluster's
+    (its inventory's)."""
     actions = list(actions)
     with tempfile.TemporaryDirectory(prefix=f"fleet-doctor-verify-{broker_id}-") as tmp:
         work = Path(tmp)
         raw = bytearray()
         stage(f"probing {len(log_dirs)} log dir(s)")
         run_probe(remote, probe_command(log_dirs, deep=False, verify_crc=False), raw.extend, timeout)
-        dest = work / "probe" / f"broker_id={broker_id}"
+        dest = work / LOCAL.broker_dir(broker_id)
         dest.mkdir(parents=True)
-        split_to_dir(io.BytesIO(raw), dest, "probe.jsonl")
+        split_to_dir(io.BytesIO(raw), dest, PROBE_OBJECT.removesuffix(".gz"))
         facts = [{"broker_id": broker_id, "kafka_version": kafka_version, "running": True}]
         stage(f"probe output {len(raw) // 1024} KiB; reading ZooKeeper")
         zk = snapshot.read_live(zookeeper)
         stage(f"probe output {len(raw) // 1024} KiB; Spark detection running")
         # one broker of the fleet: the rules that compare brokers cannot judge from it
-        found = detect_locally(work, facts, zk, master="local[2]", audit_run="verify", partial_scope=True)
+        found = detect_locally(
+            work, facts, zk, metadata_mode=metadata_mode, master="local[2]", audit_run="verify", partial_scope=True
+        )
     return problems(actions, found.findings, _present(raw, {a.path.rsplit("/", 1)[0] for a in actions}))
 
 
@@ -102,5 +107,5 @@ def _present(output: bytes | bytearray, partition_dirs: set[str]) -> set[str]:
         elif r.get("kind") == "segment":
             for ext in ("log", "index", "timeindex"):
                 if r.get(f"has_{ext}"):
-                    out.add(f"{r['path']}/{r['base_offset']:020d}.{ext}")
+                    out.add(f"{r['path']}/{segment_file_name(r['base_offset'], ext)}")
     return out

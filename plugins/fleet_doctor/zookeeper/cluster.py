@@ -19,6 +19,7 @@ from typing import Any
 DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default: the cluster-wide dynamic broker config
 MIN_ISR = "min.insync.replicas"
 KAFKA_DEFAULT_MIN_ISR = 1  # ServerLogConfigs.MIN_IN_SYNC_REPLICAS_DEFAULT
+CLUSTER_DEFAULT_PATH = f"/config/brokers/{DEFAULT_ENTITY}"  # the cluster-wide dynamic broker config
 
 
 def topic_path(topic: str) -> str:
@@ -62,7 +63,7 @@ class Cluster:
 
     def cluster_min_isr(self) -> tuple[int, str]:
         """The ``min.insync.replicas`` of a topic without an override, and where it comes from."""
-        path = f"/config/brokers/{DEFAULT_ENTITY}"
+        path = CLUSTER_DEFAULT_PATH
         cfg = self._config(path)
         if MIN_ISR in cfg:
             return _min_isr_value(cfg[MIN_ISR], path), path

@@ -1,0 +1,75 @@
+"""The gates: how carefully a plan runs. One definition of each default, read by the executor, by the DAG forms
+(``repair.params``) and by the plan (the form's values are part of its hash and its approval text).
+
+A repair takes its gates from its form and records them in the plan (``gates_of``): the approver sees them, and the
+run uses the plan's, whatever the form says later (``approved_gates``). A restore takes the same gates, with no pause
+between brokers (``RESTORE_PAUSE_S``) and its ``timeout_s`` as the stop and start timeouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from fleet_doctor.repair.progress import EVERY_S
+
+# a restore puts back the state a repair found, broker by broker, usually to end an incident: the brokers' own
+# health gates (ISR back, healthy polls) stand between them, a fixed wait would only lengthen it
+RESTORE_PAUSE_S = 0.0
+RESTORE_TIMEOUT_S = 600.0  # the restore form's timeout_s: per broker, stopped and registered again within
+
+
+@dataclass(frozen=True)
+class Gates:
+    stop_timeout_s: float = 300.0  # the process gone and its /brokers/ids entry removed within
+    start_timeout_s: float = 600.0  # registered again after its start within
+    healthy_polls: int = 3  # consecutive polls with zero under-replicated partitions
+    poll_interval_s: float = 10.0
+    isr_timeout_s: float = 900.0  # per broker: back in ISR (and the healthy polls) within
+    pause_between_brokers_s: float = 60.0
+    progress_every_s: float = EVERY_S  # a long wait writes its progress to the log at most this often
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], **fixed: Any) -> Gates:
+        """The gates a DAG form's values give (a value the form leaves empty keeps its default), then ``fixed``."""
+        given = {
+            f.name: type(getattr(cls, f.name))(params[f.name])
+            for f in fields(cls)
+            if f.name in FORM_GATES and params.get(f.name) is not None
+        }
+        return replace(cls(**given), **fixed)
+
+    @classmethod
+    def for_restore(cls, params: Mapping[str, Any]) -> Gates:
+        """The restore's gates: the form's, no pause between brokers, ``timeout_s`` to stop and to register again."""
+        timeout = float(params.get("timeout_s") or RESTORE_TIMEOUT_S)
+        return cls.from_params(
+            params, pause_between_brokers_s=RESTORE_PAUSE_S, stop_timeout_s=timeout, start_timeout_s=timeout
+        )
+
+
+# the form's values that set a gate (the others are fixed by the product)
+FORM_GATES = ("healthy_polls", "poll_interval_s", "isr_timeout_s", "pause_between_brokers_s")
+# the form's values that decide how carefully a repair runs: recorded in its plan (hash and approval text)
+GATE_PARAMS = (*FORM_GATES, "min_insync_replicas", "dry_run")
+DEFAULTS = Gates()
+
+
+def gates_of(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The form's values that decide how carefully the plan runs: part of the plan (its hash, its approval text)."""
+    return {k: params[k] for k in GATE_PARAMS if params.get(k) is not None}
+
+
+def approved_gates(plan_gates: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The gates the approver saw (the plan's), over whatever the form holds."""
+    return {**params, **dict(plan_gates)}
+
+
+def static_min_isr(params: Mapping[str, Any], inventory_min_isr: int | None) -> int | None:
+    """The brokers' static ``min.insync.replicas`` (server.properties) as the repair takes it: the form's
+    ``min_insync_replicas`` or the inventory's, the larger (the form may raise the inventory's, never lower it);
+    None when neither is set. Under ZooKeeper's cluster-wide default, over Kafka's 1: for the health gates
+    (``session.cluster_for``) and the plan's risk line (``planner.default_min_isr``) alike."""
+    form = int(params.get("min_insync_replicas") or 0)
+    return max(form, inventory_min_isr or 0) or None

@@ -1,0 +1,66 @@
+"""The repair and restore DAGs' forms and DAG arguments, as plain data the DAG files turn into ``Param``s (nothing
+here imports Airflow): the gates' defaults come from ``repair.gates``, their one definition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet_doctor.repair.gates import DEFAULTS, RESTORE_TIMEOUT_S
+
+MIN_ISR = {
+    "default": None,
+    "type": ["null", "integer"],
+    "minimum": 1,
+    "description": "the brokers' default (empty: the inventory's)",
+}
+
+
+def manual_dag_args() -> dict[str, Any]:
+    """What the repair and restore DAGs share: triggered by hand only, one run at a time."""
+    import pendulum
+
+    start = pendulum.datetime(2026, 1, 1, tz="UTC")
+    tags = ["kafka", "fleet-doctor", "repair"]
+    return {"schedule": None, "start_date": start, "catchup": False, "max_active_runs": 1, "tags": tags}
+
+
+def _health_gates() -> dict[str, dict[str, Any]]:
+    return {
+        "healthy_polls": {
+            "default": DEFAULTS.healthy_polls,
+            "type": "integer",
+            "minimum": 1,
+            "description": "consecutive healthy polls per broker",
+        },
+        "poll_interval_s": {"default": int(DEFAULTS.poll_interval_s), "type": "integer", "minimum": 1},
+        "isr_timeout_s": {
+            "default": int(DEFAULTS.isr_timeout_s),
+            "type": "integer",
+            "minimum": 60,
+            "description": "per broker: back in ISR within",
+        },
+    }
+
+
+def repair_gates() -> dict[str, dict[str, Any]]:
+    """The repair form's gates (``Param(**spec)`` each), in the form's order."""
+    pause = {"default": int(DEFAULTS.pause_between_brokers_s), "type": "integer", "minimum": 0}
+    dry_run = {
+        "default": False,
+        "type": "boolean",
+        "title": "Dry run (nothing written)",
+        "description": "Do every read and check and log every command, but write nothing: no backup, no file "
+        "change, no broker stop, no ZooKeeper write. The approval then says DRY RUN.",
+    }
+    return {"pause_between_brokers_s": pause, **_health_gates(), "dry_run": dry_run, "min_insync_replicas": MIN_ISR}
+
+
+def restore_gates() -> dict[str, dict[str, Any]]:
+    """The restore form's gates (``Param(**spec)`` each), in the form's order."""
+    timeout = {
+        "default": int(RESTORE_TIMEOUT_S),
+        "type": "integer",
+        "minimum": 30,
+        "description": "per broker: stop / register within",
+    }
+    return {"timeout_s": timeout, **_health_gates(), "min_insync_replicas": MIN_ISR}

@@ -1,0 +1,125 @@
+"""What the restore DAG's tasks call (dags/kafka_fleet_restore.py): make the restore plan, and run an approved one under
+the cluster lock (``repair.session``) with the repair's state machine (``repair.restore.RestoreExecutor``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fleet_doctor import layout
+from fleet_doctor.repair import approval_text
+from fleet_doctor.repair.broker import ssh_hosts
+from fleet_doctor.repair.gates import Gates
+from fleet_doctor.repair.journal import Journal, State
+from fleet_doctor.repair.plan import Plan
+from fleet_doctor.repair.restore import RestoreExecutor, find_plan, restore_plan, still_needs_human, stored_restore_plan
+from fleet_doctor.repair.session import cluster_lock, repair_inventory, repairs_dir, ssh_connect
+from fleet_doctor.settings import Settings
+from fleet_doctor.store import write_atomic
+from fleet_doctor.zookeeper import cluster_session
+from fleet_doctor.zookeeper.cluster import Cluster
+
+WHAT = "repairs and restores"
+
+
+def plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
+    """The restore DAG's plan task: ``make_restore_plan`` with the active controller as ZooKeeper names it now."""
+    inv = repair_inventory(settings, WHAT)
+    with cluster_session(inv, timeout=10, start_timeout=15) as zk:
+        controller = Cluster(zk).controller()
+    return make_restore_plan(settings, params, controller)
+
+
+def make_restore_plan(settings: Settings, params: dict[str, Any], controller: int | None) -> dict[str, Any]:
+    """The restore plan (``repair.restore.restore_plan``: which backups go back where, ``controller`` last), saved
+    under ``<repairs>/<hash>/restores/<restore hash>/``, and its approval request."""
+    inv = repair_inventory(settings, WHAT)
+    repairs = repairs_dir(settings)
+    p = restore_plan(
+        repairs,
+        inv,
+        str(params.get("plan") or ""),
+        [int(b) for b in params.get("brokers") or ()],
+        bool(params.get("start", True)),
+        controller,
+        str(params.get("attempt") or "") or None,
+    )
+    d = repairs.restore_dir(p.scope["restore_of"], p.hash)
+    d.mkdir(parents=True, exist_ok=True)
+    asked = approval_text.restore_request(p)
+    write_atomic(d / layout.PLAN, p.to_json().encode())
+    write_atomic(d / layout.PLAN_TEXT, asked.body.encode())
+    return {
+        "hash": p.hash,
+        "restore_of": p.scope["restore_of"],
+        "subject": asked.subject,
+        "markdown": asked.body,
+        "approve_option": asked.option,
+    }
+
+
+def approval_request(settings: Settings, planned: dict[str, Any]) -> approval_text.Request:
+    """The restore approval as the stored restore plan renders it (``approval.confirm`` compares it with Airflow's
+    record of the request and its answer)."""
+    return approval_text.restore_request(stored_restore_plan(repairs_dir(settings), planned))
+
+
+def restore_backup(
+    settings: Settings,
+    planned: dict[str, Any],
+    params: dict[str, Any],
+    run_id: str,
+    connect: Any = None,
+    approval: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run an approved restore plan (``make_restore_plan``) under the cluster lock; the repair attempt's journal
+    marks each restored broker pending again. ``<repairs>/<hash>/restores/<restore hash>/result-<run>.json`` says
+    what was done either way."""
+    inv = repair_inventory(settings, WHAT)  # the plan task refused it already: an inventory changed since
+    repairs = repairs_dir(settings)
+    p = stored_restore_plan(repairs, planned)
+    plan_dir = find_plan(repairs.root, p.scope["restore_of"])
+    source = plan_dir / "attempts" / p.scope["attempt"]
+    repair = Plan.from_json((plan_dir / layout.PLAN).read_text())
+    owner = {"plan_hash": plan_dir.name, "step": "restore", "run_id": run_id, "since": time.time()}
+    report: dict[str, Any] = {"restore": p.hash, "of": plan_dir.name, "run_id": run_id, "order": p.restart_order}
+    journal: Journal | None = None
+
+    def outcome(report: dict[str, Any]) -> None:
+        if journal is not None:
+            brokers = journal.data["brokers"]
+            report["status"] = journal.data.get("status")
+            report["error"] = journal.data.get("error")
+            report["done"] = [b for b in p.restart_order if brokers[str(b)]["state"] == State.DONE]
+            report["states"] = {b: brokers[str(b)]["state"] for b in p.restart_order}
+            report["changed"] = [b for b in p.restart_order if journal.changing(b)]
+
+    def left_for_human() -> str | None:
+        done = {b for b in p.restart_order if journal and journal.completed(b) == State.DONE}
+        left = still_needs_human(source / layout.JOURNAL, repair, done)
+        if left or not journal or journal.data.get("status") != "done":
+            return f"broker(s) {left} still need a human"
+        return None
+
+    result = repairs.restore_result(plan_dir.name, p.hash, run_id)
+    with cluster_lock(
+        inv, owner, report, result, take_over=(plan_dir.name, p.scope["attempt"]), before_result=outcome
+    ) as lock:
+        lock.hand_back_when(left_for_human)  # the halted repair still needs a human: its lock stays
+        lock.keep_when(lambda: journal.keeps_lock() if journal else None)
+        ex = RestoreExecutor(
+            p,
+            source,
+            repair,
+            repairs.restore_run(plan_dir.name, p.hash, run_id),
+            inv,
+            ssh_hosts(inv, connect or ssh_connect(inv)),
+            lock.cluster(params),
+            Gates.for_restore(params),
+            fence=lock.fence(),
+        )
+        journal = ex.journal
+        if approval is not None:
+            journal.approved(approval)
+        ex.run()
+    return report

@@ -1,0 +1,224 @@
+"""One repair per cluster, written once: the cluster's ZooKeeper session, its repair lock taken, the act, the lock
+released or kept for a human, the result written. The repair's broker chain, its ZooKeeper write and the restore all
+run under ``cluster_lock`` (``repair.tasks``, ``repair.restore_tasks``).
+
+The lock (``zookeeper.lock``) is kept, and only the worker's liveness node released, when the act leaves something a
+human must look at first: a halt after a file changed or with a broker left down, a partial ZooKeeper write
+(``LockedCluster.keep_when``). A restore that took the lock over from the halted attempt it puts back hands it back
+when that attempt still needs a human (``hand_back_when``). A worker whose fence fell touches neither the lock nor
+the liveness node: they may be another worker's now (docs/repair.md, "After a halt").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor import inventory
+from fleet_doctor.layout import RepairsDir, attempt_name
+from fleet_doctor.remote import airflow_ssh_client
+from fleet_doctor.repair.errors import FenceLost, RepairError
+from fleet_doctor.repair.gates import static_min_isr
+from fleet_doctor.settings import Settings, SettingsError
+from fleet_doctor.store import write_atomic
+from fleet_doctor.zookeeper import cluster_session
+from fleet_doctor.zookeeper.cluster import Cluster
+from fleet_doctor.zookeeper.lock import (
+    ACTIVE_ROOT,
+    LockHeld,
+    acquire_lock,
+    hand_back,
+    hand_over,
+    lock_holder,
+    release_active,
+    release_lock,
+)
+
+LOG = logging.getLogger(__name__)
+SESSION_TIMEOUT_S = 10.0  # the lock's liveness node outlives a crashed worker by about this long
+CONNECT_TIMEOUT_S = 15.0
+
+
+# ---- what a repair task opens
+def repair_inventory(settings: Settings, what: str = "repairs") -> inventory.Inventory:
+    """The cluster's inventory, unless it is a KRaft cluster: the repair's health gates, its cluster lock and the
+    topic-ID write all work on ZooKeeper, and a KRaft cluster has none. Refused at the first task of the repair
+    and restore DAGs (and again by every task that acts), before anything is read or written."""
+    inv = inventory.load(settings.inventory)
+    if inv.kraft:
+        raise RepairError(
+            f"{what} on KRaft clusters are not supported yet: cluster {inv.cluster} keeps its metadata in its "
+            "controllers' __cluster_metadata log (inventory metadata_mode kraft), and the repair's health gates, "
+            "cluster lock and topic-ID write need ZooKeeper. Nothing was read or changed. The nightly audit "
+            "(kafka_fleet_audit) does support KRaft: follow its findings' remediation by hand (docs/repair.md)"
+        )
+    return inv
+
+
+def repairs_dir(settings: Settings) -> RepairsDir:
+    """The repairs dir (``FLEET_DOCTOR_REPAIR_DIR``), RepairError when the settings give none."""
+    try:
+        return RepairsDir(settings.repairs)
+    except SettingsError as e:  # a remote data root without FLEET_DOCTOR_REPAIR_DIR
+        raise RepairError(str(e)) from e
+
+
+def ssh_connect(inv: inventory.Inventory) -> Callable[[int], Any]:
+    """broker id -> a connected ``paramiko.SSHClient`` through the broker's Airflow SSH connection."""
+
+    def connect(broker_id: int) -> Any:
+        return airflow_ssh_client(inv.ssh_connection_id(broker_id))
+
+    return connect
+
+
+def cluster_for(zk: Any, inv: inventory.Inventory, params: dict[str, Any]) -> Cluster:
+    """The health gates' view of ZooKeeper. A topic without its own ``min.insync.replicas`` takes ZooKeeper's
+    cluster-wide default (``/config/brokers/<default>``), else ``gates.static_min_isr`` (the form's or the
+    inventory's), else Kafka's 1."""
+    return Cluster(zk, default_min_isr=static_min_isr(params, inv.min_insync_replicas))
+
+
+def lock_fence(zk: Any, cluster: str, owner: dict[str, Any]) -> Callable[[], None]:
+    """Before every step: this worker still holds the lock's liveness node in the ZooKeeper session it took it
+    with. A session that expired (a long GC pause, a partition) lost the ephemeral node, and another worker may have
+    taken over: stop and report rather than act beside it."""
+    session_id = zk.client_id[0] if zk.client_id else None
+    active = f"{ACTIVE_ROOT}/{cluster}"
+
+    def fence() -> None:
+        now = zk.client_id[0] if zk.client_id else None
+        if not zk.connected or now != session_id:
+            raise FenceLost(f"the ZooKeeper session this repair locked {cluster} with was lost: halting")
+        held = zk.exists(active)
+        if held is None or held.ephemeralOwner != session_id:
+            raise FenceLost(f"this worker no longer holds {active} (its session expired?): halting")
+
+    return fence
+
+
+# ---- the lock skeleton
+Why = Callable[[], str | None]
+
+
+@dataclass
+class LockedCluster:
+    """The cluster while this worker holds its repair lock: what the act needs (the session, the fence, the health
+    gates) and how it says whether the lock may go at the end."""
+
+    zk: Any
+    inventory: inventory.Inventory
+    owner: dict[str, Any]
+    report: dict[str, Any]
+    taken_over: dict[str, Any] | None = None  # the halted attempt's holder a restore took the lock over from
+    fenced: bool = False
+    _keep: list[Why] = field(default_factory=list)
+    _hand_back: Why | None = None
+
+    @property
+    def name(self) -> str:
+        return self.inventory.cluster
+
+    def fence(self) -> Callable[[], None]:
+        return lock_fence(self.zk, self.name, self.owner)
+
+    def cluster(self, params: dict[str, Any]) -> Cluster:
+        return cluster_for(self.zk, self.inventory, params)
+
+    def keep_when(self, why: Why) -> None:
+        """At the end, whatever happened: when ``why()`` says something, the lock stays (that is why)."""
+        self._keep.append(why)
+
+    def hand_back_when(self, why: Why) -> None:
+        """At the end of a restore that took the lock over: when ``why()`` says something, it goes back to the halted
+        attempt (which still needs a human), else it is released."""
+        self._hand_back = why
+
+    def release(self) -> None:
+        """Release the lock, keep it, or hand it back, as the act said; the report says which."""
+        report, who = self.report, self.owner["plan_hash"][:12]
+        if self.fenced:
+            report["lock_kept"] = "this worker lost its ZooKeeper session: it left the lock and the journal alone"
+            report["lock_released"] = False
+            LOG.error("repair %s: %s", who, report["lock_kept"])
+            return
+        back = self._hand_back() if self.taken_over is not None and self._hand_back else None
+        if back:
+            hand_back(self.zk, self.name, self.owner)
+            report["lock_kept"] = f"handed back to {self.taken_over.get('run_id')}: {back}"  # type: ignore[union-attr]
+            report["lock_released"] = False
+            return
+        why = next((w for w in (keep() for keep in self._keep) if w), None)
+        if why:
+            report["lock_kept"] = why
+            LOG.error("repair %s: %s", who, why)
+            with contextlib.suppress(Exception):  # this worker is done: only its own liveness node goes
+                release_active(self.zk, self.name)
+        else:
+            release_lock(self.zk, self.name, self.owner)
+        with contextlib.suppress(Exception):
+            report["lock_released"] = lock_holder(self.zk, self.name) is None
+
+
+@contextlib.contextmanager
+def cluster_lock(
+    inv: inventory.Inventory,
+    owner: dict[str, Any],
+    report: dict[str, Any],
+    result: Path,
+    *,
+    wait_s: float = 0.0,
+    check_holder: Callable[[dict[str, Any] | None], None] | None = None,
+    take_over: tuple[str, str] | None = None,
+    before_result: Callable[[dict[str, Any]], None] | None = None,
+    session_timeout: float = SESSION_TIMEOUT_S,
+) -> Iterator[LockedCluster]:
+    """Hold the cluster's repair lock as ``owner`` ({plan_hash, step, run_id, since}) around the block, then release
+    it, keep it or hand it back (``LockedCluster.release``), and write ``report`` to ``result`` whatever happened
+    (``before_result`` adds to it first). ``wait_s``: how long to wait for another step of the same plan;
+    ``check_holder``: called with the current holder before the lock is taken (raises to refuse); ``take_over``:
+    (plan hash, attempt) of a halted repair attempt a restore puts back, whose lock it takes over;
+    ``session_timeout``: how long the lock's liveness node outlives a worker that died."""
+    try:
+        with cluster_session(inv, timeout=session_timeout, start_timeout=CONNECT_TIMEOUT_S) as zk:
+            lock = LockedCluster(zk, inv, owner, report)
+            if check_holder is not None:
+                check_holder(lock_holder(zk, inv.cluster))
+            if take_over is not None:
+                lock.taken_over = _take_over(zk, inv.cluster, *take_over, owner)
+            acquire_lock(zk, inv.cluster, owner, wait_s=wait_s)
+            try:
+                yield lock
+            except FenceLost:
+                lock.fenced = True
+                raise
+            finally:
+                lock.release()
+    finally:
+        if before_result is not None:
+            before_result(report)
+        result.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(result, json.dumps(report, indent=2, default=str).encode())
+
+
+def _take_over(zk: Any, cluster: str, plan_hash: str, attempt: str, owner: dict[str, Any]) -> dict[str, Any] | None:
+    """A halted attempt of a repair keeps the lock for a human; restoring that very attempt is what the human does
+    about it. Taken over (the holder kept in the lock, to be handed back) only when no worker of it is alive (its
+    ephemeral znode is gone); returns the holder taken over from, or None."""
+    held = lock_holder(zk, cluster)
+    if held is None or held.get("plan_hash") != plan_hash or held.get("step") != "brokers":
+        return None  # free, ours (a resumed restore), or another plan's: acquire_lock decides
+    if attempt_name(str(held.get("run_id"))) != attempt:
+        raise LockHeld(
+            f"cluster {cluster} is locked by run {held.get('run_id')} of this repair, not by attempt {attempt} that "
+            "this restore puts back: restore that run's attempt (param attempt), or resume it"
+        )
+    if zk.exists(f"{ACTIVE_ROOT}/{cluster}"):
+        raise LockHeld(f"a worker is executing a repair of {cluster} right now: {held}")
+    hand_over(zk, cluster, held, owner)
+    return held
