@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from fleet_doctor import inventory
+from fleet_doctor import inventory, layout
 from fleet_doctor.repair import tasks
 from fleet_doctor.settings import REPO, Settings
 from fleet_doctor.store import Store
@@ -66,7 +66,7 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
             t = pq.read_table(store._path(f"findings/audit_run={run}/{part}"), filesystem=store.fs)
             dataset_rules |= set(t.column("rule").to_pylist())
 
-        rows = store.read_jsonl(f"history/audit_run={run}/findings.jsonl")
+        rows = store.read_jsonl(layout.history_findings(run))
         for inj in injected:
             hits = [f for f in rows if f["rule"] == inj.rule and f["broker_id"] == inj.broker_id]
             assert any(f["path"] in inj.paths for f in hits), (inj.incident, inj.paths, [f["path"] for f in hits])
@@ -92,12 +92,12 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         # the repair's re-verify before it touches anything: an audit outside Airflow (stage, snapshot, spark-submit
         # with the store's settings and jars) into the same bucket's verify/ area gives the very same plan, and
         # leaves the audit's history and findings dataset as they were
-        history_before = store.read_bytes("history/runs.jsonl")
+        history_before = store.read_bytes(layout.HISTORY_RUNS)
         connect = ssh_connect(inventory.load(settings.inventory))
         verify_run, fresh = tasks.reverify(settings, "manual__r1", {}, connect)
         assert store.list(f"verify/{verify_run}/probe") == ["broker_id=1", "broker_id=2", "broker_id=3"]
         assert fresh.hash == planned["hash"]
-        assert store.read_bytes("history/runs.jsonl") == history_before
+        assert store.read_bytes(layout.HISTORY_RUNS) == history_before
         assert f"audit_run={verify_run}" not in store.list("findings")
     finally:
         fleet.down(lab_dir)

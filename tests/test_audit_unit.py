@@ -9,15 +9,18 @@ from typing import Any
 
 import pytest
 
+from fleet_doctor import layout
 from fleet_doctor.audit import alerts, history, steps
-from fleet_doctor.repair import tasks
+from fleet_doctor.audit.summary import RunSummary
 from fleet_doctor.layout import safe_run_id
+from fleet_doctor.repair import tasks
+from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.settings import Settings
 from harness.findings import finding
 
 
 def _run(settings: Settings, run: str, findings: list[dict[str, Any]], not_audited: list[int]) -> dict:
-    key = settings.run_key(run)
+    key = layout.staging(run).key
     settings.store.write_jsonl(f"{key}/findings.jsonl", findings)
     settings.store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [4], "zookeeper_error": None}
@@ -40,7 +43,7 @@ def test_history_marks_new_persisting_resolved_and_unverified(tmp_path: Path) ->
     rows = s.store.read_jsonl("history/audit_run=run_3/findings.jsonl")
     assert {r["path"]: r["status"] for r in rows} == {"/a": "persisting", "/b": "unverified"}
     assert next(r for r in rows if r["path"] == "/a")["first_seen"] == "run_1"
-    runs = s.store.read_jsonl("history/runs.jsonl")
+    runs = s.store.read_jsonl(layout.HISTORY_RUNS)
     assert [r["audit_run"] for r in runs] == ["run_1", "run_2", "run_3"]
     html = Path(s3["report"]).read_text()
     assert "Not audited" in html and "<svg" in html and "unverified" in html
@@ -59,10 +62,12 @@ def test_alert_only_when_critical_or_unaudited(tmp_path: Path) -> None:
         "not_audited": [],
         "report": "/reports/r.html",
     }
-    assert alerts.alert_message(summary) is None
-    msg = alerts.alert_message({**summary, "not_audited": [2]}, "https://fd.example/r.html")
+    assert alerts.alert_message(RunSummary.from_dict(summary)) is None
+    msg = alerts.alert_message(RunSummary.from_dict({**summary, "not_audited": [2]}), "https://fd.example/r.html")
     assert msg and "NOT AUDITED" in msg and "brokers 2" in msg and "https://fd.example/r.html" in msg
-    msg = alerts.alert_message({**summary, "by_severity": {"critical": 2, "warning": 0, "info": 0}})
+    msg = alerts.alert_message(
+        RunSummary.from_dict({**summary, "by_severity": {"critical": 2, "warning": 0, "info": 0}})
+    )
     assert msg and "2 critical" in msg and "stray-dir 3" in msg
 
 
@@ -80,12 +85,15 @@ def test_out_of_scope_brokers_keep_their_findings_unverified(tmp_path: Path) -> 
     s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
     a, b = finding("index-orphan", 1, "/a"), finding("stray-dir", 2, "/b", "warning")
     _run(s, "run:1", [a, b], [])
-    s.store.write_jsonl(f"{s.run_key('run:2')}/findings.jsonl", [a])
+    s.store.write_jsonl(f"{layout.staging('run:2').key}/findings.jsonl", [a])
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
     s2 = history.publish(s, "run:2", discovered, {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]})
     assert s2["by_status"] == {"new": 0, "persisting": 1, "resolved": 0, "unverified": 1}
     assert s2["out_of_scope"] == [2, 3] and s2["not_audited"] == []
-    assert alerts.alert_message({**s2, "by_severity": {"critical": 0, "warning": 0, "info": 0}}) is None
+    assert (
+        alerts.alert_message(RunSummary.from_dict({**s2, "by_severity": {"critical": 0, "warning": 0, "info": 0}}))
+        is None
+    )
     assert "Out of scope" in Path(s2["report"]).read_text()
 
 
@@ -129,7 +137,7 @@ def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_p
     cluster_wide = {**finding("under-replicated", None, "/brokers/topics/t"), "log_dir": None}
     _run(s, "run:1", [finding("index-orphan", 1, "/a"), cluster_wide], [])
     # broker 1 is clean now; ZooKeeper's finding not seen in this run
-    s.store.write_jsonl(f"{s.run_key('run:2')}/findings.jsonl", [])
+    s.store.write_jsonl(f"{layout.staging('run:2').key}/findings.jsonl", [])
     discovered = {"cluster": "c1", "only_in_inventory": [], "only_in_zookeeper": [], "zookeeper_error": None}
     facts = {"audited": [1], "not_audited": [], "out_of_scope": [2, 3]}
     s2 = history.publish(s, "run:2", discovered, facts)
@@ -137,16 +145,16 @@ def test_partial_run_resolves_only_its_brokers_and_is_no_base_for_a_repair(tmp_p
     assert {r["path"]: r["status"] for r in rows} == {"/a": "resolved", "/brokers/topics/t": "unverified"}
     assert s2["by_status"]["resolved"] == 1
     # the history says which runs were partial; the repair plans only from whole-fleet runs
-    runs = s.store.read_jsonl("history/runs.jsonl")
+    runs = s.store.read_jsonl(layout.HISTORY_RUNS)
     assert [r["out_of_scope"] for r in runs] == [[], [2, 3]]
     assert tasks.latest_audit_run(s) == "run_1"
     try:
         tasks.whole_fleet_run(s, "run_2")
         raise AssertionError("a partial run must be refused as the base of a plan")
-    except tasks.RepairError as e:
+    except RepairError as e:
         assert "run_2" in str(e) and "[2, 3]" in str(e)
     tasks.whole_fleet_run(s, "run_1")
-    with pytest.raises(tasks.RepairError, match="no audit run 'run_9'"):  # an empty plan would look healthy
+    with pytest.raises(RepairError, match="no audit run 'run_9'"):  # an empty plan would look healthy
         tasks.whole_fleet_run(s, "run_9")
     assert "--partial-scope" in steps.detect_args(s, "run:2", {**facts, "probe_dir": "/p", "brokers": "/b"})
     assert "--partial-scope" not in steps.detect_args(

@@ -5,7 +5,6 @@ valid, Airflow's auth enforced, and in Chromium the iframe's links into Airflow 
 
 from __future__ import annotations
 
-import ast
 import gzip
 import json
 import re
@@ -24,13 +23,15 @@ import pytest
 from fastapi import Depends, HTTPException
 from fastapi.testclient import TestClient
 
+from fleet_doctor import layout
+from fleet_doctor.airflow_links import REPAIR_DAG, RepairScope, in_airflow
 from fleet_doctor.audit import history
 from fleet_doctor.console import render
 from fleet_doctor.console.app import create_app
-from fleet_doctor.console.data import RepairScope, in_airflow
 from fleet_doctor.finding_groups import group_findings
-from fleet_doctor.repair.plan import FleetFacts, build_plan
-from fleet_doctor.settings import REPO, Settings
+from fleet_doctor.repair.planner import FleetFacts, build_plan
+from fleet_doctor.settings import Settings
+from harness.dags import dag, dag_bag, form
 from harness.findings import finding
 
 DATA = Path(__file__).parent / "data" / "detection-findings"
@@ -80,7 +81,7 @@ def page(c: TestClient, path: str = "/") -> Page:
 
 
 def publish(settings: Settings, run: str, rows: list[dict[str, Any]], audited: list[int], **facts: Any) -> dict:
-    key = settings.run_key(run)
+    key = layout.staging(run).key
     settings.store.write_jsonl(f"{key}/findings.jsonl", rows)
     settings.store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
     discovered = {"cluster": facts.pop("cluster", "corpus"), "only_in_inventory": [], "only_in_zookeeper": []}
@@ -139,7 +140,7 @@ def test_the_page_shows_the_published_findings_grouped_with_repair_links(
 ) -> None:
     summaries = three_runs(settings, corpus_findings)
     latest = summaries[-1]
-    rows = settings.store.read_jsonl(f"history/audit_run={latest['audit_run']}/findings.jsonl")
+    rows = settings.store.read_jsonl(layout.history_findings(latest["audit_run"]))
     active = [r for r in rows if r["status"] != "resolved"]
     p = page(client(settings))
 
@@ -200,7 +201,7 @@ def test_new_resolved_and_the_trend_over_the_runs(tmp_path: Path, corpus_finding
     settings = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
     summaries = three_runs(settings, corpus_findings)
     c = client(settings)
-    rows3 = settings.store.read_jsonl(f"history/audit_run={summaries[2]['audit_run']}/findings.jsonl")
+    rows3 = settings.store.read_jsonl(layout.history_findings(summaries[2]["audit_run"]))
     p = page(c)
     assert p.find("no-resolved")  # run 3 resolved nothing: broker 2 was not reached, its findings unverified
     statuses = Counter(r["status"] for r in rows3)
@@ -220,7 +221,7 @@ def test_new_resolved_and_the_trend_over_the_runs(tmp_path: Path, corpus_finding
     # as of run 2: broker 1's findings resolved, one new index-untrimmed on broker 3
     second = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data2")
     summaries = three_runs(second, corpus_findings, n=2)
-    rows2 = second.store.read_jsonl(f"history/audit_run={summaries[1]['audit_run']}/findings.jsonl")
+    rows2 = second.store.read_jsonl(layout.history_findings(summaries[1]["audit_run"]))
     c = client(second)
     p = page(c)
     resolved = Counter[tuple[str, str]]()
@@ -268,19 +269,6 @@ def test_hostile_values_from_a_broker_are_shown_as_text(tmp_path: Path) -> None:
 
 
 # ---- the repair page
-def repair_params() -> dict[str, Any]:
-    """The repair DAG's params and their defaults, read from dags/kafka_fleet_repair.py's source."""
-    tree = ast.parse((REPO / "dags" / "kafka_fleet_repair.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.keyword) and node.arg == "params" and isinstance(node.value, ast.Dict):
-            out = {}
-            for k, v in zip(node.value.keys, node.value.values, strict=True):
-                assert isinstance(k, ast.Constant) and isinstance(v, ast.Call)
-                out[k.value] = ast.literal_eval(v.args[0])
-            return out
-    raise AssertionError("no params in dags/kafka_fleet_repair.py")
-
-
 def test_the_repair_page_is_the_dags_form_pre_filled(tmp_path: Path) -> None:
     c = client(Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data"))
     q = "rule=index-untrimmed&broker=3&broker=x&topic=orders&topic=__consumer_offsets&dry_run=1"
@@ -309,7 +297,7 @@ def test_the_repair_page_is_the_dags_form_pre_filled(tmp_path: Path) -> None:
     assert not page(c, "/repair?rule=index-untrimmed&topic=orders").find("internal-topics-note")
     assert "broker 'x' is not a broker id (a number): left out" in "".join(p.text)
     # every field is one of the DAG's params, with the DAG's default when the link says nothing
-    params = repair_params()
+    params = form(REPAIR_DAG)
     assert set(inputs) <= set(params), set(inputs) - set(params)
     empty = {a["name"]: a for a in page(c, "/repair").named("input")}
     for name, a in empty.items():
@@ -392,11 +380,7 @@ def test_pending_approvals_count_the_repair_and_the_restore(tmp_path: Path) -> N
     Actions of every DAG, where both are listed."""
     c = client(Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data"))
     r = c.get("/")
-    dags = {
-        m.group(1)
-        for f in (REPO / "dags").glob("kafka_fleet_re*.py")
-        if (m := re.search(r'dag_id="([^"]+)"', f.read_text()))
-    }
+    dags = {d for d in dag_bag().dags if any(type(t).__name__ == "PlanApprovalOperator" for t in dag(d).tasks)}
     assert dags == {"kafka_fleet_repair", "kafka_fleet_restore"}
     assert f"const DAGS = {json.dumps(sorted(dags))};" in r.text
     assert "api/v2/dags/${encodeURIComponent(dag)}/${query}" in r.text and "response_received=false" in r.text
@@ -409,7 +393,7 @@ def test_an_empty_or_broken_store_says_so(tmp_path: Path) -> None:
     c = client(settings)
     p = page(c)
     assert p.find("no-audit") and str(settings.store.url()) in "".join(p.text)
-    settings.store.write_text("history/runs.jsonl", '{"audit_run": "r1"}\nnot json\n')
+    settings.store.write_text(layout.HISTORY_RUNS, '{"audit_run": "r1"}\nnot json\n')
     r = c.get("/")
     assert r.status_code == 503
     assert f"{settings.store.url('history/runs.jsonl')}: not JSON Lines (line 2)" in "".join(Page(r.text).text)

@@ -30,8 +30,8 @@ import pytest
 from fleet_doctor import probe
 from fleet_doctor.detect import FINDING_COLUMNS, detect, load_frames
 from fleet_doctor.detect.frames import parse_probe_lines
-from fleet_doctor.repair.plan import INTERNAL_TOPICS, FleetFacts, build_plan
-from fleet_doctor.rules import RULES, Needs, Scope
+from fleet_doctor.repair.planner import FleetFacts, build_plan
+from fleet_doctor.rules import INTERNAL_TOPICS, RULES, Needs, Scope
 from harness.corpus_manifest import SampleAppendix, appendix
 from harness.fleet_builder import (
     ARYAN_DESIGN1_DISK_ID,

@@ -33,13 +33,17 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.remote import Remote
-from fleet_doctor.repair import restore, tasks
-from fleet_doctor.repair.executor import ORDER, Executor, RepairError, State, attempt_dir
+from fleet_doctor.layout import RepairsDir
+from fleet_doctor.repair import restore_tasks, tasks
+from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
+from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.executor import Executor
+from fleet_doctor.repair.journal import ORDER, State
 from fleet_doctor.repair.plan import BrokerPlan
+from fleet_doctor.repair.session import LockedCluster, holding
 from fleet_doctor.zookeeper import cluster_session
 from fleet_doctor.zookeeper.cluster import Cluster
-from fleet_doctor.zookeeper.lock import acquire_lock, lock_holder
+from fleet_doctor.zookeeper.lock import lock_holder
 from fleet_lab import fleet
 from fleet_lab.fleet import kill_sshd, run_service, start_sshd
 from harness.fault_worker import GATES, POINTS
@@ -79,12 +83,14 @@ def running(ctx: dict[str, Any]) -> bool:
 
 
 def journal_of(ctx: dict[str, Any], attempt: str) -> dict[str, Any]:
-    return json.loads((attempt_dir(ctx["settings"].repairs, ctx["plan"].hash, attempt) / "journal.json").read_text())
+    return json.loads(
+        (RepairsDir(ctx["settings"].repairs).attempt(ctx["plan"].hash, attempt) / "journal.json").read_text()
+    )
 
 
 def backed_up(ctx: dict[str, Any], attempt: str) -> dict[str, set[str]]:
     """path -> sha256 of every copy of it in the attempt's backups whose tarball matches its recorded checksum."""
-    d = attempt_dir(ctx["settings"].repairs, ctx["plan"].hash, attempt)
+    d = RepairsDir(ctx["settings"].repairs).attempt(ctx["plan"].hash, attempt)
     out: dict[str, set[str]] = {}
     for tarball in sorted(d.glob("broker-*/backup-*.tar.gz")):
         recorded = tarball.with_name(tarball.name.replace(".tar.gz", ".sha256"))
@@ -136,23 +142,11 @@ def check_invariants(ctx: dict[str, Any], attempt: str, lock_expected: bool) -> 
 def resume(ctx: dict[str, Any], attempt: str) -> dict[str, Any]:
     """The task cleared and run again (same Airflow run: the same attempt), as tasks.execute does it."""
     owner = {"plan_hash": ctx["plan"].hash, "step": "brokers", "run_id": attempt}
-    zk = ctx["zk"]
-    acquire_lock(zk, ctx["inv"].cluster, owner, live_wait_s=30)  # a dead worker's liveness node expires first
-    ex = Executor(
-        ctx["plan"],
-        ctx["settings"].repairs,
-        ctx["inv"],
-        ssh_connect(ctx["inv"]),
-        Cluster(zk),
-        GATES,
-        attempt=attempt,
-        fence=tasks.lock_fence(zk, ctx["inv"].cluster, owner),
-    )
     report: dict[str, Any] = {}
-    try:
+    # a dead worker's liveness node expires first
+    with holding(ctx["zk"], ctx["inv"], owner, report, live_wait_s=30) as lock:
+        ex = executor(ctx, attempt, lock)
         out = ex.run()
-    finally:
-        tasks.finish(zk, ctx["inv"], owner, ex.journal, report)
     assert out["status"] == "done" and report["lock_released"]
     fleet.wait_healthy(ctx["state"], timeout=60)
     ids = {k: v for k, v in fleet.partition_topic_ids(ctx["state"]).items() if k[0] == ctx["bid"] and k[1] == TOPIC}
@@ -165,9 +159,9 @@ def reset(ctx: dict[str, Any], attempt: str) -> None:
     """The restore (its own plan, gated) puts the attempt's backups back: the broker holds the drifted files again."""
     s = ctx["settings"]
     controller = Cluster(ctx["zk"]).controller()
-    planned = restore.make_restore_plan(s, {"plan": ctx["plan"].hash, "attempt": attempt}, controller)
+    planned = restore_tasks.make_restore_plan(s, {"plan": ctx["plan"].hash, "attempt": attempt}, controller)
     params = {"healthy_polls": 2, "poll_interval_s": 0.5, "isr_timeout_s": 60, "timeout_s": 60}
-    report = restore.restore_backup(s, planned, params, f"reset-{attempt}", ssh_connect(ctx["inv"]))
+    report = restore_tasks.restore_backup(s, planned, params, f"reset-{attempt}", ssh_connect(ctx["inv"]))
     assert report["status"] == "done", report
     for path, data in ctx["originals"].items():
         if path.endswith("partition.metadata"):
@@ -218,27 +212,30 @@ def run_faulty(
     ``inv`` (default: the lab's inventory). It must halt with ``expect``; returns the report."""
     owner = {"plan_hash": ctx["plan"].hash, "step": "brokers", "run_id": attempt}
     zk, inv = zk or ctx["zk"], inv or ctx["inv"]
-    acquire_lock(zk, inv.cluster, owner)
-    fence = tasks.lock_fence(zk, inv.cluster, owner)
-    ex = cls(
-        ctx["plan"], ctx["settings"].repairs, inv, ssh_connect(inv), Cluster(zk), GATES, attempt=attempt, fence=fence
-    )
     report: dict[str, Any] = {}
-    with pytest.raises(RepairError, match=expect):
-        try:
-            ex.run()
-        finally:
-            tasks.finish(zk, inv, owner, ex.journal, report, fenced=ex.fenced)
+    with pytest.raises(RepairError, match=expect), holding(zk, inv, owner, report) as lock:
+        executor(ctx, attempt, lock, cls, inv).run()
     return report
 
 
+def executor(
+    ctx: dict[str, Any], attempt: str, lock: LockedCluster, cls: type[Executor] = Executor, inv: Any = None
+) -> Executor:
+    """The attempt's executor as ``tasks.execute`` builds it, under ``lock`` (its fence, its health gates)."""
+    inv = inv or ctx["inv"]
+    where = RepairsDir(ctx["settings"].repairs).attempt(ctx["plan"].hash, attempt)
+    ex = cls(ctx["plan"], where, inv, ssh_hosts(inv, ssh_connect(inv)), lock.cluster({}), GATES, fence=lock.fence())
+    lock.keep_when(ex.journal.keeps_lock)
+    return ex
+
+
 def after_backup(hook: Any) -> type[Executor]:
-    """The executor with ``hook(executor, broker, remote)`` run right after its backup step."""
+    """The executor with ``hook(executor, broker, host)`` run right after its backup step."""
 
     class Hooked(Executor):
-        def backup(self, b: BrokerPlan, remote: Remote) -> str:
-            out = super().backup(b, remote)
-            hook(self, b, remote)
+        def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
+            out = super().backup(b, host)
+            hook(self, b, host)
             return out
 
     return Hooked
@@ -248,15 +245,15 @@ def test_sshd_killed_mid_backup(lab: dict[str, Any]) -> None:
     state: fleet.LabState = lab["state"]
 
     class SshdDies(Executor):
-        def backup(self, b: BrokerPlan, remote: Remote) -> str:
-            fetch = remote.fetch
+        def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
+            fetch = host.remote.fetch
 
             def killed_then_fetch(*a: Any, **k: Any) -> None:
                 kill_sshd(state, b.broker_id)  # the host is gone mid-backup: the tarball made, not fetched
                 fetch(*a, **k)
 
-            remote.fetch = killed_then_fetch  # type: ignore[method-assign]
-            return super().backup(b, remote)
+            host.remote.fetch = killed_then_fetch  # type: ignore[method-assign]
+            return super().backup(b, host)
 
     attempt = "sshd-killed"
     try:
@@ -277,7 +274,7 @@ def test_sshd_killed_mid_backup(lab: dict[str, Any]) -> None:
 
 
 def test_broker_restarted_by_someone_else_between_stop_and_change(lab: dict[str, Any]) -> None:
-    def someone_starts_it(ex: Executor, b: BrokerPlan, remote: Remote) -> None:
+    def someone_starts_it(ex: Executor, b: BrokerPlan, host: BrokerHost) -> None:
         assert run_service(lab["state"].broker(b.broker_id), "start").returncode == 0
 
     attempt = "restarted"
@@ -296,7 +293,7 @@ def test_broker_restarted_by_someone_else_between_stop_and_change(lab: dict[str,
 def test_zookeeper_session_expiry_mid_repair(lab: dict[str, Any]) -> None:
     from kazoo.client import KazooClient
 
-    def expire(ex: Executor, b: BrokerPlan, remote: Remote) -> None:
+    def expire(ex: Executor, b: BrokerPlan, host: BrokerHost) -> None:
         zk = ex.cluster.zk
         old = zk.client_id
         twin = KazooClient(hosts=lab["inv"].zookeeper, client_id=old)  # the same session, closed from elsewhere
@@ -328,8 +325,8 @@ def test_broker_started_by_someone_else_during_the_change(lab: dict[str, Any]) -
     so it refuses (exit 75) instead of changing files under a running broker."""
 
     class StartedDuringTheChange(Executor):
-        def unchanged_since_backup(self, b: BrokerPlan, remote: Remote) -> None:
-            super().unchanged_since_backup(b, remote)
+        def unchanged_since_backup(self, b: BrokerPlan, host: BrokerHost) -> None:
+            super().unchanged_since_backup(b, host)
             assert run_service(lab["state"].broker(b.broker_id), "start").returncode == 0
 
     attempt = "started-mid-change"
@@ -378,7 +375,7 @@ def test_restore_with_a_hostile_plan(lab: dict[str, Any]) -> None:
     before = {p: Path(p).read_bytes() if Path(p).exists() else None for p in lab["originals"]}
     for hostile in ("../x", "../../etc/passwd", "0123456789ab/../..", "-rf", lab["plan"].hash[:8]):
         with pytest.raises(RepairError, match="not a plan hash"):
-            restore.make_restore_plan(lab["settings"], {"plan": hostile}, None)
+            restore_tasks.make_restore_plan(lab["settings"], {"plan": hostile}, None)
     assert {p: Path(p).read_bytes() if Path(p).exists() else None for p in lab["originals"]} == before
     assert lock_holder(lab["zk"], lab["inv"].cluster) is None
     record("restore with a hostile plan", "refused before any read outside the repairs dir; nothing changed")

@@ -18,8 +18,8 @@ import pytest
 
 from fleet_doctor import inventory
 from fleet_doctor.audit import steps
-from fleet_doctor.audit.staging import probe_key
 from fleet_doctor.identity import IdentityError, fingerprint, verify_broker
+from fleet_doctor.layout import RunArea
 from fleet_doctor.remote import Remote
 from fleet_doctor.settings import Settings
 from fleet_lab import fleet
@@ -127,14 +127,14 @@ def test_staging_refuses_a_host_that_is_another_broker(lab: inventory.Inventory,
     client = ssh_client(swapped.broker(1))
     try:
         with pytest.raises(IdentityError, match="is broker 2, not broker 1"):
-            steps.stage_broker(client, broker, store, "run", deep=False, verify_crc=False)
+            steps.stage_broker(client, broker, store, RunArea("run"), deep=False, verify_crc=False)
     finally:
         client.close()
-    assert store.files("run") == [] and store.files(probe_key("run", 1)) == []
+    assert store.files("run") == [] and store.files(RunArea("run").probe(1)) == []
     right = steps.discover(lab, only=[1])["brokers"][0]
     client = ssh_client(lab.broker(1))
     try:
-        staged: dict[str, Any] = steps.stage_broker(client, right, store, "run", deep=False, verify_crc=False)
+        staged: dict[str, Any] = steps.stage_broker(client, right, store, RunArea("run"), deep=False, verify_crc=False)
     finally:
         client.close()
     assert staged["broker_id"] == 1 and "broker.id 1" in staged["identity"] and staged["partitions"]

@@ -14,8 +14,12 @@ from typing import Any
 import pytest
 
 from fleet_doctor import inventory as inv
+from fleet_doctor import layout
 from fleet_doctor.audit import history, kraft, report, steps
-from fleet_doctor.repair import tasks
+from fleet_doctor.audit.summary import RunSummary
+from fleet_doctor.repair import restore_tasks, tasks
+from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.session import repair_inventory
 from fleet_doctor.settings import Settings
 from harness.findings import finding
 
@@ -161,16 +165,18 @@ def test_repair_and_restore_refuse_a_kraft_cluster_before_anything_else(tmp_path
     any connection: nothing is read or written."""
     s = write_kraft_inventory(tmp_path)
     refused = "repairs on KRaft clusters are not supported yet: cluster eu1"
-    with pytest.raises(tasks.RepairError, match=refused):
+    with pytest.raises(RepairError, match=refused):
         tasks.make_plan(s, {"audit_run": "latest"})
-    with pytest.raises(tasks.RepairError, match=refused):
+    with pytest.raises(RepairError, match=refused):
         tasks.execute(s, {"hash": "0" * 64}, {}, "manual__1")
-    with pytest.raises(tasks.RepairError, match=refused):
+    with pytest.raises(RepairError, match=refused):
         tasks.restore_zookeeper(s, {"hash": "0" * 64}, {}, "manual__1")
-    with pytest.raises(tasks.RepairError, match="repairs and restores on KRaft clusters are not supported yet"):
-        tasks.make_restore_plan(s, {"plan": "0" * 12})
-    with pytest.raises(tasks.RepairError, match="metadata_mode kraft") as e:
-        tasks.refuse_kraft(s)
+    with pytest.raises(RepairError, match="repairs and restores on KRaft clusters are not supported yet"):
+        restore_tasks.plan(s, {"plan": "0" * 12})
+    with pytest.raises(RepairError, match="repairs and restores on KRaft clusters are not supported yet"):
+        restore_tasks.restore_backup(s, {"hash": "0" * 64, "restore_of": "0" * 64}, {}, "manual__1")
+    with pytest.raises(RepairError, match="metadata_mode kraft") as e:
+        repair_inventory(s)
     assert "kafka_fleet_audit" in str(e.value)  # where to go instead
     assert not (tmp_path / "repairs").exists() and not (tmp_path / "data").exists()
 
@@ -195,7 +201,7 @@ SOURCE = {
 
 def test_summary_and_report_name_the_controller_and_snapshot_used(tmp_path: Path) -> None:
     s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
-    key = s.run_key("run:1")
+    key = layout.staging("run:1").key
     s.store.write_jsonl(f"{key}/findings.jsonl", [{**finding("under-replicated", None, "t-0"), "log_dir": None}])
     s.store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
     failed = [{"controller": 1, "error": "controller 1 (127.0.0.1:2201): cannot connect: NoValidConnectionsError"}]
@@ -232,7 +238,7 @@ def test_no_controller_read_is_reported_and_alerted(tmp_path: Path) -> None:
     from fleet_doctor.audit import alerts
 
     s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
-    key = s.run_key("run:1")
+    key = layout.staging("run:1").key
     s.store.write_jsonl(f"{key}/findings.jsonl", [])
     error = "no controller's metadata log could be read: controller 1 (h:22): the decoder exited 2: boom"
     discovered = {"cluster": "lab", "metadata_mode": "kraft", "only_in_inventory": [], "only_in_zookeeper": []}
@@ -240,7 +246,7 @@ def test_no_controller_read_is_reported_and_alerted(tmp_path: Path) -> None:
     summary = history.publish(s, "run:1", discovered, {**facts, "metadata_error": error, "controller_errors": []})
     assert summary["metadata_error"] == error and summary["metadata_source"] is None
     assert "Not read: the cluster-wide rules did not run" in Path(summary["report"]).read_text()
-    message = alerts.alert_message(summary)
+    message = alerts.alert_message(RunSummary.from_dict(summary))
     assert message and "the decoder exited 2: boom" in message
 
 
@@ -309,14 +315,14 @@ def test_snapshot_metadata_stages_the_chosen_controller_and_every_controllers_he
 ) -> None:
     s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
     discovered = steps.discover(kraft_inventory(lab), connect=connect)
-    n = steps.snapshot_metadata(discovered, s.store, "staging/r1", connect=connect)
-    staged = s.store.read_jsonl("staging/r1/zk.jsonl")
+    n = steps.snapshot_metadata(discovered, s.store, layout.staging("r1"), connect=connect)
+    staged = s.store.read_jsonl(layout.staging("r1").cluster_metadata)
     assert n == len(staged) and staged[-1] == {**staged[-1], "kind": "cluster_metadata_end", "complete": True}
     # what came over SSH is what the decoder says here, record for record
     assert [{k: v for k, v in r.items() if k not in ("taken_at_ms", "dir")} for r in staged] == decoded_here(
         lab["meta"][1]
     )
-    headers = s.store.read_jsonl("staging/r1/controllers.jsonl")
+    headers = s.store.read_jsonl(layout.staging("r1").controllers)
     assert [(h["kind"], h["controller_id"], h["node_id"]) for h in headers] == [
         ("cluster_metadata", 1, 1),
         ("cluster_metadata", 2, 2),
@@ -324,14 +330,14 @@ def test_snapshot_metadata_stages_the_chosen_controller_and_every_controllers_he
     ]
     # each controller's own quorum-state (they diverge in this real quorum: detection judges it)
     assert [(h["quorum_leader_id"], h["quorum_leader_epoch"]) for h in headers] == [(1, 190), (3, 189), (1, 190)]
-    source = s.store.read_json("staging/r1/metadata-source.json")
+    source = s.store.read_json(layout.staging("r1").metadata_source)
     assert source["source"]["controller"] == 1 and source["controllers_read"] == [1, 2, 3] and source["error"] is None
-    facts = steps.write_broker_facts(discovered, s.store, "staging/r1")
-    assert facts["metadata_mode"] == "kraft" and facts["controllers"] == s.store.url("staging/r1/controllers.jsonl")
-    assert facts["zk_snapshot"] == s.store.url("staging/r1/zk.jsonl") and facts["metadata_source"]["controller"] == 1
-    args = steps.detect_args(s, "r1", facts, "staging/r1")
-    assert args[args.index("--controllers") + 1] == facts["controllers"]
-    assert args[args.index("--zk-snapshot") + 1] == facts["zk_snapshot"]
+    facts = steps.write_broker_facts(discovered, s.store, layout.staging("r1"))
+    assert facts["metadata_mode"] == "kraft" and facts["metadata_source"]["controller"] == 1
+    args = steps.detect_args(s, "r1", facts, layout.staging("r1"))
+    assert args[args.index("--controllers") + 1] == s.store.url(layout.staging("r1").controllers)
+    assert args[args.index("--cluster-metadata") + 1] == s.store.url(layout.staging("r1").cluster_metadata)
+    assert args[args.index("--metadata-mode") + 1] == "kraft"
 
 
 def test_the_most_up_to_date_metadata_log_is_used_whatever_the_order(lab: dict[str, Any], tmp_path: Path) -> None:
@@ -343,11 +349,11 @@ def test_the_most_up_to_date_metadata_log_is_used_whatever_the_order(lab: dict[s
     i = kraft_inventory(lab, [{"id": n, "metadata_log_dir": str(lab["meta"][n])} for n in order])
     found = steps.discover(i, connect=connect)
     assert found["metadata_source"]["controller"] == 1 and found["metadata_source"]["log_max_epoch"] == 190
-    steps.snapshot_metadata(found, s.store, "staging/r4", connect=connect)
-    source = s.store.read_json("staging/r4/metadata-source.json")
+    steps.snapshot_metadata(found, s.store, layout.staging("r4"), connect=connect)
+    source = s.store.read_json(layout.staging("r4").metadata_source)
     assert source["source"]["controller"] == 1 and source["controllers_read"] == order
-    assert [h["controller_id"] for h in s.store.read_jsonl("staging/r4/controllers.jsonl")] == order
-    assert s.store.read_jsonl("staging/r4/zk.jsonl")[0]["node_id"] == 1
+    assert [h["controller_id"] for h in s.store.read_jsonl(layout.staging("r4").controllers)] == order
+    assert s.store.read_jsonl(layout.staging("r4").cluster_metadata)[0]["node_id"] == 1
     tie = kraft_inventory(lab, [{"id": n, "metadata_log_dir": str(lab["meta"][n])} for n in (3, 2)])
     assert steps.discover(tie, connect=connect)["metadata_source"]["controller"] == 3  # equal logs: the first
 
@@ -368,8 +374,8 @@ def test_a_log_that_misses_records_gives_way_to_a_whole_one(lab: dict[str, Any],
     s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
     found = steps.discover(i, connect=connect)
     assert found["metadata_source"]["controller"] == 2 and found["controller_errors"] == []
-    steps.snapshot_metadata(found, s.store, "staging/crc", connect=connect)
-    heads = [h for h in s.store.read_jsonl("staging/crc/controllers.jsonl") if h["kind"] == "cluster_metadata"]
+    steps.snapshot_metadata(found, s.store, layout.staging("crc"), connect=connect)
+    heads = [h for h in s.store.read_jsonl(layout.staging("crc").controllers) if h["kind"] == "cluster_metadata"]
     assert [(h["controller_id"], h["log_crc_errors"] > 0) for h in heads] == [(1, True), (2, False)]
     alone = kraft_inventory(lab, [{"id": 1, "metadata_log_dir": str(damaged)}])
     source = steps.discover(alone, connect=connect)["metadata_source"]
@@ -386,7 +392,7 @@ def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], t
     fleet.kill_sshd(lab["state"], 1)
     try:
         found = steps.discover(i, connect=connect)
-        n = steps.snapshot_metadata(found, s.store, "staging/r2", connect=connect)
+        n = steps.snapshot_metadata(found, s.store, layout.staging("r2"), connect=connect)
     finally:
         fleet.start_sshd(lab["state"], 1)
     assert found["metadata_source"]["controller"] == 2 and found["metadata_error"] is None
@@ -394,12 +400,12 @@ def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], t
     [failed] = found["controller_errors"]
     assert failed["controller"] == 1 and "controller 1 (127.0.0.1:" in failed["error"]
     assert "cannot connect" in failed["error"]
-    source = s.store.read_json("staging/r2/metadata-source.json")
+    source = s.store.read_json(layout.staging("r2").metadata_source)
     assert source["source"]["controller"] == 2 and source["controllers_read"] == [2, 3]
     assert [e["controller"] for e in source["controller_errors"]] == [1]
-    assert n == len(s.store.read_jsonl("staging/r2/zk.jsonl"))
-    facts = steps.write_broker_facts(found, s.store, "staging/r2")
-    s.store.write_jsonl(f"{s.run_key('r2')}/findings.jsonl", [])
+    assert n == len(s.store.read_jsonl(layout.staging("r2").cluster_metadata))
+    facts = steps.write_broker_facts(found, s.store, layout.staging("r2"))
+    s.store.write_jsonl(f"{layout.staging('r2').key}/findings.jsonl", [])
     summary = history.publish(s, "r2", found, facts)
     page = Path(summary["report"]).read_text()
     assert "From controller 2&#x27;s metadata log" in page and "00000000000000028869-0000000189.checkpoint" in page
@@ -407,7 +413,9 @@ def test_an_unreachable_controller_falls_back_to_the_next(lab: dict[str, Any], t
     assert summary["fenced"] == [1, 2, 3] and "Fenced by the controller" in page
     from fleet_doctor.audit import alerts
 
-    message = alerts.alert_message(summary)  # no finding, but controller 1's own log went unchecked
+    message = alerts.alert_message(
+        RunSummary.from_dict(summary)
+    )  # no finding, but controller 1's own log went unchecked
     assert message and "NOT READ (KRaft controllers' metadata logs): 1." in message
 
 
@@ -470,18 +478,45 @@ def test_no_controller_readable_is_an_error_not_a_crash(lab: dict[str, Any], tmp
     assert found["metadata_error"].startswith("no controller's metadata log could be read: controller 1 (")
     assert "no meta.properties" in found["metadata_error"] and "controller 2 (" in found["metadata_error"]
     with pytest.raises(kraft.MetadataReadError, match="no controller's metadata log could be read"):
-        steps.snapshot_metadata(found, s.store, "staging/r3", connect=connect)
-    assert s.store.read_json("staging/r3/metadata-source.json")["error"] == found["metadata_error"]
-    assert not s.store.is_file("staging/r3/zk.jsonl")
-    facts = steps.write_broker_facts(found, s.store, "staging/r3")
-    assert facts["zk_snapshot"] is None and facts["controllers"] is None and facts["metadata_source"] is None
+        steps.snapshot_metadata(found, s.store, layout.staging("r3"), connect=connect)
+    assert s.store.read_json(layout.staging("r3").metadata_source)["error"] == found["metadata_error"]
+    assert not s.store.is_file(layout.staging("r3").cluster_metadata)
+    area = layout.staging("r3")
+    facts = steps.write_broker_facts(found, s.store, area)
+    assert not s.store.is_file(area.controllers) and facts["metadata_source"] is None
     assert facts["metadata_error"] == found["metadata_error"]
-    # a retry that fails after an attempt that staged: the staged facts and their account stay together
-    steps.snapshot_metadata(steps.discover(lab["inv"], connect=connect), s.store, "staging/r3", connect=connect)
-    with pytest.raises(kraft.MetadataReadError):
-        steps.snapshot_metadata(found, s.store, "staging/r3", connect=connect)
-    facts = steps.write_broker_facts(found, s.store, "staging/r3")
-    assert facts["zk_snapshot"] and facts["metadata_error"] is None and facts["metadata_source"]["controller"] == 1
+    # the run's metadata, once staged, is what its snapshot step uses: read once per run, a retry reads nothing
+    steps.snapshot_metadata(steps.discover(lab["inv"], connect=connect), s.store, area, connect=connect)
+    unreachable = {"n": 0}
+
+    def counted(endpoint: dict[str, Any]) -> Any:
+        unreachable["n"] += 1
+        raise OSError("unreachable")
+
+    assert steps.snapshot_metadata(found, s.store, area, connect=counted) > 0 and unreachable["n"] == 0
+    facts = steps.write_broker_facts(found, s.store, area)
+    assert s.store.is_file(area.cluster_metadata) and facts["metadata_error"] is None
+    assert facts["metadata_source"]["controller"] == 1
+
+
+def test_a_kraft_run_reads_its_controllers_once(lab: dict[str, Any], tmp_path: Path) -> None:
+    """discover reads every controller's metadata log and stages it for the run; the snapshot step uses that read,
+    not a second one that could pick another controller (issue 27)."""
+    s = Settings(inventory=tmp_path / "inventory.json", data_root=tmp_path / "data")
+    reads: list[int] = []
+
+    def counting(endpoint: dict[str, Any]) -> Any:
+        reads.append(int(endpoint["controller_id"]))
+        return connect(endpoint)
+
+    area = layout.staging("once")
+    found = steps.discover(kraft_inventory(lab), connect=counting, store=s.store, area=area)
+    assert sorted(reads) == [1, 2, 3]
+    n = steps.snapshot_metadata(found, s.store, area, connect=counting)
+    assert sorted(reads) == [1, 2, 3] and n == len(s.store.read_jsonl(area.cluster_metadata))
+    source = s.store.read_json(area.metadata_source)
+    assert source["source"] == found["metadata_source"] and source["records"] == n
+    assert steps.write_broker_facts(found, s.store, area)["metadata_source"] == found["metadata_source"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,11 +535,11 @@ def test_discover_and_snapshot_on_the_live_kraft_lab(lab: dict[str, Any], tmp_pa
     mdir = Path(i.controller(1).metadata_log_dir) / inv.CLUSTER_METADATA_DIR
     assert source["snapshot"] and (mdir / source["snapshot"]).is_file()
     s = Settings(inventory=lab["state"].inventory_path, data_root=tmp_path / "data")
-    steps.snapshot_metadata(found, s.store, "staging/live", connect=connect)
-    staged = s.store.read_jsonl("staging/live/zk.jsonl")
+    steps.snapshot_metadata(found, s.store, layout.staging("live"), connect=connect)
+    staged = s.store.read_jsonl(layout.staging("live").cluster_metadata)
     assert {r["topic"] for r in staged if r["kind"] == "topic"} >= {"orders", "payments", "clickstream"}
     assert sorted(r["broker_id"] for r in staged if r["kind"] == "broker" and not r["fenced"]) == [1, 2, 3]
-    headers = s.store.read_jsonl("staging/live/controllers.jsonl")
+    headers = s.store.read_jsonl(layout.staging("live").controllers)
     assert [h["controller_id"] for h in headers if h["kind"] == "cluster_metadata"] == [1, 2, 3]
 
 
@@ -533,8 +568,8 @@ def test_a_controller_of_another_cluster_is_not_used(lab: dict[str, Any], tmp_pa
     assert foreign["controller"] == 3 and "names cluster.id 'EpwKlK0lR6qKZW0cGwZz8w'" in foreign["error"]
     assert f"controller(s) 1, 2 name {state.cluster_id!r}: not the same cluster" in foreign["error"]
     s = Settings(inventory=state.inventory_path, data_root=tmp_path / "data")
-    steps.snapshot_metadata(found, s.store, "staging/mixed", connect=connect)
-    assert [h["controller_id"] for h in s.store.read_jsonl("staging/mixed/controllers.jsonl")] == [1, 2]
+    steps.snapshot_metadata(found, s.store, layout.staging("mixed"), connect=connect)
+    assert [h["controller_id"] for h in s.store.read_jsonl(layout.staging("mixed").controllers)] == [1, 2]
     greenlemon_first = kraft_inventory(lab, [{"id": 3, "metadata_log_dir": str(lab["meta"][3])}, mixed[0]])
     tie = steps.discover(greenlemon_first, connect=connect)  # one each: the first controller's cluster
     assert tie["metadata_source"]["controller"] == 3 and [e["controller"] for e in tie["controller_errors"]] == [1]
@@ -577,4 +612,4 @@ def test_the_dags_own_connections_reach_the_controllers(
     [refused] = found["controller_errors"]
     assert refused["controller"] == 1 and "cannot connect: BadHostKeyException" in refused["error"]
     s = Settings(inventory=lab["state"].inventory_path, data_root=tmp_path / "data")
-    assert steps.snapshot_metadata(found, s.store, "staging/af") > 0
+    assert steps.snapshot_metadata(found, s.store, layout.staging("af")) > 0

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor import inventory
+from fleet_doctor import inventory, layout
 from fleet_doctor.audit.steps import snapshot_zookeeper
-from fleet_doctor.repair.plan import BrokerPlan, FleetFacts, Plan, restart_risk
+from fleet_doctor.repair import approval_text
+from fleet_doctor.repair.plan import BrokerPlan, Plan
+from fleet_doctor.repair.planner import FleetFacts, restart_risk
 from fleet_doctor.store import Store
 from fleet_doctor.zookeeper import session
 from fleet_doctor.zookeeper.cluster import Cluster
@@ -125,15 +127,16 @@ def _risk_line(facts: FleetFacts, static: int | None = None) -> tuple[dict[str, 
 def test_the_audit_stages_the_cluster_default_and_the_risk_line_counts_with_it(
     server: ZooKeeperServer, configs: Any, tmp_path: Path
 ) -> None:
-    """The audit's ZooKeeper snapshot (the live reader, staged as zk.jsonl) carries /config/brokers/<default>, so the
-    approval's Risk line counts with the default the pre-check will use: set to 2 through kazoo, stopping broker 1
-    takes t-0 (ISR [1, 2]) under it, as the gate says; absent, the static default counts (known, not "not known");
-    a bad value is an error naming the znode, and the line says the default is not known (the gate refuses it)."""
+    """The audit's ZooKeeper snapshot (the live reader, staged as the run's cluster metadata) carries
+    /config/brokers/<default>, so the approval's Risk line counts with the default the pre-check will use: set to 2
+    through kazoo, stopping broker 1 takes t-0 (ISR [1, 2]) under it, as the gate says; absent, the static default
+    counts (known, not "not known"); a bad value is an error naming the znode, and the line says the default is not
+    known (the gate refuses it)."""
     store = Store(tmp_path / "store")
 
     def staged(run: str) -> FleetFacts:
-        snapshot_zookeeper(server.connect + CHROOT, store, f"staging/{run}/zk.jsonl")
-        return FleetFacts.load(store, f"staging/{run}")
+        snapshot_zookeeper(server.connect + CHROOT, store, layout.staging(run).cluster_metadata)
+        return FleetFacts.load(store, layout.staging(run))
 
     _set(configs, DEFAULT, "2")
     facts = staged("two")

@@ -13,9 +13,13 @@ from typing import Any
 
 import pytest
 
+from fleet_doctor.layout import RepairsDir
 from fleet_doctor.probe import parse_partition_metadata
-from fleet_doctor.repair.executor import Executor, RepairError, attempt_dir
-from fleet_doctor.repair.plan import restart_preview
+from fleet_doctor.repair import approval_text
+from fleet_doctor.repair.broker import ssh_hosts
+from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.executor import Executor
+from fleet_doctor.repair.planner import restart_preview
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, release_lock
 from fleet_lab import fleet
@@ -59,7 +63,14 @@ def test_precheck_refuses_to_drop_a_partition_below_min_isr(seed004: dict[str, A
         zk.set("/config/topics/seed-004", json.dumps({"version": 1, "config": {"min.insync.replicas": "3"}}).encode())
         repaired_first = plan.restart_order[0]
         workdir = seed004["tmp"] / "repairs-refused"
-        ex = Executor(plan, workdir, seed004["inv"], ssh_connect(seed004["inv"]), Cluster(zk), FAST)
+        ex = Executor(
+            plan,
+            RepairsDir(workdir).attempt(plan.hash, "manual"),
+            seed004["inv"],
+            ssh_hosts(seed004["inv"], ssh_connect(seed004["inv"])),
+            Cluster(zk),
+            FAST,
+        )
         # broker 1 is out of ISR for 0-2 (stopping it removes no ISR member there), but it is in ISR of 3-5
         with pytest.raises(RepairError, match="min ISR"):
             ex.run()
@@ -100,7 +111,14 @@ def test_a_dropped_ssh_session_halts_the_chain_and_is_journaled(seed004: dict[st
         return client
 
     try:
-        ex = Executor(plan, seed004["tmp"] / "repairs-dropped", seed004["inv"], dropped, Cluster(zk), FAST)
+        ex = Executor(
+            plan,
+            RepairsDir(seed004["tmp"] / "repairs-dropped").attempt(plan.hash, "manual"),
+            seed004["inv"],
+            ssh_hosts(seed004["inv"], dropped),
+            Cluster(zk),
+            FAST,
+        )
         with pytest.raises(RepairError, match="could not run"):
             ex.run()
         first = plan.restart_order[0]
@@ -132,7 +150,14 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
         removed = [a.path for b in plan.brokers for a in b.actions if a.action == "remove"]
         assert removed and all("seed-004-" in p for p in removed)
         assert not any("__consumer_offsets" in p for p in removed)  # internal topics excluded
-        ex = Executor(plan, seed004["tmp"] / "repairs", seed004["inv"], ssh_connect(seed004["inv"]), Cluster(zk), FAST)
+        ex = Executor(
+            plan,
+            RepairsDir(seed004["tmp"] / "repairs").attempt(plan.hash, "manual"),
+            seed004["inv"],
+            ssh_hosts(seed004["inv"], ssh_connect(seed004["inv"])),
+            Cluster(zk),
+            FAST,
+        )
         result = ex.run()
         assert result["status"] == "done"
         assert all(b["state"] == "done" for b in result["brokers"].values())
@@ -152,7 +177,7 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
         assert max(starts, key=starts.get) == controller
         # backups present and verified: the tarball holds exactly the planned files, sha256 as recorded
         for b in plan.brokers:
-            d = attempt_dir(seed004["tmp"] / "repairs", plan.hash, "manual") / f"broker-{b.broker_id}"
+            d = RepairsDir(seed004["tmp"] / "repairs").attempt(plan.hash, "manual") / f"broker-{b.broker_id}"
             with tarfile.open(d / "backup-1.tar.gz") as tar:
                 names = sorted("/" + n.lstrip("/") for n in tar.getnames())
             assert names == sorted(b.backup_paths)
@@ -165,7 +190,7 @@ def test_seed_004_repair_end_to_end(seed004: dict[str, Any]) -> None:
 def test_journal_keeps_the_last_completed_step_through_a_failure(tmp_path: Path) -> None:
     """A failed step is reported, but a rerun resumes after the last step that did finish (no step repeated,
     none skipped)."""
-    from fleet_doctor.repair.executor import Journal, State
+    from fleet_doctor.repair.journal import Journal, State
     from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan
 
     action = FileAction("remove", "/d/t-0/partition.metadata", "topic-id-mismatch", "t", 0, "why")

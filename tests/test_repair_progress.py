@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from fleet_doctor import inventory
+from fleet_doctor.layout import RepairsDir
 from fleet_doctor.repair import tasks
+from fleet_doctor.repair.broker import ssh_hosts
 from fleet_doctor.repair.executor import Executor
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan
 from fleet_doctor.repair.progress import Progress, heartbeat, pause
@@ -202,7 +204,14 @@ def test_a_restart_logs_what_it_waits_for(lab: dict[str, Any], logged: Captured)
         controller = json.loads(zk.get("/controller")[0])["brokerid"]
         plan = Plan(state.cluster, "progress", {}, sorted(brokers, key=lambda b: b.broker_id == controller), [], [])
         gates = replace(FAST, healthy_polls=3, poll_interval_s=1, pause_between_brokers_s=2, progress_every_s=0)
-        ex = Executor(plan, lab["tmp"] / "repairs", lab["inv"], ssh_connect(lab["inv"]), Cluster(zk), gates)
+        ex = Executor(
+            plan,
+            RepairsDir(lab["tmp"] / "repairs").attempt(plan.hash, "manual"),
+            lab["inv"],
+            ssh_hosts(lab["inv"], ssh_connect(lab["inv"])),
+            Cluster(zk),
+            gates,
+        )
         assert ex.run()["status"] == "done"
     finally:
         zk.stop()

@@ -29,10 +29,16 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.remote import Remote
-from fleet_doctor.repair import restore, tasks
-from fleet_doctor.repair.executor import Executor, Journal, RepairError, State, attempt_dir
+from fleet_doctor import layout
+from fleet_doctor.layout import RepairsDir
+from fleet_doctor.repair import approval_text, restore_tasks, tasks
+from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
+from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.executor import Executor
+from fleet_doctor.repair.gates import approved_gates
+from fleet_doctor.repair.journal import Journal, State
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, controller_last
+from fleet_doctor.repair.session import cluster_for, holding
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, lock_holder, release_lock
 from fleet_lab import fleet
@@ -71,9 +77,10 @@ def one_broker(ctx: dict[str, Any], bid: int) -> Plan:
 
 
 def executor(ctx: dict[str, Any], plan: Plan, attempt: str, cls: type[Executor] = Executor) -> Executor:
-    s = ctx["settings"]
+    s, inv = ctx["settings"], ctx["inv"]
     tasks.save_plan(s, plan)
-    return cls(plan, s.repairs, ctx["inv"], ssh_connect(ctx["inv"]), Cluster(ctx["zk"]), FAST, attempt=attempt)
+    where = RepairsDir(s.repairs).attempt(plan.hash, attempt)
+    return cls(plan, where, inv, ssh_hosts(inv, ssh_connect(inv)), Cluster(ctx["zk"]), FAST)
 
 
 def test_a_broker_restarted_before_the_change_is_left_alone_and_a_stale_backup_is_taken_again(
@@ -86,8 +93,8 @@ def test_a_broker_restarted_before_the_change_is_left_alone_and_a_stale_backup_i
     before = {p: sha(p) for p in paths}
 
     class RestartedBySomeoneElse(Executor):
-        def backup(self, b: BrokerPlan, remote: Remote) -> str:
-            out = super().backup(b, remote)
+        def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
+            out = super().backup(b, host)
             assert run_service(state.broker(b.broker_id), "start").returncode == 0  # a supervisor, say
             return out
 
@@ -112,7 +119,7 @@ def test_a_broker_restarted_before_the_change_is_left_alone_and_a_stale_backup_i
         assert re.fullmatch(r"/tmp/fleet-doctor\.[A-Za-z0-9]{10}", bk["remote_dir"]), bk["remote_dir"]
         assert os.stat(bk["remote_dir"]).st_mode & 0o777 == 0o700
     assert backups[1]["files"][epoch] != backups[0]["files"][epoch]  # backed up again as it was when removed
-    d = attempt_dir(lab["settings"].repairs, plan.hash, "restarted")
+    d = RepairsDir(lab["settings"].repairs).attempt(plan.hash, "restarted")
     with tarfile.open(d / backups[1]["tarball"]) as tar:
         member = tar.extractfile(epoch.lstrip("/"))
         assert member is not None and hashlib.sha256(member.read()).hexdigest() == backups[1]["files"][epoch]
@@ -146,18 +153,15 @@ def test_a_failure_after_the_stop_before_any_change_starts_the_broker_again(lab:
     before = {p: sha(p) for p in plan.brokers[0].backup_paths}
 
     class DiskFull(Executor):
-        def backup(self, b: BrokerPlan, remote: Remote) -> str:
+        def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
             raise OSError(28, "No space left on device")
 
     ex = executor(lab, plan, "disk-full", DiskFull)
     owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": "disk-full"}
-    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
     report: dict[str, Any] = {}
-    try:
-        with pytest.raises(RepairError, match="No space left"):
-            ex.run()
-    finally:
-        tasks.finish(lab["zk"], lab["inv"], owner, ex.journal, report)
+    with pytest.raises(RepairError, match="No space left"), holding(lab["zk"], lab["inv"], owner, report) as lock:
+        lock.keep_when(ex.journal.keeps_lock)
+        ex.run()
     b = ex.journal.broker(bid)
     assert ex.journal.completed(bid) == State.STOPPED and "OSError" in b["failed"]
     assert b["after_failure"].startswith("started again") and running(state, bid)
@@ -188,18 +192,15 @@ def halted(lab: dict[str, Any]) -> dict[str, Any]:
     originals = {a.path: Path(a.path).read_bytes() for a in plan.brokers[0].actions}
 
     class StartFails(Executor):
-        def start(self, b: BrokerPlan, remote: Remote) -> str:
+        def start(self, b: BrokerPlan, host: BrokerHost) -> str:
             raise RuntimeError("the broker did not come back")
 
     ex = executor(lab, plan, "halted", StartFails)
     owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": "halted"}
-    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
     report: dict[str, Any] = {}
-    with pytest.raises(RepairError, match="did not come back"):
-        try:
-            ex.run()
-        finally:
-            tasks.finish(lab["zk"], lab["inv"], owner, ex.journal, report)
+    with pytest.raises(RepairError, match="did not come back"), holding(lab["zk"], lab["inv"], owner, report) as lock:
+        lock.keep_when(ex.journal.keeps_lock)
+        ex.run()
     return {"plan": plan, "bid": bid, "ex": ex, "report": report, "originals": originals, "index": index}
 
 
@@ -228,11 +229,11 @@ def test_the_restore_refuses_a_hostile_plan_a_tampered_backup_and_two_stopped_br
     s = lab["settings"]
     for hostile in ("../x", "../../etc", halted["plan"].hash[:11], "A" * 12, halted["plan"].hash[:12] + "/../.."):
         with pytest.raises(RepairError, match="not a plan hash"):
-            restore.make_restore_plan(s, {"plan": hostile}, None)
+            restore_tasks.make_restore_plan(s, {"plan": hostile}, None)
     with pytest.raises(RepairError, match="0 repair plans match"):
-        restore.make_restore_plan(s, {"plan": "0" * 12}, None)
+        restore_tasks.make_restore_plan(s, {"plan": "0" * 12}, None)
     # a backup with one member more than its manifest (an absolute path outside the log dirs)
-    d = attempt_dir(s.repairs, halted["plan"].hash, "halted")
+    d = RepairsDir(s.repairs).attempt(halted["plan"].hash, "halted")
     bk = halted["ex"].journal.backups(halted["bid"])[0]
     tarball = d / bk["tarball"]
     good = tarball.read_bytes()
@@ -245,17 +246,17 @@ def test_the_restore_refuses_a_hostile_plan_a_tampered_backup_and_two_stopped_br
                     tar.addfile(m, src.extractfile(m))
             tar.add(evil, arcname="etc/cron.d/evil")
         with pytest.raises(RepairError, match="does not match its checksum"):
-            restore.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
+            restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
         j = json.loads((d / "journal.json").read_text())
         j["brokers"][str(halted["bid"])]["backups"][0]["sha256"] = sha(tarball)  # the journal tampered with too
         (d / "journal.json").write_text(json.dumps(j))
         with pytest.raises(RepairError, match="exactly its manifest"):
-            restore.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
+            restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
     finally:
         tarball.write_bytes(good)
         halted["ex"].journal.save()  # the journal as the executor wrote it
     with pytest.raises(RepairError, match="start=false"):
-        restore.make_restore_plan(s, {"plan": halted["plan"].hash[:12], "brokers": [1, 2], "start": False}, None)
+        restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash[:12], "brokers": [1, 2], "start": False}, None)
 
 
 def test_a_restore_that_fails_hands_the_lock_back_to_the_halted_repair(
@@ -264,13 +265,13 @@ def test_a_restore_that_fails_hands_the_lock_back_to_the_halted_repair(
     """The restore takes the lock over from the halted attempt it puts back; when it cannot finish, the halted
     repair still needs a human: the lock goes back to it, not free."""
     s = lab["settings"]
-    planned = restore.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
+    planned = restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash}, None)
 
     def unreachable(broker_id: int) -> Any:
         raise OSError(113, "No route to host")
 
     with pytest.raises(RepairError, match="No route to host"):
-        restore.restore_backup(s, planned, {"timeout_s": 60}, "restore-0", unreachable)
+        restore_tasks.restore_backup(s, planned, {"timeout_s": 60}, "restore-0", unreachable)
     holder = lock_holder(lab["zk"], lab["inv"].cluster)
     assert holder is not None and holder["run_id"] == "halted" and holder["step"] == "brokers"
 
@@ -281,14 +282,14 @@ def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
     state: fleet.LabState = lab["state"]
     s, bid = lab["settings"], halted["bid"]
     controller = Cluster(lab["zk"]).controller()
-    planned = restore.make_restore_plan(s, {"plan": halted["plan"].hash[:16], "healthy_polls": 2}, controller)
+    planned = restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash[:16], "healthy_polls": 2}, controller)
     rplan = Plan.from_json((s.repairs / halted["plan"].hash / "restores" / planned["hash"] / "plan.json").read_text())
     assert rplan.restart_order == [bid] and planned["restore_of"] == halted["plan"].hash
     assert planned["markdown"].rstrip().endswith(f"Plan hash: `{planned['hash']}`")
     files = {a.path for a in rplan.brokers[0].actions}
     assert files == set(halted["originals"])
     params = {"healthy_polls": 2, "poll_interval_s": 1, "isr_timeout_s": 60, "timeout_s": 60}
-    report = restore.restore_backup(s, planned, params, "restore-1", ssh_connect(lab["inv"]), {"by": {"id": "t"}})
+    report = restore_tasks.restore_backup(s, planned, params, "restore-1", ssh_connect(lab["inv"]), {"by": {"id": "t"}})
     assert report["status"] == "done" and report["done"] == [bid] and report["lock_released"], report
     for path, data in halted["originals"].items():
         p = Path(path)
@@ -303,7 +304,7 @@ def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
     )
     assert rj["approvals"][0]["by"] == {"id": "t"} and rj["brokers"][str(bid)]["backups"] == []  # nothing to back up
     assert running(state, bid) and lock_holder(lab["zk"], lab["inv"].cluster) is None
-    repair = json.loads((attempt_dir(s.repairs, halted["plan"].hash, "halted") / "journal.json").read_text())
+    repair = json.loads((RepairsDir(s.repairs).attempt(halted["plan"].hash, "halted") / "journal.json").read_text())
     assert repair["status"] == "restored" and repair["brokers"][str(bid)]["state"] == "pending"
 
 
@@ -312,14 +313,14 @@ def test_attempts_are_per_run(tmp_path: Path) -> None:
     the same run reads its own journal and resumes."""
     action = FileAction("remove", "/d/t-0/partition.metadata", "topic-id-mismatch", "t", 0, "why")
     plan = Plan("c1", "run1", {}, [BrokerPlan(1, False, True, [action])], [], [])
-    done = Journal(attempt_dir(tmp_path, plan.hash, "manual__2026-01-01T00:00:00+00:00") / "journal.json", plan)
+    done = Journal(RepairsDir(tmp_path).attempt(plan.hash, "manual__2026-01-01T00:00:00+00:00") / "journal.json", plan)
     for st in (State.PRECHECKED, State.STOPPED, State.BACKED_UP, State.CHANGED, State.DONE):
         done.advance(1, st)
-    again = Journal(attempt_dir(tmp_path, plan.hash, "manual__2026-01-01T00:00:00+00:00") / "journal.json", plan)
+    again = Journal(RepairsDir(tmp_path).attempt(plan.hash, "manual__2026-01-01T00:00:00+00:00") / "journal.json", plan)
     assert again.completed(1) == State.DONE
-    new = Journal(attempt_dir(tmp_path, plan.hash, "manual__2026-02-01T00:00:00+00:00") / "journal.json", plan)
+    new = Journal(RepairsDir(tmp_path).attempt(plan.hash, "manual__2026-02-01T00:00:00+00:00") / "journal.json", plan)
     assert new.completed(1) == State.PENDING and not new.touched()
-    assert attempt_dir(tmp_path, plan.hash, "a/../b").parent == tmp_path / plan.hash / "attempts"
+    assert RepairsDir(tmp_path).attempt(plan.hash, "a/../b").parent == tmp_path / plan.hash / "attempts"
     assert controller_last(plan.brokers, 1)[0].broker_id == 1
 
 
@@ -345,19 +346,21 @@ def test_the_gates_are_part_of_the_plan(lab: dict[str, Any]) -> None:
     """The form's gates (min ISR, healthy polls, dry run...) are in the plan's hash and its approval text, and the
     run takes them from the approved plan, not from the form as it is when execute runs."""
     s = lab["settings"]
-    findings = s.store.read_jsonl("history/audit_run=run1/findings.jsonl")
-    careful = tasks.plan_from(s, "run1", findings, s.run_key("run1"), {"healthy_polls": 5, "min_insync_replicas": 2})
-    lax = tasks.plan_from(s, "run1", findings, s.run_key("run1"), {"healthy_polls": 1})
+    findings = s.store.read_jsonl(layout.history_findings("run1"))
+    area = layout.staging("run1")
+    careful = tasks.plan_from(s, "run1", findings, area, {"healthy_polls": 5, "min_insync_replicas": 2})
+    lax = tasks.plan_from(s, "run1", findings, area, {"healthy_polls": 1})
     assert careful.hash != lax.hash
-    assert "`healthy_polls` `5`" in approval_text.repair_markdown(careful) and "`min_insync_replicas` `2`" in approval_text.repair_markdown(careful)
-    gated = tasks.approved_gates(careful, {"healthy_polls": 1, "min_insync_replicas": 1})
+    text = approval_text.repair_markdown(careful)
+    assert "`healthy_polls` `5`" in text and "`min_insync_replicas` `2`" in text
+    gated = approved_gates(careful.gates, {"healthy_polls": 1, "min_insync_replicas": 1})
     assert gated["healthy_polls"] == 5 and gated["min_insync_replicas"] == 2
-    assert tasks.cluster_for(lab["zk"], lab["inv"], {"min_insync_replicas": 1}).default_min_isr in (None, 1)
+    assert cluster_for(lab["zk"], lab["inv"], {"min_insync_replicas": 1}).default_min_isr in (None, 1)
 
 
 def test_attempt_names_are_one_to_one_with_run_ids() -> None:
     """safe_run_id alone maps ``a:b`` and ``a_b`` to one name: two runs would share an attempt (a done one a no-op)."""
-    from fleet_doctor.repair.executor import attempt_name
+    from fleet_doctor.layout import attempt_name
 
     assert attempt_name("a:b") != attempt_name("a_b") and attempt_name("a_b") == "a_b"
     assert "/" not in attempt_name("x/../y") and attempt_name("manual__2026-01-01T00:00:00+00:00").startswith(
@@ -366,7 +369,7 @@ def test_attempt_names_are_one_to_one_with_run_ids() -> None:
 
 
 def test_planned_paths_must_be_repairable_files_of_the_brokers_log_dirs() -> None:
-    from fleet_doctor.repair.executor import planned_path_ok
+    from fleet_doctor.repair.plan import planned_path_ok
 
     dirs = ["/var/lib/kafka/data"]
     assert planned_path_ok("remove", "/var/lib/kafka/data/t-0/partition.metadata", dirs)

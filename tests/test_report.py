@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fleet_doctor.audit.report import render_audit_html, render_html
+from fleet_doctor.audit.summary import RunSummary
 
 HOSTILE = "/data/kafka/<script>alert(1)</script>-0/00000000000000000000.index"
 
@@ -131,7 +132,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def test_a_killed_broker_is_one_row_with_its_files_behind_a_disclosure() -> None:
     rows = killed() + drift()
     out = io.StringIO()
-    render_audit_html(rows, summary(rows), [], out)
+    render_audit_html(rows, RunSummary.from_dict(summary(rows)), [], out)
     page = out.getvalue()
     t = parsed(page)
     assert t.scripts == 0 and "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
@@ -172,11 +173,13 @@ def test_the_scan_page_groups_too() -> None:
 def test_the_audit_report_links_into_airflow_when_it_knows_where_airflow_is() -> None:
     rows = killed(broker=2, partitions=2) + drift()
     bare = io.StringIO()
-    render_audit_html(rows, summary(rows), [], bare)
+    render_audit_html(rows, RunSummary.from_dict(summary(rows)), [], bare)
     assert "data-airflow-link" not in bare.getvalue() and "Repair" not in bare.getvalue()
 
     out = io.StringIO()
-    render_audit_html(rows, summary(rows), [], out, airflow_url="https://airflow.example.com/base")
+    render_audit_html(
+        rows, RunSummary.from_dict(summary(rows)), [], out, airflow_url="https://airflow.example.com/base"
+    )
     page = out.getvalue()
     links = re.findall(r"<a href='([^']*)' data-airflow-link( data-testid='repair-link')?>([^<]*)</a>", page)
     top = {text: href for href, tid, text in links if not tid}
@@ -202,7 +205,7 @@ def test_a_repair_link_never_ticks_include_internal() -> None:
     person (PRODUCT.md: internal topics are repaired only when explicitly included)."""
     rows = [{**drift()[0], "broker_id": 3, "topic": "__consumer_offsets", "partition": p} for p in (4, 9)]
     out = io.StringIO()
-    render_audit_html(rows, summary(rows), [], out, airflow_url="https://airflow.example.com")
+    render_audit_html(rows, RunSummary.from_dict(summary(rows)), [], out, airflow_url="https://airflow.example.com")
     (href,) = re.findall(r"<a href='([^']*)' data-airflow-link data-testid='repair-link'>", out.getvalue())
     assert sorted(parse_qs(urlsplit(html.unescape(href)).query).items()) == [
         ("broker", ["3"]),

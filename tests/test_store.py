@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 from pyarrow import fs
 
+from fleet_doctor import layout
 from fleet_doctor.audit import history
 from fleet_doctor.repair import tasks
+from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.session import repairs_dir
 from fleet_doctor.settings import Settings
 from fleet_doctor.store import Store, StoreError
 from harness.findings import finding
@@ -70,9 +73,9 @@ def test_broken_objects_and_bad_keys_are_named(store_env: tuple[str, dict[str, s
     store.write_bytes("staging/r/probe/broker_id=2/probe.jsonl.gz", b"\x1f\x8b not really gzip")
     with pytest.raises(StoreError, match=r"broker_id=2/probe\.jsonl\.gz: not JSON Lines"):
         store.read_jsonl("staging/r/probe/broker_id=2/probe.jsonl.gz")
-    store.write_text("history/runs.jsonl", '{"audit_run": "a"}\n\n{"audit_run": ')
+    store.write_text(layout.HISTORY_RUNS, '{"audit_run": "a"}\n\n{"audit_run": ')
     with pytest.raises(StoreError, match=r"history/runs\.jsonl: not JSON Lines \(line 3\)"):
-        store.read_jsonl("history/runs.jsonl")
+        store.read_jsonl(layout.HISTORY_RUNS)
     store.write_bytes("history/bad.jsonl", b'{"a": "\xff"}\n')
     with pytest.raises(StoreError, match=r"history/bad\.jsonl: not JSON Lines \(line 1\)"):
         store.read_jsonl("history/bad.jsonl")
@@ -96,7 +99,7 @@ def test_unsupported_and_unreachable_stores_are_refused(tmp_path: Path) -> None:
         "FLEET_DOCTOR_S3_ENDPOINT": f"http://127.0.0.1:{port}",
     }
     with pytest.raises(StoreError, match=r"s3a://bucket/p/history/runs\.jsonl: open failed"):
-        Store("s3a://bucket/p", env).read_jsonl("history/runs.jsonl")
+        Store("s3a://bucket/p", env).read_jsonl(layout.HISTORY_RUNS)
 
 
 def test_spark_settings_point_s3a_at_the_endpoint() -> None:
@@ -131,7 +134,7 @@ def test_store_urls_need_no_connection() -> None:
     assert Store("hdfs://nn:8020/", {}).url("history") == "hdfs://nn:8020/history"
     assert Store("file:///var/lib/fd", {}).url("x") == "/var/lib/fd/x"
     with pytest.raises(StoreError, match=r"namenode\.invalid.*cannot open HDFS"):
-        s.read_jsonl("history/runs.jsonl")
+        s.read_jsonl(layout.HISTORY_RUNS)
 
 
 def test_a_missing_bucket_is_named(s3: Any) -> None:
@@ -156,10 +159,10 @@ def test_concurrent_writers_of_one_key_never_mix(store_env: tuple[str, dict[str,
 
 def test_a_remote_store_needs_a_repair_dir() -> None:
     settings = Settings.from_env({"FLEET_DOCTOR_DATA": "s3a://bucket/fd"})
-    with pytest.raises(tasks.RepairError, match="FLEET_DOCTOR_REPAIR_DIR"):
-        tasks.repairs_dir(settings)
+    with pytest.raises(RepairError, match="FLEET_DOCTOR_REPAIR_DIR"):
+        repairs_dir(settings)
     local = Settings.from_env({"FLEET_DOCTOR_DATA": "/srv/fd"})
-    assert tasks.repairs_dir(local) == Path("/srv/fd/repairs")
+    assert repairs_dir(local).root == Path("/srv/fd/repairs")
 
 
 def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, str]]) -> None:
@@ -170,14 +173,14 @@ def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, 
     a, b = finding("index-orphan", 1, "/a"), finding("log-crc", 2, "/b")
     summaries = []
     for run, found in (("scheduled__1", [a, b]), ("scheduled__2", [a])):
-        key = settings.run_key(run)
+        key = layout.staging(run).key
         store.write_jsonl(f"{key}/findings.jsonl", found)
         store.write_text(f"{key}/summary.json", json.dumps({"rules_skipped": {}}))
         summaries.append(history.publish(settings, run, discovered, {"audited": [1, 2], "not_audited": []}))
     assert summaries[1]["by_status"] == {"new": 0, "persisting": 1, "resolved": 1, "unverified": 0}
     assert summaries[1]["report"] == store.url("reports/scheduled__2.html")
     assert "index-orphan" in (store.read_text("reports/scheduled__2.html") or "")
-    assert [r["audit_run"] for r in store.read_jsonl("history/runs.jsonl")] == ["scheduled__1", "scheduled__2"]
+    assert [r["audit_run"] for r in store.read_jsonl(layout.HISTORY_RUNS)] == ["scheduled__1", "scheduled__2"]
     from fleet_lab import demo
 
     assert demo.latest_summary(root, env)["audit_run"] == "scheduled__2"

@@ -42,6 +42,7 @@ from typing import Any
 
 import pytest
 
+from fleet_doctor import layout
 from fleet_doctor.finding_groups import group_findings
 from fleet_doctor.store import Store
 from fleet_lab import demo
@@ -204,8 +205,8 @@ def log_in(page: Any, stack: dict[str, Any], steps: Steps) -> None:
 def published_groups(data: Path) -> tuple[str, list[Any]]:
     """The latest audit run and its findings still standing, grouped: read from the store, not from the page."""
     store = Store(data)
-    run = str(store.read_jsonl("history/runs.jsonl")[-1]["audit_run"])
-    rows = store.read_jsonl(f"history/audit_run={run}/findings.jsonl")
+    run = str(store.read_jsonl(layout.HISTORY_RUNS)[-1]["audit_run"])
+    rows = store.read_jsonl(layout.history_findings(run))
     return run, group_findings(r for r in rows if r.get("status") in ACTIVE)
 
 

@@ -96,7 +96,7 @@ def test_every_corpus_snapshot_parses_with_a_valid_checksum() -> None:
 def test_a_corpus_snapshot_without_a_cluster_default_is_known_to_have_none() -> None:
     """aryan's newest snapshot has /config/brokers (Kafka creates it) but no <default> under it: ZooKeeper holds no
     cluster-wide min.insync.replicas, which is known (the brokers' static default applies), not unknown."""
-    from fleet_doctor.repair.plan import FleetFacts
+    from fleet_doctor.repair.planner import FleetFacts
 
     tree, _ = Z.read_snapshot_tree(Z.newest_snapshot(ARYAN))
     assert "/config/topics/design" in tree and Z.CLUSTER_DEFAULT_CONFIG not in tree
@@ -128,7 +128,7 @@ def test_the_cluster_wide_default_from_a_snapshot_file(
     """/config/brokers/<default> (ConfigEntityName.Default) under Kafka's chroot: its config and min.insync.replicas
     on the cluster record, read as the health gates read it; a bad value is an error naming the znode (chroot
     included), never a crash, and the plan's facts then say the default is not known."""
-    from fleet_doctor.repair.plan import FleetFacts
+    from fleet_doctor.repair.planner import FleetFacts
 
     nodes = [("/", b"", 0), *_tree_nodes("/kafka", "K")]
     nodes += [("/kafka/config", None, 0), ("/kafka/config/brokers", None, 0)]

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from fleet_doctor import layout
 from fleet_doctor.airflow_links import AUDIT_DAG, REPAIR_DAG
 from fleet_doctor.settings import Settings
 
@@ -110,7 +111,7 @@ def latest_summary(data: str | Path, environ: dict[str, str] | None = None) -> d
     from fleet_doctor.store import Store
 
     store = Store(data, environ)
-    runs = store.read_jsonl("history/runs.jsonl")
+    runs = store.read_jsonl(layout.HISTORY_RUNS)
     if not runs:
         return None
     return store.read_json(f"reports/{runs[-1]['audit_run']}.json")

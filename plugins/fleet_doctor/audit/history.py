@@ -29,7 +29,7 @@ def metadata_summary(discovered: dict[str, Any], facts: dict[str, Any]) -> dict[
     """Where the run's cluster metadata came from. KRaft: the controller, snapshot file and log end offset the
     staged metadata was read from, why it could not be read, and the controllers that were tried and failed (the
     snapshot step's account, read once per run). ZooKeeper: the mode only (its errors are ``zookeeper_error``)."""
-    mode = discovered["metadata_mode"]
+    mode = discovered.get("metadata_mode", "zookeeper")  # a discovery made before the mode was passed on: ZooKeeper
     if mode != "kraft":
         return {"metadata_mode": mode}
     return {

@@ -299,7 +299,7 @@ def write_broker_facts(discovered: dict[str, Any], store: Store, area: RunArea) 
         "audited": sorted(staged),
         "not_audited": sorted(b["broker_id"] for b in discovered["brokers"] if b["broker_id"] not in staged),
         "out_of_scope": list(discovered.get("out_of_scope", [])),
-        "metadata_mode": discovered["metadata_mode"],
+        "metadata_mode": discovered.get("metadata_mode", "zookeeper"),
     }
     if out["metadata_mode"] == "kraft":  # what the snapshot step used (read once per run)
         source = store.read_json(area.metadata_source) or {}
@@ -322,7 +322,7 @@ def detect_args(
         settings.store,
         area or staging(run_id),
         run_id,
-        metadata_mode=facts["metadata_mode"],
+        metadata_mode=facts.get("metadata_mode"),
         findings_dataset=findings_dataset or settings.findings_url,
         partial_scope=bool(facts.get("out_of_scope")),
     )

@@ -166,39 +166,56 @@ class LockedCluster:
 
 
 @contextlib.contextmanager
+def holding(
+    zk: Any,
+    inv: inventory.Inventory,
+    owner: dict[str, Any],
+    report: dict[str, Any],
+    *,
+    wait_s: float = 0.0,
+    live_wait_s: float = 60.0,
+    check_holder: Callable[[dict[str, Any] | None], None] | None = None,
+    take_over: tuple[str, str] | None = None,
+) -> Iterator[LockedCluster]:
+    """Hold the cluster's repair lock in the session ``zk`` as ``owner`` ({plan_hash, step, run_id, since}) around
+    the block, then release it, keep it or hand it back (``LockedCluster.release``; the report says which).
+    ``wait_s``: how long to wait for another step of the same plan; ``live_wait_s``: for a previous worker of the
+    same attempt to be gone (``zookeeper.lock.acquire_lock``); ``check_holder``: called with the current holder
+    before the lock is taken (raises to refuse); ``take_over``: (plan hash, attempt) of a halted repair attempt a
+    restore puts back, whose lock it takes over."""
+    lock = LockedCluster(zk, inv, owner, report)
+    if check_holder is not None:
+        check_holder(lock_holder(zk, inv.cluster))
+    if take_over is not None:
+        lock.taken_over = _take_over(zk, inv.cluster, *take_over, owner)
+    acquire_lock(zk, inv.cluster, owner, wait_s=wait_s, live_wait_s=live_wait_s)
+    try:
+        yield lock
+    except FenceLost:
+        lock.fenced = True
+        raise
+    finally:
+        lock.release()
+
+
+@contextlib.contextmanager
 def cluster_lock(
     inv: inventory.Inventory,
     owner: dict[str, Any],
     report: dict[str, Any],
     result: Path,
     *,
-    wait_s: float = 0.0,
-    check_holder: Callable[[dict[str, Any] | None], None] | None = None,
-    take_over: tuple[str, str] | None = None,
     before_result: Callable[[dict[str, Any]], None] | None = None,
     session_timeout: float = SESSION_TIMEOUT_S,
+    **hold: Any,
 ) -> Iterator[LockedCluster]:
-    """Hold the cluster's repair lock as ``owner`` ({plan_hash, step, run_id, since}) around the block, then release
-    it, keep it or hand it back (``LockedCluster.release``), and write ``report`` to ``result`` whatever happened
-    (``before_result`` adds to it first). ``wait_s``: how long to wait for another step of the same plan;
-    ``check_holder``: called with the current holder before the lock is taken (raises to refuse); ``take_over``:
-    (plan hash, attempt) of a halted repair attempt a restore puts back, whose lock it takes over;
-    ``session_timeout``: how long the lock's liveness node outlives a worker that died."""
+    """``holding`` the lock in a session of the cluster's ZooKeeper (``session_timeout``: how long the lock's liveness
+    node outlives a worker that died), then ``report`` written to ``result`` whatever happened (``before_result``
+    adds to it first). ``hold``: ``holding``'s keywords."""
     try:
         with cluster_session(inv, timeout=session_timeout, start_timeout=CONNECT_TIMEOUT_S) as zk:
-            lock = LockedCluster(zk, inv, owner, report)
-            if check_holder is not None:
-                check_holder(lock_holder(zk, inv.cluster))
-            if take_over is not None:
-                lock.taken_over = _take_over(zk, inv.cluster, *take_over, owner)
-            acquire_lock(zk, inv.cluster, owner, wait_s=wait_s)
-            try:
+            with holding(zk, inv, owner, report, **hold) as lock:
                 yield lock
-            except FenceLost:
-                lock.fenced = True
-                raise
-            finally:
-                lock.release()
     finally:
         if before_result is not None:
             before_result(report)
