@@ -37,7 +37,7 @@ sys.path[:0] = [str(REPO / d) for d in ("plugins", "lab", "tests")]
 
 from readme_block import write_block  # noqa: E402
 
-from fleet_doctor.layout import safe_run_id
+from fleet_doctor.layout import safe_run_id  # noqa: E402
 from fleet_doctor.settings import Settings  # noqa: E402
 from fleet_lab import demo, fleet  # noqa: E402
 from fleet_lab.airflow_stack import LiveAirflow  # noqa: E402

@@ -7,7 +7,7 @@ facts and a ZooKeeper snapshot, as spark_apps/detect.py reads them.
 Writes
 
 * ``DIR/probe/broker_id=<N>/logdir-<k>.jsonl.gz`` and ``logdir-<k>.{segments,partitions,files}.parquet``: one
-  probe run per log dir, staged as the audit stages it (fleet_doctor.audit.staging): the segment, partition and
+  probe run per log dir, staged as the audit stages it (fleet_doctor.staging): the segment, partition and
   file records as Parquet, every other record (the log dir's own records, a few lines) as gzip JSON Lines. A
   broker has ``--logdirs-per-broker`` (10) log dirs ``/data/<k>/kafka-logs`` (JBOD) of up to
   ``--partitions-per-logdir`` (1000) partition replicas each, so a broker holds 250 000 segments at K = 25 and the
@@ -63,7 +63,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "plugins"))
 import gen_tree  # noqa: E402
 
-from fleet_doctor.audit.staging import ProbeSplitter, staged_outputs  # noqa: E402
+from fleet_doctor.staging import ProbeSplitter, staged_outputs  # noqa: E402
 
 # offset-valued fields of the probe records: template value + the partition's shift
 SEGMENT_OFFSETS = ("base_offset", "index_first_offset", "index_last_offset", "timeindex_last_offset")

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from fleet_doctor.audit.staging import STAGED_KINDS
+from fleet_doctor.staging import STAGED_KINDS
 from fleet_lab import demo
 from fleet_lab import fleet as lab
 from fleet_lab.incidents import inject

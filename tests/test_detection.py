@@ -456,7 +456,7 @@ def test_a_partial_audit_skips_the_rules_that_compare_brokers(spark, mutated):
 
 
 def test_staged_records_columnar_or_json_give_the_same_findings(spark, mutated, tmp_path):
-    """The audit stages segment, partition and file records as Parquet (fleet_doctor.audit.staging); output
+    """The audit stages segment, partition and file records as Parquet (fleet_doctor.staging); output
     staged before that, all JSON Lines, must give exactly the same findings. The mutated fleet (real corpus data in
     deep and metadata mode, every rule firing) is detected again from the probe's output as it printed it."""
     root = mutated.fleet.root

@@ -1,4 +1,4 @@
-"""The staged form of the probe's segment, partition and file records (fleet_doctor.audit.staging), on real
+"""The staged form of the probe's segment, partition and file records (fleet_doctor.staging), on real
 corpus output."""
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import pytest
 from pyspark.sql import types as T
 
 from fleet_doctor import records
-from fleet_doctor.audit.staging import (
+from fleet_doctor.detect.frames import PROBE_KINDS, STAGED_PARQUET
+from fleet_doctor.probe import Probe, discover_logdirs
+from fleet_doctor.staging import (
     STAGED_KINDS,
     ProbeSplitter,
     load_probe,
@@ -25,8 +27,6 @@ from fleet_doctor.audit.staging import (
     staged_keys,
     staged_outputs,
 )
-from fleet_doctor.detect.frames import PROBE_KINDS, STAGED_PARQUET
-from fleet_doctor.probe import Probe, discover_logdirs
 from fleet_doctor.store import Store
 
 KINDS = [k.kind for k in STAGED_KINDS]

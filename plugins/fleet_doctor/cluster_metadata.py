@@ -18,6 +18,9 @@ Public API: ``read_cluster_metadata(dir) -> [record]`` / ``iter_cluster_metadata
 the dir cannot be read at all), ``format_records(records) -> str``, ``bundle() -> bytes``, ``main(argv)``; the
 tables and ``decode_message`` / ``decode_metadata_record`` / ``decode_control_record`` / ``batch_records``; ``Image``
 (the replayed state, Kafka's field names) and ``snapshot_files`` / ``log_segments`` (file names as Kafka orders them).
+
+Why one long file: like the probe, it is the program sent to a controller (``bundle()`` prepends the probe's framing
+to this one file); its record schemas are data, written down once, and most of its length is those tables.
 """
 
 import base64

@@ -6,7 +6,7 @@ The data root (``FLEET_DOCTOR_DATA``: a local directory, ``s3a://bucket/prefix``
 
     staging/<run>/                        one audit run's staging area (``RunArea``)
         probe/broker_id=<N>/probe.jsonl.gz          one broker's probe output but its bulk records, and
-        probe/broker_id=<N>/probe.{segments,partitions,files}.parquet   those (audit.staging)
+        probe/broker_id=<N>/probe.{segments,partitions,files}.parquet   those (fleet_doctor.staging)
         cluster-metadata.jsonl                      the cluster facts: ZooKeeper's snapshot or the KRaft metadata
                                                     log's image (``zk.jsonl`` before; still read)
         controllers.jsonl                           KRaft: each controller's metadata log header and problems

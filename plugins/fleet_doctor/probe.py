@@ -18,6 +18,9 @@ Modes
 
 Kafka sources are cited as in docs/kafka-reference.md: ``S/`` = storage/.../storage/internals/,
 ``R/`` = clients/.../common/record/, ``C/`` = core/src/main/scala/kafka/.
+
+Why one long file: it is the program sent to each broker (``python3 -`` reads one file from stdin), so every format
+it reads and every check it makes travel together; splitting it would mean bundling it again before each run.
 """
 
 import gc

@@ -3,7 +3,7 @@
 The probe (``probe.py``, one stdlib file shipped to brokers) cannot import this module; ``tests/test_records.py``
 checks that what it prints has exactly these fields in this order. Everything else is derived from here:
 
-- ``arrow_schema(kind)``: the Parquet table a kind is staged as (``fleet_doctor.audit.staging``);
+- ``arrow_schema(kind)``: the Parquet table a kind is staged as (``fleet_doctor.staging``);
 - ``spark_schema(kind)``: what detection reads of a kind (``fleet_doctor.detect.frames``), the fields marked
   ``detect``;
 - ``markdown(kind)``: the field tables of docs/probe-schema.md (a test keeps them current).

@@ -166,7 +166,8 @@ def library_archive(cache: str | os.PathLike[str] | None = None) -> Path:
     return archive
 
 
-INPUT_FLAGS = ("--probe-dir", "--brokers", "--zk-snapshot", "--controllers")  # the detection app's inputs
+# the detection app's inputs (--zk-snapshot: the older name of --cluster-metadata)
+INPUT_FLAGS = ("--probe-dir", "--brokers", "--cluster-metadata", "--zk-snapshot", "--controllers")
 
 
 def staged_bytes(path: str) -> int | None:

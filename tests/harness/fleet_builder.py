@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.audit.staging import split_to_dir
 from fleet_doctor.probe import Probe
+from fleet_doctor.staging import split_to_dir
 from fleet_doctor.zookeeper import snapshot as zk_snapshot
 from harness.corpus import copy_writable
 

@@ -25,11 +25,11 @@ from typing import Any
 
 from fleet_doctor import inventory as inv
 from fleet_doctor.audit import detection, history, kraft
-from fleet_doctor.audit.staging import StagingError, stage_probe, staged_brokers
 from fleet_doctor.identity import verify_identity
 from fleet_doctor.layout import RunArea, staging
 from fleet_doctor.remote import Remote, lowest_priority
 from fleet_doctor.settings import Settings
+from fleet_doctor.staging import StagingError, stage_probe, staged_brokers
 from fleet_doctor.store import Store
 from fleet_doctor.zookeeper import ZkAuth, credentials, session
 from fleet_doctor.zookeeper.cluster import Cluster
@@ -175,7 +175,7 @@ def stage_broker(
     timeout: float = 1800.0,
 ) -> dict[str, Any]:
     """Run the probe on the broker over an open SSH connection and stream its output into the store under the run
-    area's ``probe/broker_id=<N>/`` in the staged form (audit.staging: Parquet for the bulk records, gzip'd
+    area's ``probe/broker_id=<N>/`` in the staged form (fleet_doctor.staging: Parquet for the bulk records, gzip'd
     JSON Lines for the rest, committed all or nothing).
 
     First the host must prove it is broker N (fleet_doctor.identity: the pinned host key, the log dirs'

@@ -119,9 +119,9 @@ def stage_probe(
     paths: list[str], staging: Path, *, deep: bool, verify_crc: bool, broker_id: int | None
 ) -> dict[int, list[str]]:
     """Probe each log dir into staging/probe/broker_id=<N>/logdir-<k>.jsonl plus its segment, partition and file
-    records as logdir-<k>.{segments,partitions,files}.parquet, as the audit stages (fleet_doctor.audit.staging).
+    records as logdir-<k>.{segments,partitions,files}.parquet, as the audit stages (fleet_doctor.staging).
     The broker id is --broker-id, else the log dir's meta.properties broker.id/node.id."""
-    from fleet_doctor.audit.staging import split_to_dir
+    from fleet_doctor.staging import split_to_dir
 
     brokers: dict[int, list[str]] = {}
     for k, path in enumerate(paths):

@@ -1,7 +1,7 @@
 """Detection's input: the staged facts of an audit run, loaded once each into ``Frames``.
 
 - probe output: ``<probe_dir>/broker_id=<N>/*.jsonl[.gz]`` (docs/probe-schema.md), with the segment, partition and
-  file records as ``*.{segments,partitions,files}.parquet`` beside them (fleet_doctor.audit.staging);
+  file records as ``*.{segments,partitions,files}.parquet`` beside them (fleet_doctor.staging);
 - broker facts: JSON Lines ``{"broker_id": N, "kafka_version": "3.6.0", "running": false}``;
 - cluster facts (optional): a ZooKeeper snapshot's JSON Lines (docs/zk-snapshot-schema.md), or the same records
   decoded from a KRaft cluster's metadata log (docs/cluster-metadata-schema.md: its first record is
@@ -24,8 +24,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from fleet_doctor import records
-from fleet_doctor.audit.staging import STAGED_KINDS
 from fleet_doctor.rules import KafkaVersion
+from fleet_doctor.staging import STAGED_KINDS
 
 LONG, INT, STRING, BOOL = T.LongType(), T.IntegerType(), T.StringType(), T.BooleanType()
 
@@ -337,7 +337,7 @@ def _load(
     records = checkpoint.where(
         F.col("kind").isin(*PROBE_KINDS) & parsed_ok & ~((F.col("kind") != "partition") & unloaded)
     )
-    # the records staged as Parquet (fleet_doctor.audit.staging): read, never parsed; as for the JSON records,
+    # the records staged as Parquet (fleet_doctor.staging): read, never parsed; as for the JSON records,
     # a log dir named, and (but a partition record) not in a partition dir Kafka never loads
     unloaded_staged = {
         "segment": _in_unloaded_dir(F.col("path"), F.lit(None).cast(STRING)),

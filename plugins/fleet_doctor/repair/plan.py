@@ -41,12 +41,25 @@ class FrozenDict(dict):  # type: ignore[type-arg]
         return (FrozenDict, (dict(self),))
 
 
+class FrozenList(list):  # type: ignore[type-arg]
+    """A read-only list: equal to the list it was made from, JSON encodes it as one."""
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("a plan is frozen once built: build another one (repair.planner)")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _frozen  # type: ignore[assignment]
+    append = extend = insert = pop = remove = clear = sort = reverse = _frozen  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenList, (list(self),))
+
+
 def frozen(value: Any) -> Any:
-    """``value`` with every dict made a ``FrozenDict`` and every list a tuple, recursively."""
+    """``value`` with every dict made a ``FrozenDict`` and every list a ``FrozenList``, recursively."""
     if isinstance(value, Mapping):
         return FrozenDict({k: frozen(v) for k, v in value.items()})
     if isinstance(value, (list, tuple)):
-        return tuple(frozen(v) for v in value)
+        return FrozenList(frozen(v) for v in value)
     return value
 
 
@@ -118,8 +131,9 @@ class Plan:
     risk: Mapping[str, Any] = field(default_factory=FrozenDict)  # planner.restart_risk: for the approver, not hashed
 
     def __post_init__(self) -> None:
-        for name in ("scope", "skipped", "risk"):
-            object.__setattr__(self, name, frozen(getattr(self, name)))
+        object.__setattr__(self, "scope", frozen(self.scope))
+        object.__setattr__(self, "skipped", tuple(frozen(s) for s in self.skipped))
+        object.__setattr__(self, "risk", frozen(self.risk))
         object.__setattr__(self, "brokers", tuple(self.brokers))
         object.__setattr__(self, "zookeeper", tuple(self.zookeeper))
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleet_doctor import layout
-from fleet_doctor.audit.staging import load_probe, staged_brokers
 from fleet_doctor.audit.summary import FindingStatus
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, RestartPreview, ZkAction, controller_last
 from fleet_doctor.rules import INTERNAL_TOPICS, RULES_BY_ID, Remediation, get
+from fleet_doctor.staging import load_probe, staged_brokers
 from fleet_doctor.store import Store
 from fleet_doctor.zookeeper.cluster import CLUSTER_DEFAULT_PATH, KAFKA_DEFAULT_MIN_ISR, MIN_ISR
 

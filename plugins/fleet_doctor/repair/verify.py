@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor.audit.detection import detect_locally
-from fleet_doctor.audit.staging import split_to_dir
 from fleet_doctor.audit.steps import probe_command, run_probe
 from fleet_doctor.layout import LOCAL, PROBE_OBJECT
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
 from fleet_doctor.remote import Remote
+from fleet_doctor.staging import split_to_dir
 from fleet_doctor.zookeeper import snapshot
 
 

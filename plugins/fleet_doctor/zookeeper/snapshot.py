@@ -6,6 +6,10 @@ chroot, and ``records_from_tree`` turns that tree into the records documented in
 same records as a live cluster.
 
 Import-safe: kazoo is imported inside ``read_live`` only.
+
+Why one long file: the snapshot file format (ZooKeeper's jute serialization of sessions, ACLs and the data tree) and
+the reading of Kafka's znodes out of it share one tree type and one error vocabulary; apart they would each be half a
+format. ``fleet-doctor zk-snapshot`` and the audit's live read both go through ``records_from_tree``.
 """
 
 from __future__ import annotations
