@@ -1,0 +1,140 @@
+"""The unit tier's fakes (tests/harness/fakes.py) against the real things: the same calls on ``BrokerHost`` over a lab
+broker's real sshd and on ``FakeHost``, and the same reads from ``Cluster`` on the lab's real ZooKeeper and from
+``FakeCluster``, must answer alike. A fake that drifts from what the product really meets fails here, not in the
+executor's table test."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_doctor import inventory
+from fleet_doctor.repair import backups
+from fleet_doctor.repair.broker import LOCK_HELD, ssh_hosts
+from fleet_doctor.repair.executor import wait_until
+from fleet_doctor.zookeeper.cluster import Cluster
+from fleet_lab import fleet
+from harness.fakes import FakeCluster, FakeFleet, FakeHost, FakePartition
+from harness.ssh import ssh_connect
+
+pytestmark = pytest.mark.timeout(300)
+BROKER = 1
+PLAN_HASH = "c" * 64
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("contract")
+    state = fleet.up(tmp / "lab", brokers=3, kafka_version="3.6.2")
+    try:
+        inv = inventory.load(tmp / "lab" / "inventory.json")
+        zk = state.zk_client()
+        try:
+            yield {"state": state, "inv": inv, "zk": zk, "tmp": tmp}
+        finally:
+            zk.stop()
+    finally:
+        fleet.down(tmp / "lab")
+
+
+def planned_files(state: fleet.LabState) -> list[str]:
+    """A partition's topic-ID files and its first index on broker 1: what a repair of it touches."""
+    log_dir = Path(state.broker(BROKER).log_dirs[0])
+    pdir = sorted(d for d in log_dir.iterdir() if d.is_dir() and (d / "partition.metadata").is_file())[0]
+    index = sorted(pdir.glob("*.index"))[0]
+    return [str(pdir / "leader-epoch-checkpoint"), str(pdir / "partition.metadata"), str(index)]
+
+
+def mirror(lab: dict[str, Any], paths: list[str]) -> FakeFleet:
+    """A ``FakeFleet`` holding what the lab holds now: broker 1's planned files, who runs, each partition's ISR."""
+    real = Cluster(lab["zk"])
+    parts = [
+        FakePartition(p["topic"], p["partition"], p["replicas"], p["isr"], p["leader"], p["min_isr"])
+        for p in real.partitions()
+    ]
+    files = {b.id: {} for b in lab["inv"].brokers}
+    files[BROKER] = {p: Path(p).read_bytes() for p in paths}
+    return FakeFleet(files, parts, controller=real.controller(), running=set(real.registered()))
+
+
+def reads(cluster: Cluster) -> dict[str, Any]:
+    """What the health gates read, as comparable data (ISR membership of broker 1 per partition)."""
+    parts = cluster.partitions()
+    return {
+        "registered": sorted(cluster.registered()),
+        "partitions": sorted((p["topic"], p["partition"], tuple(p["replicas"])) for p in parts),
+        "broker_in_isr": sorted((p["topic"], p["partition"]) for p in parts if BROKER in p["isr"]),
+        "in_isr": Cluster.in_isr(parts, BROKER),
+    }
+
+
+def test_the_fake_host_answers_as_the_real_one(lab: dict[str, Any], tmp_path: Path) -> None:
+    state, inv = lab["state"], lab["inv"]
+    paths = planned_files(state)
+    originals = {p: Path(p).read_bytes() for p in paths}
+    fake_fleet = mirror(lab, paths)
+    real = ssh_hosts(inv, ssh_connect(inv))(BROKER, [])
+    fake = FakeHost(fake_fleet, BROKER)
+    real_cluster, fake_cluster = Cluster(lab["zk"]), FakeCluster(fake_fleet)
+    missing = paths[0].rsplit("/", 1)[0] + "/no-such-file"
+    quarantined = f"{paths[2].rsplit('/', 1)[0]}/fleet-doctor-quarantine/{PLAN_HASH[:16]}/{Path(paths[2]).name}"
+    try:
+        # who it is, whether it runs, who holds its log dirs' lock
+        assert isinstance(real.identity(), str) and isinstance(fake.identity(), str)
+        assert real.running() is fake.running() is True
+        assert bool(real.lock_holders()) is bool(fake.lock_holders()) is True
+        assert reads(real_cluster) == reads(fake_cluster)
+        # the files' checksums, a missing one named
+        assert real.sums([*paths, missing]) == fake.sums([*paths, missing])
+        # a change refused while the broker holds the lock: nothing changed
+        assert real.remove(paths[1]).exit_status == fake.remove(paths[1]).exit_status == LOCK_HELD
+        assert real.sums(paths) == fake.sums(paths)
+        # stopped: not running, no lock holder, deregistered and out of every ISR it could leave
+        real.service("stop", 60)
+        fake.service("stop", 60)
+        wait_until(lambda: BROKER not in real_cluster.registered() and not real.running(), 60, "the lab broker stop")
+        assert real.running() is fake.running() is False
+        assert real.lock_holders() == fake.lock_holders() == []
+        wait_until(lambda: reads(real_cluster) == reads(fake_cluster), 60, "the same ISR after the stop")
+        assert real_cluster.controller() != BROKER and fake_cluster.controller() != BROKER
+        # a clean stop trims the active segment's indexes (Kafka's doing, not the host's): the fake's files follow
+        originals = {p: Path(p).read_bytes() for p in paths}
+        fake_fleet.brokers[BROKER] = dict(originals)
+        # a backup: the same members with the same checksums, its own checksum as the tarball's
+        tarballs = tmp_path / "real.tar.gz", tmp_path / "fake.tar.gz"
+        made = real.backup(paths, tarballs[0]), fake.backup(paths, tarballs[1])
+        for tarball, bk in zip(tarballs, made, strict=True):
+            assert backups.sha256_file(tarball) == bk.sha256
+            assert backups.tar_manifest(tarball) == {p: hashlib.sha256(d).hexdigest() for p, d in originals.items()}
+            assert backups.member_names(tarball) == [p.lstrip("/") for p in paths]
+        # the change: a removal and a quarantine, then the same files present and missing on both
+        for host in (real, fake):
+            assert host.remove(paths[1]).exit_status == 0
+            assert host.remove(paths[1]).exit_status == 0  # idempotent
+            assert host.quarantine(paths[2], PLAN_HASH).exit_status == 0
+            assert host.quarantine(paths[2], PLAN_HASH).exit_status == 0  # gone already: nothing to do
+        assert real.sums([*paths, quarantined]) == fake.sums([*paths, quarantined])
+        # put back from the backup: as it was, owned as its partition dir
+        for host, tarball, bk in zip((real, fake), tarballs, made, strict=True):
+            host.put_back(tarball, bk.sha256, backups.member_names(tarball))
+            host.own_as_parent(paths)
+        assert real.sums(paths) == fake.sums(paths)
+        assert {p: Path(p).read_bytes() for p in paths} == originals
+        owners = real.owners(paths)
+        assert len(set(owners.values())) == 1 and set(fake.owners(paths)) == set(owners)
+        # started again: running, registered, back in ISR on both
+        real.service("start", 60)
+        fake.service("start", 60)
+        wait_until(lambda: BROKER in real_cluster.registered(), 60, "the lab broker's registration")
+        fleet.wait_healthy(state, timeout=60)
+        assert real.running() is fake.running() is True
+        assert reads(real_cluster) == reads(fake_cluster)
+    finally:
+        real.close()
+        Path(quarantined).unlink(missing_ok=True)
+        if not fleet.running_pid(state.broker(BROKER).config()):
+            fleet.run_service(state.broker(BROKER), "start")
