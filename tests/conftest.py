@@ -1,8 +1,16 @@
-"""Shared fixtures: the real-data corpus and an in-process probe runner."""
+"""Shared fixtures (the real-data corpus, one SparkSession, an S3 server) and the tiers of the suite.
+
+The tiers (README, "Tests"): a test is **live** when it starts a server process (sshd, ZooKeeper, Spark, Airflow,
+Chromium, Docker, an S3 server), through a fixture that starts one (``LIVE_FIXTURES``), by its module
+(``LIVE_MODULES``), or marked ``@pytest.mark.live``; every other test is a **unit** test. ``bin/dev test --unit`` runs
+the unit tier (``-m "not live"``); ``bin/dev test`` runs both. A unit test that starts such a process fails: the
+guard below refuses it, naming the process, so a test that needs one must say so.
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,3 +72,84 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+# ---- the tiers
+LIVE_FIXTURES = {
+    "spark",  # a SparkSession (a JVM)
+    "s3",  # an S3 server (moto)
+    "lab",  # a fleet lab: ZooKeeper, sshd, lab brokers
+    "live",  # a live Airflow
+    "server",  # a ZooKeeper server
+    "zk_server",
+    "aryan_staged",  # the detection app run through spark-submit
+    "aryan_scan",
+}
+LIVE_MODULES = {
+    "test_approval_live",
+    "test_audit_e2e",
+    "test_audit_s3",
+    "test_deploy",
+    "test_detection",
+    "test_docker_deploy",
+    "test_fakes_contract",
+    "test_fault_matrix",
+    "test_kraft_e2e",
+    "test_lab",
+    "test_lab_detection",
+    "test_lab_kraft",
+    "test_repair",
+    "test_repair_live",
+    "test_repair_live_seed000",
+    "test_repair_progress",
+    "test_repair_safety",
+    "test_scan_cli",
+    "test_ui_browser",
+}
+# programs a unit test may not start (a basename, or a module run with -m)
+SERVERS = ("sshd", "java", "spark-submit", "airflow", "chromium", "chrome", "docker", "dockerd", "moto_server", "node")
+SERVER_MODULES = ("airflow", "fleet_lab.broker", "fleet_lab.cli")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = Path(str(item.fspath)).stem
+        param = getattr(getattr(item, "callspec", None), "params", {})
+        if module in LIVE_MODULES or LIVE_FIXTURES & set(getattr(item, "fixturenames", ())) or "s3" in param.values():
+            item.add_marker(pytest.mark.live)
+    if os.environ.get("FLEET_DOCTOR_TEST_ORDER") == "reverse":  # order independence: each module's tests reversed
+        by_module: dict[str, list[pytest.Item]] = {}
+        for item in items:
+            by_module.setdefault(str(item.fspath), []).append(item)
+        items[:] = [i for group in by_module.values() for i in reversed(group)]
+
+
+def server_started(args: Any) -> str | None:
+    """The server program a ``Popen`` of ``args`` would start, else None."""
+    argv = [str(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
+    if not argv:
+        return None
+    words = argv[0].split() if len(argv) == 1 else argv
+    prog = os.path.basename(words[0])
+    if any(prog == s or prog.startswith(s + "-") or prog.startswith(s + ".") for s in SERVERS):
+        return prog
+    ran = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "-m"]
+    return next((m for m in ran if m in SERVER_MODULES or m.split(".")[0] in SERVER_MODULES), None)
+
+
+@pytest.fixture(autouse=True)
+def unit_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked live may start no server process (``SERVERS``): it fails, naming the program."""
+    if request.node.get_closest_marker("live"):
+        return
+    real = subprocess.Popen.__init__
+
+    def guarded(self: Any, args: Any, *a: Any, **k: Any) -> None:
+        started = server_started(args)
+        if started:
+            raise AssertionError(
+                f"a unit test started {started!r} ({args!r:.200}): mark it live (tests/conftest.py, the tiers)"
+            )
+        real(self, args, *a, **k)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

@@ -97,6 +97,7 @@ def test_out_of_scope_brokers_keep_their_findings_unverified(tmp_path: Path) -> 
     assert "Out of scope" in Path(s2["report"]).read_text()
 
 
+@pytest.mark.live  # starts its own ZooKeeper server
 def test_discover_scope_against_a_real_zookeeper(tmp_path: Path) -> None:
     from kazoo.client import KazooClient
 

@@ -221,15 +221,20 @@ def test_a_missing_key_file_is_named(tmp_path: Path, lab: fleet.LabState) -> Non
 
 def test_a_key_the_containers_user_cannot_read_is_named(lab: fleet.LabState) -> None:
     """As the image's user (uid 50000), a key mounted 0600 for root: a clear error, exit 1."""
-    if os.getuid() != 0 or not shutil.which("setpriv"):
-        pytest.skip("needs root and setpriv to run as uid 50000")
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if os.getuid() != 0 or not shutil.which("setpriv") or python is None:
+        pytest.skip("needs root, setpriv and a system python3 to run as uid 50000")
     root = Path(tempfile.mkdtemp(prefix="fleet-doctor-deploy-"))  # the pytest tmp dir is root's only
     try:
         root.chmod(0o755)
-        env = deployment(root, lab) | {"HOME": str(root)}
+        # uid 50000 reaches neither a checkout under a private directory (a clone in /root) nor the venv's interpreter
+        # there: the library goes along in the world-readable dir, as the image holds it, run by the system's python3
+        # (the command needs only the standard library)
+        shutil.copytree(REPO / "plugins" / "fleet_doctor", root / "lib" / "fleet_doctor")
+        env = deployment(root, lab) | {"HOME": str(root), "PYTHONPATH": str(root / "lib")}
         key = Path(env[deploy.SSH_KEY])
         key.parent.chmod(0o755)
-        args = ["setpriv", "--reuid=50000", "--regid=50000", "--clear-groups", sys.executable]
+        args = ["setpriv", "--reuid=50000", "--regid=50000", "--clear-groups", python]
         r = subprocess.run(
             [*args, "-m", "fleet_doctor.deploy", "connections", "--out", str(root / "c.json")],
             env=env,

@@ -218,6 +218,7 @@ def test_connection_extras_and_sasl_plumbing() -> None:
         from_connection(None, None, {"auth_scheme": "sasl", "sasl_mechanism": "GSSAPI"}, "c")
 
 
+@pytest.mark.live  # starts its own ZooKeeper server
 def test_audit_reads_zookeeper_with_the_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A ZooKeeper that refuses unauthenticated clients (enforce.auth.enabled): discover and the audit's snapshot
     get through with the cluster's credentials, and fail without them."""

@@ -958,6 +958,7 @@ def test_snapshot_file_of_the_same_server_gives_the_same_records(
     assert len(by_kind(main, "broker")) == 3 and cluster(main)["controller_id"] == 2
 
 
+@pytest.mark.live  # starts its own ZooKeeper server
 def test_zkserver_lifecycle_leaves_no_process(tmp_path: Path) -> None:
     with ZooKeeperServer(tmp_path / "zk", snap_count=2) as zk:
         pid = zk.pid

@@ -909,6 +909,52 @@ def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[str]:
     return stopped
 
 
+def start(directory: str | os.PathLike[str] = DEFAULT_DIR) -> LabState:
+    """Start a lab that is down again from its own files (after ``down``, or put back by ``restore``): ZooKeeper on
+    its port over its data, each broker's sshd on its port with its host key, then the brokers through their
+    service, until healthy. Ports, keys and paths are the lab's own, so its inventory and connections still hold."""
+    lab_dir = Path(directory).resolve()
+    state = LabState.load(lab_dir)
+    if is_up(lab_dir):
+        raise LabError(f"a fleet lab is already up at {lab_dir}: run `fleet-lab down --dir {lab_dir}` first")
+    with _down_on_failure(lab_dir):
+        if not state.kraft:
+            zk = ZooKeeperServer(lab_dir / "zookeeper", port=state.zk_port, tick_time_ms=ZK_TICK_MS)
+            zk.start()
+            state.zk_pid = zk.detach()
+        for b in state.brokers:
+            b.sshd_pid = _start_sshd(b, lab_dir, state.user)
+        state.save()
+        _start_brokers(state)
+    return state
+
+
+def snapshot(directory: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
+    """Stop the lab cleanly (``down``: brokers first, so no broker's session outlives ZooKeeper) and copy everything
+    it is made of (log dirs, ZooKeeper's data, host keys, configs, its event record) to ``dest``; ``restore`` brings
+    it back, at the same path, in the state it was stopped in."""
+    lab_dir, dest = Path(directory).resolve(), Path(dest)
+    down(lab_dir)
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(lab_dir, dest, symlinks=True)
+    return dest
+
+
+def restore(snapshot_dir: str | os.PathLike[str], directory: str | os.PathLike[str]) -> LabState:
+    """The lab ``snapshot`` copied, back at ``directory`` (where it was taken: its files name their paths) and
+    started (``start``); a lab up there is stopped first."""
+    lab_dir = Path(directory).resolve()
+    if LabState.load(snapshot_dir).dir != str(lab_dir):
+        raise LabError(f"{snapshot_dir} is a snapshot of the lab at {LabState.load(snapshot_dir).dir}, not {lab_dir}")
+    if (lab_dir / "lab.json").is_file():
+        down(lab_dir)
+    if lab_dir.exists():
+        shutil.rmtree(lab_dir)
+    shutil.copytree(snapshot_dir, lab_dir, symlinks=True)
+    return start(lab_dir)
+
+
 def status(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any]:
     state = LabState.load(directory)
     pids = _lab_pids(state)

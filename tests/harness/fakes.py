@@ -5,7 +5,7 @@
 
 ``FakeCluster`` replaces only ``Cluster``'s reads (registered, controller, partitions): the gates themselves
 (``problems``, ``below_min_isr_if_stopped``, ``in_isr``) are the real ones. ``FakeHost`` answers each call
-``BrokerHost`` makes with what the real one returns for the same files. ``tests/live/test_fakes_contract.py`` runs the
+``BrokerHost`` makes with what the real one returns for the same files. ``tests/test_fakes_contract.py`` runs the
 same calls on both, on the lab, and compares them.
 
 Faults: ``FakeFleet.faults`` maps ``(broker id, operation)`` to what happens when the executor calls it next: an

@@ -3,7 +3,7 @@
 Every command the repair and the restore send to a broker is built here and nowhere else, each with its paths
 quoted: the executor decides what to do and when (``repair.executor``), ``BrokerHost`` knows how. A second
 implementation of these calls, over files in memory, drives the executor in the unit tests
-(``tests/harness/fakes.py``); a contract test runs the same calls on both (``tests/live/test_fakes_contract.py``).
+(``tests/harness/fakes.py``); a contract test runs the same calls on both (``tests/test_fakes_contract.py``).
 
 File changes run while holding every log dir's ``.lock`` the way Kafka does (``LOCKED``), so no broker can start on
 those dirs while a file changes; the lock is never created, and a broker holding it makes the change exit

@@ -1,5 +1,5 @@
 """The executor's resume rules, in milliseconds: every journaled state × every failure point, on fakes of the broker
-host and the cluster (tests/harness/fakes.py, checked against the real ones by tests/live/test_fakes_contract.py).
+host and the cluster (tests/harness/fakes.py, checked against the real ones by tests/test_fakes_contract.py).
 
 For each row the first run meets one fault while broker 1 (restarted first; broker 2, the controller, last) is in one
 step: a command that fails, a check that fails, the worker dying (SIGKILL: the journal as it was on disk), or the
