@@ -53,7 +53,8 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
                 "probe.partitions.parquet",
                 "probe.segments.parquet",
             ]
-        assert {"brokers.jsonl", "zk.jsonl", "summary.json", "findings.jsonl"} <= set(store.list(f"staging/{run}"))
+        staged = set(store.list(f"staging/{run}"))
+        assert {"brokers.jsonl", "cluster-metadata.jsonl", "summary.json", "findings.jsonl"} <= staged
         assert summary["report"] == f"{data}/reports/{run}.html"
         assert summary["findings_dataset"] == f"{data}/findings/audit_run={run}"
 

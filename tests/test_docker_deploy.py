@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from fleet_doctor import deploy, spark
+from fleet_doctor.audit import detection
 from fleet_doctor.cli.scan import stage_probe
 from fleet_doctor.inventory import Inventory
 from fleet_doctor.settings import Settings
@@ -779,7 +780,9 @@ def test_detection_on_the_cluster_finds_what_a_local_master_finds(
 ) -> None:
     work, zk = aryan
     broker = {"broker_id": 0, "kafka_version": "3.1.0", "running": False}
-    local = spark.detect_locally(work, [broker], zk, master="local[2]", audit_run="compose")
+    local = detection.detect_locally(
+        work, [broker], zk, metadata_mode="zookeeper", master="local[2]", audit_run="compose"
+    )
     assert {f["topic"] for f in local.findings if f["rule"] == "topic-id-mismatch"} == {"design1"}
 
     worker_env = cluster.services["worker-1"]["environment"]
@@ -792,7 +795,7 @@ def test_detection_on_the_cluster_finds_what_a_local_master_finds(
         "compose",
         str(out / "summary.json"),
         str(out / "findings.jsonl"),
-        str(work / "zk.jsonl"),
+        str(work / "cluster-metadata.jsonl"),
         metadata_mode="zookeeper",
     )
     master, conf, env = detect_task_submit(worker_env, args, monkeypatch)

@@ -70,7 +70,7 @@ def test_kraft_audit_end_to_end(fleet: dict[str, Any]) -> None:
     assert source["controller"] in (1, 2, 3) and source["log_end_offset"] > 0, source
     assert open_findings(rows, "critical", "warning", "info") == [], rows
     staged = fleet["data"] / "staging"
-    cluster_files = sorted(staged.glob("*/zk.jsonl"))
+    cluster_files = sorted(staged.glob("*/cluster-metadata.jsonl"))
     assert cluster_files, "no cluster metadata staged"
     records = [json.loads(line) for line in cluster_files[-1].read_text().splitlines()]
     assert records[0]["kind"] == "cluster_metadata" and records[-1]["kind"] == "cluster_metadata_end"

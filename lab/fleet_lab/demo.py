@@ -114,7 +114,7 @@ def latest_summary(data: str | Path, environ: dict[str, str] | None = None) -> d
     runs = store.read_jsonl(layout.HISTORY_RUNS)
     if not runs:
         return None
-    return store.read_json(f"reports/{runs[-1]['audit_run']}.json")
+    return store.read_json(layout.report_json(runs[-1]["audit_run"]))
 
 
 def demo(home: Path, lab_dir: Path, data: Path, keep_lab: bool = False) -> int:

@@ -48,7 +48,7 @@ def find_plan(repairs: Path, plan: str) -> Path:
 def _attempts_with_backups(plan_dir: Path) -> list[Path]:
     """The plan's attempts that hold a backup, oldest first."""
     found = []
-    for journal in (plan_dir / "attempts").glob(f"*/{layout.JOURNAL}"):
+    for journal in layout.RepairsDir(plan_dir.parent).attempts(plan_dir.name).glob(f"*/{layout.JOURNAL}"):
         data = json.loads(journal.read_text())
         if any(b.get("backups") for b in data["brokers"].values()):
             first = min((h["ts"] for b in data["brokers"].values() for h in b["history"]), default=0.0)

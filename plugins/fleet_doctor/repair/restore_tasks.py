@@ -79,7 +79,7 @@ def restore_backup(
     repairs = repairs_dir(settings)
     p = stored_restore_plan(repairs, planned)
     plan_dir = find_plan(repairs.root, p.scope["restore_of"])
-    source = plan_dir / "attempts" / p.scope["attempt"]
+    source = repairs.attempts(plan_dir.name) / p.scope["attempt"]
     repair = Plan.from_json((plan_dir / layout.PLAN).read_text())
     owner = {"plan_hash": plan_dir.name, "step": "restore", "run_id": run_id, "since": time.time()}
     report: dict[str, Any] = {"restore": p.hash, "of": plan_dir.name, "run_id": run_id, "order": p.restart_order}
