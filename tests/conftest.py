@@ -32,6 +32,18 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's audited lab snapshots and live Airflow (harness.shared), made on first use, stopped at the end."""
+    from harness.shared import SharedLabs
+
+    labs = SharedLabs(tmp_path_factory.mktemp("shared"))
+    try:
+        yield labs
+    finally:
+        labs.close()
+
+
+@pytest.fixture(scope="session")
 def corpus() -> Path:
     if not (CORPUS / "MANIFEST.md").is_file():
         pytest.fail(
@@ -76,6 +88,7 @@ def spark():
 
 # ---- the tiers
 LIVE_FIXTURES = {
+    "shared",  # the session's audited labs and live Airflow
     "spark",  # a SparkSession (a JVM)
     "s3",  # an S3 server (moto)
     "lab",  # a fleet lab: ZooKeeper, sshd, lab brokers
@@ -106,17 +119,40 @@ LIVE_MODULES = {
     "test_scan_cli",
     "test_ui_browser",
 }
+# the modules that use the session's shared labs and live Airflow (one worker runs them all)
+SHARED_MODULES = {
+    "test_approval_live",
+    "test_console",
+    "test_fault_matrix",
+    "test_repair",
+    "test_repair_live",
+    "test_repair_live_seed000",
+    "test_repair_safety",
+}
 # programs a unit test may not start (a basename, or a module run with -m)
 SERVERS = ("sshd", "java", "spark-submit", "airflow", "chromium", "chrome", "docker", "dockerd", "moto_server", "node")
 SERVER_MODULES = ("airflow", "fleet_lab.broker", "fleet_lab.cli")
 
 
+# Two workers (bin/dev test: pytest-xdist, --dist loadgroup): a module's tests stay together on one worker (its
+# module fixtures are made once), and every test that uses the session's shared labs and live Airflow runs on the same
+# worker (one live Airflow). Each worker takes its own slice of the lab's ports (fleet_lab.zk_server.free_port).
+if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    os.environ.setdefault(
+        "FLEET_LAB_PORT_SLICE",
+        f"{os.environ['PYTEST_XDIST_WORKER'][2:]}/{os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1')}",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = Path(str(item.fspath)).stem
         param = getattr(getattr(item, "callspec", None), "params", {})
-        if module in LIVE_MODULES or LIVE_FIXTURES & set(getattr(item, "fixturenames", ())) or "s3" in param.values():
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if module in LIVE_MODULES or LIVE_FIXTURES & fixtures or "s3" in param.values():
             item.add_marker(pytest.mark.live)
+        item.add_marker(pytest.mark.xdist_group("shared" if module in SHARED_MODULES else module))
     if os.environ.get("FLEET_DOCTOR_TEST_ORDER") == "reverse":  # order independence: each module's tests reversed
         by_module: dict[str, list[pytest.Item]] = {}
         for item in items:

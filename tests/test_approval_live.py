@@ -13,25 +13,23 @@ every broker). Tests run in file order on one lab:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fleet_lab.airflow_stack import AirflowLiveError
-from harness.live_stack import FAST, REPAIR, fleet_snapshot, live_fleet, plan_dir
+from harness.live_stack import FAST, REPAIR, fleet_snapshot, plan_dir
+from harness.shared import live
 
 pytestmark = pytest.mark.timeout(1800)
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with pytest.MonkeyPatch.context() as mp:  # the live stack's environment is built from this process's
-        mp.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "alice:admin,bob:admin")
-        mp.setenv("FLEET_DOCTOR_APPROVERS", "alice")
-        with live_fleet(tmp_path_factory.mktemp("approval-live"), "2.8.2", "seed-004") as f:
-            yield f
+@pytest.fixture
+def fleet(shared: Any) -> dict[str, Any]:
+    """The session's live Airflow (users admin, alice, bob; FLEET_DOCTOR_APPROVERS=alice: harness.shared) over the
+    audited seed-004 lab, restored for each test."""
+    return live(shared, shared.snapshot("seed-004"))
 
 
 def journals(data: Path) -> list[dict[str, Any]]:
@@ -84,7 +82,7 @@ def test_an_approval_marked_success_by_hand_runs_nothing(fleet: dict[str, Any]) 
     af.set_task_state(REPAIR, run, "approve", "success", user="bob")
     refused(af, run, "no answer on record")
     assert fleet_snapshot(state) == before
-    assert len(journals(fleet["data"])) == 1  # the first test's dry run only: this run never got that far
+    assert journals(fleet["data"]) == []  # this run never got that far
 
 
 def test_an_approver_cannot_approve_her_own_run(fleet: dict[str, Any]) -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import time
+import shutil
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -400,22 +399,7 @@ def test_an_empty_or_broken_store_says_so(tmp_path: Path) -> None:
     assert c.get("/reports/r1.html").status_code == 503
 
 
-# ---- a live api-server
-def wait_api(af: Any, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        proc = af.procs["api-server"]
-        if proc.poll() is not None:
-            raise AssertionError(f"api-server exited {proc.returncode}:\n{af.log_tail('api-server')}")
-        try:
-            with urllib.request.urlopen(f"{af.base}/api/v2/monitor/health", timeout=5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"api-server not up in {timeout:.0f} s:\n{af.log_tail('api-server')}") from None
-            time.sleep(1)
-
-
+# ---- a live Airflow
 def get(url: str, token: str | None = None) -> tuple[int, str]:
     req = urllib.request.Request(url, headers={"Cookie": f"_token={token}"} if token else {})
     try:
@@ -426,26 +410,18 @@ def get(url: str, token: str | None = None) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """An api-server (only) on 127.0.0.1 loading plugins/ like the demo, its store holding a hostile finding."""
-    from fleet_lab import demo
-    from fleet_lab.airflow_stack import LiveAirflow
-
-    root = tmp_path_factory.mktemp("console-live")
-    env = demo.airflow_environ(root / "airflow", root / "lab", root / "data")
-    settings = Settings.from_env(env)
+def live(shared: Any) -> Any:
+    """The session's live Airflow (harness.shared: it loads plugins/ as the demo does), its store holding only a
+    published audit with a hostile finding."""
+    af = shared.live_airflow()
+    shared.finish_runs()
+    settings = Settings.from_env(af.env)
+    if shared.data.exists():
+        shutil.rmtree(shared.data)
     bad = finding("index-untrimmed", 1, f"/k/{HOSTILE_TOPIC}-0/0.index", "warning")
     bad.update(topic=HOSTILE_TOPIC, message=HOSTILE_MESSAGE, remediation="quarantine-index")
     publish(settings, "scheduled__2026-11-05T02:00:00+00:00", [bad], [1], cluster=HOSTILE_CLUSTER)
-    af = LiveAirflow(env)
-    demo.prepare(af.env)
-    demo.airflow(af.env, "dags", "reserialize")  # the repair DAG in the DB, so the trigger can create a run
-    af.start_component("api-server")
-    try:
-        wait_api(af)
-        yield af
-    finally:
-        af.stop()
+    return af
 
 
 def test_live_plugin_listed_auth_enforced_and_page_rendered(live: Any) -> None:

@@ -47,7 +47,8 @@ from fleet_doctor.zookeeper.lock import lock_holder
 from fleet_lab import fleet
 from fleet_lab.fleet import kill_sshd, run_service, start_sshd
 from harness.fault_worker import GATES, POINTS
-from harness.repair_lab import audited_lab, plan_of
+from harness.repair_lab import plan_of
+from harness.shared import audited
 from harness.ssh import ssh_connect
 
 pytestmark = pytest.mark.timeout(2400)
@@ -57,17 +58,19 @@ RESULTS: list[dict[str, Any]] = []
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def lab(shared: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("fault-matrix")
-    with audited_lab(tmp) as ctx:
-        bid = plan_of(ctx).restart_order[0]
-        plan = plan_of(ctx, brokers=[bid])
-        tasks.save_plan(ctx["settings"], plan)
-        ctx.update(bid=bid, plan=plan, originals={p: Path(p).read_bytes() for p in plan.brokers[0].backup_paths})
-        with cluster_session(ctx["inv"], timeout=4, start_timeout=15) as zk:
-            ctx["zk"] = zk
-            ctx["zk_id"] = json.loads(zk.get(f"/brokers/topics/{TOPIC}")[0])["topic_id"]
-            yield ctx
+    # the session's audited seed-004 lab; each case ends with the restore DAG's code putting the broker back as the
+    # plan found it, so the next starts from the same state
+    ctx = audited(shared, shared.snapshot("seed-004"), tmp)
+    bid = plan_of(ctx).restart_order[0]
+    plan = plan_of(ctx, brokers=[bid])
+    tasks.save_plan(ctx["settings"], plan)
+    ctx.update(bid=bid, plan=plan, originals={p: Path(p).read_bytes() for p in plan.brokers[0].backup_paths})
+    with cluster_session(ctx["inv"], timeout=4, start_timeout=15) as zk:
+        ctx["zk"] = zk
+        ctx["zk_id"] = json.loads(zk.get(f"/brokers/topics/{TOPIC}")[0])["topic_id"]
+        yield ctx
     (tmp / "fault-matrix.json").write_text(json.dumps(RESULTS, indent=2))
     print(
         "\nfault matrix:\n" + "\n".join(f"  {r['fault']}: {r['outcome']}, data lost {r['data_lost']}" for r in RESULTS)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,17 @@ from fleet_doctor.repair.planner import restart_preview
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, release_lock
 from fleet_lab import fleet
-from harness.repair_lab import FAST, audited_lab, plan_of
+from harness.repair_lab import FAST, plan_of
+from harness.shared import audited
 from harness.ssh import ssh_connect
 
 pytestmark = pytest.mark.timeout(900)
 
 
-@pytest.fixture(scope="module")
-def seed004(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One seed-004 lab and audit for the module; the tests run in file order: reads, then a refused repair,
-    then the repair itself."""
-    with audited_lab(tmp_path_factory.mktemp("repair")) as ctx:
-        yield ctx
+@pytest.fixture
+def seed004(shared: Any, tmp_path: Path) -> dict[str, Any]:
+    """The session's audited seed-004 lab, restored for each test: whatever another test did, each starts from it."""
+    return audited(shared, shared.snapshot("seed-004"), tmp_path)
 
 
 def _plan(ctx: dict[str, Any]) -> Any:

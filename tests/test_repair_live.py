@@ -1,6 +1,7 @@
 """The repair DAG's acceptance on seed-004, on a live Airflow (api-server + scheduler + dag-processor as processes,
 SQLite) over a 3-broker fleet lab (real sshd, ZooKeeper 3.8, Spark local). Approvals are answered through the
-REST API's HITL endpoint, as the UI's buttons do. Tests run in file order on one lab:
+REST API's HITL endpoint, as the UI's buttons do. Each test starts from the session's audited seed-004 lab, restored
+(harness.shared), on the session's live Airflow:
 
 1. reject -> nothing changed on disk or in ZooKeeper, no broker restarted;
 2. the fleet changes between approval and execution (the controller moved) -> abort, nothing touched;
@@ -17,7 +18,6 @@ import hashlib
 import json
 import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +27,16 @@ from fleet_doctor.zookeeper.lock import LOCK_ROOT
 from fleet_lab import fleet as lab
 from fleet_lab.fleet import run_service
 from fleet_lab.incidents import controller_failover, inject
-from harness.live_stack import AUDIT, FAST, REPAIR, attempt_of, events, fleet_snapshot, live_fleet, plan_dir, zk_json
+from harness.live_stack import AUDIT, FAST, REPAIR, attempt_of, events, fleet_snapshot, plan_dir, zk_json
+from harness.shared import live
 
 pytestmark = pytest.mark.timeout(2400)
 TOPIC = "seed-004"
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with live_fleet(tmp_path_factory.mktemp("repair-live"), "2.8.2", "seed-004") as f:
-        yield f
+@pytest.fixture
+def fleet(shared: Any) -> dict[str, Any]:
+    return live(shared, shared.snapshot("seed-004"))
 
 
 def lock_free(state: lab.LabState) -> bool:
@@ -95,9 +95,6 @@ def test_stale_plan_aborts_untouched(fleet: dict[str, Any]) -> None:
     fresh = result["error"].split("fleet now gives ")[1].rstrip(")")
     assert [d for d in plan_dir(fleet["data"], request).parent.iterdir() if d.name.startswith(fresh)]
     assert not any("verify" in r["audit_run"] for r in _history(fleet["data"]))
-    # so the operator audits again before the next repair
-    audit_run = af.trigger(AUDIT)
-    assert af.wait_run(AUDIT, audit_run, 900) == "success"
 
 
 def _history(data: Path) -> list[dict[str, Any]]:
@@ -212,10 +209,11 @@ def test_approved_repair_survives_a_killed_worker_and_fixes_seed_004(fleet: dict
     assert lock_free(state)
 
 
-def test_preventive_zookeeper_repair_keeps_the_topic_id_through_a_failover(fleet: dict[str, Any]) -> None:
-    """An old admin tool drops payments' topic_id from its znode; the audit finds it, the repair offers to write
-    the ID every replica holds back, as its own approval; once written, a controller failover keeps it (without
-    the repair it would mint a new one and every replica would leave ISR: seed-004)."""
+def test_preventive_zookeeper_repair_keeps_the_topic_id_through_a_failover(shared: Any) -> None:
+    """On a healthy lab, an old admin tool drops payments' topic_id from its znode; the audit finds it, the repair
+    offers to write the ID every replica holds back, as its own approval; once written, a controller failover keeps
+    it (without the repair it would mint a new one and every replica would leave ISR: seed-004)."""
+    fleet = live(shared, shared.snapshot(None))
     state: lab.LabState = fleet["state"]
     af = fleet["af"]
     topic = "payments"

@@ -1,11 +1,12 @@
 """The repair DAG's acceptance on seed-000 (Kafka 0.8.2.2: a broker that refuses to start on a corrupt index) plus an
-index-size incident on a second broker, on a live Airflow over a 3-broker fleet lab. In file order on one lab:
+index-size incident on a second broker, on the session's live Airflow; each test starts from the audited lab,
+restored (harness.shared):
 
 1. a broker that does not come back (its listener port is taken when the repair starts it) -> the chain halts,
    the later broker is untouched, the lock is kept (files were changed), the result says what was and was not
    done; the restore DAG (its own plan, approved) takes the lock over and puts the backup back, byte for byte;
-2. the port freed, a fresh audit and a new plan approved -> re-verified, the corrupt indexes quarantined (never
-   deleted), the broker starts and rebuilds them, the other broker is repaired after it.
+2. a plan approved -> re-verified, the corrupt indexes quarantined (never deleted), the broker starts and rebuilds
+   them, the other broker is repaired after it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import hashlib
 import json
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,31 +24,20 @@ from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_doctor.zookeeper.lock import LOCK_ROOT
 from fleet_lab import fleet as lab
 from fleet_lab.incidents import inject
-from harness.live_stack import (
-    AUDIT,
-    FAST,
-    REPAIR,
-    RESTORE,
-    attempt_of,
-    events,
-    fleet_snapshot,
-    live_fleet,
-    plan_dir,
-    zk_json,
-)
+from harness.live_stack import FAST, REPAIR, RESTORE, attempt_of, events, fleet_snapshot, plan_dir, zk_json
+from harness.shared import live
 
 pytestmark = pytest.mark.timeout(2400)
 SEED_BROKER, OTHER = 1, 2
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    def second_incident(state: lab.LabState) -> None:
-        inject(state, "index-bad-size", broker=OTHER, topic="orders")
+def second_incident(state: lab.LabState) -> None:
+    inject(state, "index-bad-size", broker=OTHER, topic="orders")
 
-    with live_fleet(tmp_path_factory.mktemp("repair-000"), "0.8.2.2", "seed-000", second_incident) as f:
-        f["ctx"] = {}
-        yield f
+
+@pytest.fixture
+def fleet(shared: Any) -> dict[str, Any]:
+    return live(shared, shared.snapshot("seed-000", "0.8.2.2", second_incident))
 
 
 def digests(paths: list[str]) -> dict[str, str | None]:
@@ -119,7 +108,6 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
     assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}") is None  # the restore took the lock over and released it
     journal = json.loads((adir / "journal.json").read_text())
     assert journal["status"] == "restored" and journal["brokers"][str(SEED_BROKER)]["state"] == "pending"
-    fleet["ctx"]["plan"] = pdir.name
 
 
 def test_seed_000_repair_quarantines_the_corrupt_index_and_the_broker_rebuilds_it(fleet: dict[str, Any]) -> None:
@@ -128,14 +116,9 @@ def test_seed_000_repair_quarantines_the_corrupt_index_and_the_broker_rebuilds_i
     log = Path(state.broker(SEED_BROKER).run_dir) / "server.log"
     mark = log.stat().st_size
     t0 = time.time()
-    # after the restore the operator audits again: the failed start loaded the broker's logs before it failed to
-    # bind (marker deleted, active indexes preallocated, as a crash leaves them), so the old plan is stale
-    audit_run = af.trigger(AUDIT)
-    assert af.wait_run(AUDIT, audit_run, 900) == "success"
     run = af.trigger(REPAIR, FAST)
     request = af.wait_for_approval(REPAIR, run, "approve")
     pdir = plan_dir(fleet["data"], request)
-    assert pdir.name != fleet["ctx"].get("plan")
     plan = json.loads((pdir / "plan.json").read_text())
     quarantined = [a["path"] for b in plan["brokers"] for a in b["actions"]]
     original = digests(quarantined)

@@ -43,7 +43,8 @@ from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, lock_holder, release_lock
 from fleet_lab import fleet
 from fleet_lab.fleet import run_service
-from harness.repair_lab import FAST, audited_lab, plan_of
+from harness.repair_lab import FAST, plan_of
+from harness.shared import audited
 from harness.ssh import ssh_connect
 
 pytestmark = pytest.mark.timeout(1200)
@@ -51,14 +52,15 @@ TOPIC = "seed-004"
 OTHER_UID = 65534  # the partition dirs' owner in test 4: not the SSH user (root here)
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with audited_lab(tmp_path_factory.mktemp("repair-safety")) as ctx:
-        ctx["zk"] = ctx["state"].zk_client()
-        try:
-            yield ctx
-        finally:
-            ctx["zk"].stop()
+@pytest.fixture
+def lab(shared: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The session's audited seed-004 lab, restored for each test, with a ZooKeeper session of its own."""
+    ctx = audited(shared, shared.snapshot("seed-004"), tmp_path)
+    ctx["zk"] = ctx["state"].zk_client()
+    try:
+        yield ctx
+    finally:
+        ctx["zk"].stop()
 
 
 def sha(path: str | Path) -> str:
@@ -170,7 +172,7 @@ def test_a_failure_after_the_stop_before_any_change_starts_the_broker_again(lab:
     assert report["lock_released"] and lock_holder(lab["zk"], lab["inv"].cluster) is None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def halted(lab: dict[str, Any]) -> dict[str, Any]:
     """Attempt "halted": broker `bid` (partition dirs owned by another user) gets its seed-004 files removed and an
     index quarantined, then its start fails: it is left stopped and changed, the lock held."""

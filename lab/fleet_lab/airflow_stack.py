@@ -89,11 +89,12 @@ class AirflowRest:
     ``users`` (the first is the default) with ``passwords``: a mapping of user -> password, or a JSON file of it or
     a callable returning it, read when a user's token is first fetched (a file the api-server fills in later works)."""
 
-    def __init__(self, base: str, passwords: Passwords, users: Sequence[str]) -> None:
+    def __init__(self, base: str, passwords: Passwords, users: Sequence[str], approver: str | None = None) -> None:
         if not users:
             raise AirflowLiveError(f"no user to call {base} as")
         self.base = base.rstrip("/")
         self.users = list(users)
+        self.approver = approver  # who answers approvals by default (None: the first user)
         self._passwords = passwords
         self._tokens: dict[str, str] = {}
 
@@ -240,11 +241,10 @@ class AirflowRest:
     def respond(
         self, dag_id: str, run_id: str, task_id: str, option: str, map_index: int = -1, user: str | None = None
     ) -> Any:
-        """Answer a human-in-the-loop request as ``user`` (default: the first configured user), as the UI's
-        Approve / Reject buttons do."""
-        return self.api(
-            "PATCH", self._hitl_path(dag_id, run_id, task_id, map_index), {"chosen_options": [option]}, user=user
-        )
+        """Answer a human-in-the-loop request as ``user`` (default: the approver, else the first configured user), as
+        the UI's Approve / Reject buttons do."""
+        path = self._hitl_path(dag_id, run_id, task_id, map_index)
+        return self.api("PATCH", path, {"chosen_options": [option]}, user=user or self.approver)
 
     def approve(self, dag_id: str, run_id: str, task_id: str, user: str | None = None) -> str:
         """Answer with the request's own approving option, the one option that starts with "Approve" (the repair's
@@ -268,6 +268,20 @@ class AirflowRest:
     def _hitl_path(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
         q = urllib.parse.quote(run_id, safe="")
         return f"/api/v2/dags/{dag_id}/dagRuns/{q}/taskInstances/{task_id}/{map_index}/hitlDetails"
+
+    def set_connections(self, connections: Mapping[str, Mapping[str, Any]]) -> None:
+        """Create or replace connections (``airflow connections import`` JSON: id -> fields) in Airflow's DB, as an
+        admin does in the UI: every task that reads one from then on gets the new one."""
+        for conn_id, fields in connections.items():
+            body = {"connection_id": conn_id, **fields}
+            if isinstance(body.get("extra"), dict):
+                body["extra"] = json.dumps(body["extra"])
+            try:
+                self.api("DELETE", f"/api/v2/connections/{urllib.parse.quote(conn_id, safe='')}")
+            except AirflowLiveError as e:
+                if e.code != 404:
+                    raise
+            self.api("POST", "/api/v2/connections", body)
 
     def set_task_state(self, dag_id: str, run_id: str, task_id: str, state: str, user: str | None = None) -> Any:
         """Mark a task instance by hand (the UI's "Mark as success / failed")."""
@@ -305,6 +319,7 @@ class LiveAirflow(AirflowRest):
         port: int | None = None,
         components: tuple[str, ...] = COMPONENTS,
         passwords: dict[str, str] | None = None,
+        approver: str | None = None,
     ) -> None:
         unknown = sorted(set(components) - set(HEALTH_KEYS))
         if unknown:
@@ -328,7 +343,7 @@ class LiveAirflow(AirflowRest):
         self.home = Path(self.env["AIRFLOW_HOME"])
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         # the passwords file is read again for each new token: the simple auth manager adds to it as it starts
-        super().__init__(base, self.passwords_file, self._users(passwords or {}, base))
+        super().__init__(base, self.passwords_file, self._users(passwords or {}, base), approver)
 
     @property
     def passwords_file(self) -> Path:

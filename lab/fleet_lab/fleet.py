@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -909,14 +909,26 @@ def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[str]:
     return stopped
 
 
-def start(directory: str | os.PathLike[str] = DEFAULT_DIR) -> LabState:
+SNAPSHOT_FILE = "snapshot.json"  # in a snapshot: which brokers ran when it was taken (start starts those)
+SETTLE_S = 1.0  # a started lab is ready when its leadership has not moved for this long
+
+
+def start(directory: str | os.PathLike[str] = DEFAULT_DIR, brokers: Iterable[int] | None = None) -> LabState:
     """Start a lab that is down again from its own files (after ``down``, or put back by ``restore``): ZooKeeper on
-    its port over its data, each broker's sshd on its port with its host key, then the brokers through their
-    service, until healthy. Ports, keys and paths are the lab's own, so its inventory and connections still hold."""
+    its port over its data, each broker's sshd on its port with its host key, then ``brokers`` through their
+    service (default: those that ran when its snapshot was taken, else every one) until each is registered. Ports,
+    keys and paths are the lab's own, so its inventory and connections still hold. It waits for registration, not
+    for a healthy cluster: a lab in the middle of an incident (a replica out of ISR, a broker that refuses to
+    start) comes back as it was."""
     lab_dir = Path(directory).resolve()
     state = LabState.load(lab_dir)
     if is_up(lab_dir):
         raise LabError(f"a fleet lab is already up at {lab_dir}: run `fleet-lab down --dir {lab_dir}` first")
+    recorded = json.loads((lab_dir / SNAPSHOT_FILE).read_text()) if (lab_dir / SNAPSHOT_FILE).is_file() else {}
+    if brokers is None:
+        brokers = recorded.get("running", [b.id for b in state.brokers])
+    wanted = sorted(set(brokers))
+    controller = recorded.get("controller")  # started first, so that it is the controller again (plans name it)
     with _down_on_failure(lab_dir):
         if not state.kraft:
             zk = ZooKeeperServer(lab_dir / "zookeeper", port=state.zk_port, tick_time_ms=ZK_TICK_MS)
@@ -925,28 +937,118 @@ def start(directory: str | os.PathLike[str] = DEFAULT_DIR) -> LabState:
         for b in state.brokers:
             b.sshd_pid = _start_sshd(b, lab_dir, state.user)
         state.save()
-        _start_brokers(state)
+        for b in state.brokers:
+            _wait_ssh_banner(b.ssh_port, b.sshd_pid or 0, Path(b.run_dir) / "sshd.log")
+        first = [controller] if controller in wanted and not state.kraft else []
+        for group in (first, [b for b in wanted if b not in first]):
+            with ThreadPoolExecutor(max_workers=len(state.brokers)) as pool:
+                results = list(pool.map(lambda bid: run_service(state.broker(bid), "start"), group))
+            failed = [(bid, r) for bid, r in zip(group, results, strict=True) if r.returncode != 0]
+            if failed:
+                bid, r = failed[0]
+                raise LabError(f"broker {bid} did not start: {r.stdout}{r.stderr}")
+            if group and group == first:
+                _wait_registered(state, first)
+        if state.kraft:
+            wait_healthy(state, timeout=30, expect_down=frozenset(b.id for b in state.brokers) - set(wanted))
+        else:
+            _wait_registered(state, wanted, settle_s=SETTLE_S, isr=recorded.get("isr"))
     return state
+
+
+def _wait_registered(
+    state: LabState,
+    brokers: list[int],
+    timeout: float = 60.0,
+    settle_s: float = 0.0,
+    isr: dict[str, list[int]] | None = None,
+) -> None:
+    """Until ``brokers`` are registered in ZooKeeper and a controller is elected; with ``isr`` (a snapshot's:
+    ``topic-partition`` -> ISR), until every partition's ISR is that again; with ``settle_s``, and then until the
+    controller and every partition's state (leader, leader epoch, ISR) have not changed for that long: the brokers
+    have acted on their leadership (a new leader writes its leader-epoch-checkpoint)."""
+    zk = state.zk_client()
+    want = {k: sorted(v) for k, v in (isr or {}).items()}
+    differ: dict[str, Any] = {}
+    try:
+        deadline = time.monotonic() + timeout
+        seen: tuple[Any, float] | None = None
+        while time.monotonic() < deadline:
+            registered = {int(i) for i in zk.get_children("/brokers/ids")} if zk.exists("/brokers/ids") else set()
+            now = {k: sorted(v) for k, v in _isr(zk).items()} if want else {}
+            differ = {k: (now.get(k), v) for k, v in want.items() if now.get(k) != v}
+            if set(brokers) <= registered and (not brokers or zk.exists("/controller")) and not differ:
+                if settle_s <= 0:
+                    return
+                now = _leadership(zk)
+                if seen is None or seen[0] != now:
+                    seen = (now, time.monotonic())
+                elif time.monotonic() - seen[1] >= settle_s:
+                    return
+            time.sleep(0.05)
+    finally:
+        zk.stop()
+        zk.close()
+    raise LabError(
+        f"broker(s) {brokers} not registered (and settled) in ZooKeeper within {timeout:.0f} s"
+        + (f"; ISR now / as taken: {dict(list(differ.items())[:5])}" if differ else "")
+    )
+
+
+def _isr(zk: Any) -> dict[str, list[int]]:
+    """``topic-partition`` -> its ISR, as ZooKeeper holds it now."""
+    out: dict[str, list[int]] = {}
+    for topic in zk.get_children("/brokers/topics"):
+        parts = f"/brokers/topics/{topic}/partitions"
+        for p in zk.get_children(parts) if zk.exists(parts) else []:
+            with contextlib.suppress(Exception):
+                out[f"{topic}-{p}"] = json.loads(zk.get(f"{parts}/{p}/state")[0])["isr"]
+    return out
+
+
+def _leadership(zk: Any) -> tuple[Any, ...]:
+    """The controller and every partition state's data, as ZooKeeper holds them now."""
+    out: list[Any] = [zk.get("/controller")[0] if zk.exists("/controller") else None]
+    for topic in sorted(zk.get_children("/brokers/topics")):
+        parts = f"/brokers/topics/{topic}/partitions"
+        for p in sorted(zk.get_children(parts)) if zk.exists(parts) else []:
+            out.append(zk.get(f"{parts}/{p}/state")[0] if zk.exists(f"{parts}/{p}/state") else None)
+    return tuple(out)
 
 
 def snapshot(directory: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Path:
     """Stop the lab cleanly (``down``: brokers first, so no broker's session outlives ZooKeeper) and copy everything
-    it is made of (log dirs, ZooKeeper's data, host keys, configs, its event record) to ``dest``; ``restore`` brings
-    it back, at the same path, in the state it was stopped in."""
+    it is made of (log dirs, ZooKeeper's data, host keys, configs, its event record) to ``dest``, with which brokers
+    ran; ``restore`` brings it back, at the same path, as it was."""
     lab_dir, dest = Path(directory).resolve(), Path(dest)
+    state = LabState.load(lab_dir)
+    running = [b.id for b in state.brokers if running_pid(b.config())]
+    controller, isr = None, {}
+    if not state.kraft:
+        zk = state.zk_client()
+        try:
+            with contextlib.suppress(Exception):
+                controller = json.loads(zk.get("/controller")[0])["brokerid"]
+            isr = _isr(zk)
+        finally:
+            zk.stop()
+            zk.close()
     down(lab_dir)
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(lab_dir, dest, symlinks=True)
+    taken = {"running": running, "controller": controller, "isr": isr}
+    (dest / SNAPSHOT_FILE).write_text(json.dumps(taken) + "\n")
     return dest
 
 
 def restore(snapshot_dir: str | os.PathLike[str], directory: str | os.PathLike[str]) -> LabState:
     """The lab ``snapshot`` copied, back at ``directory`` (where it was taken: its files name their paths) and
-    started (``start``); a lab up there is stopped first."""
+    started as it was (``start``); a lab up there is stopped first."""
     lab_dir = Path(directory).resolve()
-    if LabState.load(snapshot_dir).dir != str(lab_dir):
-        raise LabError(f"{snapshot_dir} is a snapshot of the lab at {LabState.load(snapshot_dir).dir}, not {lab_dir}")
+    taken_at = LabState.load(snapshot_dir).dir
+    if taken_at != str(lab_dir):
+        raise LabError(f"{snapshot_dir} is a snapshot of the lab at {taken_at}, not {lab_dir}")
     if (lab_dir / "lab.json").is_file():
         down(lab_dir)
     if lab_dir.exists():

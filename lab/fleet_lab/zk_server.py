@@ -89,6 +89,12 @@ def free_port(host: str = "127.0.0.1") -> int:
     """
     low, _ = _ephemeral_range()
     candidates = list(range(_PORT_FLOOR, low)) if low - _PORT_FLOOR >= 1000 else []
+    # FLEET_LAB_PORT_SLICE=i/n: this process takes only ports p with p % n == i, so that n processes choosing ports
+    # at once (the test suite's workers) never choose the same one, nor one another stopped for a while (a lab
+    # restored from a snapshot comes back on its own ports)
+    i, _, n = os.environ.get("FLEET_LAB_PORT_SLICE", "0/1").partition("/")
+    if n.isdigit() and i.isdigit() and int(n) > 1:
+        candidates = [p for p in candidates if p % int(n) == int(i)]
     random.SystemRandom().shuffle(candidates)
     for port in candidates[:200]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -1,0 +1,185 @@
+"""What the live tiers share, once per test session: audited labs kept as snapshots and restored, in turn, at one lab
+path; and one live Airflow (api-server, scheduler, dag-processor, triggerer) over whichever lab is restored there.
+
+A snapshot is a healthy lab stopped cleanly and copied (``fleet.snapshot``), the incident a test needs (a seed
+scenario, one more incident) replayed on it after each restore, and one audit of the result (``steps.run_local``:
+probe over SSH, ZooKeeper, Spark detection, published) made once and copied with it. The incident is replayed, not
+restored: its state lives in running brokers (seed-004's drift shows only on the broker restarted after the
+controller minted a new topic ID; seed-000's broker refuses to start again), which a stopped copy cannot keep. The
+replay writes the same files and the same ISR as the audited one (only a minted topic ID differs, and a plan does
+not hash IDs), so a module, or a test, gets the audited lab in that state whatever an earlier test did to it
+(``restore``: a few seconds): no test depends on another having run first. Every snapshot lives at the same lab path, so
+the live Airflow's inventory path and data root never change; only its SSH connections (ports, host keys: a lab's own)
+are written again, through its REST API, when another lab's snapshot is restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet_doctor import inventory
+from fleet_doctor.audit import steps
+from fleet_doctor.settings import Settings
+from fleet_lab import demo, fleet
+from fleet_lab.airflow_stack import AirflowLiveError, LiveAirflow
+from fleet_lab.incidents import run_scenario
+from harness.ssh import ssh_connect
+
+AUDIT_RUN = "run1"  # the snapshot's audit run (the repair's "latest")
+USERS = "admin:admin,alice:admin,bob:admin"  # admin triggers (the first), alice approves, bob is anyone else
+APPROVER = "alice"
+DAGS = ("kafka_fleet_audit", "kafka_fleet_repair", "kafka_fleet_restore")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A healthy lab, stopped and copied (``lab``: ``fleet.snapshot``), the incident replayed on it after each restore
+    (``scenario``, then ``after_start``), and its audit's store (``data``)."""
+
+    name: str
+    lab: Path
+    data: Path
+    scenario: str | None = None
+    after_start: Callable[[fleet.LabState], None] | None = None
+
+    def replay(self, state: fleet.LabState) -> None:
+        steps_ok = run_scenario(state, self.scenario) if self.scenario else []
+        assert all(s.ok for s in steps_ok), steps_ok
+        if self.after_start:
+            self.after_start(state)
+
+
+@dataclass
+class SharedLabs:
+    """The session's lab path and its audited snapshots, made on first use."""
+
+    root: Path
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    current: str | None = None  # the snapshot restored at the lab path now (the Airflow's connections are its)
+    airflow: LiveAirflow | None = None
+
+    @property
+    def lab_dir(self) -> Path:
+        return self.root / "lab"
+
+    def snapshot(
+        self, scenario: str | None, version: str = "2.8.2", after_start: Callable[[fleet.LabState], None] | None = None
+    ) -> Snapshot:
+        """The audited snapshot of a 3-broker lab at Kafka ``version`` after ``scenario`` (None: none, a healthy
+        lab) and ``after_start``, both replayed on each restore (``Snapshot``)."""
+        name = f"{scenario or 'healthy'}-{version}" + (f"-{after_start.__name__}" if after_start else "")
+        if name in self.snapshots:
+            return self.snapshots[name]
+        if (self.lab_dir / "lab.json").is_file():
+            fleet.down(self.lab_dir)
+        where = self.root / "snapshots" / name
+        fleet.up(self.lab_dir, brokers=3, kafka_version=version)
+        try:
+            lab = fleet.snapshot(self.lab_dir, where / "lab")
+            snap = Snapshot(name, lab, where / "data", scenario, after_start)
+            state = fleet.restore(lab, self.lab_dir)  # what a restore gives, audited
+            snap.replay(state)
+            settings = Settings(inventory=state.inventory_path, data_root=where / "data")
+            steps.run_local(settings, AUDIT_RUN, ssh_connect(inventory.load(state.inventory_path)))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                fleet.down(self.lab_dir)
+            raise
+        self.current = None
+        self.snapshots[name] = snap
+        return snap
+
+    def restore(self, snap: Snapshot, data: Path) -> fleet.LabState:
+        """``snap``'s lab back at the lab path and started as it was, its audit's store copied to ``data``; the live
+        Airflow (if one runs) pointed at it."""
+        if data.exists():
+            shutil.rmtree(data)
+        shutil.copytree(snap.data, data)
+        state = fleet.restore(snap.lab, self.lab_dir)
+        snap.replay(state)
+        if self.airflow is not None and self.current != snap.name:
+            self.airflow.set_connections(json.loads((self.lab_dir / "airflow-connections.json").read_text()))
+        self.current = snap.name
+        return state
+
+    def live_airflow(self) -> LiveAirflow:
+        """The session's live Airflow over the lab path, its data root ``<root>/data``: started on first use."""
+        if self.airflow is None:
+            home = self.root / "airflow"
+            env = demo.airflow_environ(home, self.lab_dir, self.data)
+            env = {k: v for k, v in env.items() if not k.startswith("AIRFLOW_CONN_KAFKA_")}  # set through the API
+            # a killed worker's task instances are reset every 20 s rather than every 300 s (a dead scheduler job is
+            # one without a heartbeat for scheduler_health_check_threshold, left at 30 s: lower, a busy scheduler
+            # resets its own running tasks)
+            env["AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL"] = "20"
+            env["FLEET_DOCTOR_STAGE_RETRY_DELAY"] = "1"
+            env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = USERS
+            env["FLEET_DOCTOR_APPROVERS"] = APPROVER
+            demo.prepare(env)
+            af = LiveAirflow(env, approver=APPROVER)
+            af.start()
+            for dag in DAGS:
+                af.wait_dag(dag)
+            self.airflow = af
+            if self.current is not None:
+                af.set_connections(json.loads((self.lab_dir / "airflow-connections.json").read_text()))
+        return self.airflow
+
+    @property
+    def data(self) -> Path:
+        """The live Airflow's data root (a restore for the live Airflow copies the audit's store here)."""
+        return self.root / "data"
+
+    def finish_runs(self) -> None:
+        """Every approval still pending is rejected and every run of the live Airflow's DAGs that has not finished is
+        marked failed (a run left waiting for an approval would hold ``max_active_runs``: the next test's run would
+        queue behind it, and the fleet view would count its request)."""
+        af = self.airflow
+        if af is None:
+            return
+        for request in af.pending_approvals():
+            ti = request["task_instance"]
+            with contextlib.suppress(AirflowLiveError):
+                af.respond(ti["dag_id"], ti["dag_run_id"], ti["task_id"], "Reject")
+        for dag in DAGS:
+            for r in af.runs(dag):
+                if r["state"] not in ("success", "failed"):
+                    with contextlib.suppress(AirflowLiveError):
+                        af.api("PATCH", f"/api/v2/dags/{dag}/dagRuns/{r['dag_run_id']}", {"state": "failed"})
+
+    def close(self) -> None:
+        if self.airflow is not None:
+            self.airflow.stop()
+        if (self.lab_dir / "lab.json").is_file():
+            fleet.down(self.lab_dir)
+
+
+def audited(shared: SharedLabs, snap: Snapshot, tmp: Path) -> dict[str, Any]:
+    """``snap`` restored, its store at ``tmp/data``: the context the repair tests that drive the plan and the
+    executor directly use (state, settings, inventory, summary, tmp)."""
+    state = shared.restore(snap, tmp / "data")
+    settings = Settings(inventory=state.inventory_path, data_root=tmp / "data")
+    summary = settings.store.read_json(f"reports/{AUDIT_RUN}.json")
+    return {
+        "state": state,
+        "settings": settings,
+        "inv": inventory.load(state.inventory_path),
+        "summary": summary,
+        "tmp": tmp,
+        "snapshot": snap,
+    }
+
+
+def live(shared: SharedLabs, snap: Snapshot) -> dict[str, Any]:
+    """``snap`` restored for the session's live Airflow (its store the Airflow's data root, unfinished runs ended):
+    the context of the live repair tests (state, af, data, root)."""
+    af = shared.live_airflow()
+    shared.finish_runs()
+    state = shared.restore(snap, shared.data)
+    return {"state": state, "af": af, "data": shared.data, "root": shared.root}
