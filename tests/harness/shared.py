@@ -16,6 +16,7 @@ are written again, through its REST API, when another lab's snapshot is restored
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from fleet_doctor.audit import steps
 from fleet_doctor.settings import Settings
 from fleet_lab import demo, fleet
 from fleet_lab.airflow_stack import AirflowLiveError, LiveAirflow
-from fleet_lab.incidents import run_scenario
+from fleet_lab.incidents import controller_failover, run_scenario
 from harness.ssh import ssh_connect
 
 AUDIT_RUN = "run1"  # the snapshot's audit run (the repair's "latest")
@@ -47,12 +48,20 @@ class Snapshot:
     data: Path
     scenario: str | None = None
     after_start: Callable[[fleet.LabState], None] | None = None
+    controller: int | None = None  # the controller when it was audited (None: while it is being made)
 
     def replay(self, state: fleet.LabState) -> None:
+        """The incident again on the restored lab, and the controller the audit saw (a plan restarts it last, and
+        names it): an election is a race, so the controller fails over until the audited one wins it."""
         steps_ok = run_scenario(state, self.scenario) if self.scenario else []
         assert all(s.ok for s in steps_ok), steps_ok
         if self.after_start:
             self.after_start(state)
+        for _ in range(30):
+            if self.controller is None or current_controller(state) == self.controller:
+                return
+            controller_failover(state)
+        raise AssertionError(f"{self.name}: broker {self.controller} did not win an election in 30 tries")
 
 
 @dataclass
@@ -87,6 +96,7 @@ class SharedLabs:
             snap.replay(state)
             settings = Settings(inventory=state.inventory_path, data_root=where / "data")
             steps.run_local(settings, AUDIT_RUN, ssh_connect(inventory.load(state.inventory_path)))
+            snap = dataclasses.replace(snap, controller=current_controller(state))
         except BaseException:
             with contextlib.suppress(Exception):
                 fleet.down(self.lab_dir)
@@ -183,3 +193,12 @@ def live(shared: SharedLabs, snap: Snapshot) -> dict[str, Any]:
     shared.finish_runs()
     state = shared.restore(snap, shared.data)
     return {"state": state, "af": af, "data": shared.data, "root": shared.root}
+
+
+def current_controller(state: fleet.LabState) -> int | None:
+    zk = state.zk_client()
+    try:
+        return json.loads(zk.get("/controller")[0])["brokerid"] if zk.exists("/controller") else None
+    finally:
+        zk.stop()
+        zk.close()
