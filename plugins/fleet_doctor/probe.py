@@ -52,6 +52,7 @@ INDEX_SUMMARY_FIELDS = (
     "checked_entries",
     "first_violation",
 )
+HEAD_READ_BYTES = 4096  # metadata mode reads an index's head in one pread: first entries + order
 
 
 def _template(fields):
@@ -79,16 +80,29 @@ class IndexFormat(object):
         self._summary_template = _template(self.fields[:8])
         self._ends_template = _template(self.fields[8:])
         self._null_ends = self._ends_template % ("null", "null", "null")
+        self._text_template = "%s" + self._ends_template  # the summary's text, then the entries'
         self._summary_text = {}  # summary values -> their text, for the few sizes of a trimmed index
         self.flat = _FlatUnpack(entry)
+        self.zero = bytes(self.size)  # an entry of the preallocated tail: all zero bytes
+        self.last_entry = slice(-self.size, None)  # the last entry of a whole number of entries
+        # the length of an index that a head holds whole, a whole number of entries -> the number
+        self.whole = dict((n * self.size, n) for n in range(1, HEAD_READ_BYTES // self.size + 1))
 
-    def ordered(self, flat):
+    def ordered(self, flat, firsts=None, lasts=None):
         """Whether every entry keeps the order with the one before it. flat: the entries' fields, one after the
-        other (self.flat)."""
-        first, second = self.order
-        if first is second:  # one pass over both fields
-            return all(map(first, flat[:-2], flat[2:]))
-        return all(map(first, flat[0:-2:2], flat[2::2])) and all(map(second, flat[1:-2:2], flat[3::2]))
+        other (self.flat). For the entries of several indexes one after the other, firsts and lasts: per field, its
+        values in each index's first and last entry; an index's first entry is not compared with the entry before
+        it, another index's last."""
+        for i, op in enumerate(self.order):
+            values = flat[i::2]  # this field of every entry
+            kept = map(op, values[:-1], values[1:])  # per entry after the first: whether it keeps the order
+            if firsts is None:
+                if not all(kept):
+                    return False
+            # where an index begins, the comparison is not a check: all hold if the others that fail are none
+            elif operator.countOf(kept, False) != operator.countOf(map(op, lasts[i][:-1], firsts[i][1:]), False):
+                return False
+        return True
 
     def first_violation(self, flat):
         """The number of the first entry that breaks the order with the one before it, or None."""
@@ -98,24 +112,46 @@ class IndexFormat(object):
                 return i // 2
         return None
 
+    def record_texts(self, summaries, bases):
+        """This index's fields in the segment records of segments with these base offsets, from their summaries:
+        the columns SUMMARY_COLUMNS of index_summaries."""
+        # a trimmed, ordered index's summary depends on its size only (the usual one: its text is kept by size)
+        if summaries[4].count(True) == len(bases) and summaries[1] == summaries[5] and not any(summaries[2]):
+            keys = summaries[0]
+        else:
+            keys = [s[0] if s[4] and s[1] == s[5] and not s[2] else s for s in zip(*summaries[:7])]
+        texts = list(map(self._summary_text.get, keys))
+        if None in texts:
+            for i, text in enumerate(texts):
+                if text is None:
+                    s = tuple(values[i] for values in summaries[:7])
+                    text = texts[i] = self._summary_template % (
+                        ("true",) + s[:4] + (_BOOL_JSON[s[4]], s[5], _num(s[6]))
+                    )
+                    if s[0] <= HEAD_READ_BYTES and len(self._summary_text) < 4096:
+                        self._summary_text[keys[i]] = text
+        first, last, last_other = summaries[7], summaries[9], summaries[10]
+        empty = None in first  # an index without real entries: no values
+        if empty:
+            first, last, last_other = ([0 if v is None else v for v in values] for values in (first, last, last_other))
+        if self.relative:  # first entry's field 0, last entry's fields 0 and 1, the relative offset made absolute
+            values = zip(texts, first, last, map(operator.add, bases, last_other))
+        else:
+            values = zip(texts, map(operator.add, bases, first), map(operator.add, bases, last), last_other)
+        records = list(map(self._text_template.__mod__, values))
+        if empty:
+            records = [t + self._null_ends if v is None else r for v, t, r in zip(summaries[7], texts, records)]
+        return records
+
     def record_text(self, s, base):
-        """This index's fields in the segment record, from its summary s (index_summary), or from whether it
-        exists when it was not read."""
+        """This index's fields in the segment record, from its summary s (index_summary, index_full_summary), or
+        from whether it exists when it was not read."""
         if s.__class__ is not tuple:
             return self.unreadable if s else self.missing
-        # a trimmed, ordered index's summary depends on its size only (the usual one: its text is kept)
-        key = s[0] if s[4] and s[1] == s[5] and not s[2] else s[:7]
-        text = self._summary_text.get(key)
-        if text is None:
-            text = self._summary_template % (("true",) + s[:4] + (_BOOL_JSON[s[4]], s[5], _num(s[6])))
-            if s[0] <= HEAD_READ_BYTES and len(self._summary_text) < 4096:
-                self._summary_text[key] = text
-        first, last = s[7], s[8]
-        if first is None:
-            return text + self._null_ends
-        if self.relative:
-            return text + self._ends_template % (first[0], last[0], base + last[1])
-        return text + self._ends_template % (base + first[0], base + last[0], last[1])
+        return self.record_texts(_summary_columns((s,)), (base,))[0]
+
+
+_ONES = itertools.repeat(1)
 
 
 class _FlatUnpack(dict):
@@ -258,7 +294,6 @@ _O_RDONLY = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 _LOGDIR_FILES = (META_PROPERTIES, CLEAN_SHUTDOWN_FILE) + OFFSET_CHECKPOINT_FILES
 _PARTITION_FILES = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT, QUORUM_STATE)
 
-HEAD_READ_BYTES = 4096  # metadata mode reads an index's head in one pread: first entries + order
 READ_CHUNK = 1 << 20
 
 
@@ -534,19 +569,111 @@ def parse_meta_properties(data, path):
 
 # --------------------------------------------------------------------------------------------
 # Index summaries: (bytes, entries, zero_tail_entries, remainder, monotonic, checked_entries, first_violation,
-# first entry, last entry), the values of INDEX_SUMMARY_FIELDS then the raw first and last real entries.
+# first entry, last entry), the values of INDEX_SUMMARY_FIELDS then the raw first and last real entries. For a batch
+# of indexes they are columns (index_summaries): SUMMARY_COLUMNS, the entries split into their two fields.
+SUMMARY_COLUMNS = INDEX_SUMMARY_FIELDS + ("first_0", "first_1", "last_0", "last_1")
+_NO_ENTRY = (None, None)
+
+
 def _is_zero(b):
     return not b.strip(b"\0")
+
+
+def _summary_columns(summaries):
+    """Summaries (index_summary, index_full_summary) as the columns of index_summaries."""
+    return [list(values) for values in zip(*(s[:7] + (s[7] or _NO_ENTRY) + (s[8] or _NO_ENTRY) for s in summaries))]
 
 
 def index_summary(fmt, fd, head, size=None):
     """Metadata mode's summary of an index of format fmt, open as fd, without loading it; None when fstat says it
     is not a regular file. head: its first HEAD_READ_BYTES + 1 bytes (all of it when shorter). size: its length
-    if known; otherwise the head tells it when short, fstat when not.
+    if known; otherwise the head tells it when short, fstat when not. The summary of a batch of one
+    (index_summaries)."""
+    columns = index_summaries(fmt, (fd,), (head,), None if size is None else (size,))
+    if columns is None:
+        return None
+    s = [values[0] for values in columns]
+    return tuple(s[:7]) + ((None if s[7] is None else tuple(s[7:9])), (None if s[9] is None else tuple(s[9:11])))
+
+
+def index_summaries(fmt, fds, heads, sizes=None):
+    """Metadata mode's summaries of a batch of indexes of format fmt, open as fds, whose heads (index_summary) were
+    read, as columns (SUMMARY_COLUMNS); None if fstat says one is not a regular file. sizes: their lengths, if
+    known.
 
     Real entries are non-zero and in order, the preallocated tail all zeros (a fresh index is setLength(10 MiB)
-    and only trimToValidSize() on close or roll shortens it): when the last entry is zero, a binary search finds
-    the first zero entry. Checked for order: the head's real entries and the last one."""
+    and only trimToValidSize() on close or roll shortens it). The usual index is whole in its head (a whole
+    number of entries, its length if known) and its last entry is real, so it has no zero tail: those of a batch
+    are unpacked and checked together (_whole_summaries). Any other, and every index of a batch in which an entry
+    breaks the order, is summarised alone (_index_summary_alone)."""
+    counts = list(map(fmt.whole.get, map(len, heads)))  # its number of entries if it is whole in its head
+    lasts = map(operator.getitem, heads, _repeat(fmt.last_entry))  # of a whole head: its last entry
+    if sizes is None and None not in counts and fmt.zero not in lasts:  # whole, and no last entry zero
+        columns = _whole_summaries(fmt, heads, counts)
+        if columns is not None:
+            return columns
+        usual = _repeat(False)
+    else:
+        usual = [
+            n is not None and (sizes is None or sizes[i] == len(heads[i])) and not _is_zero(heads[i][fmt.last_entry])
+            for i, n in enumerate(counts)
+        ]
+        columns = _whole_summaries(fmt, list(itertools.compress(heads, usual)), list(itertools.compress(counts, usual)))
+        if columns is None:
+            usual = _repeat(False)
+    whole = zip(*columns) if columns is not None else None
+    summaries = []
+    for fd, head, size, u in zip(fds, heads, _repeat(None) if sizes is None else sizes, usual):
+        if u:
+            summaries.append(next(whole))
+            continue
+        s = _index_summary_alone(fmt, fd, head, size)
+        if s is None:
+            return None
+        summaries.append(s[:7] + (s[7] or _NO_ENTRY) + (s[8] or _NO_ENTRY))
+    return [list(values) for values in zip(*summaries)]
+
+
+def _whole_summaries(fmt, heads, counts):
+    """index_summaries' columns for indexes whole in their heads, each with its last entry real (counts: their
+    numbers of entries); None if there are none, or if an entry breaks the order (_index_summary_alone then tells
+    which)."""
+    if not heads:
+        return None
+    ends = list(itertools.accumulate(counts))
+    starts = [0]
+    starts += ends[:-1]
+    # itemgetter returns a tuple for two items or more: a last item is added and dropped
+    first_of, last_of = operator.itemgetter(0, *starts), operator.itemgetter(0, *map(operator.sub, ends, _ONES))
+    flat = fmt.flat[ends[-1]](b"".join(heads))
+    fields = flat[0::2], flat[1::2]
+    firsts = [first_of(values)[1:] for values in fields]
+    lasts = [last_of(values)[1:] for values in fields]
+    if not fmt.ordered(flat, firsts, lasts):
+        return None
+    k = len(heads)
+    return [
+        list(map(operator.mul, counts, _repeat(fmt.size))),
+        counts,
+        [0] * k,
+        [0] * k,
+        [True] * k,
+        counts,
+        [None] * k,
+        firsts[0],
+        firsts[1],
+        lasts[0],
+        lasts[1],
+    ]
+
+
+_repeat = itertools.repeat
+
+
+def _index_summary_alone(fmt, fd, head, size=None):
+    """index_summary of one index (index_summaries for any that is not whole in its head with its last entry real):
+    when the last entry is zero, a binary search finds the first zero entry. Checked for order: the head's real
+    entries and the last one."""
     if size is None:
         size = len(head)
         if size > HEAD_READ_BYTES:
@@ -557,16 +684,11 @@ def index_summary(fmt, fd, head, size=None):
     esize = fmt.size
     n = size // esize
     end = n * esize
-    if n and end <= HEAD_READ_BYTES and head[end - esize : end].strip(b"\0"):
-        # the usual index: all of it in the head and its last entry real, so no zero tail
-        flat = fmt.flat[n](head)
-        viol = None if fmt.ordered(flat) else fmt.first_violation(flat)
-        return (size, n, 0, size - end, viol is None, n, viol, flat[:2], flat[-2:])
     if not n:
         return (size, 0, 0, size, None, 0, None, None, None)
     hn = n if end <= HEAD_READ_BYTES else HEAD_READ_BYTES // esize  # entries in the head
     real = n
-    if not (head[end - esize : end] if n <= hn else os.pread(fd, esize, end - esize)).strip(b"\0"):
+    if _is_zero(head[end - esize : end] if n <= hn else os.pread(fd, esize, end - esize)):
         lo, hi = 0, n - 1
         while lo < hi:
             mid = (lo + hi) // 2
@@ -1416,20 +1538,15 @@ _NO_ERROR = _ERROR % "null"
 _NO_LOG_TO_WALK = _template(SEGMENT_DEEP_FIELDS[:1]) % "null"
 
 
-def _segment_line(ctx, head, base, xs, ts, deep, error):
-    """A segment record. ctx: its start; head: the text of _SEGMENT_HEAD's fields; xs, ts: the summaries of the
-    offset and time index, or for one that was not read whether it exists; deep: deep mode's fields as JSON text
-    ("" in metadata mode); error: None or the message."""
-    return "".join(
-        (
-            ctx,
-            head,
-            OFFSET_INDEX.record_text(xs, base),
-            TIME_INDEX.record_text(ts, base),
-            deep,
-            _NO_ERROR if error is None else _ERROR % _j(error),
-        )
-    )
+def _segment_line(ctx, head, index, timeindex, deep, error):
+    """A segment record. ctx: its start; head: the text of _SEGMENT_HEAD's fields; index, timeindex: the text of each
+    index's fields (IndexFormat.record_texts); deep: deep mode's fields as JSON text ("" in metadata mode); error:
+    the text of the error field (_NO_ERROR, or _ERROR with the message)."""
+    return "".join((ctx, head, index, timeindex, deep, error))
+
+
+# the record of a usual segment (_regular_segments), % (ctx, the _USUAL_HEAD values, index and timeindex fields)
+_USUAL_LINE = _segment_line("%s", _USUAL_HEAD, "%s", "%s", "", _NO_ERROR)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1439,8 +1556,6 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
 _SEGMENT_BATCH = 64  # segments per write, and per run of system calls in _regular_segments (2 open files each)
 _ST_MODE, _ST_SIZE = operator.attrgetter("st_mode"), operator.attrgetter("st_size")
-_FIRST = operator.itemgetter(0)
-_NONES = itertools.repeat(None)
 _IS_SYMLINK, _IS_FILE = os.DirEntry.is_symlink, os.DirEntry.is_file
 
 
@@ -1470,19 +1585,16 @@ def _regular_segments(ctx, bases, files, has_active, dfd):
             add(os_open(f["timeindex"].name, _O_RDONLY, dir_fd=dfd))
         k = len(fds)
         heads = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
-        xs = list(map(index_summary, itertools.repeat(OFFSET_INDEX, k), fds[0::2], heads[0::2]))
-        ts = list(map(index_summary, itertools.repeat(TIME_INDEX, k), fds[1::2], heads[1::2]))
-        if None in xs or None in ts:
+        xs = index_summaries(OFFSET_INDEX, fds[0::2], heads[0::2])
+        ts = index_summaries(TIME_INDEX, fds[1::2], heads[1::2])
+        if xs is None or ts is None:
             return None
         sizes = list(map(_ST_SIZE, sts))
         mtimes = [int(st.st_mtime * 1000) for st in sts]
         acts = itertools.chain(itertools.repeat("false", len(bases) - 1), ("true" if has_active else "false",))
-        starts = map(_USUAL_HEAD.__mod__, zip(bases, acts, sizes, mtimes))
-        n = len(bases)
-        lines = list(
-            map(_segment_line, itertools.repeat(ctx, n), starts, bases, xs, ts, itertools.repeat("", n), _NONES)
-        )
-        total = sum(sizes) + sum(map(_FIRST, xs)) + sum(map(_FIRST, ts))
+        xt, tt = OFFSET_INDEX.record_texts(xs, bases), TIME_INDEX.record_texts(ts, bases)
+        lines = list(map(_USUAL_LINE.__mod__, zip(itertools.repeat(ctx), bases, acts, sizes, mtimes, xt, tt)))
+        total = sum(sizes) + sum(xs[0]) + sum(ts[0])
         return lines, total
     finally:
         any(map(os.close, fds))
@@ -2151,7 +2263,12 @@ class Probe(object):
         size = (log_bytes or 0) + (txn_bytes or 0) + (xs[0] if xs else 0) + (ts[0] if ts else 0)
         error = "; ".join(errors) if errors else None
         line = _segment_line(
-            ctx, head, base, ie is not None if xs is None else xs, te is not None if ts is None else ts, deep, error
+            ctx,
+            head,
+            OFFSET_INDEX.record_text(ie is not None if xs is None else xs, base),
+            TIME_INDEX.record_text(te is not None if ts is None else ts, base),
+            deep,
+            _NO_ERROR if error is None else _ERROR % _j(error),
         )
         return line, size, bool(errors)
 
