@@ -78,9 +78,8 @@ class IndexFormat(object):
             _template(self.fields[:4]) % (b, "null", "null", "null") for b in ("false", "true")
         )
         self._summary_template = _template(self.fields[:8])
-        self._ends_template = _template(self.fields[8:])
-        self._null_ends = self._ends_template % ("null", "null", "null")
-        self._text_template = "%s" + self._ends_template  # the summary's text, then the entries'
+        # the record's fields from has_<ext> on: % (the summary's text, the values of the `record` fields)
+        self.text_template = "%s" + _template(self.fields[8:])
         self._summary_text = {}  # summary values -> their text, for the few sizes of a trimmed index
         self.flat = _FlatUnpack(entry)
         self.zero = bytes(self.size)  # an entry of the preallocated tail: all zero bytes
@@ -99,8 +98,10 @@ class IndexFormat(object):
             if firsts is None:
                 if not all(kept):
                     return False
-            # where an index begins, the comparison is not a check: all hold if the others that fail are none
-            elif operator.countOf(kept, False) != operator.countOf(map(op, lasts[i][:-1], firsts[i][1:]), False):
+            # where an index begins the comparison is no check: the others hold if all that fail are those
+            elif operator.countOf(kept, True) != len(values) - 1 - operator.countOf(
+                map(op, lasts[i][:-1], firsts[i][1:]), False
+            ):
                 return False
         return True
 
@@ -112,9 +113,10 @@ class IndexFormat(object):
                 return i // 2
         return None
 
-    def record_texts(self, summaries, bases):
-        """This index's fields in the segment records of segments with these base offsets, from their summaries:
-        the columns SUMMARY_COLUMNS of index_summaries."""
+    def record_values(self, summaries, bases):
+        """This index's fields in the segment records of segments with these base offsets, from their summaries
+        (the columns SUMMARY_COLUMNS of index_summaries), as the columns that self.text_template takes: the text of
+        has_<ext> and the summary, then the values of the `record` fields."""
         # a trimmed, ordered index's summary depends on its size only (the usual one: its text is kept by size)
         if summaries[4].count(True) == len(bases) and summaries[1] == summaries[5] and not any(summaries[2]):
             keys = summaries[0]
@@ -131,24 +133,24 @@ class IndexFormat(object):
                     if s[0] <= HEAD_READ_BYTES and len(self._summary_text) < 4096:
                         self._summary_text[keys[i]] = text
         first, last, last_other = summaries[7], summaries[9], summaries[10]
-        empty = None in first  # an index without real entries: no values
+        empty = None in first  # an index without real entries: null values
         if empty:
             first, last, last_other = ([0 if v is None else v for v in values] for values in (first, last, last_other))
-        if self.relative:  # first entry's field 0, last entry's fields 0 and 1, the relative offset made absolute
-            values = zip(texts, first, last, map(operator.add, bases, last_other))
+        # the first entry's field 0, the last entry's fields 0 and 1, the relative offset made absolute
+        if self.relative:
+            values = [texts, first, last, list(map(operator.add, bases, last_other))]
         else:
-            values = zip(texts, map(operator.add, bases, first), map(operator.add, bases, last), last_other)
-        records = list(map(self._text_template.__mod__, values))
+            values = [texts, list(map(operator.add, bases, first)), list(map(operator.add, bases, last)), last_other]
         if empty:
-            records = [t + self._null_ends if v is None else r for v, t, r in zip(summaries[7], texts, records)]
-        return records
+            values[1:] = ([_num(v) if e is not None else "null" for v, e in zip(c, summaries[7])] for c in values[1:])
+        return values
 
     def record_text(self, s, base):
         """This index's fields in the segment record, from its summary s (index_summary, index_full_summary), or
         from whether it exists when it was not read."""
         if s.__class__ is not tuple:
             return self.unreadable if s else self.missing
-        return self.record_texts(_summary_columns((s,)), (base,))[0]
+        return self.text_template % tuple(values[0] for values in self.record_values(_summary_columns((s,)), (base,)))
 
 
 _ONES = itertools.repeat(1)
@@ -1540,13 +1542,13 @@ _NO_LOG_TO_WALK = _template(SEGMENT_DEEP_FIELDS[:1]) % "null"
 
 def _segment_line(ctx, head, index, timeindex, deep, error):
     """A segment record. ctx: its start; head: the text of _SEGMENT_HEAD's fields; index, timeindex: the text of each
-    index's fields (IndexFormat.record_texts); deep: deep mode's fields as JSON text ("" in metadata mode); error:
+    index's fields (IndexFormat.record_text); deep: deep mode's fields as JSON text ("" in metadata mode); error:
     the text of the error field (_NO_ERROR, or _ERROR with the message)."""
     return "".join((ctx, head, index, timeindex, deep, error))
 
 
-# the record of a usual segment (_regular_segments), % (ctx, the _USUAL_HEAD values, index and timeindex fields)
-_USUAL_LINE = _segment_line("%s", _USUAL_HEAD, "%s", "%s", "", _NO_ERROR)
+# the record of a usual segment (_regular_segments), % (ctx, the _USUAL_HEAD values, each index's record_values)
+_USUAL_LINE = _segment_line("%s", _USUAL_HEAD, OFFSET_INDEX.text_template, TIME_INDEX.text_template, "", _NO_ERROR)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1592,8 +1594,19 @@ def _regular_segments(ctx, bases, files, has_active, dfd):
         sizes = list(map(_ST_SIZE, sts))
         mtimes = [int(st.st_mtime * 1000) for st in sts]
         acts = itertools.chain(itertools.repeat("false", len(bases) - 1), ("true" if has_active else "false",))
-        xt, tt = OFFSET_INDEX.record_texts(xs, bases), TIME_INDEX.record_texts(ts, bases)
-        lines = list(map(_USUAL_LINE.__mod__, zip(itertools.repeat(ctx), bases, acts, sizes, mtimes, xt, tt)))
+        lines = list(
+            map(
+                _USUAL_LINE.__mod__,
+                zip(
+                    itertools.repeat(ctx),
+                    bases,
+                    acts,
+                    sizes,
+                    mtimes,
+                    *(OFFSET_INDEX.record_values(xs, bases) + TIME_INDEX.record_values(ts, bases)),
+                ),
+            )
+        )
         total = sum(sizes) + sum(xs[0]) + sum(ts[0])
         return lines, total
     finally:
