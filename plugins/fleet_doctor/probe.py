@@ -20,6 +20,7 @@ Kafka sources are cited as in docs/kafka-reference.md: ``S/`` = storage/.../stor
 ``R/`` = clients/.../common/record/, ``C/`` = core/src/main/scala/kafka/.
 """
 
+import bisect
 import gc
 import itertools
 import json
@@ -349,7 +350,8 @@ def parse_partition_dir_name(name):
     return None
 
 
-_DIGITS20 = re.compile(r"^[0-9]{20}\Z")
+_BASE_DIGITS = "[0-9]{20}"  # a segment file's base offset, zero-padded (LogFileUtils.filenamePrefixFromOffset)
+_DIGITS20 = re.compile(r"^%s\Z" % _BASE_DIGITS)
 
 
 def parse_segment_file_name(name):
@@ -1569,22 +1571,49 @@ def _all_regular(entries):
         return False
 
 
-def _regular_segments(ctx, bases, files, has_active, dfd):
+# A partition dir's names, sorted, each followed by "\n" (_usual_layout): one match per segment whose files are its
+# .index, .log and .timeindex (they sort together; a producer snapshot of its base sorts between the last two), per
+# other segment file (parse_segment_file_name's: not the usual layout), per other name. Groups: the segment's base
+# offset digits, its snapshot's name, the other segment file, the other name.
+_LISTING_RE = re.compile(
+    r"({0})\.{1}\n\1\.{2}\n(?:(\1\.snapshot)\n)?\1\.{3}\n|({0}\.(?:{4})\n)|([^\n]*)\n".format(
+        _BASE_DIGITS, OFFSET_INDEX.ext, "log", TIME_INDEX.ext, "|".join(SEGMENT_EXTENSIONS)
+    )
+)
+_INDEX_SUFFIX, _TIMEINDEX_SUFFIX = "." + OFFSET_INDEX.ext, "." + TIME_INDEX.ext
+
+
+def _usual_layout(entries):
+    """For a partition dir's entries, sorted by name, whose segment files are all in the usual layout (_LISTING_RE):
+    (the base offset digits of its segments, its other entries in name order, its names); else None."""
+    names = list(map(_entry_name, entries))
+    listing = "\n".join(names) + "\n"
+    if not names or listing.count("\n") != len(names):  # none, or a name holds a newline
+        return None
+    digits, snapshots, lone, other = zip(*_LISTING_RE.findall(listing))
+    if any(lone):
+        return None
+    others = filter(None, map(operator.add, snapshots, other))
+    return list(filter(None, digits)), [entries[bisect.bisect_left(names, name)] for name in others], names
+
+
+def _regular_segments(ctx, bases, prefixes, has_active, dfd):
     """The records Probe._segment gives, in metadata mode, for segments whose .log, .index and .timeindex are
     regular files by their directory entries and that have no .txnindex (the usual case), as (lines, bytes); None
-    if a file is not a regular file after all. Raises OSError. The same inputs, read with fewer system calls:
-    relative to the partition dir (dfd), each kind in one run over the batch, and an index's size from its head
-    when that comes back short (no fstat); the same summaries and record from them."""
+    if a file is not a regular file after all. Raises OSError. prefixes: the segments' base offset digits (their
+    file names without extension). The same inputs, read with fewer system calls: relative to the partition dir
+    (dfd), each kind in one run over the batch, and an index's size from its head when that comes back short (no
+    fstat); the same summaries and record from them."""
     os_stat, os_open = os.stat, os.open
-    sts = [os_stat(f["log"].name, dir_fd=dfd, follow_symlinks=False) for f in files]
+    sts = [os_stat(p + ".log", dir_fd=dfd, follow_symlinks=False) for p in prefixes]
     if not all(map(stat.S_ISREG, map(_ST_MODE, sts))):
         return None
     fds = []
     add = fds.append
     try:
-        for f in files:
-            add(os_open(f["index"].name, _O_RDONLY, dir_fd=dfd))
-            add(os_open(f["timeindex"].name, _O_RDONLY, dir_fd=dfd))
+        for p in prefixes:
+            add(os_open(p + _INDEX_SUFFIX, _O_RDONLY, dir_fd=dfd))
+            add(os_open(p + _TIMEINDEX_SUFFIX, _O_RDONLY, dir_fd=dfd))
         k = len(fds)
         heads = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
         xs = index_summaries(OFFSET_INDEX, fds[0::2], heads[0::2])
@@ -1611,6 +1640,20 @@ def _regular_segments(ctx, bases, files, has_active, dfd):
         return lines, total
     finally:
         any(map(os.close, fds))
+
+
+class _UsualSegments(object):
+    """The segments of a partition dir in the usual layout (_usual_layout) by base offset: each one's files as its
+    listing has them ({ext: DirEntry}, as Probe._segment takes them), looked up when asked."""
+
+    def __init__(self, entries, names, prefixes):
+        self.entries, self.names, self.prefixes = entries, names, prefixes
+
+    def __getitem__(self, base):
+        return {
+            ext: self.entries[self.names.index(segment_file_name(base, ext))]
+            for ext in (OFFSET_INDEX.ext, "log", TIME_INDEX.ext)
+        }
 
 
 _READ_FAST = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT)  # partition files read whole by _regular_file_at
@@ -2086,9 +2129,10 @@ class Probe(object):
         record."""
         regular = not self.deep and dfd is not None and _all_regular(names)  # segments may take _regular_segments
         names.sort(key=_entry_name)
+        usual = _usual_layout(names) if regular else None
         segments = {}
         last_prefix = files = None
-        for e in names:
+        for e in names if usual is None else usual[1]:
             name = e.name
             ext = name[21:]
             if ext in _SEGMENT_EXTENSION_SET and name[20:21] == ".":
@@ -2108,7 +2152,11 @@ class Probe(object):
                 segments.setdefault(parsed[0], {})[parsed[1]] = e
                 continue
             self._partition_file(logdir, root, prec, e, parsed, dfd)
-        bases = sorted(segments)
+        if usual is not None:  # the segments, all in the usual layout
+            bases = list(map(int, usual[0]))
+            segments = _UsualSegments(names, usual[2], usual[0])
+        else:
+            bases = sorted(segments)
         prec["segment_count"] = len(bases)
         if bases:
             prec["log_start_segment_offset"] = bases[0]
@@ -2131,18 +2179,27 @@ class Probe(object):
         listing): _segment reports what went wrong."""
         total = 0
         n = len(bases)
+        usual = segments.prefixes if segments.__class__ is _UsualSegments else None
         for lo in range(0, n, _SEGMENT_BATCH):
             batch = bases[lo : lo + _SEGMENT_BATCH]
-            files = [segments[base] for base in batch]
             hi = lo + len(batch)
+            if usual is not None:
+                prefixes = usual[lo:hi]
+            else:
+                files = [segments[base] for base in batch]
+                prefixes = None
+                if regular and all(len(f) == 3 and "txnindex" not in f for f in files):
+                    prefixes = [f["log"].name[:20] for f in files]
             done = None
-            if regular and all(len(f) == 3 and "txnindex" not in f for f in files):
+            if prefixes is not None:
                 try:
-                    done = _regular_segments(ctx, batch, files, hi == n, dfd)
+                    done = _regular_segments(ctx, batch, prefixes, hi == n, dfd)
                 except Exception:
                     done = None
             errors = 0
             if done is None:
+                if usual is not None:
+                    files = [segments[base] for base in batch]
                 lines = []
                 size = 0
                 for i, base in enumerate(batch):
