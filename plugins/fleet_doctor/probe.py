@@ -649,7 +649,9 @@ def _whole_summaries(fmt, heads, counts):
     starts += ends[:-1]
     # itemgetter returns a tuple for two items or more: a last item is added and dropped
     first_of, last_of = operator.itemgetter(0, *starts), operator.itemgetter(0, *map(operator.sub, ends, _ONES))
-    flat = fmt.flat[ends[-1]](b"".join(heads))
+    # unpacked as a multiple of _FLAT_STEP entries, zeros after the last: few entry counts to keep an unpack for
+    pad = -ends[-1] % _FLAT_STEP
+    flat = fmt.flat[ends[-1] + pad](b"".join(heads) + fmt.zero * pad)[: 2 * ends[-1]]
     fields = flat[0::2], flat[1::2]
     firsts = [first_of(values)[1:] for values in fields]
     lasts = [last_of(values)[1:] for values in fields]
@@ -672,6 +674,7 @@ def _whole_summaries(fmt, heads, counts):
 
 
 _repeat = itertools.repeat
+_FLAT_STEP = 16
 
 
 def _index_summary_alone(fmt, fd, head, size=None):
