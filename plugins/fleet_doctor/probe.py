@@ -1771,7 +1771,7 @@ class Probe(object):
         self.verify_crc = verify_crc
         self.jobs = max(1, int(jobs))
         self.counts = dict.fromkeys(COUNT_FIELDS, 0)
-        self.locks = held_lock_inodes()
+        self.locks = False  # held_lock_inodes(), read for the first log dir with a lock file (a slow read on Linux)
 
     # -- output: a record is counted where it is written (the worker frames rely on it)
     def emit(self, record):
@@ -1882,7 +1882,9 @@ class Probe(object):
         cp_values = {}
         for e in files:
             self._logdir_file(logdir, root, e, rec, cp_values)
-        if self.locks is not None and rec["lock_present"]:
+        if rec["lock_present"] and self.locks is False:
+            self.locks = held_lock_inodes()
+        if self.locks and rec["lock_present"]:
             try:
                 lst = os.stat(os.path.join(logdir, LOCK_FILE))
                 key = (os.major(lst.st_dev), os.minor(lst.st_dev), lst.st_ino)
