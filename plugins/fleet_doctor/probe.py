@@ -611,21 +611,21 @@ def index_summaries(fmt, fds, heads, sizes=None):
     are unpacked and checked together (_whole_summaries). Any other, and every index of a batch in which an entry
     breaks the order, is summarised alone (_index_summary_alone)."""
     counts = list(map(fmt.whole.get, map(len, heads)))  # its number of entries if it is whole in its head
-    lasts = map(operator.getitem, heads, _repeat(fmt.last_entry))  # of a whole head: its last entry
-    if sizes is None and None not in counts and fmt.zero not in lasts:  # whole, and no last entry zero
+    # the usual index: whole in its head, and its last entry (fmt.last_entry of a whole head) not the zero entry
+    if sizes is None and None not in counts and fmt.zero not in map(operator.getitem, heads, _repeat(fmt.last_entry)):
+        usual = None  # all of them
         columns = _whole_summaries(fmt, heads, counts)
         if columns is not None:
             return columns
-        usual = _repeat(False)
     else:
         usual = [
-            n is not None and (sizes is None or sizes[i] == len(heads[i])) and not _is_zero(heads[i][fmt.last_entry])
+            n is not None and (sizes is None or sizes[i] == len(heads[i])) and heads[i][fmt.last_entry] != fmt.zero
             for i, n in enumerate(counts)
         ]
         columns = _whole_summaries(fmt, list(itertools.compress(heads, usual)), list(itertools.compress(counts, usual)))
-        if columns is None:
-            usual = _repeat(False)
-    whole = zip(*columns) if columns is not None else None
+    if columns is None:  # none, or an entry breaks the order: each index alone tells where
+        usual = _repeat(False)
+    whole = zip(*columns) if columns is not None else None  # the usual indexes' summaries, in order
     summaries = []
     for fd, head, size, u in zip(fds, heads, _repeat(None) if sizes is None else sizes, usual):
         if u:
@@ -647,7 +647,7 @@ def _whole_summaries(fmt, heads, counts):
     ends = list(itertools.accumulate(counts))
     starts = [0]
     starts += ends[:-1]
-    # itemgetter returns a tuple for two items or more: a last item is added and dropped
+    # the first and the last entry of each index (itemgetter gives a tuple for two items or more: one more, dropped)
     first_of, last_of = operator.itemgetter(0, *starts), operator.itemgetter(0, *map(operator.sub, ends, _ONES))
     # unpacked as a multiple of _FLAT_STEP entries, zeros after the last: few entry counts to keep an unpack for
     pad = -ends[-1] % _FLAT_STEP
