@@ -209,7 +209,12 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per command, median reported (default 5)")
     ap.add_argument("--segments-per-partition", type=int, default=25, help="K (default 25)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--python", default=shutil.which("python3") or sys.executable, help="interpreter for the probe")
+    ap.add_argument(
+        "--python",
+        default=shutil.which("python3") or sys.executable,
+        help="interpreter for the probe (default python3; a launcher such as a pyenv shim is resolved to the "
+        "interpreter it starts)",
+    )
     ap.add_argument("--tmpdir", default=None, help="where to generate the trees (default: the system temp dir)")
     ap.add_argument("--no-readme", action="store_true", help="do not update the results block of bench/README.md")
     args = ap.parse_args(argv)
@@ -217,9 +222,13 @@ def main(argv=None):
     for tool in ("find", "xargs", "tail", "sh"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found")
-    py_version = (
-        subprocess.check_output([args.python, "-c", "import sys; print(sys.version.split()[0])"]).decode().strip()
+    # the interpreter itself: a launcher (a pyenv shim is a shell script) would add its own start-up to every run
+    executable, py_version = (
+        subprocess.check_output([args.python, "-c", "import sys; print(sys.executable); print(sys.version.split()[0])"])
+        .decode()
+        .splitlines()
     )
+    args.python = executable or args.python
     _rc, baseline_rss, _ = run_rss(args.python, [PROBE, "--help"], subprocess.DEVNULL)
     startup = median([run_timed([args.python, "-c", "pass"])[0] for _ in range(5)])
     load_before = os.getloadavg()[0]

@@ -23,6 +23,7 @@ Why one long file: it is the program sent to each broker (``python3 -`` reads on
 it reads and every check it makes travel together; splitting it would mean bundling it again before each run.
 """
 
+import bisect
 import gc
 import itertools
 import json
@@ -55,6 +56,7 @@ INDEX_SUMMARY_FIELDS = (
     "checked_entries",
     "first_violation",
 )
+HEAD_READ_BYTES = 4096  # metadata mode reads an index's head in one pread: first entries + order
 
 
 def _template(fields):
@@ -80,18 +82,32 @@ class IndexFormat(object):
             _template(self.fields[:4]) % (b, "null", "null", "null") for b in ("false", "true")
         )
         self._summary_template = _template(self.fields[:8])
-        self._ends_template = _template(self.fields[8:])
-        self._null_ends = self._ends_template % ("null", "null", "null")
+        # the record's fields from has_<ext> on: % (the summary's text, the values of the `record` fields)
+        self.text_template = "%s" + _template(self.fields[8:])
         self._summary_text = {}  # summary values -> their text, for the few sizes of a trimmed index
         self.flat = _FlatUnpack(entry)
+        self.zero = bytes(self.size)  # an entry of the preallocated tail: all zero bytes
+        self.last_entry = slice(-self.size, None)  # the last entry of a whole number of entries
+        # the length of an index that a head holds whole, a whole number of entries -> the number
+        self.whole = dict((n * self.size, n) for n in range(1, HEAD_READ_BYTES // self.size + 1))
 
-    def ordered(self, flat):
+    def ordered(self, flat, firsts=None, lasts=None):
         """Whether every entry keeps the order with the one before it. flat: the entries' fields, one after the
-        other (self.flat)."""
-        first, second = self.order
-        if first is second:  # one pass over both fields
-            return all(map(first, flat[:-2], flat[2:]))
-        return all(map(first, flat[0:-2:2], flat[2::2])) and all(map(second, flat[1:-2:2], flat[3::2]))
+        other (self.flat). For the entries of several indexes one after the other, firsts and lasts: per field, its
+        values in each index's first and last entry; an index's first entry is not compared with the entry before
+        it, another index's last."""
+        for i, op in enumerate(self.order):
+            values = flat[i::2]  # this field of every entry
+            kept = map(op, values[:-1], values[1:])  # per entry after the first: whether it keeps the order
+            if firsts is None:
+                if not all(kept):
+                    return False
+            # where an index begins the comparison is no check: the others hold if all that fail are those
+            elif operator.countOf(kept, True) != len(values) - 1 - operator.countOf(
+                map(op, lasts[i][:-1], firsts[i][1:]), False
+            ):
+                return False
+        return True
 
     def first_violation(self, flat):
         """The number of the first entry that breaks the order with the one before it, or None."""
@@ -101,24 +117,47 @@ class IndexFormat(object):
                 return i // 2
         return None
 
+    def record_values(self, summaries, bases):
+        """This index's fields in the segment records of segments with these base offsets, from their summaries
+        (the columns SUMMARY_COLUMNS of index_summaries), as the columns that self.text_template takes: the text of
+        has_<ext> and the summary, then the values of the `record` fields."""
+        # a trimmed, ordered index's summary depends on its size only (the usual one: its text is kept by size)
+        if summaries[4].count(True) == len(bases) and summaries[1] == summaries[5] and not any(summaries[2]):
+            keys = summaries[0]
+        else:
+            keys = [s[0] if s[4] and s[1] == s[5] and not s[2] else s for s in zip(*summaries[:7])]
+        texts = list(map(self._summary_text.get, keys))
+        if None in texts:
+            for i, text in enumerate(texts):
+                if text is None:
+                    s = tuple(values[i] for values in summaries[:7])
+                    text = texts[i] = self._summary_template % (
+                        ("true",) + s[:4] + (_BOOL_JSON[s[4]], s[5], _num(s[6]))
+                    )
+                    if s[0] <= HEAD_READ_BYTES and len(self._summary_text) < 4096:
+                        self._summary_text[keys[i]] = text
+        first, last, last_other = summaries[7], summaries[9], summaries[10]
+        empty = None in first  # an index without real entries: null values
+        if empty:
+            first, last, last_other = ([0 if v is None else v for v in values] for values in (first, last, last_other))
+        # the first entry's field 0, the last entry's fields 0 and 1, the relative offset made absolute
+        if self.relative:
+            values = [texts, first, last, list(map(operator.add, bases, last_other))]
+        else:
+            values = [texts, list(map(operator.add, bases, first)), list(map(operator.add, bases, last)), last_other]
+        if empty:
+            values[1:] = ([_num(v) if e is not None else "null" for v, e in zip(c, summaries[7])] for c in values[1:])
+        return values
+
     def record_text(self, s, base):
-        """This index's fields in the segment record, from its summary s (index_summary), or from whether it
-        exists when it was not read."""
+        """This index's fields in the segment record, from its summary s (index_summary, index_full_summary), or
+        from whether it exists when it was not read."""
         if s.__class__ is not tuple:
             return self.unreadable if s else self.missing
-        # a trimmed, ordered index's summary depends on its size only (the usual one: its text is kept)
-        key = s[0] if s[4] and s[1] == s[5] and not s[2] else s[:7]
-        text = self._summary_text.get(key)
-        if text is None:
-            text = self._summary_template % (("true",) + s[:4] + (_BOOL_JSON[s[4]], s[5], _num(s[6])))
-            if s[0] <= HEAD_READ_BYTES and len(self._summary_text) < 4096:
-                self._summary_text[key] = text
-        first, last = s[7], s[8]
-        if first is None:
-            return text + self._null_ends
-        if self.relative:
-            return text + self._ends_template % (first[0], last[0], base + last[1])
-        return text + self._ends_template % (base + first[0], base + last[0], last[1])
+        return self.text_template % tuple(values[0] for values in self.record_values(_summary_columns((s,)), (base,)))
+
+
+_ONES = itertools.repeat(1)
 
 
 class _FlatUnpack(dict):
@@ -261,7 +300,6 @@ _O_RDONLY = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 _LOGDIR_FILES = (META_PROPERTIES, CLEAN_SHUTDOWN_FILE) + OFFSET_CHECKPOINT_FILES
 _PARTITION_FILES = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT, QUORUM_STATE)
 
-HEAD_READ_BYTES = 4096  # metadata mode reads an index's head in one pread: first entries + order
 READ_CHUNK = 1 << 20
 
 
@@ -315,7 +353,8 @@ def parse_partition_dir_name(name):
     return None
 
 
-_DIGITS20 = re.compile(r"^[0-9]{20}\Z")
+_BASE_DIGITS = "[0-9]{20}"  # a segment file's base offset, zero-padded (LogFileUtils.filenamePrefixFromOffset)
+_DIGITS20 = re.compile(r"^%s\Z" % _BASE_DIGITS)
 
 
 def parse_segment_file_name(name):
@@ -537,19 +576,114 @@ def parse_meta_properties(data, path):
 
 # --------------------------------------------------------------------------------------------
 # Index summaries: (bytes, entries, zero_tail_entries, remainder, monotonic, checked_entries, first_violation,
-# first entry, last entry), the values of INDEX_SUMMARY_FIELDS then the raw first and last real entries.
+# first entry, last entry), the values of INDEX_SUMMARY_FIELDS then the raw first and last real entries. For a batch
+# of indexes they are columns (index_summaries): SUMMARY_COLUMNS, the entries split into their two fields.
+SUMMARY_COLUMNS = INDEX_SUMMARY_FIELDS + ("first_0", "first_1", "last_0", "last_1")
+_NO_ENTRY = (None, None)
+
+
 def _is_zero(b):
     return not b.strip(b"\0")
+
+
+def _summary_columns(summaries):
+    """Summaries (index_summary, index_full_summary) as the columns of index_summaries."""
+    return [list(values) for values in zip(*(s[:7] + (s[7] or _NO_ENTRY) + (s[8] or _NO_ENTRY) for s in summaries))]
 
 
 def index_summary(fmt, fd, head, size=None):
     """Metadata mode's summary of an index of format fmt, open as fd, without loading it; None when fstat says it
     is not a regular file. head: its first HEAD_READ_BYTES + 1 bytes (all of it when shorter). size: its length
-    if known; otherwise the head tells it when short, fstat when not.
+    if known; otherwise the head tells it when short, fstat when not. The summary of a batch of one
+    (index_summaries)."""
+    columns = index_summaries(fmt, (fd,), (head,), None if size is None else (size,))
+    if columns is None:
+        return None
+    s = [values[0] for values in columns]
+    return tuple(s[:7]) + ((None if s[7] is None else tuple(s[7:9])), (None if s[9] is None else tuple(s[9:11])))
+
+
+def index_summaries(fmt, fds, heads, sizes=None):
+    """Metadata mode's summaries of a batch of indexes of format fmt, open as fds, whose heads (index_summary) were
+    read, as columns (SUMMARY_COLUMNS); None if fstat says one is not a regular file. sizes: their lengths, if
+    known.
 
     Real entries are non-zero and in order, the preallocated tail all zeros (a fresh index is setLength(10 MiB)
-    and only trimToValidSize() on close or roll shortens it): when the last entry is zero, a binary search finds
-    the first zero entry. Checked for order: the head's real entries and the last one."""
+    and only trimToValidSize() on close or roll shortens it). The usual index is whole in its head (a whole
+    number of entries, its length if known) and its last entry is real, so it has no zero tail: those of a batch
+    are unpacked and checked together (_whole_summaries). Any other, and every index of a batch in which an entry
+    breaks the order, is summarised alone (_index_summary_alone)."""
+    counts = list(map(fmt.whole.get, map(len, heads)))  # its number of entries if it is whole in its head
+    # the usual index: whole in its head, and its last entry (fmt.last_entry of a whole head) not the zero entry
+    if sizes is None and None not in counts and fmt.zero not in map(operator.getitem, heads, _repeat(fmt.last_entry)):
+        usual = None  # all of them
+        columns = _whole_summaries(fmt, heads, counts)
+        if columns is not None:
+            return columns
+    else:
+        usual = [
+            n is not None and (sizes is None or sizes[i] == len(heads[i])) and heads[i][fmt.last_entry] != fmt.zero
+            for i, n in enumerate(counts)
+        ]
+        columns = _whole_summaries(fmt, list(itertools.compress(heads, usual)), list(itertools.compress(counts, usual)))
+    if columns is None:  # none, or an entry breaks the order: each index alone tells where
+        usual = _repeat(False)
+    whole = zip(*columns) if columns is not None else None  # the usual indexes' summaries, in order
+    summaries = []
+    for fd, head, size, u in zip(fds, heads, _repeat(None) if sizes is None else sizes, usual):
+        if u:
+            summaries.append(next(whole))
+            continue
+        s = _index_summary_alone(fmt, fd, head, size)
+        if s is None:
+            return None
+        summaries.append(s[:7] + (s[7] or _NO_ENTRY) + (s[8] or _NO_ENTRY))
+    return [list(values) for values in zip(*summaries)]
+
+
+def _whole_summaries(fmt, heads, counts):
+    """index_summaries' columns for indexes whole in their heads, each with its last entry real (counts: their
+    numbers of entries); None if there are none, or if an entry breaks the order (_index_summary_alone then tells
+    which)."""
+    if not heads:
+        return None
+    ends = list(itertools.accumulate(counts))
+    starts = [0]
+    starts += ends[:-1]
+    # the first and the last entry of each index (itemgetter gives a tuple for two items or more: one more, dropped)
+    first_of, last_of = operator.itemgetter(0, *starts), operator.itemgetter(0, *map(operator.sub, ends, _ONES))
+    # unpacked as a multiple of _FLAT_STEP entries, zeros after the last: few entry counts to keep an unpack for
+    pad = -ends[-1] % _FLAT_STEP
+    flat = fmt.flat[ends[-1] + pad](b"".join(heads) + fmt.zero * pad)[: 2 * ends[-1]]
+    fields = flat[0::2], flat[1::2]
+    firsts = [first_of(values)[1:] for values in fields]
+    lasts = [last_of(values)[1:] for values in fields]
+    if not fmt.ordered(flat, firsts, lasts):
+        return None
+    k = len(heads)
+    return [
+        list(map(operator.mul, counts, _repeat(fmt.size))),
+        counts,
+        [0] * k,
+        [0] * k,
+        [True] * k,
+        counts,
+        [None] * k,
+        firsts[0],
+        firsts[1],
+        lasts[0],
+        lasts[1],
+    ]
+
+
+_repeat = itertools.repeat
+_FLAT_STEP = 16
+
+
+def _index_summary_alone(fmt, fd, head, size=None):
+    """index_summary of one index (index_summaries for any that is not whole in its head with its last entry real):
+    when the last entry is zero, a binary search finds the first zero entry. Checked for order: the head's real
+    entries and the last one."""
     if size is None:
         size = len(head)
         if size > HEAD_READ_BYTES:
@@ -560,16 +694,11 @@ def index_summary(fmt, fd, head, size=None):
     esize = fmt.size
     n = size // esize
     end = n * esize
-    if n and end <= HEAD_READ_BYTES and head[end - esize : end].strip(b"\0"):
-        # the usual index: all of it in the head and its last entry real, so no zero tail
-        flat = fmt.flat[n](head)
-        viol = None if fmt.ordered(flat) else fmt.first_violation(flat)
-        return (size, n, 0, size - end, viol is None, n, viol, flat[:2], flat[-2:])
     if not n:
         return (size, 0, 0, size, None, 0, None, None, None)
     hn = n if end <= HEAD_READ_BYTES else HEAD_READ_BYTES // esize  # entries in the head
     real = n
-    if not (head[end - esize : end] if n <= hn else os.pread(fd, esize, end - esize)).strip(b"\0"):
+    if _is_zero(head[end - esize : end] if n <= hn else os.pread(fd, esize, end - esize)):
         lo, hi = 0, n - 1
         while lo < hi:
             mid = (lo + hi) // 2
@@ -1419,20 +1548,15 @@ _NO_ERROR = _ERROR % "null"
 _NO_LOG_TO_WALK = _template(SEGMENT_DEEP_FIELDS[:1]) % "null"
 
 
-def _segment_line(ctx, head, base, xs, ts, deep, error):
-    """A segment record. ctx: its start; head: the text of _SEGMENT_HEAD's fields; xs, ts: the summaries of the
-    offset and time index, or for one that was not read whether it exists; deep: deep mode's fields as JSON text
-    ("" in metadata mode); error: None or the message."""
-    return "".join(
-        (
-            ctx,
-            head,
-            OFFSET_INDEX.record_text(xs, base),
-            TIME_INDEX.record_text(ts, base),
-            deep,
-            _NO_ERROR if error is None else _ERROR % _j(error),
-        )
-    )
+def _segment_line(ctx, head, index, timeindex, deep, error):
+    """A segment record. ctx: its start; head: the text of _SEGMENT_HEAD's fields; index, timeindex: the text of each
+    index's fields (IndexFormat.record_text); deep: deep mode's fields as JSON text ("" in metadata mode); error:
+    the text of the error field (_NO_ERROR, or _ERROR with the message)."""
+    return "".join((ctx, head, index, timeindex, deep, error))
+
+
+# the record of a usual segment (_regular_segments), % (ctx, the _USUAL_HEAD values, each index's record_values)
+_USUAL_LINE = _segment_line("%s", _USUAL_HEAD, OFFSET_INDEX.text_template, TIME_INDEX.text_template, "", _NO_ERROR)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1442,8 +1566,6 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _SEGMENT_EXTENSION_SET = frozenset(SEGMENT_EXTENSIONS)
 _SEGMENT_BATCH = 64  # segments per write, and per run of system calls in _regular_segments (2 open files each)
 _ST_MODE, _ST_SIZE = operator.attrgetter("st_mode"), operator.attrgetter("st_size")
-_FIRST = operator.itemgetter(0)
-_NONES = itertools.repeat(None)
 _IS_SYMLINK, _IS_FILE = os.DirEntry.is_symlink, os.DirEntry.is_file
 
 
@@ -1455,40 +1577,89 @@ def _all_regular(entries):
         return False
 
 
-def _regular_segments(ctx, bases, files, has_active, dfd):
+# A partition dir's names, sorted, each followed by "\n" (_usual_layout): one match per segment whose files are its
+# .index, .log and .timeindex (they sort together; a producer snapshot of its base sorts between the last two), per
+# other segment file (parse_segment_file_name's: not the usual layout), per other name. Groups: the segment's base
+# offset digits, its snapshot's name, the other segment file, the other name.
+_LISTING_RE = re.compile(
+    r"({0})\.{1}\n\1\.{2}\n(?:(\1\.snapshot)\n)?\1\.{3}\n|({0}\.(?:{4})\n)|([^\n]*)\n".format(
+        _BASE_DIGITS, OFFSET_INDEX.ext, "log", TIME_INDEX.ext, "|".join(SEGMENT_EXTENSIONS)
+    )
+)
+_INDEX_SUFFIX, _TIMEINDEX_SUFFIX = "." + OFFSET_INDEX.ext, "." + TIME_INDEX.ext
+
+
+def _usual_layout(entries):
+    """For a partition dir's entries, sorted by name, whose segment files are all in the usual layout (_LISTING_RE):
+    (the base offset digits of its segments, its other entries in name order, its names); else None."""
+    names = list(map(_entry_name, entries))
+    listing = "\n".join(names) + "\n"
+    if not names or listing.count("\n") != len(names):  # none, or a name holds a newline
+        return None
+    digits, snapshots, lone, other = zip(*_LISTING_RE.findall(listing))
+    if any(lone):
+        return None
+    others = filter(None, map(operator.add, snapshots, other))
+    return list(filter(None, digits)), [entries[bisect.bisect_left(names, name)] for name in others], names
+
+
+def _regular_segments(ctx, bases, prefixes, has_active, dfd):
     """The records Probe._segment gives, in metadata mode, for segments whose .log, .index and .timeindex are
     regular files by their directory entries and that have no .txnindex (the usual case), as (lines, bytes); None
-    if a file is not a regular file after all. Raises OSError. The same inputs, read with fewer system calls:
-    relative to the partition dir (dfd), each kind in one run over the batch, and an index's size from its head
-    when that comes back short (no fstat); the same summaries and record from them."""
+    if a file is not a regular file after all. Raises OSError. prefixes: the segments' base offset digits (their
+    file names without extension). The same inputs, read with fewer system calls: relative to the partition dir
+    (dfd), each kind in one run over the batch, and an index's size from its head when that comes back short (no
+    fstat); the same summaries and record from them."""
     os_stat, os_open = os.stat, os.open
-    sts = [os_stat(f["log"].name, dir_fd=dfd, follow_symlinks=False) for f in files]
+    sts = [os_stat(p + ".log", dir_fd=dfd, follow_symlinks=False) for p in prefixes]
     if not all(map(stat.S_ISREG, map(_ST_MODE, sts))):
         return None
     fds = []
     add = fds.append
     try:
-        for f in files:
-            add(os_open(f["index"].name, _O_RDONLY, dir_fd=dfd))
-            add(os_open(f["timeindex"].name, _O_RDONLY, dir_fd=dfd))
+        for p in prefixes:
+            add(os_open(p + _INDEX_SUFFIX, _O_RDONLY, dir_fd=dfd))
+            add(os_open(p + _TIMEINDEX_SUFFIX, _O_RDONLY, dir_fd=dfd))
         k = len(fds)
         heads = list(map(os.pread, fds, itertools.repeat(HEAD_READ_BYTES + 1, k), itertools.repeat(0, k)))
-        xs = list(map(index_summary, itertools.repeat(OFFSET_INDEX, k), fds[0::2], heads[0::2]))
-        ts = list(map(index_summary, itertools.repeat(TIME_INDEX, k), fds[1::2], heads[1::2]))
-        if None in xs or None in ts:
+        xs = index_summaries(OFFSET_INDEX, fds[0::2], heads[0::2])
+        ts = index_summaries(TIME_INDEX, fds[1::2], heads[1::2])
+        if xs is None or ts is None:
             return None
         sizes = list(map(_ST_SIZE, sts))
         mtimes = [int(st.st_mtime * 1000) for st in sts]
         acts = itertools.chain(itertools.repeat("false", len(bases) - 1), ("true" if has_active else "false",))
-        starts = map(_USUAL_HEAD.__mod__, zip(bases, acts, sizes, mtimes))
-        n = len(bases)
         lines = list(
-            map(_segment_line, itertools.repeat(ctx, n), starts, bases, xs, ts, itertools.repeat("", n), _NONES)
+            map(
+                _USUAL_LINE.__mod__,
+                zip(
+                    itertools.repeat(ctx),
+                    bases,
+                    acts,
+                    sizes,
+                    mtimes,
+                    *(OFFSET_INDEX.record_values(xs, bases) + TIME_INDEX.record_values(ts, bases)),
+                ),
+            )
         )
-        total = sum(sizes) + sum(map(_FIRST, xs)) + sum(map(_FIRST, ts))
+        total = sum(sizes) + sum(xs[0]) + sum(ts[0])
         return lines, total
     finally:
         any(map(os.close, fds))
+
+
+class _UsualSegments(object):
+    """The segments of a partition dir in the usual layout (_usual_layout) by base offset: each one's files as its
+    listing has them ({ext: DirEntry}, as Probe._segment takes them), looked up when asked."""
+
+    def __init__(self, entries, names, prefixes):
+        self.entries, self.names, self.prefixes = entries, names, prefixes
+
+    def __getitem__(self, base):
+        return {
+            ext: self.entries[self.names.index(segment_file_name(base, ext))]
+            for ext in (OFFSET_INDEX.ext, "log", TIME_INDEX.ext)
+        }
 
 
 _READ_FAST = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT)  # partition files read whole by _regular_file_at
@@ -1603,7 +1774,7 @@ class Probe(object):
         self.verify_crc = verify_crc
         self.jobs = max(1, int(jobs))
         self.counts = dict.fromkeys(COUNT_FIELDS, 0)
-        self.locks = held_lock_inodes()
+        self.locks = False  # held_lock_inodes(), read for the first log dir with a lock file (a slow read on Linux)
 
     # -- output: a record is counted where it is written (the worker frames rely on it)
     def emit(self, record):
@@ -1714,7 +1885,9 @@ class Probe(object):
         cp_values = {}
         for e in files:
             self._logdir_file(logdir, root, e, rec, cp_values)
-        if self.locks is not None and rec["lock_present"]:
+        if rec["lock_present"] and self.locks is False:
+            self.locks = held_lock_inodes()
+        if self.locks and rec["lock_present"]:
             try:
                 lst = os.stat(os.path.join(logdir, LOCK_FILE))
                 key = (os.major(lst.st_dev), os.minor(lst.st_dev), lst.st_ino)
@@ -1964,9 +2137,10 @@ class Probe(object):
         record."""
         regular = not self.deep and dfd is not None and _all_regular(names)  # segments may take _regular_segments
         names.sort(key=_entry_name)
+        usual = _usual_layout(names) if regular else None
         segments = {}
         last_prefix = files = None
-        for e in names:
+        for e in names if usual is None else usual[1]:
             name = e.name
             ext = name[21:]
             if ext in _SEGMENT_EXTENSION_SET and name[20:21] == ".":
@@ -1986,7 +2160,11 @@ class Probe(object):
                 segments.setdefault(parsed[0], {})[parsed[1]] = e
                 continue
             self._partition_file(logdir, root, prec, e, parsed, dfd)
-        bases = sorted(segments)
+        if usual is not None:  # the segments, all in the usual layout
+            bases = list(map(int, usual[0]))
+            segments = _UsualSegments(names, usual[2], usual[0])
+        else:
+            bases = sorted(segments)
         prec["segment_count"] = len(bases)
         if bases:
             prec["log_start_segment_offset"] = bases[0]
@@ -2009,18 +2187,27 @@ class Probe(object):
         listing): _segment reports what went wrong."""
         total = 0
         n = len(bases)
+        usual = segments.prefixes if segments.__class__ is _UsualSegments else None
         for lo in range(0, n, _SEGMENT_BATCH):
             batch = bases[lo : lo + _SEGMENT_BATCH]
-            files = [segments[base] for base in batch]
             hi = lo + len(batch)
+            if usual is not None:
+                prefixes = usual[lo:hi]
+            else:
+                files = [segments[base] for base in batch]
+                prefixes = None
+                if regular and all(len(f) == 3 and "txnindex" not in f for f in files):
+                    prefixes = [f["log"].name[:20] for f in files]
             done = None
-            if regular and all(len(f) == 3 and "txnindex" not in f for f in files):
+            if prefixes is not None:
                 try:
-                    done = _regular_segments(ctx, batch, files, hi == n, dfd)
+                    done = _regular_segments(ctx, batch, prefixes, hi == n, dfd)
                 except Exception:
                     done = None
             errors = 0
             if done is None:
+                if usual is not None:
+                    files = [segments[base] for base in batch]
                 lines = []
                 size = 0
                 for i, base in enumerate(batch):
@@ -2154,7 +2341,12 @@ class Probe(object):
         size = (log_bytes or 0) + (txn_bytes or 0) + (xs[0] if xs else 0) + (ts[0] if ts else 0)
         error = "; ".join(errors) if errors else None
         line = _segment_line(
-            ctx, head, base, ie is not None if xs is None else xs, te is not None if ts is None else ts, deep, error
+            ctx,
+            head,
+            OFFSET_INDEX.record_text(ie is not None if xs is None else xs, base),
+            TIME_INDEX.record_text(te is not None if ts is None else ts, base),
+            deep,
+            _NO_ERROR if error is None else _ERROR % _j(error),
         )
         return line, size, bool(errors)
 
