@@ -217,8 +217,8 @@ def test_a_halt_after_a_change_keeps_the_lock_and_the_broker_as_it_is(
     holder = lock_holder(lab["zk"], lab["inv"].cluster)
     assert holder is not None and holder["run_id"] == "halted"
     # another plan cannot start; another run of this very plan neither (it would start a new attempt)
-    with pytest.raises(LockHeld):
-        acquire_lock(lab["state"].zk_client(), lab["inv"].cluster, {"plan_hash": "f" * 64, "step": "brokers"})
+    with pytest.raises(LockHeld), lab["state"].zk_session() as other:
+        acquire_lock(other, lab["inv"].cluster, {"plan_hash": "f" * 64, "step": "brokers"})
     # the quarantine dirs are owned as the partition dir (the SSH user, root, is not its owner)
     qroot = halted["index"].parent / "fleet-doctor-quarantine"
     assert qroot.stat().st_uid == OTHER_UID and (qroot / halted["plan"].hash[:16]).stat().st_uid == OTHER_UID
@@ -338,8 +338,8 @@ def test_a_resume_without_its_journal_keeps_the_lock(lab: dict[str, Any]) -> Non
             tasks.execute(lab["settings"], {"hash": plan.hash}, {}, "elsewhere", ssh_connect(lab["inv"]))
         assert lock_holder(lab["zk"], lab["inv"].cluster)["run_id"] == "elsewhere"
         # and another run of the same plan is refused while this one holds it
-        with pytest.raises(LockHeld):
-            acquire_lock(lab["state"].zk_client(), lab["inv"].cluster, {**owner, "run_id": "another"})
+        with pytest.raises(LockHeld), lab["state"].zk_session() as other:
+            acquire_lock(other, lab["inv"].cluster, {**owner, "run_id": "another"})
     finally:
         release_lock(lab["zk"], lab["inv"].cluster, owner)
 

@@ -177,6 +177,16 @@ class LabState:
         zk.start(timeout=timeout)
         return zk
 
+    @contextlib.contextmanager
+    def zk_session(self, timeout: float = 10.0) -> Iterator[Any]:
+        """A ZooKeeper session of the lab's ensemble, closed on the way out (even when the body raises)."""
+        zk = self.zk_client(timeout)
+        try:
+            yield zk
+        finally:
+            zk.stop()
+            zk.close()
+
 
 # --------------------------------------------------------------------------------------------
 # processes

@@ -196,9 +196,5 @@ def live(shared: SharedLabs, snap: Snapshot) -> dict[str, Any]:
 
 
 def current_controller(state: fleet.LabState) -> int | None:
-    zk = state.zk_client()
-    try:
+    with state.zk_session() as zk:
         return json.loads(zk.get("/controller")[0])["brokerid"] if zk.exists("/controller") else None
-    finally:
-        zk.stop()
-        zk.close()
