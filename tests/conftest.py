@@ -119,16 +119,15 @@ LIVE_MODULES = {
     "test_scan_cli",
     "test_ui_browser",
 }
-# the modules that use the session's shared labs and live Airflow (one worker runs them all)
-SHARED_MODULES = {
+# the modules that use the session's live Airflow: one worker runs them all, so that it starts once (the modules
+# that restore the shared labs without it are groups of their own: a worker makes the snapshots it needs)
+AIRFLOW_MODULES = {
     "test_approval_live",
     "test_console",
-    "test_fault_matrix",
-    "test_repair",
     "test_repair_live",
     "test_repair_live_seed000",
-    "test_repair_safety",
 }
+AIRFLOW_GROUP = "live-airflow"
 # programs a unit test may not start (a basename, or a module run with -m)
 SERVERS = ("sshd", "java", "spark-submit", "airflow", "chromium", "chrome", "docker", "dockerd", "moto_server", "node")
 SERVER_MODULES = ("airflow", "fleet_lab.broker", "fleet_lab.cli")
@@ -152,12 +151,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         if module in LIVE_MODULES or LIVE_FIXTURES & fixtures or "s3" in param.values():
             item.add_marker(pytest.mark.live)
-        item.add_marker(pytest.mark.xdist_group("shared" if module in SHARED_MODULES else module))
+        item.add_marker(pytest.mark.xdist_group(AIRFLOW_GROUP if module in AIRFLOW_MODULES else module))
+    # the longest groups first (the live Airflow's, then the live modules), so that the workers take the many short
+    # unit modules last and end together; xdist hands out the groups in the order their first test comes
+    items.sort(key=lambda i: (group_of(i) != AIRFLOW_GROUP, not i.get_closest_marker("live")))
     if os.environ.get("FLEET_DOCTOR_TEST_ORDER") == "reverse":  # order independence: each module's tests reversed
         by_module: dict[str, list[pytest.Item]] = {}
         for item in items:
             by_module.setdefault(str(item.fspath), []).append(item)
         items[:] = [i for group in by_module.values() for i in reversed(group)]
+
+
+def group_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0]) if marker and marker.args else None
 
 
 def server_started(args: Any) -> str | None:

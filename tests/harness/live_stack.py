@@ -1,63 +1,24 @@
-"""Shared pieces of the live-stack repair tests: a fleet lab with a scenario, a live Airflow (api-server,
-scheduler, dag-processor as processes) on it with the nightly audit done, and what the tests read back from the
-lab on their own (files, the lab's event record, ZooKeeper), never from the product under test."""
+"""Shared pieces of the live-stack repair tests (the lab and the live Airflow they run on: ``harness.shared``): the
+fast gates, where a plan and an attempt sit in the store, and what the tests read back from the lab on their own
+(files, the lab's event record, ZooKeeper), never from the product under test."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from fleet_doctor.airflow_links import AUDIT_DAG, REPAIR_DAG, RESTORE_DAG
 from fleet_doctor.layout import attempt_name
 from fleet_doctor.repair.plan import QUARANTINE_DIR
-from fleet_lab import demo, fleet
-from fleet_lab.airflow_stack import LiveAirflow
+from fleet_lab import fleet
 from fleet_lab.fleet import broker_events as events  # the live tests import it from here
 from fleet_lab.fleet import zk_json  # noqa: F401  (the live tests import it from here)
-from fleet_lab.incidents import run_scenario
 
 AUDIT, REPAIR, RESTORE = AUDIT_DAG, REPAIR_DAG, RESTORE_DAG
 FAST = {"healthy_polls": 2, "poll_interval_s": 1, "pause_between_brokers_s": 0, "isr_timeout_s": 120}
 REPAIRABLE = ("partition.metadata", "leader-epoch-checkpoint")
-
-
-@contextmanager
-def live_fleet(
-    root: Path, version: str, scenario: str, prepare: Callable[[fleet.LabState], None] | None = None
-) -> Iterator[dict[str, Any]]:
-    lab_dir, home, data = root / "lab", root / "airflow", root / "data"
-    state = fleet.up(lab_dir, brokers=3, kafka_version=version)
-    try:
-        steps = run_scenario(state, scenario)
-        assert all(s.ok for s in steps), steps
-        if prepare:
-            prepare(state)
-        env = demo.airflow_environ(home, lab_dir, data)
-        # a killed worker's task instances are reset every 20 s rather than every 300 s (a dead scheduler job is
-        # one without a heartbeat for scheduler_health_check_threshold, left at 30 s: lower, a busy scheduler
-        # resets its own running tasks)
-        env["AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL"] = "20"
-        env["FLEET_DOCTOR_STAGE_RETRY_DELAY"] = "1"
-        demo.prepare(env)
-        af = LiveAirflow(env).start()
-        try:
-            nightly_audit(af)
-            yield {"state": state, "af": af, "data": data, "root": root}
-        finally:
-            af.stop()
-    finally:
-        fleet.down(lab_dir)
-
-
-def nightly_audit(af: LiveAirflow, timeout: float = 900) -> str:
-    """The first audit through the scheduler, as ``bin/dev ui`` runs it (``demo.first_audit``); it must succeed."""
-    run, state = demo.first_audit(af, timeout)
-    assert state == "success", af.task_states(AUDIT, run)
-    return run
 
 
 def plan_dir(data: Path, request: dict[str, Any]) -> Path:
