@@ -22,7 +22,9 @@ RESTORE_TIMEOUT_S = 600.0  # the restore form's timeout_s: per broker, stopped a
 
 @dataclass(frozen=True)
 class Gates:
-    stop_timeout_s: float = 300.0  # the process gone and its /brokers/ids entry removed within
+    # the process gone and its /brokers/ids entry removed within (a controlled shutdown moves every partition
+    # leadership away first: a broker leading thousands takes minutes); past it the broker counts as still stopping
+    stop_timeout_s: float = 300.0
     start_timeout_s: float = 600.0  # registered again after its start within
     healthy_polls: int = 3  # consecutive polls with zero under-replicated partitions
     poll_interval_s: float = 10.0
@@ -50,7 +52,7 @@ class Gates:
 
 
 # the form's values that set a gate (the others are fixed by the product)
-FORM_GATES = ("healthy_polls", "poll_interval_s", "isr_timeout_s", "pause_between_brokers_s")
+FORM_GATES = ("healthy_polls", "poll_interval_s", "isr_timeout_s", "pause_between_brokers_s", "stop_timeout_s")
 # the form's values that decide how carefully a repair runs: recorded in its plan (hash and approval text)
 GATE_PARAMS = (*FORM_GATES, "min_insync_replicas", "dry_run")
 DEFAULTS = Gates()
