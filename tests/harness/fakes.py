@@ -17,7 +17,8 @@ journal back as it was on disk at that moment). Operations: ``identity``, ``stop
 ``fence`` (broker 0: the lock's fence, before each step) and ``partitions`` (broker 0: a health poll). Two faults
 change the fleet rather than raise: ``"disk-full"`` (from then on no file of the attempt can be written:
 ``disk_full``, which a test makes the journal's writes honour) and ``"slow-stop"`` (the broker's controlled shutdown
-never ends while the test runs: it stays running and registered).
+never ends while the test runs: it stays running and registered). ``"session-expired"`` raises kazoo's
+``SessionExpiredError`` and the lock's fence falls from then on (``session_lost``).
 
 After a ``Crash`` the worker is dead: every later call raises ``Crash`` again and does nothing (a SIGKILL'd process
 runs no handler), until ``revive`` (the task run again).
@@ -69,6 +70,7 @@ class FakeFleet:
     dead: bool = False  # the worker crashed: nothing it calls happens any more
     disk_full: bool = False  # the repairs volume is full: no write of the attempt succeeds
     stopping: set[int] = field(default_factory=set)  # a stop was sent and the broker is still shutting down
+    session_lost: bool = False  # the lock's ZooKeeper session expired: the fence falls from now on
 
     def __post_init__(self) -> None:
         if not self.running:
@@ -95,11 +97,16 @@ class FakeFleet:
         if what == "slow-stop":
             self.stopping.add(broker_id)
             return
+        if what == "session-expired":
+            from kazoo.exceptions import SessionExpiredError
+
+            self.session_lost = True
+            raise SessionExpiredError()
         raise what
 
     def revive(self) -> None:
         """The task runs again on a live worker, the volume has room, and a slow shutdown has finished by now."""
-        self.dead = self.disk_full = False
+        self.dead = self.disk_full = self.session_lost = False
         for broker_id in sorted(self.stopping):
             self.stop(broker_id)
         self.stopping.clear()

@@ -206,6 +206,7 @@ class Executor:
         ``AirflowTaskTimeout`` of an ``execution_timeout``, a SIGTERM's ``AirflowTaskTerminated``; the broker is
         started again first all the same). A journal that cannot be written (the repairs volume full) does not stop
         the restart: the journal keeps the error and the lock stays (``Journal.keeps_lock``)."""
+        self._fence_after(e)
         known = isinstance(e, (RepairError, RemoteError))
         detail = str(e) if known else f"{where}: {type(e).__name__}: {e}"
         self._save_quietly(lambda: self.journal.advance(b.broker_id, State.FAILED, detail))
@@ -213,6 +214,16 @@ class Executor:
         if not isinstance(e, Exception) or isinstance(e, RepairError):
             raise e
         raise RepairError(detail if known else f"broker {b.broker_id}, {detail}") from e
+
+    def _fence_after(self, e: BaseException) -> None:
+        """The failure path starts with the fence: a failure inside a step (a wait of minutes) may be the loss of the
+        lock's session itself (kazoo's SessionExpiredError or ConnectionLoss): then this worker records nothing,
+        restarts nothing and leaves the lock alone (``FenceLost``)."""
+        try:
+            self.fence()
+        except FenceLost as lost:
+            self.fenced = True
+            raise lost from e
 
     def _save_quietly(self, write: Callable[[], None] | None = None) -> None:
         """A journal write on the failure path: a failing one is logged, and kept by the journal (``unsaved``)."""
@@ -244,6 +255,7 @@ class Executor:
                     return
                 if isinstance(cause, StillStopping):  # it stopped after all: wait for the process to be gone
                     self._wait_stopped(b, host)
+                self.fence()  # still this worker's lock, right before the start
                 host.service("start", self.gates.start_timeout_s)
             finally:
                 host.close()
@@ -255,6 +267,9 @@ class Executor:
             )
             self._save_quietly(lambda: self.journal.up_again(b.broker_id, "started again after the failure"))
             self._save_quietly(lambda: self.journal.note(b.broker_id, after, "started again: nothing was changed"))
+        except FenceLost:
+            self.fenced = True
+            raise
         except Exception as e:
             why = f"may be left stopped: checking or starting it again failed: {type(e).__name__}: {e}"
             self._save_quietly(lambda: self.journal.note(b.broker_id, after, why))

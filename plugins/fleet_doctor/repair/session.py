@@ -102,6 +102,13 @@ def lock_fence(zk: Any, cluster: str, owner: dict[str, Any]) -> Callable[[], Non
     return fence
 
 
+def session_lost(e: BaseException) -> bool:
+    """kazoo's word that the session the lock was taken in is gone or unusable: expired, or the connection lost."""
+    from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
+
+    return isinstance(e, (SessionExpiredError, ConnectionLoss, ConnectionClosedError))
+
+
 # ---- the lock skeleton
 Why = Callable[[], str | None]
 
@@ -140,8 +147,18 @@ class LockedCluster:
         self._hand_back = why
 
     def release(self) -> None:
-        """Release the lock, keep it, or hand it back, as the act said; the report says which."""
+        """Release the lock, keep it, or hand it back, as the act said; the report says which. Only through the
+        session that took it: when the fence has fallen by now (kazoo reconnected with a new session after an
+        expiry), this worker leaves the lock alone."""
         report, who = self.report, self.owner["plan_hash"][:12]
+        if not self.fenced:
+            try:
+                self.fence()()
+            except FenceLost:
+                self.fenced = True
+            except Exception as e:  # ZooKeeper unreachable: nothing can be released, nor safely decided
+                self.fenced = True
+                LOG.error("repair %s: the fence could not be checked before the release: %s", who, e)
         if self.fenced:
             report["lock_kept"] = "this worker lost its ZooKeeper session: it left the lock and the journal alone"
             report["lock_released"] = False
@@ -193,6 +210,11 @@ def holding(
         yield lock
     except FenceLost:
         lock.fenced = True
+        raise
+    except BaseException as e:
+        if session_lost(e):  # the act met the loss itself: the same as a fallen fence
+            lock.fenced = True
+            raise FenceLost(f"the ZooKeeper session this repair locked {inv.cluster} with was lost: {e!r}") from e
         raise
     finally:
         lock.release()
