@@ -552,6 +552,22 @@ def _restore_plan(start: bool) -> Plan:
     return Plan("lab", "restore-ffff", scope, [BrokerPlan(2, True, True, acts)], [], [])
 
 
+def test_the_restore_gates_are_in_its_hash_and_its_approval_text() -> None:
+    """Issue 28 item 6: a restore's gates are approved like a repair's: another value is another plan."""
+    from fleet_doctor.repair.gates import RESTORE_GATE_PARAMS, gates_of
+
+    form = {"timeout_s": 600, "healthy_polls": 3, "poll_interval_s": 10, "isr_timeout_s": 900, "plan": "f" * 12}
+    plans = []
+    for changed in ({}, {"healthy_polls": 1}, {"timeout_s": 30}, {"min_insync_replicas": 2}):
+        p = _restore_plan(start=True)
+        scope = {**p.scope, "gates": gates_of({**form, **changed}, RESTORE_GATE_PARAMS)}
+        plans.append(Plan(p.cluster, p.audit_run, scope, p.brokers, (), ()))
+    assert len({p.hash for p in plans}) == len(plans)
+    assert "plan" not in plans[0].gates and plans[3].gates["min_insync_replicas"] == 2
+    text = restore_markdown(plans[1])
+    assert "- **Gates:** `healthy_polls` `1`, `isr_timeout_s` `900`, `poll_interval_s` `10`, `timeout_s` `600`." in text
+
+
 def test_the_restore_option_says_when_the_broker_is_left_stopped() -> None:
     from fleet_doctor.repair.approval_text import restore_option, restore_subject
 

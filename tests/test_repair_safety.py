@@ -284,13 +284,15 @@ def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
     state: fleet.LabState = lab["state"]
     s, bid = lab["settings"], halted["bid"]
     controller = Cluster(lab["zk"]).controller()
-    planned = restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash[:16], "healthy_polls": 2}, controller)
+    gates = {"healthy_polls": 2, "poll_interval_s": 1, "isr_timeout_s": 60, "timeout_s": 60}
+    planned = restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash[:16], **gates}, controller)
     rplan = Plan.from_json((s.repairs / halted["plan"].hash / "restores" / planned["hash"] / "plan.json").read_text())
     assert rplan.restart_order == [bid] and planned["restore_of"] == halted["plan"].hash
     assert planned["markdown"].rstrip().endswith(f"Plan hash: `{planned['hash']}`")
+    assert rplan.gates == gates and "- **Gates:** `healthy_polls` `2`" in planned["markdown"]  # issue 28 item 6
     files = {a.path for a in rplan.brokers[0].actions}
     assert files == set(halted["originals"])
-    params = {"healthy_polls": 2, "poll_interval_s": 1, "isr_timeout_s": 60, "timeout_s": 60}
+    params = {"healthy_polls": 1, "poll_interval_s": 1, "isr_timeout_s": 60, "timeout_s": 60}  # weakened since
     report = restore_tasks.restore_backup(s, planned, params, "restore-1", ssh_connect(lab["inv"]), {"by": {"id": "t"}})
     assert report["status"] == "done" and report["done"] == [bid] and report["lock_released"], report
     for path, data in halted["originals"].items():
@@ -305,6 +307,8 @@ def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
         ).read_text()
     )
     assert rj["approvals"][0]["by"] == {"id": "t"} and rj["brokers"][str(bid)]["backups"] == []  # nothing to back up
+    healthy = [h["detail"] for h in rj["brokers"][str(bid)]["history"] if h["state"] == "healthy"]
+    assert healthy == ["2 consecutive healthy polls"]  # the approved gate, not the form's weaker one
     assert running(state, bid) and lock_holder(lab["zk"], lab["inv"].cluster) is None
     repair = json.loads((RepairsDir(s.repairs).attempt(halted["plan"].hash, "halted") / "journal.json").read_text())
     assert repair["status"] == "restored" and repair["brokers"][str(bid)]["state"] == "pending"

@@ -500,5 +500,6 @@ def restore_markdown(plan: Plan) -> str:
             listed = md_cell(f"{scope['restore_of']}/restores/{plan.hash}/{PLAN}")
             lines.append(f"| … and {len(b.actions) - FILES_SHOWN} more: every file in {listed} of the repairs dir | |")
         lines.append("")
+    lines += [*_gates_lines(plan), ""]
     lines.append(hash_line(plan))  # the restore task checks the approval names this plan
     return "\n".join(lines)
