@@ -2,8 +2,8 @@
 (``repair.params``) and by the plan (the form's values are part of its hash and its approval text).
 
 A repair or a restore takes its gates from its form and records them in the plan (``gates_of``): the approver sees
-them, and the run uses the plan's, whatever the form says later (``approved_gates``). A restore takes the same gates, with no pause
-between brokers (``RESTORE_PAUSE_S``) and its ``timeout_s`` as the stop and start timeouts.
+them, and the run uses the plan's, whatever the form says later (``approved_gates``). A restore takes the same
+gates, with no pause between brokers (``RESTORE_PAUSE_S``) and its ``timeout_s`` as the stop and start timeouts.
 """
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ def restore_plan(
 ) -> Plan:
     """What a restore will do, for approval: per broker the files put back (path, sha256, from which backup), the
     backups' checksums, the order (the controller last), and ``gates`` (the form's, ``gates.gates_of`` with
-    ``RESTORE_GATE_PARAMS``: part of the hash and the approval text, run as approved). Every backup is checked here already: its checksum, and
-    its members exactly the manifest's files, inside the broker's log dirs."""
+    ``RESTORE_GATE_PARAMS``: part of the hash and the approval text, run as approved). Every backup is checked here
+    already: its checksum, and its members exactly the manifest's files, inside the broker's log dirs."""
     plan_dir = find_plan(repairs.root, plan)
     attempt_dir = find_attempt(plan_dir, attempt)
     repair = Plan.from_json((plan_dir / layout.PLAN).read_text())
