@@ -169,7 +169,7 @@ def test_a_failure_after_the_stop_before_any_change_starts_the_broker_again(lab:
     assert b["after_failure"].startswith("started again") and running(state, bid)
     assert bid in Cluster(lab["zk"]).registered()
     assert {p: sha(p) for p in plan.brokers[0].backup_paths} == before
-    assert report["lock_released"] and lock_holder(lab["zk"], lab["inv"].cluster) is None
+    assert report["lock_released"] and lock_holder(lab["zk"], lab["state"].cluster_id) is None
 
 
 @pytest.fixture
@@ -214,11 +214,11 @@ def test_a_halt_after_a_change_keeps_the_lock_and_the_broker_as_it_is(
     assert ex.journal.completed(bid) == State.CHANGED and ex.journal.changed_any()
     assert "after_failure" not in ex.journal.broker(bid) and not running(state, bid)
     assert not report["lock_released"] and "lock_kept" in report
-    holder = lock_holder(lab["zk"], lab["inv"].cluster)
+    holder = lock_holder(lab["zk"], lab["state"].cluster_id)
     assert holder is not None and holder["run_id"] == "halted"
     # another plan cannot start; another run of this very plan neither (it would start a new attempt)
     with pytest.raises(LockHeld), lab["state"].zk_session() as other:
-        acquire_lock(other, lab["inv"].cluster, {"plan_hash": "f" * 64, "step": "brokers"})
+        acquire_lock(other, lab["state"].cluster_id, {"plan_hash": "f" * 64, "step": "brokers"})
     # the quarantine dirs are owned as the partition dir (the SSH user, root, is not its owner)
     qroot = halted["index"].parent / "fleet-doctor-quarantine"
     assert qroot.stat().st_uid == OTHER_UID and (qroot / halted["plan"].hash[:16]).stat().st_uid == OTHER_UID
@@ -274,7 +274,7 @@ def test_a_restore_that_fails_hands_the_lock_back_to_the_halted_repair(
 
     with pytest.raises(RepairError, match="No route to host"):
         restore_tasks.restore_backup(s, planned, {"timeout_s": 60}, "restore-0", unreachable)
-    holder = lock_holder(lab["zk"], lab["inv"].cluster)
+    holder = lock_holder(lab["zk"], lab["state"].cluster_id)
     assert holder is not None and holder["run_id"] == "halted" and holder["step"] == "brokers"
 
 
@@ -309,7 +309,7 @@ def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
     assert rj["approvals"][0]["by"] == {"id": "t"} and rj["brokers"][str(bid)]["backups"] == []  # nothing to back up
     healthy = [h["detail"] for h in rj["brokers"][str(bid)]["history"] if h["state"] == "healthy"]
     assert healthy == ["2 consecutive healthy polls"]  # the approved gate, not the form's weaker one
-    assert running(state, bid) and lock_holder(lab["zk"], lab["inv"].cluster) is None
+    assert running(state, bid) and lock_holder(lab["zk"], lab["state"].cluster_id) is None
     repair = json.loads((RepairsDir(s.repairs).attempt(halted["plan"].hash, "halted") / "journal.json").read_text())
     assert repair["status"] == "restored" and repair["brokers"][str(bid)]["state"] == "pending"
 
@@ -336,16 +336,16 @@ def test_a_resume_without_its_journal_keeps_the_lock(lab: dict[str, Any]) -> Non
     plan = one_broker(lab, plan_of(lab).restart_order[-1])
     tasks.save_plan(lab["settings"], plan)
     owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": "elsewhere"}
-    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
+    acquire_lock(lab["zk"], lab["state"].cluster_id, owner)
     try:
         with pytest.raises(RepairError, match=r"journal .* is not here"):
             tasks.execute(lab["settings"], {"hash": plan.hash}, {}, "elsewhere", ssh_connect(lab["inv"]))
-        assert lock_holder(lab["zk"], lab["inv"].cluster)["run_id"] == "elsewhere"
+        assert lock_holder(lab["zk"], lab["state"].cluster_id)["run_id"] == "elsewhere"
         # and another run of the same plan is refused while this one holds it
         with pytest.raises(LockHeld), lab["state"].zk_session() as other:
-            acquire_lock(other, lab["inv"].cluster, {**owner, "run_id": "another"})
+            acquire_lock(other, lab["state"].cluster_id, {**owner, "run_id": "another"})
     finally:
-        release_lock(lab["zk"], lab["inv"].cluster, owner)
+        release_lock(lab["zk"], lab["state"].cluster_id, owner)
 
 
 def test_the_gates_are_part_of_the_plan(lab: dict[str, Any]) -> None:
@@ -390,3 +390,15 @@ def test_planned_paths_must_be_repairable_files_of_the_brokers_log_dirs() -> Non
         ("remove", "/var/lib/kafka/data/t-0\n/partition.metadata"),
     ]:
         assert not planned_path_ok(action, path, dirs), (action, path)
+
+
+def test_an_inventory_cluster_id_must_be_a_kafka_uuid() -> None:
+    """Issue 28 item 7: the inventory's optional ``cluster_id`` is validated when it is read."""
+    from fleet_doctor import inventory
+
+    base = {"inventory_version": 1, "cluster": "c", "zookeeper": "h:2181", "brokers": []}
+    assert inventory.parse(base).cluster_id is None
+    assert inventory.parse({**base, "cluster_id": "MkU3OEVBNTcwNTJENDM2Qg"}).cluster_id == "MkU3OEVBNTcwNTJENDM2Qg"
+    for bad in ("short", 42, "MkU3OEVBNTcwNTJENDM2Q!"):
+        with pytest.raises(inventory.InventoryError, match="cluster_id"):
+            inventory.parse({**base, "cluster_id": bad})

@@ -7,6 +7,7 @@ everything works unchanged without credentials. The lock is released only throug
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import time
@@ -20,12 +21,20 @@ from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Pe
 
 from fleet_doctor import inventory
 from fleet_doctor.audit import steps
-from fleet_doctor.repair.errors import FenceLost
+from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.session import holding
 from fleet_doctor.settings import Settings
 from fleet_doctor.zookeeper import ZkAuth, ZkAuthError, cluster_session, credentials, session
 from fleet_doctor.zookeeper.auth import from_connection
-from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LOCK_PARENT, LOCK_ROOT, acquire_lock, lock_holder, release_lock
+from fleet_doctor.zookeeper.lock import (
+    ACTIVE_ROOT,
+    LOCK_PARENT,
+    LOCK_ROOT,
+    LockHeld,
+    acquire_lock,
+    lock_holder,
+    release_lock,
+)
 from fleet_lab.zk_server import ZooKeeperServer, digest_id
 
 KAFKA = ZkAuth("digest", "kafka:kafka-secret")
@@ -242,9 +251,12 @@ def test_audit_reads_zookeeper_with_the_credentials(tmp_path: Path, monkeypatch:
         assert n == len(records) and any(r.get("topic") == "t" for r in records)
 
 
-def _open_chroot(server: ZooKeeperServer, chroot: str) -> str:
+def _open_chroot(server: ZooKeeperServer, chroot: str, cluster_id: str | None = "MkU3OEVBNTcwNTJENDM2Qg") -> str:
+    """An open chroot for the product's lock, with Kafka's /cluster/id (``cluster_id`` None: none)."""
     with session(server.connect) as zk:
         zk.ensure_path(chroot)
+        if cluster_id and not zk.exists(f"{chroot}/cluster/id"):
+            zk.create(f"{chroot}/cluster/id", json.dumps({"version": "1", "id": cluster_id}).encode(), makepath=True)
     return chroot
 
 
@@ -267,14 +279,14 @@ def _expire(server: ZooKeeperServer, zk: Any) -> None:
 def test_a_lock_whose_session_expired_is_not_released_through_the_new_one(server: ZooKeeperServer) -> None:
     """Issue 28 item 4: the session the lock was taken in expires while the repair waits (kazoo reconnects with a new
     one); at the end the worker leaves the lock alone instead of deleting it through the new session."""
-    inv = _inv(server, "/fence", "expiring")
+    inv = _inv(server, "/fence-a", "expiring")
     report: dict[str, Any] = {}
-    with session(server.connect + _open_chroot(server, "/fence"), auth=DOCTOR) as zk:
+    with session(server.connect + _open_chroot(server, "/fence-a"), auth=DOCTOR) as zk:
         with holding(zk, inv, OWNER, report):
             _expire(server, zk)
         assert report["lock_released"] is False and "lost its ZooKeeper session" in report["lock_kept"]
-        assert lock_holder(zk, "expiring") is not None  # still there for a human (docs/repair.md)
-        assert zk.exists(f"{ACTIVE_ROOT}/expiring") is None  # the dead session's liveness node went with it
+        assert lock_holder(zk, report["lock"]) is not None  # still there for a human (docs/repair.md)
+        assert zk.exists(f"{ACTIVE_ROOT}/{report['lock']}") is None  # the dead session's liveness node went with it
 
 
 def test_a_session_lost_inside_the_act_is_a_fallen_fence(server: ZooKeeperServer) -> None:
@@ -282,10 +294,41 @@ def test_a_session_lost_inside_the_act_is_a_fallen_fence(server: ZooKeeperServer
     the lock is left alone."""
     from kazoo.exceptions import SessionExpiredError
 
-    inv = _inv(server, "/fence", "expired-in-act")
+    inv = _inv(server, "/fence-b", "expired-in-act")
     report: dict[str, Any] = {}
-    with session(server.connect + _open_chroot(server, "/fence"), auth=DOCTOR) as zk:
+    with session(server.connect + _open_chroot(server, "/fence-b"), auth=DOCTOR) as zk:
         with pytest.raises(FenceLost), holding(zk, inv, OWNER, report):
             _expire(server, zk)
             raise SessionExpiredError()
-        assert lock_holder(zk, "expired-in-act") is not None and report["lock_released"] is False
+        assert lock_holder(zk, report["lock"]) is not None and report["lock_released"] is False
+
+
+def test_the_lock_is_keyed_by_the_clusters_id_and_refuses_another_cluster(server: ZooKeeperServer) -> None:
+    """Issue 28 item 7: two inventories naming one Kafka cluster differently take one lock (its /cluster/id); an
+    inventory or a plan whose cluster id is not the live one is refused before anything is locked."""
+    chroot = _open_chroot(server, "/keyed", cluster_id=None)
+    live = "MkU3OEVBNTcwNTJENDM2Qg"
+    with session(server.connect + chroot, auth=DOCTOR) as zk:
+        assert zk.exists("/cluster/id") is None
+        with (
+            pytest.raises(RepairError, match=r"holds no /cluster/id"),
+            holding(zk, _inv(server, chroot, "a"), OWNER, {}),
+        ):
+            pass
+        zk.create("/cluster/id", json.dumps({"version": "1", "id": live}).encode(), makepath=True)
+        other = dataclasses.replace(_inv(server, chroot, "b"), cluster_id="AAAAAAAAAAAAAAAAAAAAAA")
+        with pytest.raises(RepairError, match=r"names cluster id AAAA.*holds MkU3"), holding(zk, other, OWNER, {}):
+            pass
+        with pytest.raises(RepairError, match=r"plan was made on cluster id BBBB.*now holds MkU3"):
+            with holding(zk, _inv(server, chroot, "a"), OWNER, {}, cluster_id="B" * 22):
+                pass
+        assert lock_holder(zk, live) is None
+        report: dict[str, Any] = {}
+        with holding(zk, _inv(server, chroot, "prod-eu"), OWNER, report):
+            assert lock_holder(zk, live)["cluster"] == "prod-eu" and report["lock"] == live
+            with session(server.connect + chroot, auth=DOCTOR) as second:  # another inventory, the same cluster
+                same = dataclasses.replace(_inv(server, chroot, "kafka-main"), cluster_id=live)
+                with pytest.raises(LockHeld, match="locked by another repair"):
+                    with holding(second, same, {**OWNER, "plan_hash": "b" * 64}, {}):
+                        pass
+        assert lock_holder(zk, live) is None

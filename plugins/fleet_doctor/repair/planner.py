@@ -57,6 +57,11 @@ class FleetFacts:
                 return r.get("controller_id")
         return None
 
+    @property
+    def cluster_id(self) -> str | None:
+        """The Kafka cluster's id as the audit read it (ZooKeeper's ``/cluster/id``, KRaft's ``cluster.id``)."""
+        return next((r.get("cluster_id") for r in self.zk if r.get("kind") == "cluster" and r.get("cluster_id")), None)
+
     def out_of_isr(self) -> set[int]:
         """Brokers that are an assigned replica of some partition but not in its ISR."""
         replicas = {r["topic"]: r.get("partitions") or {} for r in self.zk if r.get("kind") == "topic"}
@@ -379,6 +384,8 @@ def build_plan(
     }
     if gates is not None:
         scope["gates"] = dict(gates)
+    if facts.cluster_id:  # the cluster this plan is for: the repair refuses another (``session.lock_key``)
+        scope["cluster_id"] = facts.cluster_id
     held = set(scope["hold_out"])
     build = _Build(facts, include_internal)
     for f in findings:

@@ -105,7 +105,13 @@ def restore_backup(
 
     result = repairs.restore_result(plan_dir.name, p.hash, run_id)
     with cluster_lock(
-        inv, owner, report, result, take_over=(plan_dir.name, p.scope["attempt"]), before_result=outcome
+        inv,
+        owner,
+        report,
+        result,
+        take_over=(plan_dir.name, p.scope["attempt"]),
+        before_result=outcome,
+        cluster_id=repair.scope.get("cluster_id"),
     ) as lock:
         lock.hand_back_when(left_for_human)  # the halted repair still needs a human: its lock stays
         lock.keep_when(lambda: journal.keeps_lock() if journal else None)

@@ -101,6 +101,19 @@ class Cluster:
                 brokers[r] = self.broker_min_isr(r, cluster_default)
         return max((brokers[r] for r in replicas), key=lambda v: v[0], default=cluster_default)
 
+    def cluster_id(self) -> str | None:
+        """``/cluster/id``'s ``id`` (Kafka 0.10.1+ writes it once, at the first broker's start); None when absent."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            raw = self.zk.get("/cluster/id")[0]
+        except NoNodeError:
+            return None
+        try:
+            return str(json.loads(raw)["id"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"/cluster/id: not Kafka's cluster id znode ({e!r}): fix it before a repair") from None
+
     def registered(self) -> set[int]:
         return {int(i) for i in self.zk.get_children("/brokers/ids")}
 
