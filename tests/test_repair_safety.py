@@ -131,6 +131,63 @@ def test_a_broker_restarted_before_the_change_is_left_alone_and_a_stale_backup_i
     assert ids and set(ids.values()) == {zk_id}  # repaired: the broker wrote ZooKeeper's topic ID again
 
 
+def test_a_partition_dir_swapped_for_a_symlink_between_plan_and_change_is_refused(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 28 item 1, with the real executor over SSH as root: after the backup, the Kafka user swaps a planned
+    partition dir for a link to a dir outside the log dir holding the same files (so every checksum still matches).
+    The change is refused naming the path, and nothing outside the log dir changes (owner, mode, mtime, content)."""
+    state: fleet.LabState = lab["state"]
+    first = plan_of(lab).restart_order[0]
+    plan = one_broker(lab, first)
+    pdir = Path(plan.brokers[0].actions[0].path).parent
+    outside = tmp_path / "outside"
+
+    def fingerprint() -> dict[str, tuple[int, int, int, int, bytes]]:
+        return {
+            p.name: (p.lstat().st_uid, p.lstat().st_gid, p.lstat().st_mode, p.lstat().st_mtime_ns, p.read_bytes())
+            for p in sorted(outside.iterdir())
+        }
+
+    seen: dict[str, Any] = {}
+
+    class Swapped(Executor):
+        def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
+            out = super().backup(b, host)
+            outside.mkdir()
+            for f in pdir.iterdir():
+                if f.is_file():
+                    (outside / f.name).write_bytes(f.read_bytes())
+            os.utime(outside, (1_000_000_000, 1_000_000_000))
+            seen["before"] = fingerprint()
+            seen["dir"] = outside.lstat()
+            pdir.rename(real)
+            pdir.symlink_to(outside)
+            return out
+
+    real = pdir.with_name(pdir.name + ".real")
+    ex = executor(lab, plan, "swapped", Swapped)
+    try:
+        with pytest.raises(RepairError, match=rf"refused: {re.escape(str(pdir))} is a symlink or not a directory"):
+            ex.run()
+        assert fingerprint() == seen["before"]  # every file outside as it was: none removed, none re-owned
+        after = outside.lstat()
+        assert (after.st_uid, after.st_mode, after.st_mtime_ns) == (
+            seen["dir"].st_uid,
+            seen["dir"].st_mode,
+            seen["dir"].st_mtime_ns,
+        )
+        assert {p.name for p in real.iterdir()} >= {
+            Path(a.path).name for a in plan.brokers[0].actions if Path(a.path).parent == pdir
+        }
+        assert ex.journal.broker(first)["failed"] and ex.journal.keeps_lock()  # a human looks: the lock stays
+    finally:
+        if pdir.is_symlink():
+            pdir.unlink()
+            real.rename(pdir)
+        run_service(state.broker(first), "start")
+
+
 def test_a_resume_runs_the_precheck_again_before_the_stop(lab: dict[str, Any]) -> None:
     state: fleet.LabState = lab["state"]
     order = plan_of(lab).restart_order
