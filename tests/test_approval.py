@@ -578,3 +578,28 @@ def test_the_restore_option_says_when_the_broker_is_left_stopped() -> None:
     assert restore_option(started) == f"Approve: put back 2 file(s) on 1 broker(s) (restore {started.hash[:12]})"
     assert ", left stopped" in restore_subject(stopped) and "left stopped" not in restore_subject(started)
     assert "**left stopped**" in restore_markdown(stopped)
+
+
+def test_the_scope_takes_kafka_topic_names_only_and_the_approval_names_internal_topics_left_out() -> None:
+    """Issue 28 item 16: the page splits the form's topics on commas, so a partition dir named
+    ``a,__consumer_offsets-0`` could slip an internal topic into the scope without the page's note: the page leaves a
+    name that is not Kafka's out (saying so), the planner refuses one, and the approval names the internal topics a
+    scope names without *include internal topics*."""
+    from fleet_doctor.airflow_links import RepairScope
+    from fleet_doctor.repair.errors import RepairError
+    from fleet_doctor.repair.planner import FleetFacts, build_plan
+
+    scope, problems = RepairScope.from_query([("topic", "a,__consumer_offsets"), ("topic", "orders")])
+    assert scope.topics == ("orders",) and problems == [
+        "topic 'a,__consumer_offsets' is not a Kafka topic name: left out"
+    ]
+    facts = FleetFacts({1: []}, [])
+    for bad in ("a,__consumer_offsets", "..", "x" * 250, "t/../../etc"):
+        with pytest.raises(RepairError, match="not Kafka topic names"):
+            build_plan("c", "run1", [], facts, topics=[bad])
+    plan = build_plan("c", "run1", [], facts, topics=["a", "__consumer_offsets"])
+    text = approval_text.repair_markdown(plan)
+    assert "- **Internal topics named, not included:** `__consumer_offsets`" in text
+    assert "Internal topics named" not in approval_text.repair_markdown(
+        build_plan("c", "run1", [], facts, topics=["a"])
+    )

@@ -22,8 +22,9 @@ from typing import Any
 from fleet_doctor import layout
 from fleet_doctor.audit.summary import FindingStatus
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
+from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, RestartPreview, ZkAction, controller_last
-from fleet_doctor.rules import INTERNAL_TOPICS, RULES_BY_ID, Remediation, get
+from fleet_doctor.rules import INTERNAL_TOPICS, RULES_BY_ID, Remediation, get, legal_topic
 from fleet_doctor.staging import load_probe, staged_brokers
 from fleet_doctor.store import Store
 from fleet_doctor.zookeeper.cluster import CLUSTER_DEFAULT_PATH, KAFKA_DEFAULT_MIN_ISR, MIN_ISR
@@ -375,6 +376,13 @@ def build_plan(
     ``repair.gates.gates_of``; None: none recorded) are part of the hash: the approver sees them. The risk line is
     counted with ZooKeeper's cluster-wide ``min.insync.replicas`` as the audit's snapshot read it, over
     ``static_min_isr`` (``repair.gates.static_min_isr``); the pre-check reads it again before each stop."""
+    named = sorted(set(topics))
+    illegal = [t for t in named if not legal_topic(t)]
+    if illegal:  # the form's topics are split on commas by the page: a name that is not Kafka's is not a topic
+        raise RepairError(
+            f"topics {illegal[:5]}: not Kafka topic names (letters, digits, '.', '_', '-', at most 249): the scope "
+            "is refused, nothing was planned"
+        )
     scope: dict[str, Any] = {
         "rules": sorted(set(rules)),
         "brokers": sorted(set(brokers)),
