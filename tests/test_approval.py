@@ -552,6 +552,22 @@ def _restore_plan(start: bool) -> Plan:
     return Plan("lab", "restore-ffff", scope, [BrokerPlan(2, True, True, acts)], [], [])
 
 
+def test_the_restore_gates_are_in_its_hash_and_its_approval_text() -> None:
+    """Issue 28 item 6: a restore's gates are approved like a repair's: another value is another plan."""
+    from fleet_doctor.repair.gates import RESTORE_GATE_PARAMS, gates_of
+
+    form = {"timeout_s": 600, "healthy_polls": 3, "poll_interval_s": 10, "isr_timeout_s": 900, "plan": "f" * 12}
+    plans = []
+    for changed in ({}, {"healthy_polls": 1}, {"timeout_s": 30}, {"min_insync_replicas": 2}):
+        p = _restore_plan(start=True)
+        scope = {**p.scope, "gates": gates_of({**form, **changed}, RESTORE_GATE_PARAMS)}
+        plans.append(Plan(p.cluster, p.audit_run, scope, p.brokers, (), ()))
+    assert len({p.hash for p in plans}) == len(plans)
+    assert "plan" not in plans[0].gates and plans[3].gates["min_insync_replicas"] == 2
+    text = restore_markdown(plans[1])
+    assert "- **Gates:** `healthy_polls` `1`, `isr_timeout_s` `900`, `poll_interval_s` `10`, `timeout_s` `600`." in text
+
+
 def test_the_restore_option_says_when_the_broker_is_left_stopped() -> None:
     from fleet_doctor.repair.approval_text import restore_option, restore_subject
 
@@ -562,3 +578,28 @@ def test_the_restore_option_says_when_the_broker_is_left_stopped() -> None:
     assert restore_option(started) == f"Approve: put back 2 file(s) on 1 broker(s) (restore {started.hash[:12]})"
     assert ", left stopped" in restore_subject(stopped) and "left stopped" not in restore_subject(started)
     assert "**left stopped**" in restore_markdown(stopped)
+
+
+def test_the_scope_takes_kafka_topic_names_only_and_the_approval_names_internal_topics_left_out() -> None:
+    """Issue 28 item 16: the page splits the form's topics on commas, so a partition dir named
+    ``a,__consumer_offsets-0`` could slip an internal topic into the scope without the page's note: the page leaves a
+    name that is not Kafka's out (saying so), the planner refuses one, and the approval names the internal topics a
+    scope names without *include internal topics*."""
+    from fleet_doctor.airflow_links import RepairScope
+    from fleet_doctor.repair.errors import RepairError
+    from fleet_doctor.repair.planner import FleetFacts, build_plan
+
+    scope, problems = RepairScope.from_query([("topic", "a,__consumer_offsets"), ("topic", "orders")])
+    assert scope.topics == ("orders",) and problems == [
+        "topic 'a,__consumer_offsets' is not a Kafka topic name: left out"
+    ]
+    facts = FleetFacts({1: []}, [])
+    for bad in ("a,__consumer_offsets", "..", "x" * 250, "t/../../etc"):
+        with pytest.raises(RepairError, match="not Kafka topic names"):
+            build_plan("c", "run1", [], facts, topics=[bad])
+    plan = build_plan("c", "run1", [], facts, topics=["a", "__consumer_offsets"])
+    text = approval_text.repair_markdown(plan)
+    assert "- **Internal topics named, not included:** `__consumer_offsets`" in text
+    assert "Internal topics named" not in approval_text.repair_markdown(
+        build_plan("c", "run1", [], facts, topics=["a"])
+    )

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from fleet_doctor.inventory import Inventory
 from fleet_doctor.remote import RemoteError
 from fleet_doctor.repair import backups
+from fleet_doctor.repair import journal as journal_module
 from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.executor import Executor
 from fleet_doctor.repair.gates import Gates
@@ -99,6 +101,8 @@ def verified(fleet: FakeFleet) -> Callable[..., list[str]]:
 def executor(plan: Plan, fleet: FakeFleet, where: Path) -> Executor:
     def fence() -> None:
         fleet.fault(0, "fence")
+        if fleet.session_lost:
+            raise FenceLost("the ZooKeeper session this repair locked the cluster with was lost")
 
     ex = Executor(
         plan, where, inventory(), fake_hosts(fleet), FakeCluster(fleet), GATES, fence=fence, post_verify=verified(fleet)
@@ -108,6 +112,7 @@ def executor(plan: Plan, fleet: FakeFleet, where: Path) -> Executor:
 
 
 FAIL = RemoteError("broker 1: `command` exited 1: no")
+TIMEOUT = AirflowTaskTimeout("Timeout, PID: 4242")  # an execution_timeout (or a cluster policy's) mid-step
 LOST = FenceLost("the ZooKeeper session this repair locked the cluster with was lost")
 
 
@@ -138,8 +143,29 @@ ROWS = {
     "stop: command fails": Row((1, "stop"), FAIL, RepairError, State.PRECHECKED, True, False, True, False, True),
     "stop: killed after": Row((1, "stop:after"), "crash", Crash, State.PRECHECKED, False, False, False, True, True),
     "stop: fence lost": Row((0, "fence#2"), LOST, FenceLost, State.PRECHECKED, False, False, True, True, True),
+    # the lock's session expires while the stop is awaited: nothing journaled, nothing started, the lock left alone
+    "stop: session expired in the wait": Row(
+        (1, "stop:after"), "session-expired", FenceLost, State.PRECHECKED, False, False, False, True, True
+    ),
+    # Airflow's execution_timeout fires once the broker is down: it is started again before the task ends
+    "stop: task timeout": Row(
+        (1, "stop:after"), TIMEOUT, AirflowTaskTimeout, State.PRECHECKED, True, False, True, False, True
+    ),
+    # the repairs volume fills up right after the stop: the broker is started again, and the journal on disk (which
+    # says the stop was issued) keeps the lock: it is behind what happened
+    "stop: journal volume full": Row(
+        (1, "stop:after"), "disk-full", RepairError, State.PRECHECKED, False, False, True, True, True
+    ),
+    # a controlled shutdown slower than the plan's stop_timeout_s: still running when the gate ends, so it is not
+    # started, not counted as up, and the lock stays
+    "stop: slower than its gate": Row(
+        (1, "stop"), "slow-stop", RepairError, State.PRECHECKED, True, False, True, True, True
+    ),
     # the backup: tar fails; the tarball made, not fetched; taken and fetched, not journaled
     "backup: tar fails": Row((1, "backup"), FAIL, RepairError, State.STOPPED, True, False, True, False, True),
+    "backup: task timeout": Row(
+        (1, "backup"), TIMEOUT, AirflowTaskTimeout, State.STOPPED, True, False, True, False, True
+    ),
     "backup: killed before fetch": Row((1, "fetched"), "crash", Crash, State.STOPPED, False, False, False, True, True),
     "backup: killed after": Row((1, "backup:after"), "crash", Crash, State.STOPPED, False, False, False, True, True),
     # the change: its first file fails; the first file removed, then the worker dies; the broker started by someone
@@ -155,6 +181,9 @@ ROWS = {
     # the health gates: the broker never comes back in ISR; the worker dies polling
     "healthy: never in ISR": Row(
         (9, "none"), None, RepairError, State.STARTED, True, True, True, True, False, rejoins=False
+    ),
+    "healthy: session expired in the ISR wait": Row(
+        (0, "partitions#4"), "session-expired", FenceLost, State.STARTED, False, True, True, True, False
     ),
     "healthy: killed polling": Row((0, "partitions#3"), "crash", Crash, State.STARTED, False, True, True, True, False),
     # the post-verify: a touched file is not right; the worker dies in it
@@ -191,8 +220,10 @@ def lost(before: dict[tuple[int, str], bytes], fleet: FakeFleet, journal: Journa
 
 
 @pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
-def test_every_state_and_failure_point(row: Row, tmp_path: Path) -> None:
+def test_every_state_and_failure_point(row: Row, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan, fleet = make_plan(), make_fleet()
+    write = journal_module.write_atomic
+    monkeypatch.setattr(journal_module, "write_atomic", lambda p, data: write(p, data) if fleet.write(p) else None)
     before = originals(fleet)
     fleet.rejoins = row.rejoins
     if row.what is not None:
@@ -202,21 +233,24 @@ def test_every_state_and_failure_point(row: Row, tmp_path: Path) -> None:
         first.run()
     if row.what == "crash":
         fleet.crash_journal()  # a SIGKILL'd worker's handlers never ran: the journal is what it had saved
+    assert first.journal.keeps_lock() is None or row.lock_kept  # what the worker itself decides at the end
     journal = Journal(tmp_path / "journal.json", plan)
     assert journal.completed(1) == row.completed, journal.broker(1)["history"]
     assert bool(journal.broker(1).get("failed")) == row.failed
     assert journal.changing(1) == row.changing
     assert (1 in fleet.running) == row.running
-    kept = row.what == "crash" or isinstance(row.what, FenceLost) or journal.keeps_lock() is not None
+    fenced = isinstance(row.what, FenceLost) or row.what == "session-expired"
+    kept = row.what == "crash" or fenced or journal.keeps_lock() is not None
     assert kept == row.lock_kept, journal.keeps_lock()
     assert journal.completed(2) == State.PENDING and 2 in fleet.running  # the controller, last, untouched
     if not row.running:  # down: the journal says so (a step after the stop, before the start), or why it was left so
         by_attempt = ORDER.index(State.STOPPED) <= ORDER.index(journal.completed(1)) < ORDER.index(State.STARTED)
         stopped_by_crash = row.what == "crash"  # killed right after the stop, before the journal said it
-        assert by_attempt or stopped_by_crash or "stopped" in str(journal.broker(1).get("after_failure"))
+        assert by_attempt or stopped_by_crash or journal.left_down(1), journal.broker(1)
     assert lost(before, fleet, journal, tmp_path) == []
 
     # the same attempt again (the task cleared), nothing failing now
+    fleet.revive()
     fleet.rejoins = True
     fleet.calls.clear()
     again = executor(plan, fleet, tmp_path)

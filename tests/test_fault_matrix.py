@@ -135,7 +135,7 @@ def check_invariants(ctx: dict[str, Any], attempt: str, lock_expected: bool) -> 
         assert stopped_by_attempt or "stopped" in str(b.get("after_failure", "")), (state, b.get("after_failure"))
     if ORDER.index(state) <= ORDER.index(State.PRECHECKED) and not b.get("failed"):
         assert running(ctx), "the journal never stopped it, yet it is down"
-    holder = lock_holder(ctx["zk"], ctx["inv"].cluster)
+    holder = lock_holder(ctx["zk"], ctx["state"].cluster_id)
     assert (holder is not None) == lock_expected, holder
     if holder is not None:
         assert holder["run_id"] == attempt and holder["plan_hash"] == ctx["plan"].hash
@@ -169,7 +169,7 @@ def reset(ctx: dict[str, Any], attempt: str) -> None:
     for path, data in ctx["originals"].items():
         if path.endswith("partition.metadata"):
             assert Path(path).read_bytes() == data, path  # drifted again, as the plan found it
-    assert lock_holder(ctx["zk"], ctx["inv"].cluster) is None
+    assert lock_holder(ctx["zk"], ctx["state"].cluster_id) is None
 
 
 def record(fault: str, outcome: str, lost: int = 0, **extra: Any) -> None:
@@ -380,5 +380,5 @@ def test_restore_with_a_hostile_plan(lab: dict[str, Any]) -> None:
         with pytest.raises(RepairError, match="not a plan hash"):
             restore_tasks.make_restore_plan(lab["settings"], {"plan": hostile}, None)
     assert {p: Path(p).read_bytes() if Path(p).exists() else None for p in lab["originals"]} == before
-    assert lock_holder(lab["zk"], lab["inv"].cluster) is None
+    assert lock_holder(lab["zk"], lab["state"].cluster_id) is None
     record("restore with a hostile plan", "refused before any read outside the repairs dir; nothing changed")

@@ -183,7 +183,7 @@ ONE_WAY = {
 # the repair package in layers: a module imports repair modules of lower layers only (DAG -> task modules -> plan /
 # approval text / executor / session -> errors)
 REPAIR_LAYERS = (
-    ("errors",),
+    ("errors", "on_broker"),  # on_broker runs on a broker: it imports nothing of the product
     ("plan", "progress", "backups"),
     ("gates", "journal", "approval_text", "planner", "broker", "verify", "topic_ids"),
     ("approval", "params", "executor", "session"),

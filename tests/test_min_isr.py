@@ -92,6 +92,30 @@ def test_cluster_wide_default_refuses_a_stop_that_leaves_one_in_sync_replica(con
     assert len(Cluster(zk).below_min_isr_if_stopped(1)) == 1
 
 
+def test_a_brokers_own_dynamic_value_counts_for_its_partitions(configs: Any) -> None:
+    """Issue 28 item 8: ``/config/brokers/<id>`` (a per-broker dynamic min.insync.replicas) stands above the
+    cluster-wide default for that broker; a partition takes the strictest of its replicas' brokers (whichever leads
+    enforces its own), and a topic override still wins."""
+    zk = configs
+    _set(zk, DEFAULT, "1")
+    _set(zk, "/config/brokers/3", "2")  # broker 3 is a replica of t-0 (not in its ISR) and of t-1
+    try:
+        below = Cluster(zk).below_min_isr_if_stopped(1)
+        assert below == ["t-0 (ISR [1, 2], min.insync.replicas 2 from /config/brokers/3)"]
+        p1 = next(p for p in Cluster(zk).partitions() if p["partition"] == 1)
+        assert (p1["min_isr"], p1["min_isr_source"]) == (2, "/config/brokers/3")
+        _set(zk, "/config/brokers/3", "3")
+        assert {b.split(" ")[0] for b in Cluster(zk).below_min_isr_if_stopped(2)} == {"t-0", "t-1"}
+        _set(zk, "/config/topics/t", "1")  # the topic's own config wins over any broker's
+        assert Cluster(zk).below_min_isr_if_stopped(2) == []
+        _set(zk, "/config/brokers/3", "zero")
+        _set(zk, "/config/topics/t", None)
+        with pytest.raises(ValueError, match=r"/config/brokers/3.*'zero'"):
+            Cluster(zk).below_min_isr_if_stopped(1)
+    finally:
+        _set(zk, "/config/brokers/3", None)
+
+
 def test_static_default_from_the_inventory_or_a_parameter(configs: Any) -> None:
     zk = configs
     below = Cluster(zk, default_min_isr=2).below_min_isr_if_stopped(1)

@@ -40,7 +40,7 @@ def fleet(shared: Any) -> dict[str, Any]:
 
 
 def lock_free(state: lab.LabState) -> bool:
-    return zk_json(state, f"{LOCK_ROOT}/{state.cluster}") is None
+    return zk_json(state, f"{LOCK_ROOT}/{state.cluster_id}") is None
 
 
 def test_reject_changes_nothing(fleet: dict[str, Any]) -> None:
@@ -154,7 +154,7 @@ def test_approved_repair_survives_a_killed_worker_and_fixes_seed_004(fleet: dict
     af.kill_component("scheduler")
     at_kill = json.loads(journal.read_text())
     assert at_kill["status"] == "running"
-    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}")["plan_hash"] == pdir.name  # the lock outlives the worker
+    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster_id}")["plan_hash"] == pdir.name  # the lock outlives the worker
     af.start_component("scheduler")
     # the killed attempt fails (no heartbeat) or is reset; either way it is run again by clearing it
     deadline = time.monotonic() + 900

@@ -82,7 +82,7 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
     assert "Socket server failed to bind" in result["failed"][str(SEED_BROKER)]  # the start's error, reported
     assert result["untouched"] == [OTHER] and result["done"] == []
     # files changed, the broker down: the lock stays until a human acts (here: the restore takes it over)
-    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}")["run_id"] == run
+    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster_id}")["run_id"] == run
     after = fleet_snapshot(state)
     assert after["stops"][OTHER] == before["stops"][OTHER] and after["starts"][OTHER] == before["starts"][OTHER]
     other_before = {k: v for k, v in before["files"].items() if f"/broker-{OTHER}/" in k}
@@ -105,7 +105,7 @@ def test_broker_that_does_not_come_back_halts_the_chain_and_restore_puts_the_bac
     assert af.wait_run(RESTORE, r, 600) == "success", af.task_states(RESTORE, r)
     assert digests(quarantined) == original
     assert lab.running_pid(state.broker(SEED_BROKER).config()) is None
-    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster}") is None  # the restore took the lock over and released it
+    assert zk_json(state, f"{LOCK_ROOT}/{state.cluster_id}") is None  # the restore took the lock over and released it
     journal = json.loads((adir / "journal.json").read_text())
     assert journal["status"] == "restored" and journal["brokers"][str(SEED_BROKER)]["state"] == "pending"
 

@@ -131,6 +131,63 @@ def test_a_broker_restarted_before_the_change_is_left_alone_and_a_stale_backup_i
     assert ids and set(ids.values()) == {zk_id}  # repaired: the broker wrote ZooKeeper's topic ID again
 
 
+def test_a_partition_dir_swapped_for_a_symlink_between_plan_and_change_is_refused(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 28 item 1, with the real executor over SSH as root: after the backup, the Kafka user swaps a planned
+    partition dir for a link to a dir outside the log dir holding the same files (so every checksum still matches).
+    The change is refused naming the path, and nothing outside the log dir changes (owner, mode, mtime, content)."""
+    state: fleet.LabState = lab["state"]
+    first = plan_of(lab).restart_order[0]
+    plan = one_broker(lab, first)
+    pdir = Path(plan.brokers[0].actions[0].path).parent
+    outside = tmp_path / "outside"
+
+    def fingerprint() -> dict[str, tuple[int, int, int, int, bytes]]:
+        return {
+            p.name: (p.lstat().st_uid, p.lstat().st_gid, p.lstat().st_mode, p.lstat().st_mtime_ns, p.read_bytes())
+            for p in sorted(outside.iterdir())
+        }
+
+    seen: dict[str, Any] = {}
+
+    class Swapped(Executor):
+        def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
+            out = super().backup(b, host)
+            outside.mkdir()
+            for f in pdir.iterdir():
+                if f.is_file():
+                    (outside / f.name).write_bytes(f.read_bytes())
+            os.utime(outside, (1_000_000_000, 1_000_000_000))
+            seen["before"] = fingerprint()
+            seen["dir"] = outside.lstat()
+            pdir.rename(real)
+            pdir.symlink_to(outside)
+            return out
+
+    real = pdir.with_name(pdir.name + ".real")
+    ex = executor(lab, plan, "swapped", Swapped)
+    try:
+        with pytest.raises(RepairError, match=rf"refused: {re.escape(str(pdir))} is a symlink or not a directory"):
+            ex.run()
+        assert fingerprint() == seen["before"]  # every file outside as it was: none removed, none re-owned
+        after = outside.lstat()
+        assert (after.st_uid, after.st_mode, after.st_mtime_ns) == (
+            seen["dir"].st_uid,
+            seen["dir"].st_mode,
+            seen["dir"].st_mtime_ns,
+        )
+        assert {p.name for p in real.iterdir()} >= {
+            Path(a.path).name for a in plan.brokers[0].actions if Path(a.path).parent == pdir
+        }
+        assert ex.journal.broker(first)["failed"] and ex.journal.keeps_lock()  # a human looks: the lock stays
+    finally:
+        if pdir.is_symlink():
+            pdir.unlink()
+            real.rename(pdir)
+        run_service(state.broker(first), "start")
+
+
 def test_a_resume_runs_the_precheck_again_before_the_stop(lab: dict[str, Any]) -> None:
     state: fleet.LabState = lab["state"]
     order = plan_of(lab).restart_order
@@ -169,7 +226,7 @@ def test_a_failure_after_the_stop_before_any_change_starts_the_broker_again(lab:
     assert b["after_failure"].startswith("started again") and running(state, bid)
     assert bid in Cluster(lab["zk"]).registered()
     assert {p: sha(p) for p in plan.brokers[0].backup_paths} == before
-    assert report["lock_released"] and lock_holder(lab["zk"], lab["inv"].cluster) is None
+    assert report["lock_released"] and lock_holder(lab["zk"], lab["state"].cluster_id) is None
 
 
 @pytest.fixture
@@ -214,11 +271,11 @@ def test_a_halt_after_a_change_keeps_the_lock_and_the_broker_as_it_is(
     assert ex.journal.completed(bid) == State.CHANGED and ex.journal.changed_any()
     assert "after_failure" not in ex.journal.broker(bid) and not running(state, bid)
     assert not report["lock_released"] and "lock_kept" in report
-    holder = lock_holder(lab["zk"], lab["inv"].cluster)
+    holder = lock_holder(lab["zk"], lab["state"].cluster_id)
     assert holder is not None and holder["run_id"] == "halted"
     # another plan cannot start; another run of this very plan neither (it would start a new attempt)
     with pytest.raises(LockHeld), lab["state"].zk_session() as other:
-        acquire_lock(other, lab["inv"].cluster, {"plan_hash": "f" * 64, "step": "brokers"})
+        acquire_lock(other, lab["state"].cluster_id, {"plan_hash": "f" * 64, "step": "brokers"})
     # the quarantine dirs are owned as the partition dir (the SSH user, root, is not its owner)
     qroot = halted["index"].parent / "fleet-doctor-quarantine"
     assert qroot.stat().st_uid == OTHER_UID and (qroot / halted["plan"].hash[:16]).stat().st_uid == OTHER_UID
@@ -274,7 +331,7 @@ def test_a_restore_that_fails_hands_the_lock_back_to_the_halted_repair(
 
     with pytest.raises(RepairError, match="No route to host"):
         restore_tasks.restore_backup(s, planned, {"timeout_s": 60}, "restore-0", unreachable)
-    holder = lock_holder(lab["zk"], lab["inv"].cluster)
+    holder = lock_holder(lab["zk"], lab["state"].cluster_id)
     assert holder is not None and holder["run_id"] == "halted" and holder["step"] == "brokers"
 
 
@@ -284,13 +341,15 @@ def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
     state: fleet.LabState = lab["state"]
     s, bid = lab["settings"], halted["bid"]
     controller = Cluster(lab["zk"]).controller()
-    planned = restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash[:16], "healthy_polls": 2}, controller)
+    gates = {"healthy_polls": 2, "poll_interval_s": 1, "isr_timeout_s": 60, "timeout_s": 60}
+    planned = restore_tasks.make_restore_plan(s, {"plan": halted["plan"].hash[:16], **gates}, controller)
     rplan = Plan.from_json((s.repairs / halted["plan"].hash / "restores" / planned["hash"] / "plan.json").read_text())
     assert rplan.restart_order == [bid] and planned["restore_of"] == halted["plan"].hash
     assert planned["markdown"].rstrip().endswith(f"Plan hash: `{planned['hash']}`")
+    assert rplan.gates == gates and "- **Gates:** `healthy_polls` `2`" in planned["markdown"]  # issue 28 item 6
     files = {a.path for a in rplan.brokers[0].actions}
     assert files == set(halted["originals"])
-    params = {"healthy_polls": 2, "poll_interval_s": 1, "isr_timeout_s": 60, "timeout_s": 60}
+    params = {"healthy_polls": 1, "poll_interval_s": 1, "isr_timeout_s": 60, "timeout_s": 60}  # weakened since
     report = restore_tasks.restore_backup(s, planned, params, "restore-1", ssh_connect(lab["inv"]), {"by": {"id": "t"}})
     assert report["status"] == "done" and report["done"] == [bid] and report["lock_released"], report
     for path, data in halted["originals"].items():
@@ -305,7 +364,9 @@ def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
         ).read_text()
     )
     assert rj["approvals"][0]["by"] == {"id": "t"} and rj["brokers"][str(bid)]["backups"] == []  # nothing to back up
-    assert running(state, bid) and lock_holder(lab["zk"], lab["inv"].cluster) is None
+    healthy = [h["detail"] for h in rj["brokers"][str(bid)]["history"] if h["state"] == "healthy"]
+    assert healthy == ["2 consecutive healthy polls"]  # the approved gate, not the form's weaker one
+    assert running(state, bid) and lock_holder(lab["zk"], lab["state"].cluster_id) is None
     repair = json.loads((RepairsDir(s.repairs).attempt(halted["plan"].hash, "halted") / "journal.json").read_text())
     assert repair["status"] == "restored" and repair["brokers"][str(bid)]["state"] == "pending"
 
@@ -332,16 +393,16 @@ def test_a_resume_without_its_journal_keeps_the_lock(lab: dict[str, Any]) -> Non
     plan = one_broker(lab, plan_of(lab).restart_order[-1])
     tasks.save_plan(lab["settings"], plan)
     owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": "elsewhere"}
-    acquire_lock(lab["zk"], lab["inv"].cluster, owner)
+    acquire_lock(lab["zk"], lab["state"].cluster_id, owner)
     try:
         with pytest.raises(RepairError, match=r"journal .* is not here"):
             tasks.execute(lab["settings"], {"hash": plan.hash}, {}, "elsewhere", ssh_connect(lab["inv"]))
-        assert lock_holder(lab["zk"], lab["inv"].cluster)["run_id"] == "elsewhere"
+        assert lock_holder(lab["zk"], lab["state"].cluster_id)["run_id"] == "elsewhere"
         # and another run of the same plan is refused while this one holds it
         with pytest.raises(LockHeld), lab["state"].zk_session() as other:
-            acquire_lock(other, lab["inv"].cluster, {**owner, "run_id": "another"})
+            acquire_lock(other, lab["state"].cluster_id, {**owner, "run_id": "another"})
     finally:
-        release_lock(lab["zk"], lab["inv"].cluster, owner)
+        release_lock(lab["zk"], lab["state"].cluster_id, owner)
 
 
 def test_the_gates_are_part_of_the_plan(lab: dict[str, Any]) -> None:
@@ -386,3 +447,15 @@ def test_planned_paths_must_be_repairable_files_of_the_brokers_log_dirs() -> Non
         ("remove", "/var/lib/kafka/data/t-0\n/partition.metadata"),
     ]:
         assert not planned_path_ok(action, path, dirs), (action, path)
+
+
+def test_an_inventory_cluster_id_must_be_a_kafka_uuid() -> None:
+    """Issue 28 item 7: the inventory's optional ``cluster_id`` is validated when it is read."""
+    from fleet_doctor import inventory
+
+    base = {"inventory_version": 1, "cluster": "c", "zookeeper": "h:2181", "brokers": []}
+    assert inventory.parse(base).cluster_id is None
+    assert inventory.parse({**base, "cluster_id": "MkU3OEVBNTcwNTJENDM2Qg"}).cluster_id == "MkU3OEVBNTcwNTJENDM2Qg"
+    for bad in ("short", 42, "MkU3OEVBNTcwNTJENDM2Q!"):
+        with pytest.raises(inventory.InventoryError, match="cluster_id"):
+            inventory.parse({**base, "cluster_id": bad})

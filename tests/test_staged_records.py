@@ -293,3 +293,37 @@ def test_a_count_that_differs_from_probe_end_is_reported(corpus_output):
         f"the probe counted {end['files'] - 1} files but {splitter.rows['file']} were staged as Parquet and "
         f"{splitter.kept_json['file']} as JSON",
     ]
+
+
+def test_a_probe_output_past_its_caps_stops_with_an_error_naming_the_broker() -> None:
+    """Issue 28 item 11: a hostile broker's output (a line without end, or without end in size) is cut off at the
+    caps with an error naming it, checked chunk by chunk as it arrives."""
+    from fleet_doctor.audit.steps import StageError, bounded
+
+    got: list[int] = []
+    sink = bounded(lambda d: got.append(len(d)), "broker 7 (10.0.0.7:22)", max_bytes=1 << 30, max_line=1 << 20)
+    chunk = b"x" * (64 << 10)
+    with pytest.raises(StageError, match=r"broker 7 \(10\.0\.0\.7:22\): a line of the probe's output is longer than"):
+        for _ in range(64):  # 4 MiB without a newline
+            sink(chunk)
+    assert sum(got) <= 1 << 20  # nothing past the cap reached the store
+    total = bounded(lambda d: None, "broker 8", max_bytes=1 << 20, max_line=1 << 20)
+    line = b"y" * 1023 + b"\n"
+    with pytest.raises(StageError, match=r"broker 8: the probe's output passed 1048576 bytes"):
+        for _ in range(2048):  # 2 MiB of short lines
+            total(line)
+    ok = bounded(lambda d: None, "broker 9", max_bytes=1 << 20, max_line=1 << 10)
+    for _ in range(100):
+        ok(b"z" * 1000 + b"\n")  # long output of short lines within both caps
+
+
+def test_the_splitter_keeps_a_long_line_in_the_chunks_it_came_in() -> None:
+    """A line arriving in many chunks is joined once, when it ends (linear in its size, not quadratic)."""
+    out = io.BytesIO()
+    parquet = {k.kind: io.BytesIO() for k in STAGED_KINDS}
+    with ProbeSplitter(out, parquet) as splitter:
+        for _ in range(256):
+            splitter.write(b"a" * 4096)
+        assert len(splitter._partial) == 256  # kept as chunks, not concatenated on each write
+        splitter.write(b'\n{"kind":"other"}\ntail')
+    assert out.getvalue() == b"a" * (256 * 4096) + b"\n" + b'{"kind":"other"}\n' + b"tail"

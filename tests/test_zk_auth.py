@@ -3,12 +3,14 @@
 Kafka's znodes are protected as ``zookeeper.set.acl=true`` protects them (CREATOR_ALL for Kafka's identity, world
 READ); the product authenticates with digest credentials from the Airflow connection ``kafka_zk_<cluster>``, its
 repair lock is created with an ACL only its identity can change (world READ: an operator sees the holder), and
-everything works unchanged without credentials."""
+everything works unchanged without credentials. The lock is released only through the session that took it."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,20 @@ from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Pe
 
 from fleet_doctor import inventory
 from fleet_doctor.audit import steps
+from fleet_doctor.repair.errors import FenceLost, RepairError
+from fleet_doctor.repair.session import holding
 from fleet_doctor.settings import Settings
 from fleet_doctor.zookeeper import ZkAuth, ZkAuthError, cluster_session, credentials, session
 from fleet_doctor.zookeeper.auth import from_connection
-from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LOCK_PARENT, LOCK_ROOT, acquire_lock, lock_holder, release_lock
+from fleet_doctor.zookeeper.lock import (
+    ACTIVE_ROOT,
+    LOCK_PARENT,
+    LOCK_ROOT,
+    LockHeld,
+    acquire_lock,
+    lock_holder,
+    release_lock,
+)
 from fleet_lab.zk_server import ZooKeeperServer, digest_id
 
 KAFKA = ZkAuth("digest", "kafka:kafka-secret")
@@ -237,3 +249,86 @@ def test_audit_reads_zookeeper_with_the_credentials(tmp_path: Path, monkeypatch:
         n = steps.snapshot_zookeeper(inv.zookeeper, store, "run/zk.jsonl", auth=credentials(inv))
         records = store.read_jsonl("run/zk.jsonl")
         assert n == len(records) and any(r.get("topic") == "t" for r in records)
+
+
+def _open_chroot(server: ZooKeeperServer, chroot: str, cluster_id: str | None = "MkU3OEVBNTcwNTJENDM2Qg") -> str:
+    """An open chroot for the product's lock, with Kafka's /cluster/id (``cluster_id`` None: none)."""
+    with session(server.connect) as zk:
+        zk.ensure_path(chroot)
+        if cluster_id and not zk.exists(f"{chroot}/cluster/id"):
+            zk.create(f"{chroot}/cluster/id", json.dumps({"version": "1", "id": cluster_id}).encode(), makepath=True)
+    return chroot
+
+
+def _expire(server: ZooKeeperServer, zk: Any) -> None:
+    """Expire ``zk``'s session as a partition longer than its timeout does (a second client attaching to the same
+    session and closing it), and wait for kazoo to have reconnected with a new session."""
+    from kazoo.client import KazooClient
+
+    old = zk.client_id
+    twin = KazooClient(hosts=server.connect, client_id=old)
+    twin.start(timeout=15)
+    twin.stop()
+    twin.close()
+    deadline = time.monotonic() + 30
+    while not (zk.connected and zk.client_id and zk.client_id[0] != old[0]):
+        assert time.monotonic() < deadline, "kazoo did not reconnect with a new session"
+        time.sleep(0.05)
+
+
+def test_a_lock_whose_session_expired_is_not_released_through_the_new_one(server: ZooKeeperServer) -> None:
+    """Issue 28 item 4: the session the lock was taken in expires while the repair waits (kazoo reconnects with a new
+    one); at the end the worker leaves the lock alone instead of deleting it through the new session."""
+    inv = _inv(server, "/fence-a", "expiring")
+    report: dict[str, Any] = {}
+    with session(server.connect + _open_chroot(server, "/fence-a"), auth=DOCTOR) as zk:
+        with holding(zk, inv, OWNER, report):
+            _expire(server, zk)
+        assert report["lock_released"] is False and "lost its ZooKeeper session" in report["lock_kept"]
+        assert lock_holder(zk, report["lock"]) is not None  # still there for a human (docs/repair.md)
+        assert zk.exists(f"{ACTIVE_ROOT}/{report['lock']}") is None  # the dead session's liveness node went with it
+
+
+def test_a_session_lost_inside_the_act_is_a_fallen_fence(server: ZooKeeperServer) -> None:
+    """kazoo's SessionExpiredError out of the act (a ZooKeeper read in a wait) is the fence falling: FenceLost, and
+    the lock is left alone."""
+    from kazoo.exceptions import SessionExpiredError
+
+    inv = _inv(server, "/fence-b", "expired-in-act")
+    report: dict[str, Any] = {}
+    with session(server.connect + _open_chroot(server, "/fence-b"), auth=DOCTOR) as zk:
+        with pytest.raises(FenceLost), holding(zk, inv, OWNER, report):
+            _expire(server, zk)
+            raise SessionExpiredError()
+        assert lock_holder(zk, report["lock"]) is not None and report["lock_released"] is False
+
+
+def test_the_lock_is_keyed_by_the_clusters_id_and_refuses_another_cluster(server: ZooKeeperServer) -> None:
+    """Issue 28 item 7: two inventories naming one Kafka cluster differently take one lock (its /cluster/id); an
+    inventory or a plan whose cluster id is not the live one is refused before anything is locked."""
+    chroot = _open_chroot(server, "/keyed", cluster_id=None)
+    live = "MkU3OEVBNTcwNTJENDM2Qg"
+    with session(server.connect + chroot, auth=DOCTOR) as zk:
+        assert zk.exists("/cluster/id") is None
+        with (
+            pytest.raises(RepairError, match=r"holds no /cluster/id"),
+            holding(zk, _inv(server, chroot, "a"), OWNER, {}),
+        ):
+            pass
+        zk.create("/cluster/id", json.dumps({"version": "1", "id": live}).encode(), makepath=True)
+        other = dataclasses.replace(_inv(server, chroot, "b"), cluster_id="AAAAAAAAAAAAAAAAAAAAAA")
+        with pytest.raises(RepairError, match=r"names cluster id AAAA.*holds MkU3"), holding(zk, other, OWNER, {}):
+            pass
+        with pytest.raises(RepairError, match=r"plan was made on cluster id BBBB.*now holds MkU3"):
+            with holding(zk, _inv(server, chroot, "a"), OWNER, {}, cluster_id="B" * 22):
+                pass
+        assert lock_holder(zk, live) is None
+        report: dict[str, Any] = {}
+        with holding(zk, _inv(server, chroot, "prod-eu"), OWNER, report):
+            assert lock_holder(zk, live)["cluster"] == "prod-eu" and report["lock"] == live
+            with session(server.connect + chroot, auth=DOCTOR) as second:  # another inventory, the same cluster
+                same = dataclasses.replace(_inv(server, chroot, "kafka-main"), cluster_id=live)
+                with pytest.raises(LockHeld, match="locked by another repair"):
+                    with holding(second, same, {**OWNER, "plan_hash": "b" * 64}, {}):
+                        pass
+        assert lock_holder(zk, live) is None

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fleet_doctor.finding_groups import FindingGroup
-from fleet_doctor.rules import INTERNAL_TOPICS, RULES, Remediation, rule_ids_with
+from fleet_doctor.rules import INTERNAL_TOPICS, RULES, Remediation, legal_topic, rule_ids_with
 
 AUDIT_DAG = "kafka_fleet_audit"
 REPORT_ONLY = Remediation.REPORT_ONLY.value
@@ -70,10 +70,16 @@ class RepairScope:
                 brokers.append(int(b))
             except ValueError:
                 problems.append(f"broker {b!r} is not a broker id (a number): left out")
+        topics = []
+        for t in values["topic"]:
+            if legal_topic(t):
+                topics.append(t)
+            else:  # a partition dir may hold any name; the form's topics are comma-separated Kafka topic names
+                problems.append(f"topic {t!r} is not a Kafka topic name: left out")
         scope = cls(
             rules=tuple(dict.fromkeys(values["rule"])),
             brokers=tuple(dict.fromkeys(brokers)),
-            topics=tuple(dict.fromkeys(values["topic"])),
+            topics=tuple(dict.fromkeys(topics)),
             include_internal=_flag(values["include_internal"]),
             dry_run=_flag(values["dry_run"]),
             audit_run=(values["audit_run"] or ["latest"])[-1] or "latest",

@@ -28,6 +28,7 @@ CLUSTER_METADATA_DIR = "__cluster_metadata-0"  # the metadata log's partition di
 SSH_FIELDS = ("host", "ssh_port", "ssh_user", "ssh_key_file", "host_key")
 _HOST_RE = re.compile(r"[A-Za-z0-9._:-]+")  # names and keys: fullmatch ($ lets "x\n" through)
 _CLUSTER_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_CLUSTER_ID_RE = re.compile(r"[A-Za-z0-9_-]{22}")  # a Kafka Uuid, base64url without padding
 _TMP_DIR_RE = re.compile(r"/[A-Za-z0-9._/-]*")
 _HOST_KEY_RE = re.compile(r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+")
 
@@ -83,6 +84,9 @@ class Inventory:
     min_insync_replicas: int | None = None
     metadata_mode: str = "zookeeper"  # or "kraft": the metadata is read from the controllers' metadata log
     controllers: list[ControllerEntry] = field(default_factory=list)  # KRaft: in the order the audit tries them
+    # the Kafka cluster's id (ZooKeeper's /cluster/id, KRaft's cluster.id): when set, a repair refuses a cluster
+    # whose live id differs (a wrong ensemble or chroot); None: not checked against the inventory
+    cluster_id: str | None = None
 
     @property
     def kraft(self) -> bool:
@@ -324,8 +328,14 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
         if data.get("controllers"):
             raise InventoryError(f"{source}: controllers are for metadata_mode kraft (this inventory's is {mode})")
         controllers = []
+    cluster_id = data.get("cluster_id")
+    if cluster_id is not None and (not isinstance(cluster_id, str) or not _CLUSTER_ID_RE.fullmatch(cluster_id)):
+        raise InventoryError(
+            f"{source}: cluster_id must be Kafka's cluster id (22 base64url characters): {cluster_id!r}"
+        )
     return Inventory(
         cluster=cluster,
+        cluster_id=cluster_id,
         zookeeper=zookeeper,
         brokers=sorted(brokers, key=lambda b: b.id),
         extra=dict(data.get("extra") or {}),

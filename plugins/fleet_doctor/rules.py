@@ -525,6 +525,13 @@ RULES_BY_ID: dict[str, Rule] = {r.id: r for r in RULES}
 # Kafka's own topics: a topic-ID repair leaves their replicas alone unless a person includes them (PRODUCT.md, safety
 # invariant 6); the Kafka fleet view says so when a repair link names one
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# a name Kafka accepts for a topic (org.apache.kafka.common.internals.Topic.validate): these characters, at most 249
+# of them, neither "." nor "..". A partition dir on disk may hold any name; a repair's scope only ever names these
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def legal_topic(name: str) -> bool:
+    return bool(_LEGAL_TOPIC.fullmatch(name)) and name not in (".", "..")
 
 
 def rule_ids_with(remediation: Remediation) -> frozenset[str]:

@@ -139,7 +139,7 @@ class ProbeSplitter:
         except BaseException:
             self._close_writers()
             raise
-        self._partial = b""
+        self._partial: list[bytes] = []  # the start of a line still without its newline, in the chunks it came in
 
     def staged(self, kind: str) -> int:
         """Every record of ``kind`` staged, in either form."""
@@ -172,8 +172,14 @@ class ProbeSplitter:
                 pass
 
     def write(self, data: bytes) -> None:
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
+        cut = data.rfind(b"\n")
+        if cut < 0:  # no line ends here: kept as a chunk, never copied again until its line ends (linear time)
+            if data:
+                self._partial.append(data)
+            return
+        head = b"".join([*self._partial, data[:cut]]) if self._partial else data[:cut]
+        self._partial = [data[cut + 1 :]] if cut + 1 < len(data) else []
+        lines = head.split(b"\n")
         other = []
         sinks = self._sinks
         for line in lines:
@@ -196,8 +202,8 @@ class ProbeSplitter:
             for sink in self._sinks.values():
                 self._flush(sink)
             if self._partial:  # output not ending in a newline: kept as it is, last
-                self.json_out.write(self._partial)
-                self._partial = b""
+                self.json_out.write(b"".join(self._partial))
+                self._partial = []
             for sink in self._sinks.values():
                 sink.writer.close()
         except BaseException:  # the writers' resources released all the same

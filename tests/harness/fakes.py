@@ -14,7 +14,14 @@ exception to raise (a ``RemoteError``, an ``IdentityError``...), or ``"crash"``:
 journal back as it was on disk at that moment). Operations: ``identity``, ``stop``, ``start``, ``status``,
 ``sums``, ``backup``, ``fetched`` (after the backup, before the fetch is checked), ``remove``, ``quarantine``,
 ``verify``, the ``*:after`` of each, raised once the operation has been done, ``connect`` (reaching the host),
-``fence`` (broker 0: the lock's fence, before each step) and ``partitions`` (broker 0: a health poll).
+``fence`` (broker 0: the lock's fence, before each step) and ``partitions`` (broker 0: a health poll). Two faults
+change the fleet rather than raise: ``"disk-full"`` (from then on no file of the attempt can be written:
+``disk_full``, which a test makes the journal's writes honour) and ``"slow-stop"`` (the broker's controlled shutdown
+never ends while the test runs: it stays running and registered). ``"session-expired"`` raises kazoo's
+``SessionExpiredError`` and the lock's fence falls from then on (``session_lost``).
+
+After a ``Crash`` the worker is dead: every later call raises ``Crash`` again and does nothing (a SIGKILL'd process
+runs no handler), until ``revive`` (the task run again).
 """
 
 from __future__ import annotations
@@ -60,6 +67,10 @@ class FakeFleet:
     rejoins: bool = True
     journal: Path | None = None  # the journal file whose on-disk content a crash freezes
     frozen_journal: bytes | None = None
+    dead: bool = False  # the worker crashed: nothing it calls happens any more
+    disk_full: bool = False  # the repairs volume is full: no write of the attempt succeeds
+    stopping: set[int] = field(default_factory=set)  # a stop was sent and the broker is still shutting down
+    session_lost: bool = False  # the lock's ZooKeeper session expired: the fence falls from now on
 
     def __post_init__(self) -> None:
         if not self.running:
@@ -68,6 +79,8 @@ class FakeFleet:
     def fault(self, broker_id: int, op: str) -> None:
         """Record the call; raise what ``faults`` holds for it (once): for ``(broker, op)``, the first call, or for
         ``(broker, "op#n")``, the n-th."""
+        if self.dead:
+            raise Crash(f"the worker is dead: {op} of broker {broker_id} never happens")
         self.calls.append((broker_id, op))
         nth = self.calls.count((broker_id, op))
         what = self.faults.pop((broker_id, f"{op}#{nth}"), None) or self.faults.pop((broker_id, op), None)
@@ -76,8 +89,33 @@ class FakeFleet:
         if what == "crash":
             if self.journal is not None and self.journal.is_file():
                 self.frozen_journal = self.journal.read_bytes()
+            self.dead = True
             raise Crash(f"worker died at {op} of broker {broker_id}")
+        if what == "disk-full":
+            self.disk_full = True
+            return
+        if what == "slow-stop":
+            self.stopping.add(broker_id)
+            return
+        if what == "session-expired":
+            from kazoo.exceptions import SessionExpiredError
+
+            self.session_lost = True
+            raise SessionExpiredError()
         raise what
+
+    def revive(self) -> None:
+        """The task runs again on a live worker, the volume has room, and a slow shutdown has finished by now."""
+        self.dead = self.disk_full = self.session_lost = False
+        for broker_id in sorted(self.stopping):
+            self.stop(broker_id)
+        self.stopping.clear()
+
+    def write(self, path: Path) -> bool:
+        """Before a write of the attempt's files (the journal's): ENOSPC while ``disk_full``."""
+        if self.disk_full:
+            raise OSError(28, "No space left on device", str(path))
+        return True
 
     def crash_journal(self) -> None:
         """After a ``Crash``: the journal as it was on disk when the worker died (its handlers never ran)."""
@@ -85,6 +123,8 @@ class FakeFleet:
             self.journal.write_bytes(self.frozen_journal)
 
     def stop(self, broker_id: int) -> None:
+        if broker_id in self.stopping:
+            return  # a controlled shutdown that takes its time: still running, still registered
         self.running.discard(broker_id)
         for p in self.partitions:
             if broker_id in p.isr and len(p.isr) > 1:
@@ -171,6 +211,8 @@ class FakeHost:
 
     def service(self, name: str, timeout: float) -> None:
         self._op(name, f"service {name}")
+        if name == "start":
+            self.fleet.stopping.discard(self.broker_id)  # a start waits for a stop still in progress
         (self.fleet.stop if name == "stop" else self.fleet.start)(self.broker_id)
         self._done(name)
 

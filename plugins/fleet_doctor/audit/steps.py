@@ -35,6 +35,11 @@ from fleet_doctor.zookeeper import ZkAuth, credentials, session
 from fleet_doctor.zookeeper.cluster import Cluster
 
 PROBE_SOURCE = Path(__file__).resolve().parents[1] / "probe.py"
+# what a worker takes from one broker's probe: its records are short lines (a segment's is under 1 KiB) and about
+# 0.5 KiB per segment in all; a broker sending more, or a line without end, is not running the probe (a hostile or
+# broken host): the stage stops with an error naming it instead of holding a worker slot or filling the store
+PROBE_MAX_BYTES = 4 << 30  # 4 GiB, some 8 million segments
+PROBE_MAX_LINE = 1 << 20
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,6 +148,33 @@ class StageError(StagingError):
     """The probe could not be run on the broker or did not finish."""
 
 
+def bounded(
+    sink: Callable[[bytes], None], who: str, max_bytes: int = PROBE_MAX_BYTES, max_line: int = PROBE_MAX_LINE
+) -> Callable[[bytes], None]:
+    """``sink`` behind the caps on a probe's output: at most ``max_bytes`` in all and ``max_line`` per line, checked
+    on each chunk as it arrives (linear time); past either, StageError naming the broker (the stream stops)."""
+    total = line = 0
+
+    def write(data: bytes) -> None:
+        nonlocal total, line
+        total += len(data)
+        if total > max_bytes:
+            raise StageError(
+                f"{who}: the probe's output passed {max_bytes} bytes: stopped, nothing staged (a broker with more "
+                "than some 8 million segments needs a higher cap; anything else is not the probe's output)"
+            )
+        cut = data.rfind(b"\n")
+        line = line + len(data) if cut < 0 else len(data) - cut - 1
+        if line > max_line:
+            raise StageError(
+                f"{who}: a line of the probe's output is longer than {max_line} bytes: not the probe's output "
+                "(a hostile or broken host?): stopped, nothing staged"
+            )
+        sink(data)
+
+    return write
+
+
 def run_probe(remote: Remote, command: str, sink: Callable[[bytes], None], timeout: float) -> dict[str, Any]:
     """Stream the probe (sent on stdin) through the broker's SSH connection: stdout goes to ``sink`` as it arrives.
     Raises StageError unless the probe exited 0 and its last record is a complete ``probe_end`` (returned)."""
@@ -197,7 +229,7 @@ def stage_broker(
             write(data)
             nbytes += len(data)
 
-        end.update(run_probe(remote, command, sink, timeout))
+        end.update(run_probe(remote, command, bounded(sink, remote.who), timeout))
         return end
 
     splitter = stage_probe(store, key, produce, remote.who)

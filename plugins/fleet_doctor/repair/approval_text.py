@@ -172,7 +172,14 @@ def _internal_lines(plan: Plan) -> list[str]:
     """With ``include_internal`` (ticked by a person), the summary says so and names the internal topics the
     plan touches: their replicas are otherwise never part of a topic-ID repair."""
     if not plan.scope.get("include_internal"):
-        return []
+        named = [t for t in plan.scope.get("topics") or () if t in INTERNAL_TOPICS]
+        if not named:
+            return []
+        shown = ", ".join(md_cell(t, table=False) for t in named)
+        return [
+            f"- **Internal topics named, not included:** {shown}: their replicas are left out of the topic-ID "
+            "repair; a quarantine of their broken index files is planned all the same."
+        ]
     touched: dict[str, set[tuple[int, int | None]]] = defaultdict(set)
     for b in plan.brokers:
         for a in b.actions:
@@ -500,5 +507,6 @@ def restore_markdown(plan: Plan) -> str:
             listed = md_cell(f"{scope['restore_of']}/restores/{plan.hash}/{PLAN}")
             lines.append(f"| … and {len(b.actions) - FILES_SHOWN} more: every file in {listed} of the repairs dir | |")
         lines.append("")
+    lines += [*_gates_lines(plan), ""]
     lines.append(hash_line(plan))  # the restore task checks the approval names this plan
     return "\n".join(lines)

@@ -5,13 +5,15 @@ quoted: the executor decides what to do and when (``repair.executor``), ``Broker
 implementation of these calls, over files in memory, drives the executor in the unit tests
 (``tests/harness/fakes.py``); a contract test runs the same calls on both (``tests/test_fakes_contract.py``).
 
-File changes run while holding every log dir's ``.lock`` the way Kafka does (``LOCKED``), so no broker can start on
-those dirs while a file changes; the lock is never created, and a broker holding it makes the change exit
-``LOCK_HELD`` without running.
+File changes run on the broker as ``repair.on_broker`` (sent to ``python3 -``): no symlink followed at or below a log
+dir, while holding every log dir's ``.lock`` the way Kafka does, so no broker can start on those dirs while a file
+changes; the lock is never created, a broker holding it makes the change exit ``LOCK_HELD`` without running, and a
+path that is not a real file or directory at its expected place exits ``REFUSED`` naming it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Callable, Iterable
@@ -23,29 +25,14 @@ from fleet_doctor import inventory
 from fleet_doctor.identity import verify_broker
 from fleet_doctor.remote import Completed, Remote
 from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.on_broker import LOCK_HELD, REFUSED
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 
-# Runs a shell command while holding every log dir's .lock the way Kafka does (an fcntl lock: Java's FileLock), so no
-# broker can start on those dirs while a file changes; exits 75 without running it when a broker holds one. A
-# missing .lock is not created (a file made by this user could stop Kafka's own user from opening it).
-LOCKED = (
-    "import fcntl, os, subprocess, sys\n"
-    "held = []\n"
-    "for d in sys.argv[2:]:\n"
-    "    p = os.path.join(d, '.lock')\n"
-    "    try:\n"
-    "        fd = os.open(p, os.O_RDWR)\n"
-    "    except FileNotFoundError:\n"
-    "        continue\n"
-    "    try:\n"
-    "        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-    "    except OSError:\n"
-    "        sys.stderr.write('%s is locked: a broker runs on this log dir\\n' % p)\n"
-    "        sys.exit(75)\n"
-    "    held.append(fd)\n"
-    "sys.exit(subprocess.call(['/bin/sh', '-c', sys.argv[1]]))\n"
-)
-LOCK_HELD = 75  # LOCKED's exit status when a broker holds a .lock (the command did not run)
+__all__ = ["LOCK_HELD", "REFUSED", "BrokerHost", "Hosts", "ssh_hosts"]
+
+# every change to a broker's files runs there as this program (no symlink followed, under the log dirs' .lock)
+ON_BROKER = (Path(__file__).resolve().parent / "on_broker.py").read_bytes()
+CHANGE_TIMEOUT_S = 600.0
 _TMP = re.compile(r"fleet-doctor\.[A-Za-z0-9]{10}")
 
 
@@ -138,27 +125,22 @@ class BrokerHost:
         return Backup(digest, remote_tar.rsplit("/", 1)[0])
 
     def remove(self, path: str) -> Completed:
-        """Remove a planned file, under the log dirs' lock (exit ``LOCK_HELD`` when a broker holds it)."""
-        return self._locked(f"rm -f -- {shlex.quote(path)}")
+        """Remove a planned file (exit ``LOCK_HELD`` when a broker holds a log dir's lock, ``REFUSED`` when it or a
+        directory above it up to its log dir is a symlink or not what it should be)."""
+        return self.change([{"op": "remove", "path": path}])
 
     def quarantine(self, path: str, plan_hash: str) -> Completed:
         """Move a planned file into its partition dir's quarantine (``quarantine_dir``), never over an earlier
-        quarantined copy (a plan run again after a restore: ``name``, ``name.1``, ...); the quarantine dirs are owned
-        as the partition dir is (the SSH user need not be Kafka's). Under the log dirs' lock; nothing happens when
-        the file is gone already (an idempotent step run again)."""
-        pdir, name = path.rsplit("/", 1)
-        root, qdir = quarantine_dir(path, plan_hash)
-        q, dest = shlex.quote(path), shlex.quote(f"{qdir}/{name}")
-        return self._locked(
-            f"if [ -e {q} ]; then mkdir -p -- {shlex.quote(qdir)} && "
-            f"chown --reference={shlex.quote(pdir)} -- {shlex.quote(root)} {shlex.quote(qdir)} && d={dest} && n=0 && "
-            f'while [ -e "$d" ]; do n=$((n+1)); d={dest}.$n; done && mv -n -- {q} "$d"; fi'
-        )
+        quarantined copy (a plan run again after a restore: ``name``, ``name.1``, ...); the quarantine dirs are made
+        with plain ``mkdir`` and owned as the partition dir is (the SSH user need not be Kafka's); a quarantine dir
+        that is a symlink is refused. Nothing happens when the file is gone already (an idempotent step run again)."""
+        return self.change([{"op": "quarantine", "path": path, "into": [QUARANTINE_DIR, plan_hash[:16]]}])
 
     def put_back(self, tarball: Path, sha256: str, members: list[str]) -> None:
-        """Upload a backup into a private dir (``mktemp -d``), check its checksum there, and unpack only
-        ``members`` relative to ``/`` (no ``--absolute-names``: GNU tar refuses ``..`` and strips a leading ``/``),
-        under the log dirs' lock. RemoteError when any of it fails."""
+        """Upload a backup into a private dir (``mktemp -d``), check its checksum there, unpack only ``members``
+        into that dir (GNU tar refuses ``..`` and strips a leading ``/``), then install each at its place under
+        ``/`` without following a symlink (``on_broker``: a new file beside it, owned as the partition dir, renamed
+        over it), under the log dirs' lock. RemoteError when any of it fails."""
         base = self.tmp_dir
         tmp = self.remote.run(f"mktemp -d {shlex.quote(base)}/fleet-doctor.XXXXXXXXXX").stdout.strip()
         if tmp.rsplit("/", 1)[0] != base.rstrip("/") or not _TMP.fullmatch(tmp.rsplit("/", 1)[-1]):
@@ -169,21 +151,24 @@ class BrokerHost:
             unpack = (
                 f'[ "$(sha256sum < {target} | cut -c1-64)" = {sha256} ] || '
                 f'{{ echo "checksum mismatch after upload" >&2; exit 1; }}; '
-                f"tar -xzf {target} -C / --no-recursion -- {_quoted(members)}"
+                f"mkdir -- {tmp}/files && tar -xzf {target} -C {tmp}/files --no-recursion -- {_quoted(members)}"
             )
-            ran = self._locked(unpack)
+            ran = self.remote.run(unpack, check=False)
             if ran.exit_status != 0:
                 raise RepairError(f"broker {self.broker_id}: unpacking {tarball.name} failed: {ran.stderr[-300:]}")
+            names = [m.lstrip("/") for m in members]
+            ops = [{"op": "install", "from": f"{tmp}/files/{m}", "path": f"/{m}"} for m in names]
+            ran = self.change(ops)
+            if ran.exit_status != 0:
+                raise RepairError(f"broker {self.broker_id}: putting back {tarball.name} failed: {ran.stderr[-300:]}")
         finally:
             self.remote.run(f"rm -rf -- {tmp}", check=False)
 
     def own_as_parent(self, paths: Iterable[str]) -> None:
-        """Each file owned as its partition dir is (the SSH user need not be Kafka's)."""
-        by_dir: dict[str, list[str]] = {}
-        for p in sorted(paths):
-            by_dir.setdefault(p.rsplit("/", 1)[0], []).append(p)
-        for d, files in by_dir.items():
-            self.remote.run(f"chown --reference={shlex.quote(d)} -- {_quoted(files)}")
+        """Each file owned as its partition dir is (the SSH user need not be Kafka's), no symlink followed."""
+        ran = self.change([{"op": "own", "path": p} for p in sorted(paths)])
+        if ran.exit_status != 0:
+            raise RepairError(f"broker {self.broker_id}: owning the restored files failed: {ran.stderr[-300:]}")
 
     def owners(self, paths: Iterable[str]) -> dict[str, str]:
         """``uid:gid`` of each path."""
@@ -197,9 +182,13 @@ class BrokerHost:
     def close(self) -> None:
         self.remote.close()
 
-    def _locked(self, command: str) -> Completed:
-        dirs = _quoted(self.entry.log_dirs)
-        return self.remote.run(f"python3 -c {shlex.quote(LOCKED)} {shlex.quote(command)} {dirs}", check=False)
+    def change(self, ops: list[dict[str, Any]]) -> Completed:
+        """``ops`` run on the broker by ``repair.on_broker`` (its source on stdin), under the log dirs' lock, no
+        symlink followed; its exit status and output (a JSON line per op done) as they came."""
+        spec = json.dumps({"log_dirs": list(self.entry.log_dirs), "ops": ops})
+        out = bytearray()
+        ran = self.remote.stream(f"python3 - {shlex.quote(spec)}", ON_BROKER, out.extend, CHANGE_TIMEOUT_S)
+        return Completed(ran.exit_status, out.decode(errors="replace"), ran.stderr)
 
 
 # How the executor reaches a broker: (broker id, the journal's command log) -> its host, connected.

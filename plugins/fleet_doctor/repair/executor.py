@@ -67,6 +67,10 @@ def probe_and_detect(inventory: Any) -> PostVerify:
     return verify
 
 
+class StillStopping(RepairError):
+    """The broker's stop did not finish within the plan's ``stop_timeout_s``: it may still be shutting down."""
+
+
 def wait_until(check: Callable[[], bool], timeout: float, message: str, interval: float = 0.5) -> None:
     """Poll ``check`` until it holds; RepairError("<message> within N s") when it does not in time."""
     deadline = time.monotonic() + timeout
@@ -137,10 +141,11 @@ class Executor:
         except BaseException as e:  # also a SIGTERM'd task (Airflow raises a BaseException): the journal says why
             self.journal.data["status"] = "halted"
             self.journal.data["error"] = str(e) or type(e).__name__
-            raise
-        finally:
             if not self.fenced:
-                self.journal.save()
+                self._save_quietly()  # the halt's own error goes up, not a failing journal write's
+            raise
+        if not self.fenced:
+            self.journal.save()
         return self.journal.data
 
     def _next(self, pending: list[BrokerPlan]) -> BrokerPlan:
@@ -187,39 +192,70 @@ class Executor:
                 try:
                     self.fence()
                     detail = step(b, host)
+                    self.journal.advance(b.broker_id, target, detail)  # a failing write is a failure of the step
                 except FenceLost:
                     raise  # not this worker's to record or undo any more
                 except BaseException as e:  # any failure halts the chain, and the journal says where and why
                     self._failed(b, e, f"step {target}")
-                self.journal.advance(b.broker_id, target, detail)
         finally:
             host.close()
 
     def _failed(self, b: BrokerPlan, e: BaseException, where: str) -> NoReturn:
         """Record the broker as failed (its last completed step stays), start it again when it is down and nothing
-        of it was changed, and halt the chain with a RepairError (a BaseException such as a SIGTERM goes on up)."""
+        of it was changed, and halt the chain with a RepairError (a BaseException goes on up: Airflow's
+        ``AirflowTaskTimeout`` of an ``execution_timeout``, a SIGTERM's ``AirflowTaskTerminated``; the broker is
+        started again first all the same). A journal that cannot be written (the repairs volume full) does not stop
+        the restart: the journal keeps the error and the lock stays (``Journal.keeps_lock``)."""
+        self._fence_after(e)
         known = isinstance(e, (RepairError, RemoteError))
         detail = str(e) if known else f"{where}: {type(e).__name__}: {e}"
-        self.journal.advance(b.broker_id, State.FAILED, detail)
-        if isinstance(e, Exception):
-            self._restart_if_unchanged(b)
+        self._save_quietly(lambda: self.journal.advance(b.broker_id, State.FAILED, detail))
+        self._restart_if_unchanged(b, e)
         if not isinstance(e, Exception) or isinstance(e, RepairError):
             raise e
         raise RepairError(detail if known else f"broker {b.broker_id}, {detail}") from e
 
-    def _restart_if_unchanged(self, b: BrokerPlan) -> None:
+    def _fence_after(self, e: BaseException) -> None:
+        """The failure path starts with the fence: a failure inside a step (a wait of minutes) may be the loss of the
+        lock's session itself (kazoo's SessionExpiredError or ConnectionLoss): then this worker records nothing,
+        restarts nothing and leaves the lock alone (``FenceLost``)."""
+        try:
+            self.fence()
+        except FenceLost as lost:
+            self.fenced = True
+            raise lost from e
+
+    def _save_quietly(self, write: Callable[[], None] | None = None) -> None:
+        """A journal write on the failure path: a failing one is logged, and kept by the journal (``unsaved``)."""
+        try:
+            (write or self.journal.save)()
+        except OSError as e:
+            LOG.error("repair %s: the journal could not be written: %s", self.plan.hash[:12], e)
+
+    def _restart_if_unchanged(self, b: BrokerPlan, cause: BaseException) -> None:
         """After a failure: a broker that this attempt stopped and whose files it has not touched is started again
-        (it is as the plan found it); once a file may have changed it stays as it is, for a human (docs/repair.md)."""
+        (it is as the plan found it); once a file may have changed it stays as it is, for a human (docs/repair.md).
+        A stop that did not finish within its gate (``StillStopping``) is checked again first: a broker still
+        running may be in the middle of a slow controlled shutdown, so it is neither counted as up nor started."""
         if self.dry_run or self.journal.changing(b.broker_id):
             return
         if ORDER.index(self.journal.completed(b.broker_id)) < ORDER.index(State.PRECHECKED):
             return  # never got to its stop
+        after = "after_failure"
         try:
             host = self._host(b)
             try:
-                if host.running():
-                    self.journal.note(b.broker_id, "after_failure", "running (nothing of it was changed)")
+                if host.running() and b.broker_id in self.cluster.registered():
+                    if isinstance(cause, StillStopping):
+                        why = f"may be left stopping: {cause}; it still runs, its controlled shutdown may go on"
+                        self._save_quietly(lambda: self.journal.note(b.broker_id, after, why))
+                        return
+                    self._save_quietly(lambda: self.journal.up_again(b.broker_id, "running: its stop never took"))
+                    self._save_quietly(lambda: self.journal.note(b.broker_id, after, "running (nothing changed)"))
                     return
+                if isinstance(cause, StillStopping):  # it stopped after all: wait for the process to be gone
+                    self._wait_stopped(b, host)
+                self.fence()  # still this worker's lock, right before the start
                 host.service("start", self.gates.start_timeout_s)
             finally:
                 host.close()
@@ -229,13 +265,14 @@ class Executor:
                 f"broker {b.broker_id} did not register after its start",
                 f"broker {b.broker_id}: started again after the failure, waiting for it to register in ZooKeeper",
             )
-            self.journal.note(b.broker_id, "after_failure", "started again: nothing of it had been changed")
+            self._save_quietly(lambda: self.journal.up_again(b.broker_id, "started again after the failure"))
+            self._save_quietly(lambda: self.journal.note(b.broker_id, after, "started again: nothing was changed"))
+        except FenceLost:
+            self.fenced = True
+            raise
         except Exception as e:
-            self.journal.note(
-                b.broker_id,
-                "after_failure",
-                f"may be left stopped: checking or starting it again failed: {type(e).__name__}: {e}",
-            )
+            why = f"may be left stopped: checking or starting it again failed: {type(e).__name__}: {e}"
+            self._save_quietly(lambda: self.journal.note(b.broker_id, after, why))
 
     # ---- steps
     def precheck(self, b: BrokerPlan, host: BrokerHost) -> str:
@@ -260,9 +297,15 @@ class Executor:
         )
 
     def stop(self, b: BrokerPlan, host: BrokerHost) -> str:
+        """Journal the stop as issued (the broker counts as down until a start is confirmed), send it, and wait for
+        the process to exit and its registration to go within the plan's ``stop_timeout_s`` (``StillStopping``)."""
         if not self.dry_run:
+            self.journal.stop_issued(b.broker_id)
             host.service("stop", self.gates.stop_timeout_s)
+        self._wait_stopped(b, host)
+        return "process gone and /brokers/ids entry removed"
 
+    def _wait_stopped(self, b: BrokerPlan, host: BrokerHost) -> None:
         def stopped(p: Progress) -> bool:
             if self.dry_run:
                 return True
@@ -275,8 +318,10 @@ class Executor:
             return True
 
         what = f"broker {b.broker_id}: waiting for the process to exit and its /brokers/ids entry to go"
-        self._wait(stopped, self.gates.stop_timeout_s, f"broker {b.broker_id} did not stop", what)
-        return "process gone and /brokers/ids entry removed"
+        try:
+            self._wait(stopped, self.gates.stop_timeout_s, f"broker {b.broker_id} did not stop", what)
+        except RepairError as e:
+            raise StillStopping(f"{e} (the plan's stop_timeout_s)") from e
 
     def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
         """Back up the files about to change, unless a backup of this attempt already holds each of them exactly as it
@@ -381,6 +426,8 @@ class Executor:
             f"broker {b.broker_id} did not register after its start",
             f"broker {b.broker_id}: started, waiting for it to register in /brokers/ids",
         )
+        if not self.dry_run:
+            self.journal.up_again(b.broker_id, "registered again after its start")
         return "registered again"
 
     def healthy(self, b: BrokerPlan, host: BrokerHost) -> str:

@@ -1,9 +1,9 @@
 """The gates: how carefully a plan runs. One definition of each default, read by the executor, by the DAG forms
 (``repair.params``) and by the plan (the form's values are part of its hash and its approval text).
 
-A repair takes its gates from its form and records them in the plan (``gates_of``): the approver sees them, and the
-run uses the plan's, whatever the form says later (``approved_gates``). A restore takes the same gates, with no pause
-between brokers (``RESTORE_PAUSE_S``) and its ``timeout_s`` as the stop and start timeouts.
+A repair or a restore takes its gates from its form and records them in the plan (``gates_of``): the approver sees
+them, and the run uses the plan's, whatever the form says later (``approved_gates``). A restore takes the same
+gates, with no pause between brokers (``RESTORE_PAUSE_S``) and its ``timeout_s`` as the stop and start timeouts.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ RESTORE_TIMEOUT_S = 600.0  # the restore form's timeout_s: per broker, stopped a
 
 @dataclass(frozen=True)
 class Gates:
-    stop_timeout_s: float = 300.0  # the process gone and its /brokers/ids entry removed within
+    # the process gone and its /brokers/ids entry removed within (a controlled shutdown moves every partition
+    # leadership away first: a broker leading thousands takes minutes); past it the broker counts as still stopping
+    stop_timeout_s: float = 300.0
     start_timeout_s: float = 600.0  # registered again after its start within
     healthy_polls: int = 3  # consecutive polls with zero under-replicated partitions
     poll_interval_s: float = 10.0
@@ -50,15 +52,18 @@ class Gates:
 
 
 # the form's values that set a gate (the others are fixed by the product)
-FORM_GATES = ("healthy_polls", "poll_interval_s", "isr_timeout_s", "pause_between_brokers_s")
+FORM_GATES = ("healthy_polls", "poll_interval_s", "isr_timeout_s", "pause_between_brokers_s", "stop_timeout_s")
 # the form's values that decide how carefully a repair runs: recorded in its plan (hash and approval text)
 GATE_PARAMS = (*FORM_GATES, "min_insync_replicas", "dry_run")
+# the restore form's: its timeout, the health gates and the static min ISR (recorded in the restore plan alike)
+RESTORE_GATE_PARAMS = ("timeout_s", "healthy_polls", "poll_interval_s", "isr_timeout_s", "min_insync_replicas")
 DEFAULTS = Gates()
 
 
-def gates_of(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The form's values that decide how carefully the plan runs: part of the plan (its hash, its approval text)."""
-    return {k: params[k] for k in GATE_PARAMS if params.get(k) is not None}
+def gates_of(params: Mapping[str, Any], keys: tuple[str, ...] = GATE_PARAMS) -> dict[str, Any]:
+    """The form's values that decide how carefully the plan runs: part of the plan (its hash, its approval text).
+    ``keys``: the repair's (``GATE_PARAMS``) or the restore's (``RESTORE_GATE_PARAMS``)."""
+    return {k: params[k] for k in keys if params.get(k) is not None}
 
 
 def approved_gates(plan_gates: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,6 +45,7 @@ class Journal:
 
     def __init__(self, path: Path, plan: Plan) -> None:
         self.path = path
+        self.unsaved: str | None = None  # why the last write failed, until one succeeds
         if path.is_file():
             self.data = json.loads(path.read_text())
             if self.data["plan_hash"] != plan.hash:
@@ -86,8 +87,22 @@ class Journal:
         return not self.data.get("dry_run") and any(self.changing(int(b)) for b in self.data["brokers"])
 
     def left_down(self, broker_id: int) -> bool:
-        """Whether a broker this attempt stopped may still be down after a failure (it could not be started again)."""
-        return str(self.data["brokers"][str(broker_id)].get("after_failure", "")).startswith("may be left")
+        """Whether a broker this attempt stopped may still be down: its stop was sent and no start of it has been
+        confirmed since (``stop_issued`` .. ``up_again``), or it could not be started again after a failure."""
+        b = self.data["brokers"][str(broker_id)]
+        return bool(b.get("down")) or str(b.get("after_failure", "")).startswith("may be left")
+
+    def stop_issued(self, broker_id: int) -> None:
+        """Saved before the stop is sent: from here until ``up_again`` the broker counts as down (a worker that dies
+        or a journal write that fails in between leaves the lock held, never a broker down under a released lock)."""
+        self.note(broker_id, "down", f"stop issued at {time.time():.0f}")
+
+    def up_again(self, broker_id: int, how: str) -> None:
+        """A start of the broker was confirmed (it runs and is registered): it no longer counts as down."""
+        b = self.data["brokers"][str(broker_id)]
+        if b.pop("down", None) is not None:
+            b["history"].append({"state": "up", "ts": time.time(), "detail": how})
+            self.save()
 
     def left_for_human(self) -> list[int]:
         """Brokers a human must look at: changed and not done, or left down."""
@@ -148,12 +163,21 @@ class Journal:
         self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, json.dumps(self.data, indent=2, default=str).encode())
+        """Written atomically; when the write fails (the repairs volume full) the error is kept (``unsaved``) until
+        a later write succeeds: what is on disk is then older than what happened, and the lock stays."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, json.dumps(self.data, indent=2, default=str).encode())
+        except OSError as e:
+            self.unsaved = f"{self.path} could not be written: {e}"
+            raise
+        self.unsaved = None
 
     def keeps_lock(self) -> str | None:
         """Why this attempt, halted, keeps the cluster lock for a human (None: it may go): a file may have changed,
         or a broker it stopped may be left down."""
+        if self.unsaved:
+            return f"the journal is behind what happened ({self.unsaved}): the lock stays until a human looks"
         if self.data.get("status") != "done" and self.needs_human():
             return (
                 "halted after changing files (or with a broker it stopped left down): the lock stays until a human "

@@ -52,7 +52,20 @@ def repair_gates() -> dict[str, dict[str, Any]]:
         "description": "Do every read and check and log every command, but write nothing: no backup, no file "
         "change, no broker stop, no ZooKeeper write. The approval then says DRY RUN.",
     }
-    return {"pause_between_brokers_s": pause, **_health_gates(), "dry_run": dry_run, "min_insync_replicas": MIN_ISR}
+    stop = {
+        "default": int(DEFAULTS.stop_timeout_s),
+        "type": "integer",
+        "minimum": 30,
+        "description": "per broker: its controlled shutdown done (process gone, unregistered) within; past it the "
+        "repair halts with the lock held and the broker counted as still stopping",
+    }
+    return {
+        "pause_between_brokers_s": pause,
+        **_health_gates(),
+        "stop_timeout_s": stop,
+        "dry_run": dry_run,
+        "min_insync_replicas": MIN_ISR,
+    }
 
 
 def restore_gates() -> dict[str, dict[str, Any]]:

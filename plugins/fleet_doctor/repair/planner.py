@@ -22,8 +22,9 @@ from typing import Any
 from fleet_doctor import layout
 from fleet_doctor.audit.summary import FindingStatus
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
+from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, RestartPreview, ZkAction, controller_last
-from fleet_doctor.rules import INTERNAL_TOPICS, RULES_BY_ID, Remediation, get
+from fleet_doctor.rules import INTERNAL_TOPICS, RULES_BY_ID, Remediation, get, legal_topic
 from fleet_doctor.staging import load_probe, staged_brokers
 from fleet_doctor.store import Store
 from fleet_doctor.zookeeper.cluster import CLUSTER_DEFAULT_PATH, KAFKA_DEFAULT_MIN_ISR, MIN_ISR
@@ -56,6 +57,11 @@ class FleetFacts:
             if r.get("kind") == "cluster":
                 return r.get("controller_id")
         return None
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The Kafka cluster's id as the audit read it (ZooKeeper's ``/cluster/id``, KRaft's ``cluster.id``)."""
+        return next((r.get("cluster_id") for r in self.zk if r.get("kind") == "cluster" and r.get("cluster_id")), None)
 
     def out_of_isr(self) -> set[int]:
         """Brokers that are an assigned replica of some partition but not in its ISR."""
@@ -370,6 +376,13 @@ def build_plan(
     ``repair.gates.gates_of``; None: none recorded) are part of the hash: the approver sees them. The risk line is
     counted with ZooKeeper's cluster-wide ``min.insync.replicas`` as the audit's snapshot read it, over
     ``static_min_isr`` (``repair.gates.static_min_isr``); the pre-check reads it again before each stop."""
+    named = sorted(set(topics))
+    illegal = [t for t in named if not legal_topic(t)]
+    if illegal:  # the form's topics are split on commas by the page: a name that is not Kafka's is not a topic
+        raise RepairError(
+            f"topics {illegal[:5]}: not Kafka topic names (letters, digits, '.', '_', '-', at most 249): the scope "
+            "is refused, nothing was planned"
+        )
     scope: dict[str, Any] = {
         "rules": sorted(set(rules)),
         "brokers": sorted(set(brokers)),
@@ -379,6 +392,8 @@ def build_plan(
     }
     if gates is not None:
         scope["gates"] = dict(gates)
+    if facts.cluster_id:  # the cluster this plan is for: the repair refuses another (``session.lock_key``)
+        scope["cluster_id"] = facts.cluster_id
     held = set(scope["hold_out"])
     build = _Build(facts, include_internal)
     for f in findings:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +84,12 @@ def restore_plan(
     start: bool,
     controller: int | None,
     attempt: str | None = None,
+    gates: Mapping[str, Any] | None = None,
 ) -> Plan:
     """What a restore will do, for approval: per broker the files put back (path, sha256, from which backup), the
-    backups' checksums, the order (the controller last). Every backup is checked here already: its checksum, and
-    its members exactly the manifest's files, inside the broker's log dirs."""
+    backups' checksums, the order (the controller last), and ``gates`` (the form's, ``gates.gates_of`` with
+    ``RESTORE_GATE_PARAMS``: part of the hash and the approval text, run as approved). Every backup is checked here
+    already: its checksum, and its members exactly the manifest's files, inside the broker's log dirs."""
     plan_dir = find_plan(repairs.root, plan)
     attempt_dir = find_attempt(plan_dir, attempt)
     repair = Plan.from_json((plan_dir / layout.PLAN).read_text())
@@ -128,6 +131,8 @@ def restore_plan(
         "backups": taken,
         "repair_audit_run": repair.audit_run,
     }
+    if gates is not None:
+        scope["gates"] = dict(gates)
     return Plan(
         repair.cluster, f"restore-{plan_dir.name[:12]}", scope, tuple(controller_last(brokers, controller)), (), ()
     )

@@ -9,7 +9,7 @@ from typing import Any
 from fleet_doctor import layout
 from fleet_doctor.repair import approval_text
 from fleet_doctor.repair.broker import ssh_hosts
-from fleet_doctor.repair.gates import Gates
+from fleet_doctor.repair.gates import RESTORE_GATE_PARAMS, Gates, approved_gates, gates_of
 from fleet_doctor.repair.journal import Journal, State
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.restore import RestoreExecutor, find_plan, restore_plan, still_needs_human, stored_restore_plan
@@ -43,6 +43,7 @@ def make_restore_plan(settings: Settings, params: dict[str, Any], controller: in
         bool(params.get("start", True)),
         controller,
         str(params.get("attempt") or "") or None,
+        gates_of(params, RESTORE_GATE_PARAMS),
     )
     d = repairs.restore_dir(p.scope["restore_of"], p.hash)
     d.mkdir(parents=True, exist_ok=True)
@@ -84,6 +85,7 @@ def restore_backup(
     owner = {"plan_hash": plan_dir.name, "step": "restore", "run_id": run_id, "since": time.time()}
     report: dict[str, Any] = {"restore": p.hash, "of": plan_dir.name, "run_id": run_id, "order": p.restart_order}
     journal: Journal | None = None
+    gated = approved_gates(p.gates, params)  # what the approver saw, not what the form says now
 
     def outcome(report: dict[str, Any]) -> None:
         if journal is not None:
@@ -103,7 +105,13 @@ def restore_backup(
 
     result = repairs.restore_result(plan_dir.name, p.hash, run_id)
     with cluster_lock(
-        inv, owner, report, result, take_over=(plan_dir.name, p.scope["attempt"]), before_result=outcome
+        inv,
+        owner,
+        report,
+        result,
+        take_over=(plan_dir.name, p.scope["attempt"]),
+        before_result=outcome,
+        cluster_id=repair.scope.get("cluster_id"),
     ) as lock:
         lock.hand_back_when(left_for_human)  # the halted repair still needs a human: its lock stays
         lock.keep_when(lambda: journal.keeps_lock() if journal else None)
@@ -114,8 +122,8 @@ def restore_backup(
             repairs.restore_run(plan_dir.name, p.hash, run_id),
             inv,
             ssh_hosts(inv, connect or ssh_connect(inv)),
-            lock.cluster(params),
-            Gates.for_restore(params),
+            lock.cluster(gated),
+            Gates.for_restore(gated),
             fence=lock.fence(),
         )
         journal = ex.journal

@@ -102,6 +102,40 @@ def lock_fence(zk: Any, cluster: str, owner: dict[str, Any]) -> Callable[[], Non
     return fence
 
 
+def session_lost(e: BaseException) -> bool:
+    """kazoo's word that the session the lock was taken in is gone or unusable: expired, or the connection lost."""
+    from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
+
+    return isinstance(e, (SessionExpiredError, ConnectionLoss, ConnectionClosedError))
+
+
+def lock_key(cluster: Cluster, inv: inventory.Inventory, planned_id: str | None = None) -> str:
+    """The repair lock's key: the Kafka cluster's own id (``/cluster/id``), so that two inventories naming one cluster
+    differently still take one lock. Refused (RepairError) when ZooKeeper holds no id, or one other than the
+    inventory's ``cluster_id`` or than ``planned_id`` (the id of the cluster the plan was made on, as its audit read
+    it): the inventory points at another cluster (a wrong ensemble or chroot), or the cluster was rebuilt since."""
+    try:
+        live = cluster.cluster_id()
+    except ValueError as e:
+        raise RepairError(f"cluster {inv.cluster}: {e}; nothing was changed") from None
+    if live is None:
+        raise RepairError(
+            f"cluster {inv.cluster}: ZooKeeper ({inv.zookeeper}) holds no /cluster/id, which Kafka 0.10.1+ writes at "
+            "its first start: the repair lock is keyed by it (a wrong chroot?); nothing was changed"
+        )
+    if inv.cluster_id is not None and inv.cluster_id != live:
+        raise RepairError(
+            f"cluster {inv.cluster}: the inventory names cluster id {inv.cluster_id}, ZooKeeper ({inv.zookeeper}) "
+            f"holds {live}: not the same Kafka cluster (a wrong ensemble or chroot?); nothing was changed"
+        )
+    if planned_id is not None and planned_id != live:
+        raise RepairError(
+            f"cluster {inv.cluster}: the plan was made on cluster id {planned_id} (its audit), ZooKeeper "
+            f"({inv.zookeeper}) now holds {live}: not the cluster that was audited; nothing was changed"
+        )
+    return live
+
+
 # ---- the lock skeleton
 Why = Callable[[], str | None]
 
@@ -115,6 +149,7 @@ class LockedCluster:
     inventory: inventory.Inventory
     owner: dict[str, Any]
     report: dict[str, Any]
+    key: str  # the lock's key: the cluster's id (``lock_key``)
     taken_over: dict[str, Any] | None = None  # the halted attempt's holder a restore took the lock over from
     fenced: bool = False
     _keep: list[Why] = field(default_factory=list)
@@ -125,7 +160,7 @@ class LockedCluster:
         return self.inventory.cluster
 
     def fence(self) -> Callable[[], None]:
-        return lock_fence(self.zk, self.name, self.owner)
+        return lock_fence(self.zk, self.key, self.owner)
 
     def cluster(self, params: dict[str, Any]) -> Cluster:
         return cluster_for(self.zk, self.inventory, params)
@@ -140,8 +175,18 @@ class LockedCluster:
         self._hand_back = why
 
     def release(self) -> None:
-        """Release the lock, keep it, or hand it back, as the act said; the report says which."""
+        """Release the lock, keep it, or hand it back, as the act said; the report says which. Only through the
+        session that took it: when the fence has fallen by now (kazoo reconnected with a new session after an
+        expiry), this worker leaves the lock alone."""
         report, who = self.report, self.owner["plan_hash"][:12]
+        if not self.fenced:
+            try:
+                self.fence()()
+            except FenceLost:
+                self.fenced = True
+            except Exception as e:  # ZooKeeper unreachable: nothing can be released, nor safely decided
+                self.fenced = True
+                LOG.error("repair %s: the fence could not be checked before the release: %s", who, e)
         if self.fenced:
             report["lock_kept"] = "this worker lost its ZooKeeper session: it left the lock and the journal alone"
             report["lock_released"] = False
@@ -149,7 +194,7 @@ class LockedCluster:
             return
         back = self._hand_back() if self.taken_over is not None and self._hand_back else None
         if back:
-            hand_back(self.zk, self.name, self.owner)
+            hand_back(self.zk, self.key, self.owner)
             report["lock_kept"] = f"handed back to {self.taken_over.get('run_id')}: {back}"  # type: ignore[union-attr]
             report["lock_released"] = False
             return
@@ -158,11 +203,11 @@ class LockedCluster:
             report["lock_kept"] = why
             LOG.error("repair %s: %s", who, why)
             with contextlib.suppress(Exception):  # this worker is done: only its own liveness node goes
-                release_active(self.zk, self.name)
+                release_active(self.zk, self.key)
         else:
-            release_lock(self.zk, self.name, self.owner)
+            release_lock(self.zk, self.key, self.owner)
         with contextlib.suppress(Exception):
-            report["lock_released"] = lock_holder(self.zk, self.name) is None
+            report["lock_released"] = lock_holder(self.zk, self.key) is None
 
 
 @contextlib.contextmanager
@@ -176,23 +221,33 @@ def holding(
     live_wait_s: float = 60.0,
     check_holder: Callable[[dict[str, Any] | None], None] | None = None,
     take_over: tuple[str, str] | None = None,
+    cluster_id: str | None = None,
 ) -> Iterator[LockedCluster]:
     """Hold the cluster's repair lock in the session ``zk`` as ``owner`` ({plan_hash, step, run_id, since}) around
     the block, then release it, keep it or hand it back (``LockedCluster.release``; the report says which).
     ``wait_s``: how long to wait for another step of the same plan; ``live_wait_s``: for a previous worker of the
     same attempt to be gone (``zookeeper.lock.acquire_lock``); ``check_holder``: called with the current holder
     before the lock is taken (raises to refuse); ``take_over``: (plan hash, attempt) of a halted repair attempt a
-    restore puts back, whose lock it takes over."""
-    lock = LockedCluster(zk, inv, owner, report)
+    restore puts back, whose lock it takes over; ``cluster_id``: the id of the cluster the plan was made on
+    (``lock_key``)."""
+    key = lock_key(Cluster(zk), inv, cluster_id)
+    owner = {**owner, "cluster": inv.cluster}  # the inventory's name, for whoever reads the lock
+    lock = LockedCluster(zk, inv, owner, report, key)
+    report["lock"] = key
     if check_holder is not None:
-        check_holder(lock_holder(zk, inv.cluster))
+        check_holder(lock_holder(zk, key))
     if take_over is not None:
-        lock.taken_over = _take_over(zk, inv.cluster, *take_over, owner)
-    acquire_lock(zk, inv.cluster, owner, wait_s=wait_s, live_wait_s=live_wait_s)
+        lock.taken_over = _take_over(zk, key, *take_over, owner)
+    acquire_lock(zk, key, owner, wait_s=wait_s, live_wait_s=live_wait_s)
     try:
         yield lock
     except FenceLost:
         lock.fenced = True
+        raise
+    except BaseException as e:
+        if session_lost(e):  # the act met the loss itself: the same as a fallen fence
+            lock.fenced = True
+            raise FenceLost(f"the ZooKeeper session this repair locked {inv.cluster} with was lost: {e!r}") from e
         raise
     finally:
         lock.release()

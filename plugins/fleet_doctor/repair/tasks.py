@@ -213,7 +213,13 @@ def execute(
         LOG.info("repair %s: %s", approved.hash[:12], json.dumps(report, default=str))
 
     with cluster_lock(
-        inv, owner, report, workdir / layout.RESULT, check_holder=check_holder, before_result=outcome
+        inv,
+        owner,
+        report,
+        workdir / layout.RESULT,
+        check_holder=check_holder,
+        before_result=outcome,
+        cluster_id=approved.scope.get("cluster_id"),
     ) as lock:
         lock.keep_when(lambda: journal.keeps_lock() if journal else None)
         try:
@@ -272,7 +278,7 @@ def restore_zookeeper(
     record: dict[str, Any] = {"run_id": run_id, "approval": approval, "done": done, "error": None}
     result = repairs_dir(settings).attempt(approved.hash, run_id) / layout.ZOOKEEPER_RESULT
     wait = Gates.from_params(gated).isr_timeout_s * 4
-    with cluster_lock(inv, owner, record, result, wait_s=wait) as lock:
+    with cluster_lock(inv, owner, record, result, wait_s=wait, cluster_id=approved.scope.get("cluster_id")) as lock:
         # a partial write: a human looks first
         lock.keep_when(
             lambda: (

@@ -8,7 +8,10 @@ A partition's ``min.insync.replicas`` is resolved as Kafka resolves a topic's lo
 broker defaults): the topic's override in ``/config/topics/<topic>``, else the dynamic cluster-wide default in
 ``/config/brokers/<default>`` (``ConfigEntityName.Default``), else the static default of the brokers'
 ``server.properties`` (which ZooKeeper does not hold: the caller passes it, from the inventory or a DAG param), else
-Kafka's built-in 1. Per-broker dynamic overrides (``/config/brokers/<id>``) are not read.
+Kafka's built-in 1. A broker's own dynamic value (``/config/brokers/<id>``: ``min.insync.replicas`` is a cluster-wide
+config that Kafka also accepts per broker) stands above the cluster-wide default for that broker; the leader enforces
+its own, and a stop moves leadership to another replica, so a partition without a topic override takes the strictest
+value among its replicas' brokers.
 """
 
 from __future__ import annotations
@@ -71,13 +74,45 @@ class Cluster:
             return self.default_min_isr, "the brokers' static default (inventory or parameter)"
         return KAFKA_DEFAULT_MIN_ISR, "Kafka's default"
 
-    def topic_min_isr(self, topic: str, cluster_default: tuple[int, str] | None = None) -> tuple[int, str]:
-        """A topic's effective ``min.insync.replicas`` and where it comes from."""
+    def topic_min_isr(self, topic: str) -> tuple[int, str] | None:
+        """A topic's own ``min.insync.replicas`` override and its znode; None when it has none."""
         path = f"/config/topics/{topic}"
         cfg = self._config(path)
         if MIN_ISR in cfg:
             return _min_isr_value(cfg[MIN_ISR], path), path
-        return cluster_default or self.cluster_min_isr()
+        return None
+
+    def broker_min_isr(self, broker_id: int, cluster_default: tuple[int, str]) -> tuple[int, str]:
+        """A broker's ``min.insync.replicas`` for topics without an override: its own dynamic value
+        (``/config/brokers/<id>``), else ``cluster_default`` (``cluster_min_isr``)."""
+        path = f"/config/brokers/{broker_id}"
+        cfg = self._config(path)
+        if MIN_ISR in cfg:
+            return _min_isr_value(cfg[MIN_ISR], path), path
+        return cluster_default
+
+    def replicas_min_isr(
+        self, replicas: list[int], cluster_default: tuple[int, str], brokers: dict[int, tuple[int, str]]
+    ) -> tuple[int, str]:
+        """The ``min.insync.replicas`` of a partition without a topic override: the strictest of its replicas'
+        brokers (``broker_min_isr``, cached in ``brokers``): whichever of them leads enforces its own."""
+        for r in replicas:
+            if r not in brokers:
+                brokers[r] = self.broker_min_isr(r, cluster_default)
+        return max((brokers[r] for r in replicas), key=lambda v: v[0], default=cluster_default)
+
+    def cluster_id(self) -> str | None:
+        """``/cluster/id``'s ``id`` (Kafka 0.10.1+ writes it once, at the first broker's start); None when absent."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            raw = self.zk.get("/cluster/id")[0]
+        except NoNodeError:
+            return None
+        try:
+            return str(json.loads(raw)["id"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"/cluster/id: not Kafka's cluster id znode ({e!r}): fix it before a repair") from None
 
     def registered(self) -> set[int]:
         return {int(i) for i in self.zk.get_children("/brokers/ids")}
@@ -114,11 +149,13 @@ class Cluster:
     def partitions(self) -> list[dict[str, Any]]:
         out = []
         cluster_default = self.cluster_min_isr()
+        brokers: dict[int, tuple[int, str]] = {}
         for topic in self.zk.get_children("/brokers/topics"):
             znode = json.loads(self.zk.get(f"/brokers/topics/{topic}")[0])
-            min_isr, source = self.topic_min_isr(topic, cluster_default)
+            own = self.topic_min_isr(topic)
             for p, replicas in znode["partitions"].items():
                 st = json.loads(self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
+                min_isr, source = own or self.replicas_min_isr(replicas, cluster_default, brokers)
                 out.append(
                     {
                         "topic": topic,

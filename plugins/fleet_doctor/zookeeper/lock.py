@@ -87,7 +87,7 @@ def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0
     waits for the broker chain of its plan), never another plan.
 
     A resume is only allowed once the previous worker is gone: the holder also keeps an **ephemeral** znode
-    (``/fleet-doctor/repair-active/<cluster>``) that lives as long as its ZooKeeper session. A crashed worker's
+    (``/fleet-doctor/repair-active/<cluster id>``) that lives as long as its ZooKeeper session. A crashed worker's
     session expires within its session timeout; a worker that still runs (Airflow started a second attempt while
     the first is alive) keeps it, and the second one stops after ``live_wait_s`` instead of running alongside."""
     from kazoo.exceptions import NodeExistsError, NoNodeError
