@@ -493,7 +493,9 @@ def test_live_in_chromium_the_views_links_open_airflow_pages_and_trigger_the_rep
             frame.locator('[data-testid="repair-link"]').click()
             form = frame.locator('[data-testid="repair-form"]')
             form.wait_for()
-            assert frame.locator('input[name="topics"]').input_value() == HOSTILE_TOPIC
+            # a name Kafka never gives a topic is left out of the scope (issue 28 item 16), and the page says so
+            assert frame.locator('input[name="topics"]').input_value() == ""
+            assert "is not a Kafka topic name: left out" in frame.locator("body").inner_text()
             frame.locator('input[name="dry_run"]').check()
             shown = json.loads(frame.locator('[data-testid="repair-conf"]').inner_text())
             frame.locator('[data-testid="trigger-repair"]').click()
@@ -529,7 +531,7 @@ def test_live_in_chromium_the_views_links_open_airflow_pages_and_trigger_the_rep
             "audit_run": "latest",
             "rules": ["index-untrimmed"],
             "brokers": [1],
-            "topics": [HOSTILE_TOPIC],
+            "topics": [],
             "hold_out": [],
             "include_internal": False,
             "dry_run": True,
