@@ -603,3 +603,53 @@ def test_the_scope_takes_kafka_topic_names_only_and_the_approval_names_internal_
     assert "Internal topics named" not in approval_text.repair_markdown(
         build_plan("c", "run1", [], facts, topics=["a"])
     )
+
+
+def test_approvals_are_read_over_https_or_loopback_and_never_through_a_redirect() -> None:
+    """Issue 28 item 13: the approval's source is the deployment's FLEET_DOCTOR_APPROVALS_URL when set (a UI user
+    who edits the connection cannot point it elsewhere), https unless on loopback, and a redirect (which would carry
+    the bearer token on to wherever it points) is refused."""
+    import threading
+    import types
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from fleet_doctor.repair import approval
+    from fleet_doctor.repair.errors import ApprovalError
+
+    conn = types.SimpleNamespace(host="http://10.1.2.3:8080", schema=None, port=None)
+    with pytest.raises(ApprovalError, match=r"10\.1\.2\.3:8080: not https"):
+        approval.approvals_base(Settings("i.json", "/d"), conn)
+    https = Settings("i.json", "/d", approvals_url="https://airflow.example")
+    assert approval.approvals_base(https, conn) == "https://airflow.example"
+    loopback = Settings("i.json", "/d", approvals_url="http://127.0.0.1:28080")
+    assert approval.approvals_base(loopback, conn) == "http://127.0.0.1:28080"  # the deployment's, not the UI's
+
+    seen: list[tuple[str, str | None]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.path == "/hitl":
+                self.send_response(302)
+                self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/elsewhere")
+                self.end_headers()
+            else:
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        with pytest.raises(ApprovalError, match="answered a redirect"):
+            approval._call("GET", f"{url}/hitl", token="secret-token")
+        assert seen == [("/hitl", "Bearer secret-token")]  # the redirect's target never saw the token
+        assert approval._call("GET", f"{url}/ok", token="t") == (200, {})
+    finally:
+        server.shutdown()
+        server.server_close()

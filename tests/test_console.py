@@ -193,6 +193,10 @@ def test_the_page_shows_the_published_findings_grouped_with_repair_links(
     # served as stored, plus only the view's own link handler: the CSP lets that one script (its nonce) run
     nonce = r.headers["content-security-policy"].split("'nonce-", 1)[1].split("'", 1)[0]
     assert r.text.replace(f'<script nonce="{nonce}">{render.NAV_JS}</script>', "") == stored
+    # a store writer may plant HTML in a report: no form of it can submit (issue 28 item 15)
+    policy = dict(d.strip().split(" ", 1) for d in r.headers["content-security-policy"].split(";"))
+    assert policy["form-action"] == "'none'" and policy["script-src"] == f"'nonce-{nonce}'"
+    assert "allow-forms" not in policy["sandbox"] and "allow-scripts" in policy["sandbox"].split()
     assert c.get("/reports/scheduled__1999-01-01T00_00_00_00_00.html").status_code == 404
 
 

@@ -73,6 +73,29 @@ def deployment(root: Path, lab: fleet.LabState) -> dict[str, str]:
     }
 
 
+def test_init_refuses_placeholder_or_short_secrets() -> None:
+    """Issue 28 item 12: .env.example's change-me (or a short value) for the JWT secret, the API secret, the Fernet
+    key or a password in the database or broker URL stops init before anything starts, naming the variable."""
+    good = {
+        "AIRFLOW__API_AUTH__JWT_SECRET": "j" * 43,
+        "AIRFLOW__API__SECRET_KEY": "k" * 43,
+        "AIRFLOW__CORE__FERNET_KEY": "f" * 44,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql+psycopg2://airflow:" + "p" * 22 + "@127.0.0.1:5432/airflow",
+        "AIRFLOW__CELERY__BROKER_URL": "redis://:" + "r" * 22 + "@127.0.0.1:6379/0",
+    }
+    assert deploy.step_secrets(good).startswith("secrets: 5 checked")
+    assert deploy.step_secrets({}) == "secrets: 0 checked (none set)"  # e.g. SQLite, one process
+    for name, bad in (
+        ("AIRFLOW__API_AUTH__JWT_SECRET", "change-me"),
+        ("AIRFLOW__API__SECRET_KEY", "short"),
+        ("AIRFLOW__CORE__FERNET_KEY", "change-me"),
+        ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql+psycopg2://airflow:change-me@127.0.0.1:5432/airflow"),
+        ("AIRFLOW__CELERY__BROKER_URL", "redis://:change-me@127.0.0.1:6379/0"),
+    ):
+        with pytest.raises(deploy.DeployError, match=name):
+            deploy.step_secrets(good | {name: bad})
+
+
 # ---- hostname
 def test_hostname_is_the_containers_name(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.utils.net import getfqdn
@@ -296,12 +319,14 @@ def test_init_runs_every_step_and_says_so(initialised: dict[str, Any]) -> None:
     for r in initialised["runs"]:
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         lines = r.stdout.strip().splitlines()
-        assert [line.split(":")[0] for line in lines] == ["passwords", "database", "pool", "connections"], lines
+        assert [line.split(":")[0] for line in lines] == ["secrets", "passwords", "database", "pool", "connections"], (
+            lines
+        )
         assert not any(pw in r.stdout + r.stderr for pw in secrets)
     first, second, third = (r.stdout.strip().splitlines() for r in initialised["runs"])
-    assert "new password" in first[0] and "kept password" in second[0]
-    assert first[2] == second[2] == "pool: kafka_fleet_audit with 32 slots" and third[2].endswith("with 8 slots")
-    assert first[3] == (
+    assert "new password" in first[1] and "kept password" in second[1]
+    assert first[3] == second[3] == "pool: kafka_fleet_audit with 32 slots" and third[3].endswith("with 8 slots")
+    assert first[4] == (
         f"connections: imported 5 (2 SSH with key {initialised['env'][deploy.SSH_KEY]}, kafka_zk_lab, spark_default, "
         "fleet_doctor_airflow_api)"
     )

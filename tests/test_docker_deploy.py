@@ -461,6 +461,19 @@ def built_targets() -> list[str]:
     return m.group(1).split()
 
 
+def test_the_brokers_ssh_key_is_mounted_only_where_tasks_run(example: dict[str, str]) -> None:
+    """Issue 28 item 15: the key that opens every broker is in the workers (they run the tasks that SSH) and in
+    airflow-init (it checks the key is readable), nowhere else."""
+    compose = load_compose(example)
+    key = "/etc/kafka-fleet-doctor/ssh/id_key"
+    holding = sorted(
+        name
+        for name, service in compose["services"].items()
+        if any(str(v).split(":")[1:2] == [key] for v in service.get("volumes") or ())
+    )
+    assert holding == ["airflow-init", "worker-1", "worker-2"]
+
+
 def test_every_image_compose_names_is_one_docker_build_builds() -> None:
     build = (DOCKER / "build").read_text()
     assert '-t "fleet-doctor/$target:$TAG"' in build and '--target "$target"' in build

@@ -214,3 +214,25 @@ def test_a_damaged_archive_is_ignored_by_the_jvm(private_tmp: Path, aryan_staged
 
 def test_spark_submit_runs_this_interpreter() -> None:
     assert spark.spark_env()["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_spark_submit_inherits_only_the_allow_listed_environment() -> None:
+    """Issue 28 item 12: Airflow's secrets (in every Airflow container's environment) never reach spark-submit."""
+    worker = {
+        "AIRFLOW__API_AUTH__JWT_SECRET": "jwt",
+        "AIRFLOW__CORE__FERNET_KEY": "fernet",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@127.0.0.1/airflow",
+        "FLEET_DOCTOR_NOTIFIERS": '{"webhook": "https://hooks.example/T0/secret"}',
+        "REDIS_PASSWORD": "r",
+        "AWS_ACCESS_KEY_ID": "AKIA",
+        "FLEET_DOCTOR_DATA": "s3a://bucket/fd",
+        "SPARK_LOCAL_DIRS": "/tmp/spark",
+        "JAVA_HOME": "/usr/lib/jvm/java-17",
+        "LC_ALL": "C.UTF-8",
+        "PATH": "/usr/bin",
+    }
+    env = spark.spark_env(worker)
+    assert not {k for k in env if k.startswith("AIRFLOW") or k in ("FLEET_DOCTOR_NOTIFIERS", "REDIS_PASSWORD")}
+    for kept in ("AWS_ACCESS_KEY_ID", "FLEET_DOCTOR_DATA", "SPARK_LOCAL_DIRS", "JAVA_HOME", "LC_ALL"):
+        assert env[kept] == worker[kept]
+    assert env["PATH"].endswith("/usr/bin") and env["PYSPARK_PYTHON"] == sys.executable

@@ -332,3 +332,44 @@ def test_the_lock_is_keyed_by_the_clusters_id_and_refuses_another_cluster(server
                     with holding(second, same, {**OWNER, "plan_hash": "b" * 64}, {}):
                         pass
         assert lock_holder(zk, live) is None
+
+
+def test_a_repair_refuses_an_anonymous_zookeeper_session_unless_the_inventory_says_so(
+    server: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 28 item 9: without credentials a repair would write its lock (and Kafka's znodes) anonymously, in open
+    znodes, silently. It refuses before connecting, unless the inventory says an anonymous session is meant."""
+    from fleet_doctor.repair.session import cluster_lock
+
+    chroot = _open_chroot(server, "/anonymous")
+    inv = _inv(server, chroot, "anon")
+    monkeypatch.delenv("AIRFLOW_CONN_KAFKA_ZK_ANON", raising=False)
+    report: dict[str, Any] = {}
+    with pytest.raises(RepairError, match=r"no ZooKeeper identity .*kafka_zk_anon.*allow_anonymous_zookeeper"):
+        with cluster_lock(inv, OWNER, report, tmp_path / "result.json"):
+            pass
+    with session(server.connect + chroot) as zk:
+        assert zk.exists(LOCK_PARENT) is None  # refused before anything was written
+    allowed = dataclasses.replace(inv, allow_anonymous_zookeeper=True)
+    with cluster_lock(allowed, OWNER, report, tmp_path / "result.json") as lock:
+        assert lock_holder(lock.zk, lock.key)["cluster"] == "anon"
+    conn = {"conn_type": "generic", "host": "127.0.0.1", "port": server.port, "login": "fleet-doctor"}
+    conn |= {"password": "doctor-secret", "extra": {"connect": inv.zookeeper}}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_ZK_ANON", json.dumps(conn))
+    with cluster_lock(inv, OWNER, report, tmp_path / "result.json") as lock:  # an identity: no flag needed
+        assert _acl(lock.zk, f"{LOCK_ROOT}/{lock.key}") == DOCTOR_ACL
+    assert json.loads((tmp_path / "result.json").read_text())["lock_released"] is True
+
+
+def test_tls_options_from_the_connection() -> None:
+    """Issue 28 item 9: ZooKeeper's secure client port through kazoo's TLS options, from the connection's extras."""
+    from fleet_doctor.zookeeper.auth import tls_from_extra
+
+    assert tls_from_extra({}, "c") == {}
+    extra = {"use_ssl": True, "ca": "/etc/zk/ca.pem", "certfile": "/etc/zk/me.pem", "keyfile": "/etc/zk/me.key"}
+    assert tls_from_extra(extra, "c") == {**extra, "verify_certs": True}
+    assert tls_from_extra({"use_ssl": True, "verify_certs": False}, "c") == {"use_ssl": True, "verify_certs": False}
+    with pytest.raises(ZkAuthError, match="use_ssl needs the ca"):
+        tls_from_extra({"use_ssl": True}, "c")
+    with pytest.raises(ZkAuthError, match="TLS files are set but use_ssl is not"):
+        tls_from_extra({"ca": "/etc/zk/ca.pem"}, "c")

@@ -544,7 +544,14 @@ def write_inventory(state: LabState) -> inv.Inventory:
             controllers=[inv.ControllerEntry(id=b.id, metadata_log_dir=b.log_dirs[0]) for b in state.brokers],
         )
     else:
-        inventory = inv.Inventory(cluster=state.cluster, zookeeper=state.zookeeper, brokers=brokers, extra=extra)
+        # the lab's ZooKeeper runs without authentication: its inventory says an anonymous repair is meant
+        inventory = inv.Inventory(
+            cluster=state.cluster,
+            zookeeper=state.zookeeper,
+            brokers=brokers,
+            extra=extra,
+            allow_anonymous_zookeeper=True,
+        )
     if state.kraft:  # a KRaft cluster has no ZooKeeper: the file leaves the field out (docs/inventory.md)
         data = {k: v for k, v in inventory.to_dict().items() if k != "zookeeper"}
         write_atomic(state.inventory_path, (json.dumps(data, indent=2) + "\n").encode("utf-8"))

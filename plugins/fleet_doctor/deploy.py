@@ -128,6 +128,45 @@ def write_passwords(path: Path, table: Mapping[str, str]) -> None:
         raise DeployError(f"{path}: cannot write the Airflow passwords file: {e.strerror or e}") from e
 
 
+# the deployment's shared secrets as Airflow reads them: each container must get the same strong value
+SECRETS = {
+    "AIRFLOW__API_AUTH__JWT_SECRET": 32,  # signs every UI and API token: a guessable one mints an admin's
+    "AIRFLOW__API__SECRET_KEY": 32,
+    "AIRFLOW__CORE__FERNET_KEY": 44,  # 32 bytes, url-safe base64
+}
+# the passwords inside URLs, at least this long
+URL_SECRETS = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": 16, "AIRFLOW__CELERY__BROKER_URL": 16}
+PLACEHOLDERS = frozenset({"change-me", "changeme", "secret", "password", "airflow", "admin", "redis", "postgres"})
+
+
+def step_secrets(env: Mapping[str, str]) -> str:
+    """Step 0: refuse a placeholder (``.env.example``'s ``change-me``) or a short secret before anything starts;
+    returns its line (names, never a value)."""
+    from urllib.parse import urlsplit
+
+    problems, checked = [], []
+    for name, least in SECRETS.items():
+        value = env.get(name)
+        if value is None:
+            continue
+        checked.append(name)
+        if value.strip().lower() in PLACEHOLDERS or len(value) < least:
+            problems.append(f"{name} is a placeholder or shorter than {least} characters")
+    for name, least in URL_SECRETS.items():
+        url = env.get(name)
+        password = urlsplit(url).password if url and "://" in url else None
+        if password is None:
+            continue
+        checked.append(name)
+        if password.lower() in PLACEHOLDERS or len(password) < least:
+            problems.append(f"the password in {name} is a placeholder or shorter than {least} characters")
+    if problems:
+        raise DeployError(
+            "secrets: " + "; ".join(problems) + ": set strong values in the env file (docker/README.md, Secrets)"
+        )
+    return f"secrets: {len(checked)} checked ({', '.join(checked) or 'none set'})"
+
+
 def step_passwords(env: Mapping[str, str]) -> str:
     """Step 1; returns its line (user names, never a password)."""
     users = configured_users(_require(env, USERS))
@@ -251,8 +290,8 @@ def step_connections(env: Mapping[str, str]) -> str:
 
 
 def init(env: Mapping[str, str], say: Callable[[str], None] = print) -> None:
-    """The four steps in order, each saying what it did."""
-    for step in (step_passwords, step_migrate, step_pool, step_connections):
+    """The steps in order, each saying what it did."""
+    for step in (step_secrets, step_passwords, step_migrate, step_pool, step_connections):
         say(step(env))
 
 

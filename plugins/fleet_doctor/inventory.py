@@ -87,6 +87,9 @@ class Inventory:
     # the Kafka cluster's id (ZooKeeper's /cluster/id, KRaft's cluster.id): when set, a repair refuses a cluster
     # whose live id differs (a wrong ensemble or chroot); None: not checked against the inventory
     cluster_id: str | None = None
+    # a repair acts on ZooKeeper (its lock, a topic-ID write) only as an identity (the Airflow connection
+    # kafka_zk_<cluster>'s credentials), unless this says an anonymous session is meant (an open ZooKeeper)
+    allow_anonymous_zookeeper: bool = False
 
     @property
     def kraft(self) -> bool:
@@ -333,9 +336,13 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
         raise InventoryError(
             f"{source}: cluster_id must be Kafka's cluster id (22 base64url characters): {cluster_id!r}"
         )
+    anonymous = data.get("allow_anonymous_zookeeper", False)
+    if not isinstance(anonymous, bool):
+        raise InventoryError(f"{source}: allow_anonymous_zookeeper must be true or false ({anonymous!r})")
     return Inventory(
         cluster=cluster,
         cluster_id=cluster_id,
+        allow_anonymous_zookeeper=anonymous,
         zookeeper=zookeeper,
         brokers=sorted(brokers, key=lambda b: b.id),
         extra=dict(data.get("extra") or {}),

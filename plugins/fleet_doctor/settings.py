@@ -55,6 +55,10 @@ class Settings:
     approvers: tuple[str, ...] = ()  # Airflow user ids allowed to approve a repair (empty: any user)
     allow_self_approval: bool = False  # with approvers set, may the user who triggered a run approve it?
     airflow_api_conn: str = "fleet_doctor_airflow_api"  # the connection the acting tasks read approvals through
+    # the api-server the approvals are read from, set by the deployment (the UI cannot edit it, unlike a connection's
+    # host); empty: the connection's host. https unless on loopback; approvals_ca: the CA file that signed it
+    approvals_url: str = ""
+    approvals_ca: str = ""
     notifiers: str = ""  # JSON list of {"class": ..., "kwargs": {...}} (see notifier_specs)
     report_base_url: str = ""  # where people open the reports (the alert links there)
     # Airflow's UI as people open it (the report's links into the Kafka fleet view); empty: Airflow's [api] base_url
@@ -106,6 +110,8 @@ class Settings:
             approvers=tuple(u.strip() for u in approvers if u.strip()),
             allow_self_approval=flag("FLEET_DOCTOR_ALLOW_SELF_APPROVAL", cls.allow_self_approval),
             airflow_api_conn=env.get("FLEET_DOCTOR_AIRFLOW_API_CONN") or cls.airflow_api_conn,
+            approvals_url=(env.get("FLEET_DOCTOR_APPROVALS_URL") or "").rstrip("/"),
+            approvals_ca=env.get("FLEET_DOCTOR_APPROVALS_CA") or "",
             notifiers=env.get("FLEET_DOCTOR_NOTIFIERS") or "",
             report_base_url=env.get("FLEET_DOCTOR_REPORT_BASE_URL") or "",
             airflow_url=(env.get("FLEET_DOCTOR_AIRFLOW_URL") or "").rstrip("/"),

@@ -101,10 +101,27 @@ def _spark_home() -> str:
     return next(iter(spec.submodule_search_locations))
 
 
+# what a spark-submit inherits from the worker's environment: Spark's, Java's, Hadoop's and the store's settings, the
+# product's own (not its notifiers: webhook URLs carry tokens) and the process basics. Never Airflow's (its JWT
+# secret, Fernet key and database URL are in every Airflow container's environment) nor anything else unlisted
+SPARK_ENV_PREFIXES = ("SPARK_", "PYSPARK_", "HADOOP_", "JAVA_", "AWS_", "FLEET_DOCTOR_", "LC_")
+SPARK_ENV_NAMES = frozenset(
+    {"PATH", "HOME", "LANG", "TZ", "TMPDIR", "USER", "LOGNAME", "PYTHONPATH", "VIRTUAL_ENV", "HOSTNAME"}
+)
+SPARK_ENV_WITHHELD = frozenset({"FLEET_DOCTOR_NOTIFIERS"})
+
+
 def spark_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for a spark-submit on this machine, from this interpreter's pyspark (the pip package ships Spark):
-    its Spark, this Python for driver and executors, this venv's bin first, and a loopback driver address."""
-    env = dict(os.environ if base is None else base)
+    its Spark, this Python for driver and executors, this venv's bin first, and a loopback driver address; of
+    ``base`` (the process's environment) only the allow-listed variables (``SPARK_ENV_PREFIXES``,
+    ``SPARK_ENV_NAMES``)."""
+    given = os.environ if base is None else base
+    env = {
+        k: v
+        for k, v in given.items()
+        if (k in SPARK_ENV_NAMES or k.startswith(SPARK_ENV_PREFIXES)) and k not in SPARK_ENV_WITHHELD
+    }
     env["SPARK_HOME"] = _spark_home()
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -33,10 +33,14 @@ PAGE_CSP = (
     "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'self'"
 )
-# a stored report: no script of its own, only the view's link handler (nonce'd)
+# a stored report: no script of its own, only the view's link handler (nonce'd); anyone who can write the store can
+# plant HTML in it, so it may not submit a form anywhere (form-action, and a sandbox without allow-forms) nor run a
+# script of its own (the nonce). The sandbox keeps the origin (allow-same-origin): the link handler opens Airflow's
+# pages in the Airflow window through its history, which a frame with an opaque origin may not touch
 REPORT_CSP = (
     "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
-    "frame-ancestors 'self'"
+    "form-action 'none'; frame-ancestors 'self'; sandbox allow-scripts allow-same-origin allow-popups "
+    "allow-popups-to-escape-sandbox"
 )
 HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
 

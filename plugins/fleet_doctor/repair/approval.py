@@ -180,15 +180,48 @@ def api_base(conn: Any) -> str:
     return str(conf.get("api", "base_url")).rstrip("/")
 
 
-def _call(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def approvals_base(settings: Settings, conn: Any) -> str:
+    """Where approvals are read: the deployment's ``FLEET_DOCTOR_APPROVALS_URL`` (configuration the UI cannot edit),
+    else the connection's (``api_base``). ApprovalError unless it is https, or http on loopback: the user's password
+    and token go there, and a forged answer from it would stand for a human."""
+    base = settings.approvals_url or api_base(conn)
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme != "https" and not (parts.scheme == "http" and parts.hostname in LOOPBACK):
+        raise ApprovalError(
+            f"cannot read the approval from {base}: not https (only loopback may use http); set "
+            "FLEET_DOCTOR_APPROVALS_URL to the api-server's https URL (and FLEET_DOCTOR_APPROVALS_CA to its CA)"
+        )
+    return base
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: urllib would send the Authorization header (the token) on to wherever it points."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        raise urllib.error.HTTPError(req.full_url, code, f"redirected to {newurl}: not followed", headers, fp)
+
+
+def _opener(ca: str = "") -> urllib.request.OpenerDirector:
+    import ssl
+
+    context = ssl.create_default_context(cafile=ca or None)
+    return urllib.request.build_opener(_NoRedirect(), urllib.request.HTTPSHandler(context=context))
+
+
+def _call(method: str, url: str, body: Any = None, token: str | None = None, ca: str = "") -> tuple[int, Any]:
     req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(), method=method)
     req.add_header("Content-Type", "application/json")
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as r:
+        with _opener(ca).open(req, timeout=HTTP_TIMEOUT_S) as r:
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
+        if 300 <= e.code < 400:
+            raise ApprovalError(f"cannot read the approval: {method} {url} answered a redirect ({e.msg})") from e
         return e.code, e.read().decode(errors="replace")[:300]
     except (OSError, ValueError) as e:
         raise ApprovalError(f"cannot read the approval: {method} {url} failed ({e})") from e
@@ -198,8 +231,9 @@ def read_hitl_detail(settings: Settings, dag_id: str, run_id: str, task_id: str)
     """Airflow's HITL detail of ``task_id`` (unmapped) in the run, as its REST API returns it; None when it has
     none (404)."""
     conn = _connection(settings.airflow_api_conn)
-    base = api_base(conn)
-    status, got = _call("POST", f"{base}/auth/token", {"username": conn.login, "password": conn.password})
+    base = approvals_base(settings, conn)
+    ca = settings.approvals_ca
+    status, got = _call("POST", f"{base}/auth/token", {"username": conn.login, "password": conn.password}, ca=ca)
     if status not in (200, 201) or not isinstance(got, dict) or "access_token" not in got:
         raise ApprovalError(
             f"cannot read the approval: {base}/auth/token refused the user {conn.login!r} of the connection "
@@ -208,7 +242,7 @@ def read_hitl_detail(settings: Settings, dag_id: str, run_id: str, task_id: str)
     q = urllib.parse.quote
     run = f"{base}/api/v2/dags/{q(dag_id, safe='')}/dagRuns/{q(run_id, safe='')}"
     url = f"{run}/taskInstances/{q(task_id, safe='')}/-1/hitlDetails"
-    status, detail = _call("GET", url, token=got["access_token"])
+    status, detail = _call("GET", url, token=got["access_token"], ca=ca)
     if status == 404:
         return None
     if status != 200 or not isinstance(detail, dict):

@@ -26,7 +26,7 @@ from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.gates import static_min_isr
 from fleet_doctor.settings import Settings, SettingsError
 from fleet_doctor.store import write_atomic
-from fleet_doctor.zookeeper import cluster_session
+from fleet_doctor.zookeeper import cluster_session, credentials
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import (
     ACTIVE_ROOT,
@@ -268,7 +268,16 @@ def cluster_lock(
     node outlives a worker that died), then ``report`` written to ``result`` whatever happened (``before_result``
     adds to it first). ``hold``: ``holding``'s keywords."""
     try:
-        with cluster_session(inv, timeout=session_timeout, start_timeout=CONNECT_TIMEOUT_S) as zk:
+        auth = credentials(inv)
+        if auth is None and not inv.allow_anonymous_zookeeper:
+            raise RepairError(
+                f"cluster {inv.cluster}: no ZooKeeper identity (the Airflow connection {inv.zookeeper_connection_id} "
+                "sets no credentials): a repair writes its lock and Kafka's znodes only as an identity whose ACL "
+                "protects them; set the connection's login and password (docs/inventory.md), or, for a ZooKeeper "
+                "without authentication, say so with the inventory's allow_anonymous_zookeeper: true. Nothing was "
+                "changed"
+            )
+        with cluster_session(inv, auth=auth, timeout=session_timeout, start_timeout=CONNECT_TIMEOUT_S) as zk:
             with holding(zk, inv, owner, report, **hold) as lock:
                 yield lock
     finally:

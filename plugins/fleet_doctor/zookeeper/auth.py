@@ -118,11 +118,31 @@ def from_connection(login: str | None, password: str | None, extra: Mapping[str,
     raise ZkAuthError(f"{where}: auth_scheme {scheme!r}: use digest, sasl or none")
 
 
-def credentials(inv: Any) -> ZkAuth | None:
-    """The ZooKeeper identity of cluster ``inv`` (an Inventory, or a cluster name) from its Airflow connection
-    ``kafka_zk_<cluster>``; None when Airflow is not installed or the connection does not exist (no
-    authentication). Any other failure to read the connection (a secrets backend down) is raised: a repair must
-    not fall back to creating open znodes."""
+TLS_FIELDS = ("ca", "certfile", "keyfile", "keyfile_password")
+
+
+def tls_from_extra(extra: Mapping[str, Any], conn_id: str) -> dict[str, Any]:
+    """kazoo's TLS keyword arguments from a connection's extras (``use_ssl``, ``ca``, ``certfile``, ``keyfile``,
+    ``keyfile_password``, ``verify_certs``: ZooKeeper 3.5+'s secure client port); {} without ``use_ssl``."""
+    if not extra.get("use_ssl"):
+        if any(extra.get(k) for k in TLS_FIELDS):
+            raise ZkAuthError(f"Airflow connection {conn_id}: TLS files are set but use_ssl is not: set use_ssl true")
+        return {}
+    opts: dict[str, Any] = {"use_ssl": True, "verify_certs": extra.get("verify_certs", True) is not False}
+    opts.update({k: str(extra[k]) for k in TLS_FIELDS if extra.get(k)})
+    if opts["verify_certs"] and "ca" not in opts:
+        raise ZkAuthError(f"Airflow connection {conn_id}: use_ssl needs the ca that signed ZooKeeper's certificate")
+    return opts
+
+
+def tls(inv: Any) -> dict[str, Any]:
+    """kazoo's TLS options for cluster ``inv`` from its connection ``kafka_zk_<cluster>`` (``tls_from_extra``); {}
+    without Airflow or the connection."""
+    conn = _connection(inv)
+    return tls_from_extra(conn.extra_dejson or {}, conn.conn_id) if conn is not None else {}
+
+
+def _connection(inv: Any) -> Any:
     conn_id = inv.zookeeper_connection_id if hasattr(inv, "zookeeper_connection_id") else f"kafka_zk_{inv}"
     try:
         from airflow.sdk import BaseHook
@@ -130,7 +150,17 @@ def credentials(inv: Any) -> ZkAuth | None:
     except ImportError:
         return None
     try:
-        conn = BaseHook.get_connection(conn_id)
+        return BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         return None
-    return from_connection(conn.login, conn.password, conn.extra_dejson or {}, conn_id)
+
+
+def credentials(inv: Any) -> ZkAuth | None:
+    """The ZooKeeper identity of cluster ``inv`` (an Inventory, or a cluster name) from its Airflow connection
+    ``kafka_zk_<cluster>``; None when Airflow is not installed or the connection does not exist (no
+    authentication). Any other failure to read the connection (a secrets backend down) is raised: a repair must
+    not fall back to creating open znodes."""
+    conn = _connection(inv)
+    if conn is None:
+        return None
+    return from_connection(conn.login, conn.password, conn.extra_dejson or {}, conn.conn_id)
