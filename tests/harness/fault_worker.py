@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +23,13 @@ from fleet_doctor import inventory
 from fleet_doctor.layout import RESULT, RepairsDir
 from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
 from fleet_doctor.repair.executor import Executor
-from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.plan import BrokerPlan, Plan
 from fleet_doctor.repair.session import cluster_lock
+from harness.repair_lab import FAST
 from harness.ssh import ssh_connect
 
 POINTS = ("after-precheck", "after-stop", "mid-backup", "after-backup", "mid-change", "after-start")
-GATES = Gates(
-    stop_timeout_s=60,
-    start_timeout_s=60,
-    healthy_polls=2,
-    poll_interval_s=0.5,
-    isr_timeout_s=60,
-    pause_between_brokers_s=0,
-)
+GATES = replace(FAST, healthy_polls=2)
 
 
 def die() -> None:
