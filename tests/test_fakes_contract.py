@@ -14,8 +14,9 @@ import pytest
 
 from fleet_doctor import inventory
 from fleet_doctor.repair import backups
-from fleet_doctor.repair.broker import LOCK_HELD, ssh_hosts
+from fleet_doctor.repair.broker import ssh_hosts
 from fleet_doctor.repair.executor import wait_until
+from fleet_doctor.repair.on_broker import LOCK_HELD
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_lab import fleet
 from harness.fakes import FakeCluster, FakeFleet, FakeHost, FakePartition

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.repair.broker import ON_BROKER, quarantine_dir
+from fleet_doctor.repair.broker import ON_BROKER, quarantine_dir, quarantine_subdirs
 from fleet_doctor.repair.on_broker import LOCK_HELD, REFUSED
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 
@@ -73,7 +73,7 @@ def test_a_planted_quarantine_symlink_is_refused_and_its_target_untouched(log_di
     index = log_dir / "t-0" / "00000000000000000000.index"
     (log_dir / "t-0" / QUARANTINE_DIR).symlink_to(outside)
     before = fingerprint(outside)
-    ran = run(log_dir, {"op": "quarantine", "path": str(index), "into": [QUARANTINE_DIR, PLAN[:16]]})
+    ran = run(log_dir, {"op": "quarantine", "path": str(index), "into": quarantine_subdirs(PLAN)})
     assert ran.returncode == REFUSED, ran
     assert f"{log_dir}/t-0/{QUARANTINE_DIR} is a symlink" in ran.stderr
     assert fingerprint(outside) == before  # still root's, same mode and mtime, nothing made in it
@@ -87,7 +87,7 @@ def test_a_partition_dir_swapped_for_a_symlink_is_refused_for_every_change(log_d
     before = fingerprint(outside)
     for op in (
         {"op": "remove", "path": f"{pdir}/00000000000000000000.index"},
-        {"op": "quarantine", "path": f"{pdir}/00000000000000000000.index", "into": [QUARANTINE_DIR, PLAN[:16]]},
+        {"op": "quarantine", "path": f"{pdir}/00000000000000000000.index", "into": quarantine_subdirs(PLAN)},
         {"op": "own", "path": f"{pdir}/passwd"},
     ):
         ran = run(log_dir, op)
@@ -112,7 +112,7 @@ def test_a_symlink_in_place_of_a_file_is_neither_removed_through_nor_written_thr
     source.write_bytes(b"version: 0\ntopic_id: BBBBBBBBBBBBBBBBBBBBBB")
     for op in (
         {"op": "remove", "path": f"{pdir}/partition.metadata"},
-        {"op": "quarantine", "path": f"{pdir}/partition.metadata", "into": [QUARANTINE_DIR, PLAN[:16]]},
+        {"op": "quarantine", "path": f"{pdir}/partition.metadata", "into": quarantine_subdirs(PLAN)},
         {"op": "install", "from": str(source), "path": f"{pdir}/partition.metadata"},
         {"op": "own", "path": f"{pdir}/partition.metadata"},
     ):
@@ -141,7 +141,7 @@ def test_remove_quarantine_install_own_as_kafka_lays_them_out(log_dir: Path) -> 
     pdir = log_dir / "t-0"
     index = pdir / "00000000000000000000.index"
     original = index.read_bytes()
-    into = [QUARANTINE_DIR, PLAN[:16]]
+    into = quarantine_subdirs(PLAN)
     ran = run(log_dir, {"op": "quarantine", "path": str(index), "into": into})
     assert ran.returncode == 0, ran
     root, qdir = quarantine_dir(str(index), PLAN)

@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor.remote import Completed, RemoteError
-from fleet_doctor.repair.broker import LOCK_HELD, Backup, quarantine_dir
+from fleet_doctor.repair.broker import Backup, quarantine_dir
+from fleet_doctor.repair.on_broker import LOCK_HELD
 from fleet_doctor.zookeeper.cluster import KAFKA_DEFAULT_MIN_ISR, Cluster
 
 

@@ -25,10 +25,7 @@ from fleet_doctor import inventory
 from fleet_doctor.identity import verify_broker
 from fleet_doctor.remote import Completed, Remote
 from fleet_doctor.repair.errors import RepairError
-from fleet_doctor.repair.on_broker import LOCK_HELD, REFUSED
 from fleet_doctor.repair.plan import QUARANTINE_DIR
-
-__all__ = ["LOCK_HELD", "REFUSED", "BrokerHost", "Hosts", "ssh_hosts"]
 
 # every change to a broker's files runs there as this program (no symlink followed, under the log dirs' .lock)
 ON_BROKER = (Path(__file__).resolve().parent / "on_broker.py").read_bytes()
@@ -36,11 +33,16 @@ CHANGE_TIMEOUT_S = 600.0
 _TMP = re.compile(r"fleet-doctor\.[A-Za-z0-9]{10}")
 
 
+def quarantine_subdirs(plan_hash: str) -> list[str]:
+    """The dirs below a partition dir a planned file is quarantined in: ``fleet-doctor-quarantine/<plan hash[:16]>``."""
+    return [QUARANTINE_DIR, plan_hash[:16]]
+
+
 def quarantine_dir(path: str, plan_hash: str) -> tuple[str, str]:
     """Where a planned file is quarantined: ``(<partition dir>/fleet-doctor-quarantine, .../<plan hash[:16]>)``."""
-    parent = path.rsplit("/", 1)[0]
-    root = f"{parent}/{QUARANTINE_DIR}"
-    return root, f"{root}/{plan_hash[:16]}"
+    root, sub = quarantine_subdirs(plan_hash)
+    root = f"{path.rsplit('/', 1)[0]}/{root}"
+    return root, f"{root}/{sub}"
 
 
 def _sums(text: str) -> dict[str, str]:
@@ -134,7 +136,7 @@ class BrokerHost:
         quarantined copy (a plan run again after a restore: ``name``, ``name.1``, ...); the quarantine dirs are made
         with plain ``mkdir`` and owned as the partition dir is (the SSH user need not be Kafka's); a quarantine dir
         that is a symlink is refused. Nothing happens when the file is gone already (an idempotent step run again)."""
-        return self.change([{"op": "quarantine", "path": path, "into": [QUARANTINE_DIR, plan_hash[:16]]}])
+        return self.change([{"op": "quarantine", "path": path, "into": quarantine_subdirs(plan_hash)}])
 
     def put_back(self, tarball: Path, sha256: str, members: list[str]) -> None:
         """Upload a backup into a private dir (``mktemp -d``), check its checksum there, unpack only ``members``

@@ -30,10 +30,11 @@ from typing import Any, NoReturn
 from fleet_doctor import layout
 from fleet_doctor.remote import RemoteError
 from fleet_doctor.repair import backups
-from fleet_doctor.repair.broker import LOCK_HELD, BrokerHost, Hosts
+from fleet_doctor.repair.broker import BrokerHost, Hosts
 from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.journal import ORDER, Journal, State
+from fleet_doctor.repair.on_broker import LOCK_HELD
 from fleet_doctor.repair.plan import BrokerPlan, Plan, controller_last, planned_path_ok
 from fleet_doctor.repair.progress import Progress, heartbeat, pause
 from fleet_doctor.store import write_atomic
