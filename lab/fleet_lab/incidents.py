@@ -44,7 +44,7 @@ from fleet_lab.fleet import (
     wait_healthy,
 )
 from fleet_lab.kafka_files import log_batches, random_topic_id, segment_bases, write_partition_metadata
-from fleet_lab.kraft import METADATA_DIR, read_batch, read_batch_refs, write_quorum_state
+from fleet_lab.kraft import METADATA_DIR, read_batch, read_batch_refs, snapshot_ids, write_quorum_state
 
 
 @dataclass
@@ -438,7 +438,10 @@ def metadata_log_torn(state: LabState, broker: int | None, crc: bool) -> Injecte
         data_refs = [r for r in refs if not r.header.control and r.header.last_offset + 1 < refs[-1].header.base_offset]
         if not data_refs:
             raise LabError(f"{mdir} holds no closed data batch to damage")
-        ref = data_refs[len(data_refs) // 2]
+        # the newest closed data batch past the newest snapshot: one in the middle is soon covered by a snapshot
+        # (every 8 KiB of metadata here), and the replay, as Kafka's, starts after the newest snapshot
+        snap_end = max((end for end, _epoch in snapshot_ids(mdir)), default=0)
+        ref = ([r for r in data_refs if r.header.base_offset >= snap_end] or data_refs)[-1]
         flip_at = ref.position + ref.header.size - 2  # inside the last record's value: covered by the CRC
         with open(ref.segment, "r+b") as f:
             f.seek(flip_at)
