@@ -63,7 +63,7 @@ from fleet_lab.kafka_files import (
     write_meta_properties,
     write_partition_metadata,
 )
-from fleet_lab.zk_server import ZooKeeperServer, free_port, pid_alive, process_mentions
+from fleet_lab.zk_server import ZooKeeperServer, free_ports, pid_alive, process_mentions
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("FLEET_DOCTOR_CORPUS", REPO.parent / "shared" / "kafka-real-data"))
@@ -682,14 +682,18 @@ def _fresh_lab_dir(lab_dir: Path, cluster: str) -> str:
 def _add_hosts(state: LabState, brokers: int, log_dirs_per_broker: int) -> None:
     """One host per broker: its run dir, host key, empty log dirs, ports and running sshd."""
     lab_dir = Path(state.dir)
-    for bid in range(1, brokers + 1):
+    # every port at once: a broker's listener is bound only when the broker starts, after every sshd, so ports chosen
+    # one at a time could give a listener's port to a later sshd too ("Address already in use" at the start)
+    taken = [p for b in state.brokers for p in (b.ssh_port, b.listener_port)]
+    ports = iter(free_ports(2 * brokers, taken=taken + ([state.zk_port] if state.zk_port else [])))
+    for bid in range(len(state.brokers) + 1, len(state.brokers) + brokers + 1):
         run = lab_dir / f"broker-{bid}"
         run.mkdir()
         host_key = _keygen(run / "ssh_host_ed25519_key", f"broker-{bid}")
         log_dirs = [str(run / f"data-{k}") for k in range(log_dirs_per_broker)]
         for d in log_dirs:
             Path(d).mkdir()
-        b = LabBrokerState(bid, free_port(), free_port(), None, str(run), log_dirs, host_key)
+        b = LabBrokerState(bid, next(ports), next(ports), None, str(run), log_dirs, host_key)
         state.brokers.append(b)
         b.sshd_pid = _start_sshd(b, lab_dir, state.user)
     state.save()

@@ -29,7 +29,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -108,12 +108,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct ports nobody listens on now (``free_port``'s, outside the ephemeral range)."""
+def free_ports(n: int, host: str = "127.0.0.1", taken: Iterable[int] = ()) -> list[int]:
+    """``n`` distinct ports nobody listens on now (``free_port``'s, outside the ephemeral range), none of ``taken``
+    (ports already given to a server that is not listening yet, or not now: a stopped broker keeps its ports)."""
     ports: list[int] = []
+    taken = set(taken)
     while len(ports) < n:
         port = free_port(host)
-        if port not in ports:
+        if port not in ports and port not in taken:
             ports.append(port)
     return ports
 
