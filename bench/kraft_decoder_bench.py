@@ -52,11 +52,11 @@ BEGIN, END = "<!-- kraft-decoder-bench:begin -->", "<!-- kraft-decoder-bench:end
 RSS_TARGET_MIB = 64
 CLEAR_ELR_TARGET_S = 2.0
 TS = 1_700_000_000_000
-# reads the bundle from stdin, runs it as ``python3 -`` would, and prints VmHWM (kB) on fd 2 at exit
+# reads the bundle from stdin, runs it as ``python3 -`` would, and prints VmHWM and VmPeak (kB) on fd 2 at exit
 WRAPPER = (
     "import atexit, os, sys\n"
-    "atexit.register(lambda: os.write(2, ('\\nVmHWM ' + [l.split()[1] for l in open('/proc/self/status') "
-    "if l.startswith('VmHWM')][0] + '\\n').encode()))\n"
+    "atexit.register(lambda: os.write(2, ''.join('\\n' + l.split()[0][:-1] + ' ' + l.split()[1] + '\\n' "
+    "for l in open('/proc/self/status') if l.startswith(('VmHWM', 'VmPeak'))).encode()))\n"
     "sys.argv = ['-'] + sys.argv[1:]\n"
     "exec(compile(sys.stdin.buffer.read(), '<stdin>', 'exec'), {'__name__': '__main__'})\n"
 )
@@ -117,6 +117,7 @@ def decode(mdir: Path) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     err = done.stderr.decode(errors="replace")
     hwm = int(err.rsplit("VmHWM ", 1)[1].split()[0]) if "VmHWM " in err else -1
+    peak = int(err.rsplit("VmPeak ", 1)[1].split()[0]) if "VmPeak " in err else -1
     if done.returncode != 0:
         raise SystemExit(f"the decoder exited {done.returncode} on {mdir}: {err[-2000:]}")
     records = [json.loads(line) for line in done.stdout.splitlines()]
@@ -125,6 +126,7 @@ def decode(mdir: Path) -> dict:
         "wall_s": wall,
         "cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
         "rss_mib": hwm / 1024,
+        "address_space_mib": peak / 1024,
         "records": len(records),
         "partitions": sum(1 for r in records if r.get("kind") == "partition_state"),
         "problems": problems,
@@ -164,8 +166,8 @@ def main() -> int:
         assert big["partitions"] == a.partitions and not big["problems"]
     clear_s = clear["cpu_s"] - baseline["cpu_s"]
     lines = [
-        "| case | segment | wall | CPU | peak RSS | output | target |",
-        "|---|---:|---:|---:|---:|---|---|",
+        "| case | segment | wall | CPU | peak RSS | peak address space | output | target |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         target = ""
@@ -185,7 +187,7 @@ def main() -> int:
         )
         lines.append(
             f"| {r['name']} | {r['file_bytes']:,} B | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | "
-            f"{r['rss_mib']:.1f} MiB | {what} | {target} |"
+            f"{r['rss_mib']:.1f} MiB | {r['address_space_mib']:.0f} MiB | {what} | {target} |"
         )
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     lines += [
