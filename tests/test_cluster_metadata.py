@@ -825,18 +825,128 @@ def test_garbage_segment(tmp_path: Path) -> None:
 
 
 def test_gzip_batches_are_read(tmp_path: Path) -> None:
-    import gzip
-
-    plain = ke.data_batch(0, [topic("a", TOPIC_A), topic("b", TOPIC_B)])
-    payload = gzip.compress(plain[61:])
-    after_crc = bytearray(plain[21:61]) + payload
-    after_crc[1] |= 1  # codec gzip
-    length = 4 + 1 + 4 + len(after_crc)
-    batch = (0).to_bytes(8, "big") + length.to_bytes(4, "big") + plain[12:17]
-    batch += probe.crc32c(bytes(after_crc)).to_bytes(4, "big") + bytes(after_crc)
-    make_dir(tmp_path, segments={0: batch})
+    make_dir(tmp_path, segments={0: ke.gzip_batch(ke.data_batch(0, [topic("a", TOPIC_A), topic("b", TOPIC_B)]))})
     records = decode(tmp_path)
     assert problems(records) == [] and set(topics(records)) == {"a", "b"}
+
+
+def test_a_gzip_bomb_is_one_problem(tmp_path: Path) -> None:
+    """97,845 bytes that inflate to 64 MiB of empty records (the safety review's file drove the decoder to 791 MB
+    and 97 s): inflating stops at what KRaft writes in one batch, one problem names the file and the batch, and the
+    batches around it are read. Memory and time: bench/kraft_decoder_bench.py."""
+    bomb = ke.empty_records_gzip_batch(64 << 20, base_offset=1)
+    assert len(bomb) == 97_845
+    log = ke.data_batch(0, [topic("a", TOPIC_A)]) + bomb + ke.data_batch(2, [topic("c", TOPIC_C)])
+    mdir = make_dir(tmp_path, segments={0: log})
+    records = decode(tmp_path)
+    (p,) = problems(records)
+    assert (p["problem"], p["offset"], p["file"]) == ("undecodable", 1, str(mdir / "00000000000000000000.log"))
+    assert f"gzip batch inflates to more than {cm.MAX_INFLATED_BYTES} bytes" in p["message"]
+    assert set(topics(records)) == {"a", "c"}
+
+
+def test_a_batch_of_empty_records_stops_after_a_few_problems(tmp_path: Path) -> None:
+    """Under the inflate limit, a batch of 200,000 records with null values: ten problems and one saying the rest
+    of the batch is skipped, not 200,000 (the records are checked and made one at a time: the batch never becomes
+    200,000 objects)."""
+    log = ke.data_batch(0, [topic("a", TOPIC_A)]) + ke.empty_records_gzip_batch(7 * 200_000, base_offset=1)
+    make_dir(tmp_path, segments={0: log})
+    records = decode(tmp_path)
+    ps = problems(records)
+    assert len(ps) == cm.BATCH_UNDECODABLE_MAX + 1
+    assert {p["message"].split(": ", 1)[1] for p in ps[:-1]} == {"metadata record with a null value"}
+    assert ps[-1]["message"].endswith(
+        f"{cm.BATCH_UNDECODABLE_MAX} records of this batch could not be decoded; its other "
+        f"{200_000 - cm.BATCH_UNDECODABLE_MAX} records are skipped"
+    )
+    assert set(topics(records)) == {"a"}
+    _head, count, lazy = cm.iter_batch_records(ke.empty_records_gzip_batch(7 * 1000))
+    assert count == 1000 and not isinstance(lazy, list) and next(lazy).value is None
+
+
+def test_a_batch_is_checked_whole_before_its_first_record(tmp_path: Path) -> None:
+    """Records are handed out lazily, yet a batch with a bad record is refused whole, as before: none applied."""
+    good = ke.data_batch(0, [topic("a", TOPIC_A), topic("b", TOPIC_B)])
+    bad = bytearray(good)
+    bad[-1] = 10  # the last record's header count (zigzag varint 10 = 5): 5 headers in no bytes
+    bad[17:21] = probe.crc32c(bytes(bad[21:])).to_bytes(4, "big")
+    with pytest.raises(cm.DecodeError, match="claims 5 headers"):
+        cm.iter_batch_records(bytes(bad))
+    make_dir(tmp_path, segments={0: bytes(bad)})
+    records = decode(tmp_path)
+    assert topics(records) == {} and [p["problem"] for p in problems(records)] == ["undecodable"]
+
+
+def test_clear_elr_clears_the_named_topic_or_every_topic(tmp_path: Path) -> None:
+    """ClearElrRecord (KIP-966): a topic's partitions lose their ELR and last known ELR; "" clears every topic's.
+    Replay visits only partitions that have either (an index), so 10,000 of them over 10,000 partitions stay linear:
+    bench/kraft_decoder_bench.py."""
+
+    def elr(t: str, pid: int, e: list[int], lke: list[int]) -> bytes:
+        return ke.metadata_value(
+            "PartitionChangeRecord", 2, PartitionId=pid, TopicId=t, EligibleLeaderReplicas=e, LastKnownElr=lke
+        )
+
+    def clear(name: str) -> bytes:
+        return ke.metadata_value("ClearElrRecord", TopicName=name)
+
+    base = [topic("a", TOPIC_A), partition(TOPIC_A, 0, [1, 2]), partition(TOPIC_A, 1, [2, 1])]
+    base += [topic("b", TOPIC_B), partition(TOPIC_B, 0, [1, 2])]
+    base += [elr(TOPIC_A, 0, [2], [1]), elr(TOPIC_A, 1, [], [2]), elr(TOPIC_B, 0, [1], [])]
+
+    def states(values: list[bytes]) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+        shutil.rmtree(tmp_path / cm.METADATA_DIR_NAME, ignore_errors=True)
+        make_dir(tmp_path, segments={0: ke.data_batch(0, values)}, meta=None)
+        records = decode(tmp_path)
+        assert problems(records) == []
+        names = {t["topic_id"]: t["topic"] for t in kinds(records, "topic")}
+        return {
+            (names[s["topic_id"]], s["partition"]): (s["eligible_leader_replicas"], s["last_known_elr"])
+            for s in kinds(records, "partition_state")
+        }
+
+    assert states(base) == {("a", 0): ([2], [1]), ("a", 1): ([], [2]), ("b", 0): ([1], [])}
+    assert states([*base, clear("a")]) == {("a", 0): ([], []), ("a", 1): ([], []), ("b", 0): ([1], [])}
+    assert states([*base, clear("nope")]) == states(base)
+    assert states([*base, clear("")]) == {k: ([], []) for k in states(base)}
+    # cleared, set again, cleared again; a removed topic's name taken by a new topic: the new one is cleared
+    again = [*base, clear(""), elr(TOPIC_B, 0, [2], [2]), clear("b")]
+    assert states(again)[("b", 0)] == ([], [])
+    reborn = [*base, ke.metadata_value("RemoveTopicRecord", TopicId=TOPIC_A), topic("a", TOPIC_C)]
+    reborn += [partition(TOPIC_C, 0, [1, 2]), elr(TOPIC_C, 0, [1], [2])]
+    assert states([*reborn, clear("a")])[("a", 0)] == ([], []) and states(reborn)[("a", 0)] == ([1], [2])
+
+
+def test_the_decoder_runs_within_its_memory_and_cpu_limits(tmp_path: Path) -> None:
+    """As a controller runs it (``audit.kraft.decode_command``): over a limit it stops with exit 3 and one line
+    naming the dir and the limit, not the host's memory or CPU."""
+    from fleet_doctor.audit.kraft import decode_command
+
+    command = decode_command(str(tmp_path))
+    assert "python3 - --max-memory-mib 4096 --max-cpu-s 600 " in command and "nice -n 19" in command
+    make_dir(tmp_path, segments={0: ke.data_batch(0, [topic("a", TOPIC_A)])})
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["python3", "-", *args], input=cm.bundle(), capture_output=True, cwd="/", timeout=120)
+
+    ok = run("--max-memory-mib", "512", "--max-cpu-s", "60", str(tmp_path))
+    assert ok.returncode == 0 and b'"topic":"a"' in ok.stdout
+    slow = tmp_path / "slow"  # 8 MB to inflate, a million records to check
+    make_dir(slow, segments={0: ke.empty_records_gzip_batch(8_000_000)})
+    starved = run("--max-memory-mib", "1", str(slow))  # below what the interpreter already holds
+    assert starved.returncode == 3, starved.stderr
+    assert starved.stderr.decode().strip() == (
+        f"cluster-metadata: error: {slow} needs more than the decoder's 1 MiB of memory (--max-memory-mib); "
+        "nothing printed after that point"
+    )
+    spent = run("--max-cpu-s", "1", str(slow))
+    assert spent.returncode == 3, spent.stderr
+    assert spent.stderr.decode().strip() == (
+        f"cluster-metadata: error: {slow} takes more than the decoder's 1 s of CPU (--max-cpu-s); nothing printed "
+        "after that point"
+    )
+    for bad in (["--max-cpu-s", "0", str(tmp_path)], ["--max-memory-mib", "x", str(tmp_path)], ["--max-cpu-s"]):
+        assert run(*bad).returncode == 2
 
 
 def test_unreadable_files(tmp_path: Path) -> None:

@@ -613,3 +613,35 @@ def test_the_dags_own_connections_reach_the_controllers(
     assert refused["controller"] == 1 and "cannot connect: BadHostKeyException" in refused["error"]
     s = Settings(inventory=lab["state"].inventory_path, data_root=tmp_path / "data")
     assert steps.snapshot_metadata(found, s.store, layout.staging("af")) > 0
+
+
+def test_the_decoders_output_is_kept_as_printed_and_only_the_facts_read_here_parsed(tmp_path: Path) -> None:
+    """The worker streams the decoder's output (spooled to disk past 32 MiB) and keeps each line as printed: only
+    the header, the cluster, the brokers, the problems and the end record become dicts (a dict costs about four
+    times its line); the staged cluster metadata is those lines, written without a second copy."""
+    import io
+
+    from fleet_doctor import cluster_metadata as cm
+
+    printed = cm.read_cluster_metadata(str(kraft_sample_dir()))
+    text = cm.format_records(printed).encode()
+    lines, kept = kraft._parse("controller 1", io.BytesIO(text), len(text))
+    assert b"".join(lines) == text and [json.loads(line) for line in lines] == printed
+    assert [r["kind"] for r in kept] == [r["kind"] for r in printed if r["kind"] in kraft.KEPT_KINDS]
+    assert {"topic", "partition_state"} <= {r["kind"] for r in printed} - kraft.KEPT_KINDS
+    read = kraft.ControllerRead({"controller_id": 1}, lines, "pinned", "", kept)
+    assert read.records == printed and read.brokers() and read.header == printed[0]
+    area = layout.staging("r1")
+    store = Settings(inventory=tmp_path / "i.json", data_root=tmp_path / "data").store
+    endpoint = {"controller_id": 1, "host": "h", "ssh_port": 22, "metadata_log_dir": "/m"}
+    read.endpoint = endpoint
+    account = steps.stage_kraft_metadata(store, area, [endpoint], [read], [])
+    assert store.read_bytes(area.cluster_metadata) == text and account["records"] == len(printed)
+    read.only_own_records()
+    assert [r["kind"] for r in read.records] == [r["kind"] for r in read.kept] == ["cluster_metadata"]
+
+
+def kraft_sample_dir() -> Path:
+    from harness.corpus import CORPUS
+
+    return CORPUS / "kraft-3.5-3broker-greenlemon" / "kafka1"

@@ -82,7 +82,7 @@ PARTITION_CHANGE_VERSION = 1
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
 FENCE, UNFENCE = 1, -1  # BrokerRegistrationFencingChange
-MAX_BATCH_BYTES = 8 * 1024 * 1024  # KafkaRaftClient.MAX_BATCH_SIZE_BYTES: a snapshot's records fill batches up to it
+MAX_BATCH_BYTES = cm.KRAFT_MAX_BATCH_BYTES  # a snapshot's records fill batches up to it
 CONFIG_TOPIC = cm.CONFIG_TOPIC
 SECURITY_PROTOCOL_IDS = {v: k for k, v in cm.SECURITY_PROTOCOLS.items()}
 

@@ -584,8 +584,14 @@ def decode_control_record(key, value):
 
 # --------------------------------------------------------------------------------------------
 # Record batches (kraft-ref §2). probe.walk_log frames and CRC-checks them; this reads each valid batch's records.
-MAX_BATCH_BYTES = 64 << 20  # KRaft writes batches of at most 8 MiB (KafkaRaftClient MAX_BATCH_SIZE_BYTES)
-MAX_INFLATED_BYTES = 64 << 20
+# KRaft writes batches of at most 8 MiB (KafkaRaftClient.MAX_BATCH_SIZE_BYTES, the batch with its header): a batch
+# on disk, or a gzip batch's records once inflated, larger than that (with a little slack) is not KRaft's
+KRAFT_MAX_BATCH_BYTES = 8 << 20
+MAX_BATCH_BYTES = KRAFT_MAX_BATCH_BYTES + (64 << 10)
+MAX_INFLATED_BYTES = MAX_BATCH_BYTES
+# undecodable records in one batch after which the rest of it is skipped, with one problem saying so: a hostile
+# batch of a million empty records costs a check of its framing, not a million problems
+BATCH_UNDECODABLE_MAX = 10
 CONTROL_ATTRIBUTE = 0x20
 _HEADER = probe.V2_BATCH_HEADER
 
@@ -601,8 +607,45 @@ class BatchRecord:
         self.value = value
 
 
-def batch_records(batch):
-    """(header fields dict, [BatchRecord]) of one complete v2 batch (bytes). Raises DecodeError."""
+def _record_at(r, i):
+    """The record ``i`` of a batch at ``r``'s position: (offsetDelta, key span, value span) with spans (start, end)
+    or None for null; ``r`` moves past the record. Raises DecodeError."""
+    length = r.varint("record length")
+    if length < 0 or length > r.remaining():
+        raise DecodeError("record %d of the batch has length %d, %d bytes left" % (i, length, r.remaining()))
+    rec = Reader(r.buf, r.pos, r.pos + length)
+    r.pos += length
+    rec.take(1, "record attributes")
+    rec.varlong("timestampDelta")
+    delta = rec.varint("offsetDelta")
+    klen = rec.varint("key length")
+    key = None
+    if klen >= 0:
+        rec.take(klen, "key")
+        key = (rec.pos - klen, rec.pos)
+    vlen = rec.varint("value length")
+    value = None
+    if vlen >= 0:
+        rec.take(vlen, "value")
+        value = (rec.pos - vlen, rec.pos)
+    headers = rec.varint("header count")
+    if headers < 0 or headers > rec.remaining():
+        raise DecodeError("record %d claims %d headers" % (i, headers))
+    for _ in range(headers):
+        n = rec.varint("header key length")
+        rec.take(max(n, 0), "header key")
+        n = rec.varint("header value length")
+        rec.take(max(n, 0), "header value")
+    if rec.remaining():
+        raise DecodeError("record %d has %d bytes left over" % (i, rec.remaining()))
+    return delta, key, value
+
+
+def iter_batch_records(batch):
+    """(header fields dict, record count, iterator of BatchRecord) of one complete v2 batch (bytes). The whole batch
+    is checked before the first record is handed out (a batch is taken whole or not at all, as Kafka reads it), and
+    the records are made one at a time: a batch of a million tiny records never becomes a million objects at once.
+    A gzip batch inflates to at most ``MAX_INFLATED_BYTES``. Raises DecodeError."""
     if len(batch) < probe.V2_MIN_BATCH_SIZE:
         raise DecodeError("batch of %d bytes is smaller than a v2 batch header" % len(batch))
     (base, _len, epoch, magic, _crc, attrs, _lod, _bts, _mts, _pid, _pe, _bs, count) = _HEADER.unpack_from(batch, 0)
@@ -610,48 +653,46 @@ def batch_records(batch):
         raise DecodeError("batch magic %d is not 2" % magic)
     head = {"base_offset": base, "epoch": epoch, "attributes": attrs, "control": bool(attrs & CONTROL_ATTRIBUTE)}
     codec = attrs & 7
-    body = batch[probe.V2_MIN_BATCH_SIZE :]
+    body = memoryview(batch)[probe.V2_MIN_BATCH_SIZE :]
     if codec == 1:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
             body = d.decompress(body, MAX_INFLATED_BYTES)
         except zlib.error as e:
             raise DecodeError("gzip batch does not inflate: %s" % e)
-        if d.unconsumed_tail:
-            raise DecodeError("gzip batch inflates to more than %d bytes" % MAX_INFLATED_BYTES)
+        if d.unconsumed_tail or (not d.eof and d.decompress(b"", 1)):
+            raise DecodeError(
+                "gzip batch inflates to more than %d bytes, more than KRaft ever writes in one batch "
+                "(KafkaRaftClient MAX_BATCH_SIZE_BYTES)" % MAX_INFLATED_BYTES
+            )
     elif codec != 0:
         raise DecodeError("%s-compressed batch (KRaft writes uncompressed batches)" % probe.CODECS.get(codec, codec))
     r = Reader(body)
     if count < 0 or count > r.remaining():
         raise DecodeError("batch claims %d records in %d bytes" % (count, r.remaining()))
-    out = []
-    for i in range(count):
-        length = r.varint("record length")
-        if length < 0 or length > r.remaining():
-            raise DecodeError("record %d of the batch has length %d, %d bytes left" % (i, length, r.remaining()))
-        rec = Reader(r.buf, r.pos, r.pos + length)
-        r.pos += length
-        rec.take(1, "record attributes")
-        rec.varlong("timestampDelta")
-        delta = rec.varint("offsetDelta")
-        klen = rec.varint("key length")
-        key = None if klen < 0 else bytes(rec.take(klen, "key"))
-        vlen = rec.varint("value length")
-        value = None if vlen < 0 else bytes(rec.take(vlen, "value"))
-        headers = rec.varint("header count")
-        if headers < 0 or headers > rec.remaining():
-            raise DecodeError("record %d claims %d headers" % (i, headers))
-        for _ in range(headers):
-            n = rec.varint("header key length")
-            rec.take(max(n, 0), "header key")
-            n = rec.varint("header value length")
-            rec.take(max(n, 0), "header value")
-        if rec.remaining():
-            raise DecodeError("record %d has %d bytes left over" % (i, rec.remaining()))
-        out.append(BatchRecord(base + delta, key, value))
+    for i in range(count):  # the check: every record framed right, nothing kept
+        _record_at(r, i)
     if r.remaining():
         raise DecodeError("%d bytes after the batch's %d records" % (r.remaining(), count))
-    return head, out
+
+    def records():
+        rr = Reader(body)
+        for i in range(count):
+            delta, key, value = _record_at(rr, i)
+            yield BatchRecord(
+                base + delta,
+                None if key is None else bytes(body[key[0] : key[1]]),
+                None if value is None else bytes(body[value[0] : value[1]]),
+            )
+
+    return head, count, records()
+
+
+def batch_records(batch):
+    """(header fields dict, [BatchRecord]) of one complete v2 batch (bytes): ``iter_batch_records``' records as a
+    list. Raises DecodeError."""
+    head, _count, records = iter_batch_records(batch)
+    return head, list(records)
 
 
 # --------------------------------------------------------------------------------------------
@@ -683,6 +724,9 @@ class Image:
         self.features = {}  # name -> level
         self.controllers = {}  # controller id -> RegisterControllerRecord fields
         self.zk_migration_state = None
+        # what replay looks up, indexed (a log of many ClearElrRecords over many partitions stays linear):
+        self._ids_by_name = {}  # topic name -> {topic id}
+        self._with_elr = {}  # topic id -> {partition id whose EligibleLeaderReplicas or LastKnownElr is not empty}
 
     # each replay_<Record> takes the decoded fields; a returned string is an inconsistency (the record is skipped)
     def replay(self, name, r):
@@ -691,12 +735,30 @@ class Image:
 
     def replay_TopicRecord(self, r):
         old = self.topics.get(r["TopicId"])
+        if old is not None:
+            self._forget_name(old["name"], r["TopicId"])
         self.topics[r["TopicId"]] = {"name": r["Name"], "partitions": old["partitions"] if old else {}}
+        self._ids_by_name.setdefault(r["Name"], set()).add(r["TopicId"])
+
+    def _forget_name(self, name, topic_id):
+        ids = self._ids_by_name.get(name)
+        if ids is not None:
+            ids.discard(topic_id)
+            if not ids:
+                del self._ids_by_name[name]
+
+    def _track_elr(self, topic_id, partition_id, p):
+        if p["EligibleLeaderReplicas"] or p["LastKnownElr"]:
+            self._with_elr.setdefault(topic_id, set()).add(partition_id)
+        else:
+            self._with_elr.get(topic_id, set()).discard(partition_id)
 
     def replay_RemoveTopicRecord(self, r):
         topic = self.topics.pop(r["TopicId"], None)
         if topic is None:
             return "RemoveTopicRecord for topic ID %s, which the image does not hold" % r["TopicId"]
+        self._forget_name(topic["name"], r["TopicId"])
+        self._with_elr.pop(r["TopicId"], None)
         self.configs.pop((CONFIG_TOPIC, topic["name"]), None)  # ConfigurationsDelta: the topic's configs go with it
         return None
 
@@ -712,6 +774,7 @@ class Image:
         p["EligibleLeaderReplicas"] = r["EligibleLeaderReplicas"] or []
         p["LastKnownElr"] = r["LastKnownElr"] or []
         topic["partitions"][r["PartitionId"]] = p
+        self._track_elr(r["TopicId"], r["PartitionId"], p)
         return None
 
     def replay_PartitionChangeRecord(self, r):
@@ -739,6 +802,7 @@ class Image:
         if r["LeaderRecoveryState"] != -1:
             p["LeaderRecoveryState"] = r["LeaderRecoveryState"]
         p["PartitionEpoch"] += 1
+        self._track_elr(r["TopicId"], r["PartitionId"], p)
         return None
 
     def replay_RegisterBrokerRecord(self, r):
@@ -808,11 +872,18 @@ class Image:
         self.zk_migration_state = r["ZkMigrationState"]
 
     def replay_ClearElrRecord(self, r):
-        for topic in self.topics.values():
-            if r["TopicName"] in ("", topic["name"]):
-                for p in topic["partitions"].values():
-                    p["EligibleLeaderReplicas"] = []
-                    p["LastKnownElr"] = []
+        """Every partition of the named topic (every topic for ""): no ELR, no last known ELR. Only the partitions
+        that have either are visited (``_with_elr``)."""
+        if r["TopicName"] == "":
+            ids = list(self._with_elr)
+        else:
+            ids = [i for i in self._ids_by_name.get(r["TopicName"], ()) if i in self._with_elr]
+        for topic_id in ids:
+            partitions = self.topics[topic_id]["partitions"]
+            for pid in self._with_elr.pop(topic_id):
+                p = partitions[pid]
+                p["EligibleLeaderReplicas"] = []
+                p["LastKnownElr"] = []
 
 
 def _directories(dirs, n):
@@ -1001,17 +1072,23 @@ class _FileWalk:
         self.f.seek(position)
         data = self.f.read(size)
         try:
-            head, records = batch_records(data)
+            head, count, records = iter_batch_records(data)
         except DecodeError as e:
             rp.problem(self.path, first, position, "undecodable", "record batch: %s" % e)
             return
-        for rec in records:
+        del data  # the records are sliced from the batch's own (inflated) body
+        undecodable = 0
+        for i, rec in enumerate(records):
             if rec.offset < self.min_offset:
                 continue
             if head["control"]:
-                self._control(rec, head, position)
+                undecodable += self._control(rec, head, position)
             else:
-                self._data(rec, position)
+                undecodable += self._data(rec, position)
+            if undecodable >= BATCH_UNDECODABLE_MAX and i + 1 < count:
+                msg = "%d records of this batch could not be decoded; its other %d records are skipped"
+                rp.problem(self.path, rec.offset, position, "undecodable", msg % (undecodable, count - i - 1))
+                return
 
     def _before_snapshot(self, position, size):
         """A log batch the snapshot covers: only its LEADER_CHANGE control records are read (snapshots hold none)."""
@@ -1027,7 +1104,7 @@ class _FileWalk:
             return
         data += self.f.read(size - len(data))
         try:
-            head, records = batch_records(data)
+            head, _count, records = iter_batch_records(data)
         except DecodeError:
             return  # not replayed anyway; the records the image needs are in the snapshot
         for rec in records:
@@ -1039,6 +1116,7 @@ class _FileWalk:
                 self.replay.leader_change = (body["LeaderId"], head["epoch"])
 
     def _control(self, rec, head, position):
+        """Apply one control record; 1 if it could not be decoded, else 0."""
         rp = self.replay
         try:
             if rec.key is None or rec.value is None:
@@ -1046,33 +1124,37 @@ class _FileWalk:
             _ctype, name, body = decode_control_record(rec.key, rec.value)
         except UnknownRecord as e:
             rp.problem(self.path, rec.offset, position, "unknown-record", str(e))
-            return
+            return 0
         except DecodeError as e:
             rp.problem(self.path, rec.offset, position, "undecodable", "control record: %s" % e)
-            return
+            return 1
         self.control_names.append(name)
         rp.control(rec.offset, name, body, head["epoch"])
+        return 0
 
     def _data(self, rec, position):
+        """Apply one metadata record; 1 if it could not be decoded, else 0 (a record of an unknown type or version
+        is a newer Kafka's, not damage)."""
         rp = self.replay
         if rec.value is None:
             rp.problem(self.path, rec.offset, position, "undecodable", "metadata record with a null value")
-            return
+            return 1
         try:
             _key, _version, name, body = decode_metadata_record(rec.value)
         except UnsupportedVersion as e:
             rp.problem(self.path, rec.offset, position, "unsupported-version", "%s; skipped" % e)
-            return
+            return 0
         except UnknownRecord as e:
             rp.problem(self.path, rec.offset, position, "unknown-record", "%s; skipped" % e)
-            return
+            return 0
         except DecodeError as e:
             rp.problem(self.path, rec.offset, position, "undecodable", "metadata record: %s; skipped" % e)
-            return
+            return 1
         if self.snapshot and name.endswith("TransactionRecord"):
             rp.problem(self.path, rec.offset, position, "inconsistent", "%s in a snapshot; ignored" % name)
-            return
+            return 0
         rp.apply(rec.offset, name, body, self.path, position)
+        return 0
 
 
 def _snapshot_intact(rp, path, res, fw):
@@ -1608,22 +1690,68 @@ def format_records(records):
     return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
 
 
-USAGE = "usage: cluster_metadata.py METADATA_DIR  (a __cluster_metadata-0 dir, or a log dir holding one)"
+USAGE = (
+    "usage: cluster_metadata.py [--max-memory-mib N] [--max-cpu-s N] METADATA_DIR  (a __cluster_metadata-0 dir, or "
+    "a log dir holding one)"
+)
+
+
+class _OutOfCpu(Exception):
+    pass
+
+
+def _on_xcpu(_signum, _frame):
+    raise _OutOfCpu()
+
+
+def _limit(max_memory_mib, max_cpu_s):
+    """This process's address space and CPU time capped (RLIMIT_AS, RLIMIT_CPU: never above a hard limit already
+    set): on a controller the decoder must not take the host's memory or CPU, whatever the files hold. The CPU
+    limit's SIGXCPU becomes _OutOfCpu, so that the decoder says why it stopped."""
+    import resource
+    import signal
+
+    for which, value in (
+        (resource.RLIMIT_AS, max_memory_mib and max_memory_mib << 20),
+        (resource.RLIMIT_CPU, max_cpu_s),
+    ):
+        if value:
+            _soft, hard = resource.getrlimit(which)
+            resource.setrlimit(which, (value if hard == resource.RLIM_INFINITY else min(value, hard), hard))
+    if max_cpu_s:
+        signal.signal(signal.SIGXCPU, _on_xcpu)
+
+
+def _options(argv):
+    """(metadata dir, max memory MiB, max CPU s) of the command line, or None when it is not a valid one."""
+    limits = {"--max-memory-mib": 0, "--max-cpu-s": 0}
+    args = list(argv)
+    while len(args) >= 2 and args[0] in limits:
+        if not args[1].isdigit() or int(args[1]) < 1:
+            return None
+        limits[args[0]] = int(args[1])
+        args = args[2:]
+    if len(args) != 1 or args[0].startswith("-"):
+        return None
+    return args[0], limits["--max-memory-mib"], limits["--max-cpu-s"]
 
 
 def main(argv=None):
-    """python3 - DIR: print the records as JSON Lines; exit 0, or 2 with one error line on stderr."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if len(argv) != 1 or argv[0].startswith("-"):
+    """python3 - [--max-memory-mib N] [--max-cpu-s N] DIR: print the records as JSON Lines; exit 0, or 2 with one
+    error line on stderr (3: the decoder hit its memory or CPU limit)."""
+    opts = _options(sys.argv[1:] if argv is None else argv)
+    if opts is None:
         sys.stderr.write(USAGE + "\n")
         return 2
+    path, max_memory_mib, max_cpu_s = opts
     try:
-        records = iter_cluster_metadata(argv[0])
-    except ClusterMetadataError as e:
-        sys.stderr.write("cluster-metadata: error: %s\n" % e)
+        _limit(max_memory_mib, max_cpu_s)
+    except (ImportError, ValueError, OSError) as e:
+        sys.stderr.write("cluster-metadata: error: cannot limit the decoder's memory and CPU: %s\n" % e)
         return 2
-    out = getattr(sys.stdout, "buffer", None)
     try:
+        records = iter_cluster_metadata(path)
+        out = getattr(sys.stdout, "buffer", None)
         while True:  # in slices of records: the text of a big cluster is never all in memory
             chunk = list(itertools.islice(records, 1000))
             if not chunk:
@@ -1634,8 +1762,23 @@ def main(argv=None):
             else:
                 sys.stdout.write(text)
         (out or sys.stdout).flush()
+    except ClusterMetadataError as e:
+        sys.stderr.write("cluster-metadata: error: %s\n" % e)
+        return 2
     except BrokenPipeError:
         return 1
+    except MemoryError:
+        sys.stderr.write(
+            "cluster-metadata: error: %s needs more than the decoder's %d MiB of memory (--max-memory-mib); "
+            "nothing printed after that point\n" % (path, max_memory_mib)
+        )
+        return 3
+    except _OutOfCpu:
+        sys.stderr.write(
+            "cluster-metadata: error: %s takes more than the decoder's %d s of CPU (--max-cpu-s); nothing printed "
+            "after that point\n" % (path, max_cpu_s)
+        )
+        return 3
     return 0
 
 

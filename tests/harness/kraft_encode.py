@@ -4,6 +4,7 @@ needs: raw values with any apiKey / version, and batches whose header says what 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,7 +21,9 @@ __all__ = [
     "control_batch",
     "control_record",
     "data_batch",
+    "empty_records_gzip_batch",
     "encode_message",
+    "gzip_batch",
     "metadata_value",
     "raw_metadata_value",
     "uvarint",
@@ -68,3 +71,36 @@ def data_batch(base_offset: int, values: Iterable[bytes], epoch: int = 1) -> byt
 
 def control_batch(base_offset: int, name: str, epoch: int = 1, **fields: Any) -> bytes:
     return kraft.control_batch(base_offset, epoch, name, fields, TIMESTAMP_MS)
+
+
+def gzip_batch(plain: bytes) -> bytes:
+    """An uncompressed v2 batch's records gzip-compressed (codec 1), the length and CRC resealed. KRaft never writes
+    one; the decoder reads it all the same (kraft-ref §2)."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    after_crc = (
+        bytearray(plain[21 : probe.V2_MIN_BATCH_SIZE]) + z.compress(plain[probe.V2_MIN_BATCH_SIZE :]) + z.flush()
+    )
+    after_crc[1] |= 1  # attributes' low byte: codec gzip
+    length = 4 + 1 + 4 + len(after_crc)  # partitionLeaderEpoch, magic, crc, then the rest
+    return (
+        plain[:8]
+        + length.to_bytes(4, "big")
+        + plain[12:17]
+        + probe.crc32c(bytes(after_crc)).to_bytes(4, "big")
+        + bytes(after_crc)
+    )
+
+
+EMPTY_RECORD = bytes([0x0C, 0, 0, 0, 1, 1, 0])  # length 6: attributes, timestamp and offset deltas 0, key and value -1
+
+
+def empty_records_gzip_batch(inflated_bytes: int, base_offset: int = 0) -> bytes:
+    """A hostile gzip batch: ``inflated_bytes`` of empty records (null key and value, offset delta 0) once inflated,
+    a few kB on disk (97,845 bytes for 64 MiB: the safety review's file). The header counts the records."""
+    n = inflated_bytes // len(EMPTY_RECORD)
+    one = batch(base_offset, [(None, None)])
+    records = EMPTY_RECORD * n
+    plain = bytearray(one[: probe.V2_MIN_BATCH_SIZE] + records)
+    plain[8:12] = (len(plain) - 12).to_bytes(4, "big")
+    plain[57:61] = n.to_bytes(4, "big")
+    return gzip_batch(bytes(plain))

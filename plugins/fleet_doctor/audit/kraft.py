@@ -21,7 +21,7 @@ import json
 import shlex
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleet_doctor import cluster_metadata
@@ -29,6 +29,10 @@ from fleet_doctor.identity import verify_identity
 from fleet_doctor.remote import Remote, airflow_ssh_client, lowest_priority
 
 DECODE_TIMEOUT_S = 600.0
+# the decoder's own limits on a controller (``cluster_metadata.main``: RLIMIT_AS, RLIMIT_CPU). A 200,000-partition
+# cluster's log decodes in 12 s of CPU and under 300 MiB (bench/README.md, "KRaft decoder"): room for ten times that
+DECODE_MEMORY_MIB = 4096
+DECODE_CPU_S = int(DECODE_TIMEOUT_S)
 MAX_OUTPUT_BYTES = 1 << 30  # a 200,000-partition cluster prints ~100 MB; more is not the decoder's output
 SPOOL_BYTES = 32 << 20  # kept in memory up to this, then in a temporary file
 HEADER, END, PROBLEM = "cluster_metadata", "cluster_metadata_end", "metadata_problem"
@@ -45,24 +49,36 @@ def airflow_connect(endpoint: dict[str, Any]) -> Any:
     return airflow_ssh_client(endpoint["ssh_conn_id"])
 
 
-def decode_command(metadata_log_dir: str) -> str:
+def decode_command(
+    metadata_log_dir: str, max_memory_mib: int = DECODE_MEMORY_MIB, max_cpu_s: int = DECODE_CPU_S
+) -> str:
     """The remote command: the decoder read from stdin by python3, at the lowest CPU and I/O priority the host offers
-    (as the probe). The path is shell-quoted."""
-    return lowest_priority("python3 - " + shlex.quote(metadata_log_dir))
+    (as the probe), within ``max_memory_mib`` of address space and ``max_cpu_s`` of CPU (it exits 3 saying which it
+    hit). The path is shell-quoted."""
+    limits = f"--max-memory-mib {int(max_memory_mib)} --max-cpu-s {int(max_cpu_s)}"
+    return lowest_priority(f"python3 - {limits} {shlex.quote(metadata_log_dir)}")
 
 
 def decoder_program() -> bytes:
     return cluster_metadata.bundle()
 
 
+# the kinds this module reads itself, kept parsed; every other line is kept as printed (a dict costs about four
+# times its line: a 200,000-partition cluster's 100 MB of output would be 400 MB on the worker)
+KEPT_KINDS = frozenset((HEADER, END, PROBLEM, "cluster", "broker"))
+
+
 @dataclass
 class ControllerRead:
-    """One controller's metadata as its decoder printed it."""
+    """One controller's metadata as its decoder printed it: ``lines``, every record as printed (checked JSON
+    records, ``cluster_metadata`` first and a complete ``cluster_metadata_end`` last), and ``kept``, the records of
+    ``KEPT_KINDS`` parsed."""
 
     endpoint: dict[str, Any]
-    records: list[dict[str, Any]]
+    lines: list[bytes]
     identity: str
     stderr: str = ""
+    kept: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def controller_id(self) -> int:
@@ -70,7 +86,18 @@ class ControllerRead:
 
     @property
     def header(self) -> dict[str, Any]:
-        return self.records[0]
+        return self.kept[0]
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Every record, parsed (tests and small clusters; the audit writes ``lines``)."""
+        return [json.loads(line) for line in self.lines]
+
+    def only_own_records(self) -> None:
+        """Keep only the controller's own facts (its header and problems): a read that is not the one used."""
+        own = self.own_records()
+        self.lines = [json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in own]
+        self.kept = own
 
     def position(self) -> tuple[bool, int, int]:
         """How good this controller's metadata is (``cluster_metadata.log_position``, the one rule scan uses too):
@@ -96,14 +123,14 @@ class ControllerRead:
             "whole": self.whole(),
             "quorum_leader_id": h.get("quorum_leader_id"),
             "quorum_leader_epoch": h.get("quorum_leader_epoch"),
-            "problems": sum(1 for r in self.records if r.get("kind") == PROBLEM),
+            "problems": sum(1 for r in self.kept if r.get("kind") == PROBLEM),
         }
 
     def brokers(self) -> dict[int, dict[str, Any]]:
         """Every broker the metadata registers (readable records only)."""
         return {
             int(r["broker_id"]): r
-            for r in self.records
+            for r in self.kept
             if r.get("kind") == "broker" and isinstance(r.get("broker_id"), int) and not r.get("error")
         }
 
@@ -118,17 +145,20 @@ class ControllerRead:
 
     def own_records(self) -> list[dict[str, Any]]:
         """The controller's own facts: its log's header and problems."""
-        return [r for r in self.records if r.get("kind") in (HEADER, PROBLEM)]
+        return [r for r in self.kept if r.get("kind") in (HEADER, PROBLEM)]
 
     def controller_records(self) -> list[dict[str, Any]]:
         """The controller's own facts for detection, each with its ``controller_id``."""
         return [{**r, "controller_id": self.controller_id} for r in self.own_records()]
 
 
-def _parse(who: str, out: Any, nbytes: int) -> list[dict[str, Any]]:
-    """The decoder's JSON Lines (``out``: a binary file): a ``cluster_metadata`` record first, a complete
+def _parse(who: str, out: Any, nbytes: int) -> tuple[list[bytes], list[dict[str, Any]]]:
+    """The decoder's JSON Lines (``out``: a binary file), read as a stream and checked line by line: (every line as
+    printed, the records of ``KEPT_KINDS`` parsed). A ``cluster_metadata`` record first, a complete
     ``cluster_metadata_end`` last."""
-    records: list[dict[str, Any]] = []
+    lines: list[bytes] = []
+    kept: list[dict[str, Any]] = []
+    last: dict[str, Any] | None = None
     out.seek(0)
     for n, raw in enumerate(out, 1):
         line = raw.decode("utf-8", errors="replace")  # the decoder prints UTF-8; anything else fails json.loads
@@ -142,14 +172,17 @@ def _parse(who: str, out: Any, nbytes: int) -> list[dict[str, Any]]:
             ) from None
         if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
             raise MetadataReadError(f"{who}: the decoder's output line {n} is not a record with a kind: {line[:120]!r}")
-        records.append(record)
-    if not records:
+        if not lines and (record["kind"] != HEADER or record.get("source") != "kraft"):
+            raise MetadataReadError(f"{who}: the decoder's output does not start with a KRaft {HEADER} record")
+        lines.append(raw if raw.endswith(b"\n") else raw + b"\n")
+        if record["kind"] in KEPT_KINDS:
+            kept.append(record)
+        last = record
+    if last is None:
         raise MetadataReadError(f"{who}: the decoder printed nothing ({nbytes} bytes)")
-    if records[0]["kind"] != HEADER or records[0].get("source") != "kraft":
-        raise MetadataReadError(f"{who}: the decoder's output does not start with a KRaft {HEADER} record")
-    if records[-1]["kind"] != END or records[-1].get("complete") is not True:
+    if last["kind"] != END or last.get("complete") is not True:
         raise MetadataReadError(f"{who}: the decoder's output ends without a complete {END} record (cut off?)")
-    return records
+    return lines, kept
 
 
 def read_controller(
@@ -195,11 +228,11 @@ def read_controller(
         if done.exit_status != 0:
             said = done.stderr.strip()[-500:] or "(nothing on stderr)"
             raise MetadataReadError(f"{who}: the decoder exited {done.exit_status}: {said}")
-        records = _parse(who, out, nbytes)
-    node_id = records[0].get("node_id")
+        lines, kept = _parse(who, out, nbytes)
+    node_id = kept[0].get("node_id")
     if node_id is not None and node_id != cid:
         raise MetadataReadError(f"{who}: the metadata log dir belongs to node {node_id}, not controller {cid}")
-    return ControllerRead(endpoint, records, identity, done.stderr)
+    return ControllerRead(endpoint, lines, identity, done.stderr, kept)
 
 
 def read_controllers(
@@ -240,10 +273,10 @@ def read_controllers(
         cluster = read.header.get("cluster_id")
         if cluster not in best or read.position() > best[cluster].position():
             if cluster in best:
-                best[cluster].records = best[cluster].own_records()
+                best[cluster].only_own_records()
             best[cluster] = read
         else:
-            read.records = read.own_records()
+            read.only_own_records()
     if not reads:
         return [], errors
     size = {c: sum(1 for r in reads if r.header.get("cluster_id") == c) for c in best}

@@ -277,11 +277,12 @@ def stage_kraft_metadata(
         "controllers_read": [r.controller_id for r in in_order],
         "controller_errors": errors,
         "error": None if reads else kraft.error_text(errors),
-        "records": len(reads[0].records) if reads else 0,
+        "records": len(reads[0].lines) if reads else 0,
     }
     if reads:
         store.write_jsonl(area.controllers, [r for read in in_order for r in read.controller_records()])
-        store.write_jsonl(area.cluster_metadata, reads[0].records)
+        with store.writer(area.cluster_metadata) as f:  # as the decoder printed them: no second copy in memory
+            f.writelines(reads[0].lines)
     if reads or not store.is_file(area.cluster_metadata):  # a retry that failed leaves an earlier attempt's account
         store.write_text(area.metadata_source, json.dumps(source, indent=2) + "\n")
     return source
