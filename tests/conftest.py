@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.spark import JAVA_OPTIONS, SHORT_RUN_CONF
+from fleet_doctor.spark import JAVA_OPTIONS, SHORT_RUN_CONF, SMALL_INPUT_CONF
 from harness.corpus import CORPUS
 
 
@@ -54,9 +54,12 @@ def corpus() -> Path:
 
 # Spark settings for in-process detection tests: small local runs, loopback only, no UI, and no
 # per-call Python call-site capture (pyspark's DataFrame debugging costs several JVM round trips for
-# every DataFrame and Column call).
+# every DataFrame and Column call). Every test input is a small one, so the plans run as the product runs a small
+# input (SMALL_INPUT_CONF's SQL settings: interpreted, no adaptive re-planning, one shuffle partition);
+# tests/test_detection.py checks once that the compiled, adaptive plans a big input takes give the same findings.
+SMALL_INPUT_SQL_CONF = {k: v for k, v in SMALL_INPUT_CONF.items() if k.startswith("spark.sql.")}
 SPARK_TEST_CONF = {
-    "spark.sql.shuffle.partitions": "4",
+    **SMALL_INPUT_SQL_CONF,
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",

@@ -702,21 +702,29 @@ def test_findings_equal_those_recorded_before_the_plans_were_fused(request, corp
     assert now == before
 
 
-def test_small_input_settings_give_the_recorded_findings(spark, mutated, corpus):
-    """A small input runs interpreted, without adaptive re-planning, on one shuffle partition (fleet_doctor.spark's
-    SMALL_INPUT_CONF, which ``scan``, the lab's audit and a repair's verify take): every rule gives exactly the
-    findings recorded from the compiled plans."""
-    from fleet_doctor.spark import SMALL_INPUT_CONF
+def test_compiled_and_interpreted_plans_give_the_recorded_findings(spark, mutated, corpus):
+    """The tests' session runs the plans as a small input runs them (fleet_doctor.spark's SMALL_INPUT_CONF, which
+    ``scan``, the lab's audit and a repair's verify take: interpreted, no adaptive re-planning, one shuffle
+    partition; tests/conftest.py). A big input's run compiles its plans (whole-stage code generation, Janino) and
+    re-plans adaptively over several partitions: every rule gives exactly the recorded findings both ways."""
+    from conftest import SMALL_INPUT_SQL_CONF
 
-    sql = {k: v for k, v in SMALL_INPUT_CONF.items() if k.startswith("spark.sql.")}
-    before = {k: spark.conf.get(k, None) for k in sql}
-    for k, v in sql.items():
-        spark.conf.set(k, v)
+    assert {k: spark.conf.get(k) for k in SMALL_INPUT_SQL_CONF} == SMALL_INPUT_SQL_CONF  # interpreted, as scan
+    recorded = gzip.decompress((RECORDED / "mutated.jsonl.gz").read_bytes()).decode().splitlines()
+    assert _normalized(mutated, corpus) == recorded
+    big_input = {
+        "spark.sql.codegen.wholeStage": "true",
+        "spark.sql.codegen.factoryMode": "FALLBACK",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    assert set(big_input) == set(SMALL_INPUT_SQL_CONF)
     try:
+        for k, v in big_input.items():
+            spark.conf.set(k, v)
         rows, skipped = run_detect(spark, mutated.fleet.root)
     finally:
-        for k, v in before.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+        for k, v in SMALL_INPUT_SQL_CONF.items():
+            spark.conf.set(k, v)
     assert skipped == mutated.skipped
-    recorded = gzip.decompress((RECORDED / "mutated.jsonl.gz").read_bytes()).decode().splitlines()
     assert _normalized(Run(mutated.fleet, rows, skipped), corpus) == recorded
