@@ -11,6 +11,11 @@ broker, ZooKeeper 3.8, lab brokers, Spark post-verify), each followed by the inv
 - **a rerun of the same attempt resumes to the planned end state**: every replica's partition.metadata holds
   ZooKeeper's topic ID, the broker back in ISR, the lock free.
 
+Each row records the outcome, whether the fault left the lock held and the broker down and why (the journal's
+``after_failure``), and the data lost (always 0), in ``fault-matrix.json`` beside the module's files and printed at
+the end. Issue 28's rows: an ``AirflowTaskTimeout`` during the stop and during the backup, a ZooKeeper session expiry
+inside the ISR wait, a symlink planted between plan and change.
+
 Between cases the restore DAG's code puts the attempt's backups back (the broker drifted again), so each case starts
 from the same seed-004 state, and the restore is exercised ten times over.
 
@@ -23,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -32,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowTaskTimeout
 
 from fleet_doctor.layout import RepairsDir
 from fleet_doctor.repair import restore_tasks, tasks
@@ -73,7 +81,13 @@ def lab(shared: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
         yield ctx
     (tmp / "fault-matrix.json").write_text(json.dumps(RESULTS, indent=2))
     print(
-        "\nfault matrix:\n" + "\n".join(f"  {r['fault']}: {r['outcome']}, data lost {r['data_lost']}" for r in RESULTS)
+        "\nfault matrix:\n"
+        + "\n".join(
+            f"  {r['fault']}: {r['outcome']}; lock held: {r['lock_held']}, broker left down: {r['broker_left_down']}"
+            + (f" ({r['why']})" if r["why"] else "")
+            + f", data lost {r['data_lost']}"
+            for r in RESULTS
+        )
     )
 
 
@@ -139,7 +153,13 @@ def check_invariants(ctx: dict[str, Any], attempt: str, lock_expected: bool) -> 
     assert (holder is not None) == lock_expected, holder
     if holder is not None:
         assert holder["run_id"] == attempt and holder["plan_hash"] == ctx["plan"].hash
-    return {"journal_state": str(state), "failed": b.get("failed"), "after_failure": b.get("after_failure")}
+    return {
+        "journal_state": str(state),
+        "failed": b.get("failed"),
+        "after_failure": b.get("after_failure"),
+        "lock_held": holder is not None,
+        "broker_left_down": not running(ctx),
+    }
 
 
 def resume(ctx: dict[str, Any], attempt: str) -> dict[str, Any]:
@@ -172,8 +192,22 @@ def reset(ctx: dict[str, Any], attempt: str) -> None:
     assert lock_holder(ctx["zk"], ctx["state"].cluster_id) is None
 
 
-def record(fault: str, outcome: str, lost: int = 0, **extra: Any) -> None:
-    RESULTS.append({"fault": fault, "outcome": outcome, "data_lost": lost, **extra})
+def record(fault: str, outcome: str, seen: dict[str, Any] | None = None, lost: int = 0) -> None:
+    """A row of the matrix: the fault, the outcome, and, as the fault left things (``seen``, from
+    ``check_invariants``, before the rerun): whether the lock was held, whether the broker was left down and why (the
+    journal's ``after_failure``, or its state), and the data lost."""
+    seen = seen or {}
+    why = seen.get("after_failure") or (f"journal at {seen['journal_state']}" if seen else None)
+    RESULTS.append(
+        {
+            "fault": fault,
+            "outcome": outcome,
+            "lock_held": seen.get("lock_held", False),
+            "broker_left_down": seen.get("broker_left_down", False),
+            "why": why if seen.get("broker_left_down") or seen.get("lock_held") else None,
+            "data_lost": lost,
+        }
+    )
 
 
 @pytest.mark.parametrize("point", POINTS)
@@ -203,20 +237,26 @@ def test_worker_killed(lab: dict[str, Any], point: str, tmp_path: Path) -> None:
     assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]  # SIGKILLed where it was told
     seen = check_invariants(lab, attempt, lock_expected=True)  # a crash leaves the lock: nobody else starts
     resume(lab, attempt)
-    record(f"worker SIGKILL {point}", f"journal at {seen['journal_state']}; rerun resumed to done")
+    record(f"worker SIGKILL {point}", f"journal at {seen['journal_state']}; rerun resumed to done", seen)
     reset(lab, attempt)
 
 
 def run_faulty(
-    ctx: dict[str, Any], attempt: str, cls: type[Executor], expect: str, zk: Any = None, inv: Any = None
+    ctx: dict[str, Any],
+    attempt: str,
+    cls: type[Executor],
+    expect: str,
+    zk: Any = None,
+    inv: Any = None,
+    raises: type[BaseException] = RepairError,
 ) -> dict[str, Any]:
     """The repair run by ``cls`` (the real executor with one fault injected), as ``tasks.execute`` runs it (lock,
     fence, finish), on ``zk`` (default: the module's session; the worker's own when the fault is its session's) and
-    ``inv`` (default: the lab's inventory). It must halt with ``expect``; returns the report."""
+    ``inv`` (default: the lab's inventory). It must halt with ``raises`` matching ``expect``; returns the report."""
     owner = {"plan_hash": ctx["plan"].hash, "step": "brokers", "run_id": attempt}
     zk, inv = zk or ctx["zk"], inv or ctx["inv"]
     report: dict[str, Any] = {}
-    with pytest.raises(RepairError, match=expect), holding(zk, inv, owner, report) as lock:
+    with pytest.raises(raises, match=expect), holding(zk, inv, owner, report) as lock:
         executor(ctx, attempt, lock, cls, inv).run()
     return report
 
@@ -272,6 +312,7 @@ def test_sshd_killed_mid_backup(lab: dict[str, Any]) -> None:
         "broker sshd killed mid-backup",
         "halted at the backup, nothing changed, broker down with the reason journaled, the lock kept; rerun resumed "
         "to done",
+        seen,
     )
     reset(lab, attempt)
 
@@ -289,6 +330,7 @@ def test_broker_restarted_by_someone_else_between_stop_and_change(lab: dict[str,
     record(
         "broker restarted by someone else between stop and change",
         "change refused, nothing changed, broker left running; rerun resumed to done",
+        seen,
     )
     reset(lab, attempt)
 
@@ -319,6 +361,7 @@ def test_zookeeper_session_expiry_mid_repair(lab: dict[str, Any]) -> None:
         "ZooKeeper session expiry mid-repair",
         "the fence stops the worker before the change (the lock's liveness node went with the session): nothing "
         "more written or started, the lock kept; rerun resumed to done",
+        seen,
     )
     reset(lab, attempt)
 
@@ -341,6 +384,7 @@ def test_broker_started_by_someone_else_during_the_change(lab: dict[str, Any]) -
         "broker started by someone else during the change",
         "the change, run under the log dirs' .lock, refuses before the first file; nothing changed, broker left "
         "running; rerun resumed to done",
+        seen,
     )
     reset(lab, attempt)
 
@@ -370,6 +414,7 @@ def test_broker_tmp_full(lab: dict[str, Any], tmp_path: Path) -> None:
     record(
         "broker /tmp full",
         "backup failed (No space left on device), nothing changed, broker started again; rerun resumed to done",
+        seen,
     )
     reset(lab, attempt)
 
@@ -382,3 +427,129 @@ def test_restore_with_a_hostile_plan(lab: dict[str, Any]) -> None:
     assert {p: Path(p).read_bytes() if Path(p).exists() else None for p in lab["originals"]} == before
     assert lock_holder(lab["zk"], lab["state"].cluster_id) is None
     record("restore with a hostile plan", "refused before any read outside the repairs dir; nothing changed")
+
+
+# ---- issue 28: a timeout inside a step, a session lost inside a wait, a symlink planted before the change
+def test_airflow_task_timeout_during_the_stop(lab: dict[str, Any]) -> None:
+    """An ``execution_timeout`` (Airflow raises ``AirflowTaskTimeout``, a BaseException) while the executor waits for
+    the stopped broker to go: the stop was journaled as issued before it was sent, so the failure path knows the
+    broker is down and starts it again; nothing changed, the lock is released, the timeout goes on up to Airflow."""
+
+    class TimesOut(Executor):
+        timed_out = False
+
+        def _wait_stopped(self, b: BrokerPlan, host: BrokerHost) -> None:
+            if not self.timed_out:
+                self.timed_out = True
+                raise AirflowTaskTimeout("Timeout, PID: 4242")
+            super()._wait_stopped(b, host)
+
+    attempt = "timeout-in-stop"
+    report = run_faulty(lab, attempt, TimesOut, "Timeout", raises=AirflowTaskTimeout)
+    seen = check_invariants(lab, attempt, lock_expected=False)
+    assert report["lock_released"] and running(lab) and seen["after_failure"].startswith("started again")
+    resume(lab, attempt)
+    record(
+        "AirflowTaskTimeout during the stop",
+        "the stop journaled as issued before it was sent: broker started again, nothing changed, lock released, "
+        "the timeout raised on to Airflow; rerun resumed to done",
+        seen,
+    )
+    reset(lab, attempt)
+
+
+def test_airflow_task_timeout_during_the_backup(lab: dict[str, Any]) -> None:
+    """The timeout while the backup's tarball is being made on the broker: nothing changed, the broker (stopped by
+    this attempt) started again, the lock released, and the rerun takes the backup again."""
+
+    class TimesOut(Executor):
+        def _take_backup(self, b: BrokerPlan, host: BrokerHost, present: dict[str, str], n: int) -> dict[str, Any]:
+            if self.journal.broker(b.broker_id).get("failed") is None:
+                raise AirflowTaskTimeout("Timeout, PID: 4243")
+            return super()._take_backup(b, host, present, n)
+
+    attempt = "timeout-in-backup"
+    report = run_faulty(lab, attempt, TimesOut, "Timeout", raises=AirflowTaskTimeout)
+    seen = check_invariants(lab, attempt, lock_expected=False)
+    assert report["lock_released"] and running(lab) and seen["after_failure"].startswith("started again")
+    assert seen["journal_state"] == "stopped"
+    resume(lab, attempt)
+    record(
+        "AirflowTaskTimeout during the backup",
+        "halted in the backup, nothing changed, broker started again, lock released, the timeout raised on to "
+        "Airflow; rerun resumed to done",
+        seen,
+    )
+    reset(lab, attempt)
+
+
+def test_zookeeper_session_expiry_inside_the_isr_wait(lab: dict[str, Any]) -> None:
+    """The lock's session expires while the executor polls for the started broker to be back in ISR (the files
+    are changed, the broker is up): the next fence stops the worker, which writes nothing more and leaves the lock
+    and the broker as they are; the rerun (its own session) finishes the wait and the post-verify."""
+    from kazoo.client import KazooClient
+
+    class Expires(Executor):
+        expired = False
+
+        def healthy(self, b: BrokerPlan, host: BrokerHost) -> str:
+            if not self.expired:
+                self.expired = True
+                zk = self.cluster.zk
+                old = zk.client_id
+                twin = KazooClient(hosts=lab["inv"].zookeeper, client_id=old)  # the same session, closed elsewhere
+                twin.start(timeout=10)
+                twin.stop()
+                twin.close()
+                deadline = time.monotonic() + 15
+                while zk.client_id == old and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            return super().healthy(b, host)
+
+    attempt = "zk-expired-in-isr-wait"
+    with cluster_session(lab["inv"], timeout=4, start_timeout=15) as worker_zk:
+        report = run_faulty(lab, attempt, Expires, r"session|no longer holds", worker_zk)
+    assert not report["lock_released"] and "lost its ZooKeeper session" in report["lock_kept"]
+    seen = check_invariants(lab, attempt, lock_expected=True)
+    assert running(lab) and seen["journal_state"] in ("started", "healthy") and not seen["failed"]
+    resume(lab, attempt)
+    record(
+        "ZooKeeper session expiry inside the ISR wait",
+        "the fence stops the worker after the wait: files changed and broker up as journaled, nothing more "
+        "written, the lock kept; rerun resumed to done",
+        seen,
+    )
+    reset(lab, attempt)
+
+
+def test_a_symlink_planted_between_plan_and_change(lab: dict[str, Any], tmp_path: Path) -> None:
+    """After the backup the Kafka user swaps the planned partition dir for a link to a copy outside the log dir
+    (every checksum still matches): the change refuses naming the path, nothing outside the log dir changes, and,
+    the change having begun, the broker stays down and the lock stays for a human (journaled why)."""
+    pdir = Path(lab["plan"].brokers[0].actions[0].path).parent
+    real, outside = pdir.with_name(pdir.name + ".real"), tmp_path / "outside"
+
+    def swap(ex: Executor, b: BrokerPlan, host: BrokerHost) -> None:
+        shutil.copytree(pdir, outside)
+        pdir.rename(real)
+        pdir.symlink_to(outside)
+
+    attempt = "symlink-planted"
+    try:
+        report = run_faulty(lab, attempt, after_backup(swap), rf"refused: {re.escape(str(pdir))} is a symlink")
+        outside_after = {p.name: p.read_bytes() for p in outside.iterdir()}
+        assert outside_after == {p.name: p.read_bytes() for p in real.iterdir()}  # nothing outside changed
+    finally:
+        if pdir.is_symlink():
+            pdir.unlink()
+            real.rename(pdir)  # a human puts the dir back
+    seen = check_invariants(lab, attempt, lock_expected=True)
+    assert "lock_kept" in report and not running(lab) and seen["failed"]
+    resume(lab, attempt)
+    record(
+        "symlink planted between plan and change",
+        "the change refused naming the path, nothing outside the log dir changed; the broker left down and the "
+        "lock kept, as journaled; rerun (the dir put back) resumed to done",
+        seen,
+    )
+    reset(lab, attempt)
