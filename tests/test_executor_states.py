@@ -161,6 +161,11 @@ ROWS = {
     "stop: slower than its gate": Row(
         (1, "stop"), "slow-stop", RepairError, State.PRECHECKED, True, False, True, True, True
     ),
+    # the same with a stop command that blocks through the shutdown (systemctl stop): it does not return in time; the
+    # broker still runs, yet its stop did take: not "running, its stop never took" with the lock released
+    "stop: its command blocks past its gate": Row(
+        (1, "stop"), "slow-stop-blocks", RepairError, State.PRECHECKED, True, False, True, True, True
+    ),
     # the backup: tar fails; the tarball made, not fetched; taken and fetched, not journaled
     "backup: tar fails": Row((1, "backup"), FAIL, RepairError, State.STOPPED, True, False, True, False, True),
     "backup: task timeout": Row(

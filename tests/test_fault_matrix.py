@@ -46,6 +46,7 @@ from fleet_doctor.repair import restore_tasks, tasks
 from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.executor import Executor
+from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.journal import ORDER, State
 from fleet_doctor.repair.plan import BrokerPlan
 from fleet_doctor.repair.session import LockedCluster, holding
@@ -53,6 +54,7 @@ from fleet_doctor.zookeeper import cluster_session
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import lock_holder
 from fleet_lab import fleet
+from fleet_lab.broker import BrokerConfig
 from fleet_lab.fleet import kill_sshd, run_service, start_sshd
 from harness.fault_worker import GATES, POINTS
 from harness.repair_lab import plan_of
@@ -249,6 +251,7 @@ def run_faulty(
     zk: Any = None,
     inv: Any = None,
     raises: type[BaseException] = RepairError,
+    gates: Gates = GATES,
 ) -> dict[str, Any]:
     """The repair run by ``cls`` (the real executor with one fault injected), as ``tasks.execute`` runs it (lock,
     fence, finish), on ``zk`` (default: the module's session; the worker's own when the fault is its session's) and
@@ -257,17 +260,22 @@ def run_faulty(
     zk, inv = zk or ctx["zk"], inv or ctx["inv"]
     report: dict[str, Any] = {}
     with pytest.raises(raises, match=expect), holding(zk, inv, owner, report) as lock:
-        executor(ctx, attempt, lock, cls, inv).run()
+        executor(ctx, attempt, lock, cls, inv, gates).run()
     return report
 
 
 def executor(
-    ctx: dict[str, Any], attempt: str, lock: LockedCluster, cls: type[Executor] = Executor, inv: Any = None
+    ctx: dict[str, Any],
+    attempt: str,
+    lock: LockedCluster,
+    cls: type[Executor] = Executor,
+    inv: Any = None,
+    gates: Gates = GATES,
 ) -> Executor:
     """The attempt's executor as ``tasks.execute`` builds it, under ``lock`` (its fence, its health gates)."""
     inv = inv or ctx["inv"]
     where = RepairsDir(ctx["settings"].repairs).attempt(ctx["plan"].hash, attempt)
-    ex = cls(ctx["plan"], where, inv, ssh_hosts(inv, ssh_connect(inv)), lock.cluster({}), GATES, fence=lock.fence())
+    ex = cls(ctx["plan"], where, inv, ssh_hosts(inv, ssh_connect(inv)), lock.cluster({}), gates, fence=lock.fence())
     lock.keep_when(ex.journal.keeps_lock)
     return ex
 
@@ -551,5 +559,47 @@ def test_a_symlink_planted_between_plan_and_change(lab: dict[str, Any], tmp_path
         "the change refused naming the path, nothing outside the log dir changed; the broker left down and the "
         "lock kept, as journaled; rerun (the dir put back) resumed to done",
         seen,
+    )
+    reset(lab, attempt)
+
+
+def test_a_controlled_shutdown_slower_than_the_stop_gate(lab: dict[str, Any]) -> None:
+    """The broker's controlled shutdown takes 8 s (its leaders moving away, still registered), the plan's
+    ``stop_timeout_s`` is 2 s, and the service's stop command blocks until the process is gone (as ``systemctl stop``
+    does): the command does not return in time. The executor neither counts the broker as running ("its stop never
+    took", the lock released: it would go down under a released lock) nor starts it: it journals that it may be left
+    stopping and keeps the lock (a human, or the rerun, looks once it has stopped). Nothing changed."""
+    b = lab["state"].broker(lab["bid"])
+    cfg = BrokerConfig.load(b.config_path)
+
+    def restart_with(c: BrokerConfig) -> None:
+        assert run_service(b, "stop").returncode == 0
+        c.save(b.config_path)
+        assert run_service(b, "start").returncode == 0
+        deadline = time.monotonic() + 60  # registered again (seed-004's broker stays out of ISR: not "healthy")
+        while not lab["zk"].exists(f"/brokers/ids/{lab['bid']}"):
+            assert time.monotonic() < deadline, f"broker {lab['bid']} did not register"
+            time.sleep(0.1)
+
+    restart_with(dataclasses.replace(cfg, controlled_shutdown_ms=8000))
+    attempt = "slow-shutdown"
+    try:
+        report = run_faulty(
+            lab, attempt, Executor, "did not return within", gates=dataclasses.replace(GATES, stop_timeout_s=2)
+        )
+        seen = check_invariants(lab, attempt, lock_expected=True)  # still shutting down, the lock kept
+        assert "lock_kept" in report and seen["after_failure"].startswith("may be left stopping")
+        deadline = time.monotonic() + 30
+        while running(lab) and time.monotonic() < deadline:  # the controlled shutdown ends
+            time.sleep(0.2)
+        assert not running(lab)
+    finally:
+        cfg.save(b.config_path)  # its next start without the slow shutdown
+    resume(lab, attempt)
+    record(
+        "controlled shutdown slower than the stop gate",
+        "the stop gate expired with the broker still registered and running: neither counted as down nor "
+        "started, journaled as may be left stopping, the lock kept; once stopped, rerun resumed to done",
+        {**seen, "broker_left_down": True},
     )
     reset(lab, attempt)

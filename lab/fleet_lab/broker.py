@@ -119,6 +119,9 @@ class BrokerConfig:
     session_timeout_s: float = 4.0
     segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
     log_load_delay_ms: int = 0  # per partition: makes a big broker's slow log load reproducible
+    # ZooKeeper mode: how long the controlled shutdown of a clean stop takes (the controller moving the broker's
+    # leaders away while it stays registered): makes a stop slower than a restart tool's stop gate reproducible
+    controlled_shutdown_ms: int = 0
     # KRaft (combined broker and controller, no ZooKeeper): node_id, voters [{id, run_dir, metadata_log_dir}],
     # quorum_lock, directory_ids {log dir: directory.id}, segment_bytes, snapshot_bytes, session_timeout_ms
     kraft: dict[str, Any] | None = None
@@ -1135,6 +1138,13 @@ class LabBroker:
         LOG.info("[KafkaServer id=%d] shutting down", self.cfg.broker_id)
         if self.quorum is not None:
             self._kraft_controlled_shutdown()
+        if self.zk is not None and self.cfg.controlled_shutdown_ms:
+            LOG.info(
+                "[KafkaServer id=%d] Starting controlled shutdown (the controller moves leadership away: %d ms)",
+                self.cfg.broker_id,
+                self.cfg.controlled_shutdown_ms,
+            )
+            time.sleep(self.cfg.controlled_shutdown_ms / 1000.0)
         if self.zk is not None:
             with contextlib.suppress(Exception):
                 self.zk.stop()

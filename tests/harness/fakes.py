@@ -17,8 +17,10 @@ journal back as it was on disk at that moment). Operations: ``identity``, ``stop
 ``fence`` (broker 0: the lock's fence, before each step) and ``partitions`` (broker 0: a health poll). Two faults
 change the fleet rather than raise: ``"disk-full"`` (from then on no file of the attempt can be written:
 ``disk_full``, which a test makes the journal's writes honour) and ``"slow-stop"`` (the broker's controlled shutdown
-never ends while the test runs: it stays running and registered). ``"session-expired"`` raises kazoo's
-``SessionExpiredError`` and the lock's fence falls from then on (``session_lost``).
+never ends while the test runs: it stays running and registered; ``"slow-stop-blocks"``: the same, and the stop
+command blocks until the process is gone, so it does not return in time: RemoteError from a TimeoutError).
+``"session-expired"`` raises kazoo's ``SessionExpiredError`` and the lock's fence falls from then on
+(``session_lost``).
 
 After a ``Crash`` the worker is dead: every later call raises ``Crash`` again and does nothing (a SIGKILL'd process
 runs no handler), until ``revive`` (the task run again).
@@ -98,6 +100,9 @@ class FakeFleet:
         if what == "slow-stop":
             self.stopping.add(broker_id)
             return
+        if what == "slow-stop-blocks":  # the same, with a stop command that blocks until the process is gone
+            self.stopping.add(broker_id)
+            raise RemoteError(f"broker {broker_id}: `{op}` could not run: TimeoutError: ") from TimeoutError()
         if what == "session-expired":
             from kazoo.exceptions import SessionExpiredError
 

@@ -302,7 +302,17 @@ class Executor:
         the process to exit and its registration to go within the plan's ``stop_timeout_s`` (``StillStopping``)."""
         if not self.dry_run:
             self.journal.stop_issued(b.broker_id)
-            host.service("stop", self.gates.stop_timeout_s)
+            try:
+                host.service("stop", self.gates.stop_timeout_s)
+            except RemoteError as e:
+                if e.__cause__ is None:  # the command ran and failed (exit status): the stop never took
+                    raise
+                # it did not return (a stop command that blocks through a slow controlled shutdown, past the gate)
+                # or the session broke while it ran: the broker may be shutting down
+                raise StillStopping(
+                    f"broker {b.broker_id}: its stop command did not return within the plan's stop_timeout_s "
+                    f"({self.gates.stop_timeout_s:g} s): {e}"
+                ) from e
         self._wait_stopped(b, host)
         return "process gone and /brokers/ids entry removed"
 
