@@ -13,8 +13,9 @@ broker, ZooKeeper 3.8, lab brokers, Spark post-verify), each followed by the inv
 
 Each row records the outcome, whether the fault left the lock held and the broker down and why (the journal's
 ``after_failure``), and the data lost (always 0), in ``fault-matrix.json`` beside the module's files and printed at
-the end. Issue 28's rows: an ``AirflowTaskTimeout`` during the stop and during the backup, a ZooKeeper session expiry
-inside the ISR wait, a symlink planted between plan and change.
+the end. Issue 28's rows: an ``AirflowTaskTimeout`` during the stop and during the backup, the repairs volume full
+right after the stop, a ZooKeeper session expiry inside the ISR wait, a controlled shutdown slower than the stop gate,
+a symlink planted between plan and change.
 
 Between cases the restore DAG's code puts the attempt's backups back (the broker drifted again), so each case starts
 from the same seed-004 state, and the restore is exercised ten times over.
@@ -603,3 +604,42 @@ def test_a_controlled_shutdown_slower_than_the_stop_gate(lab: dict[str, Any]) ->
         {**seen, "broker_left_down": True},
     )
     reset(lab, attempt)
+
+
+def test_the_repairs_volume_full_right_after_the_stop(lab: dict[str, Any], tmp_path: Path) -> None:
+    """The attempt's dir (journal, backups) on a 1 MiB tmpfs that fills up right after the broker stopped: the
+    journal cannot say "stopped". The stop was journaled as issued before it was sent, so the failure path starts
+    the broker again; the journal on disk is behind what happened, so the lock stays for a human. With room again
+    the rerun is done."""
+    where = RepairsDir(lab["settings"].repairs).attempt(lab["plan"].hash, "volume-full")
+    where.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(where)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    filler = where / "filler"
+
+    class FillsUp(Executor):
+        def stop(self, b: BrokerPlan, host: BrokerHost) -> str:
+            out = super().stop(b, host)
+            subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)  # until ENOSPC
+            return out
+
+    attempt = "volume-full"
+    try:
+        report = run_faulty(lab, attempt, FillsUp, "No space left on device")
+        filler.unlink()
+        seen = check_invariants(lab, attempt, lock_expected=True)
+        assert "journal is behind" in report["lock_kept"] and running(lab)
+        assert seen["journal_state"] == "prechecked"  # what the disk says: its last write before the volume filled
+        resume(lab, attempt)
+        record(
+            "repairs volume full right after the stop",
+            "the journal could not say stopped: the broker started again (the stop was journaled as issued), "
+            "nothing changed, the lock kept (the journal is behind what happened); with room, rerun resumed to done",
+            seen,
+        )
+        reset(lab, attempt)
+    finally:
+        subprocess.run(["umount", str(where)], capture_output=True)
