@@ -1034,3 +1034,13 @@ def test_free_port_is_outside_the_ephemeral_range_and_bindable() -> None:
         assert not low <= port <= high
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_are_distinct_and_never_one_already_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lab's ports are chosen at once: a broker's listener is bound only when the broker starts, after every sshd,
+    so a port chosen for it must not be chosen again for a later sshd (nor be one a stopped broker keeps)."""
+    from fleet_lab import zk_server
+
+    given = iter([20001, 20001, 20002, 20003, 20002, 20004, 20005])  # what free_port answers, in turn
+    monkeypatch.setattr(zk_server, "free_port", lambda host="127.0.0.1": next(given))
+    assert zk_server.free_ports(3, taken=[20003]) == [20001, 20002, 20004]
