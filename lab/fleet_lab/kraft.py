@@ -908,6 +908,7 @@ def image_from_decoded(records: Sequence[dict[str, Any]]) -> cm.Image:
         elif kind == "broker_config":
             name = "" if r.get("broker_id") is None else str(r["broker_id"])
             img.configs[(cm.CONFIG_BROKER, name)] = dict(r.get("config") or {})
+    img.reindex()  # filled directly, not by replay: what replay looks up (ClearElrRecord) rebuilt
     return img
 
 

@@ -740,6 +740,15 @@ class Image:
         self.topics[r["TopicId"]] = {"name": r["Name"], "partitions": old["partitions"] if old else {}}
         self._ids_by_name.setdefault(r["Name"], set()).add(r["TopicId"])
 
+    def reindex(self):
+        """Rebuild what replay looks up from ``topics`` (an image filled directly rather than by replay)."""
+        self._ids_by_name = {}
+        self._with_elr = {}
+        for topic_id, topic in self.topics.items():
+            self._ids_by_name.setdefault(topic["name"], set()).add(topic_id)
+            for pid, p in topic["partitions"].items():
+                self._track_elr(topic_id, pid, p)
+
     def _forget_name(self, name, topic_id):
         ids = self._ids_by_name.get(name)
         if ids is not None:
@@ -953,6 +962,7 @@ class _Replay:
         self.voters = None  # [voter id] of the last KRAFT_VOTERS control record
         self.kraft_version = None
         self.log_next = None  # the offset after the last log batch read: offsets only go up
+        self.batches_cut_short = 0  # batches whose records after BATCH_UNDECODABLE_MAX undecodable ones were skipped
 
     def problem(self, path, offset, position, kind, message):
         assert kind in PROBLEM_KINDS, kind
@@ -1088,6 +1098,7 @@ class _FileWalk:
             if undecodable >= BATCH_UNDECODABLE_MAX and i + 1 < count:
                 msg = "%d records of this batch could not be decoded; its other %d records are skipped"
                 rp.problem(self.path, rec.offset, position, "undecodable", msg % (undecodable, count - i - 1))
+                rp.batches_cut_short += 1  # records that may be good ones are not in the image: it is not whole
                 return
 
     def _before_snapshot(self, position, size):
@@ -1474,7 +1485,7 @@ def _replay_once(metadata_dir, last_try):
                     log_first - 1,
                 ),
             )
-    if head["snapshot_gap"] or head["log_crc_errors"]:
+    if head["snapshot_gap"] or head["log_crc_errors"] or rp.batches_cut_short:
         head["image_complete"] = False
     if rp.txn is not None:
         head["open_transaction"] = True
@@ -1700,7 +1711,10 @@ class _OutOfCpu(Exception):
     pass
 
 
-def _on_xcpu(_signum, _frame):
+def _on_xcpu(signum, _frame):
+    import signal
+
+    signal.signal(signum, signal.SIG_IGN)  # once: the kernel sends it again every second past the soft limit
     raise _OutOfCpu()
 
 

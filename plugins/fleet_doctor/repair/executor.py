@@ -305,14 +305,17 @@ class Executor:
             try:
                 host.service("stop", self.gates.stop_timeout_s)
             except RemoteError as e:
-                if e.__cause__ is None:  # the command ran and failed (exit status): the stop never took
-                    raise
-                # it did not return (a stop command that blocks through a slow controlled shutdown, past the gate)
-                # or the session broke while it ran: the broker may be shutting down
-                raise StillStopping(
-                    f"broker {b.broker_id}: its stop command did not return within the plan's stop_timeout_s "
-                    f"({self.gates.stop_timeout_s:g} s): {e}"
-                ) from e
+                # whatever went wrong, the stop may have taken: a command that blocks through a slow controlled
+                # shutdown past the gate (systemctl stop), a session that broke while it ran (exit -1), a wrapper's
+                # timeout (exit 124) while the service manager's stop job goes on. A broker still running is then not
+                # known to be up for good: StillStopping (never started, never counted as up, the lock kept)
+                timed_out = isinstance(e.__cause__, TimeoutError)
+                what = (
+                    f"did not return within the plan's stop_timeout_s ({self.gates.stop_timeout_s:g} s)"
+                    if timed_out
+                    else "failed"
+                )
+                raise StillStopping(f"broker {b.broker_id}: its stop command {what}; it may be stopping: {e}") from e
         self._wait_stopped(b, host)
         return "process gone and /brokers/ids entry removed"
 
