@@ -59,7 +59,9 @@ def deployment(root: Path, lab: fleet.LabState) -> dict[str, str]:
     shutil.copyfile(lab.path / "ssh" / "id_ed25519", key)
     key.chmod(0o600)
     home = root / "airflow"
+    (root / "tmp").mkdir(exist_ok=True)
     return clean_environ() | {
+        "TMPDIR": str(root / "tmp"),  # its own: another worker's init may have a temp file in /tmp meanwhile
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -330,7 +332,7 @@ def test_init_runs_every_step_and_says_so(initialised: dict[str, Any]) -> None:
         f"connections: imported 5 (2 SSH with key {initialised['env'][deploy.SSH_KEY]}, kafka_zk_lab, spark_default, "
         "fleet_doctor_airflow_api)"
     )
-    assert not [p for p in Path(tempfile.gettempdir()).glob("fleet-doctor-connections-*")]  # the temp file is gone
+    assert not list(Path(initialised["env"]["TMPDIR"]).glob("fleet-doctor-connections-*"))  # the temp file is gone
 
 
 @pytest.mark.slow
