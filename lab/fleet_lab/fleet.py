@@ -684,9 +684,8 @@ def _add_hosts(state: LabState, brokers: int, log_dirs_per_broker: int) -> None:
     lab_dir = Path(state.dir)
     # every port at once: a broker's listener is bound only when the broker starts, after every sshd, so ports chosen
     # one at a time could give a listener's port to a later sshd too ("Address already in use" at the start)
-    taken = [p for b in state.brokers for p in (b.ssh_port, b.listener_port)]
-    ports = iter(free_ports(2 * brokers, taken=taken + ([state.zk_port] if state.zk_port else [])))
-    for bid in range(len(state.brokers) + 1, len(state.brokers) + brokers + 1):
+    ports = iter(free_ports(2 * brokers, taken=[state.zk_port] if state.zk_port else []))
+    for bid in range(1, brokers + 1):
         run = lab_dir / f"broker-{bid}"
         run.mkdir()
         host_key = _keygen(run / "ssh_host_ed25519_key", f"broker-{bid}")

@@ -16,8 +16,9 @@ tables. Facts are cited as in ../shared/docs/kraft-reference.md ("kraft-ref §n"
 
 Public API: ``read_cluster_metadata(dir) -> [record]`` / ``iter_cluster_metadata(dir)`` (ClusterMetadataError when
 the dir cannot be read at all), ``format_records(records) -> str``, ``bundle() -> bytes``, ``main(argv)``; the
-tables and ``decode_message`` / ``decode_metadata_record`` / ``decode_control_record`` / ``batch_records``; ``Image``
-(the replayed state, Kafka's field names) and ``snapshot_files`` / ``log_segments`` (file names as Kafka orders them).
+tables and ``decode_message`` / ``decode_metadata_record`` / ``decode_control_record`` / ``iter_batch_records`` /
+``batch_records``; ``Image`` (the replayed state, Kafka's field names) and ``snapshot_files`` / ``log_segments``
+(file names as Kafka orders them).
 
 Why one long file: like the probe, it is the program sent to a controller (``bundle()`` prepends the probe's framing
 to this one file); its record schemas are data, written down once, and most of its length is those tables.
@@ -1086,7 +1087,6 @@ class _FileWalk:
         except DecodeError as e:
             rp.problem(self.path, first, position, "undecodable", "record batch: %s" % e)
             return
-        del data  # the records are sliced from the batch's own (inflated) body
         undecodable = 0
         for i, rec in enumerate(records):
             if rec.offset < self.min_offset:
