@@ -344,19 +344,25 @@ def test_broker_restarted_by_someone_else_between_stop_and_change(lab: dict[str,
     reset(lab, attempt)
 
 
-def test_zookeeper_session_expiry_mid_repair(lab: dict[str, Any]) -> None:
+def expire_session(ex: Executor, inv: Any) -> None:
+    """The executor's ZooKeeper session expires: the same session opened and closed from elsewhere; kazoo notices
+    and gets a new one (the lock's liveness node went with the old)."""
     from kazoo.client import KazooClient
 
+    zk = ex.cluster.zk
+    old = zk.client_id
+    twin = KazooClient(hosts=inv.zookeeper, client_id=old)
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+    deadline = time.monotonic() + 15
+    while zk.client_id == old and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_zookeeper_session_expiry_mid_repair(lab: dict[str, Any]) -> None:
     def expire(ex: Executor, b: BrokerPlan, host: BrokerHost) -> None:
-        zk = ex.cluster.zk
-        old = zk.client_id
-        twin = KazooClient(hosts=lab["inv"].zookeeper, client_id=old)  # the same session, closed from elsewhere
-        twin.start(timeout=10)
-        twin.stop()
-        twin.close()
-        deadline = time.monotonic() + 15
-        while zk.client_id == old and time.monotonic() < deadline:  # kazoo notices, gets a new session
-            time.sleep(0.1)
+        expire_session(ex, lab["inv"])
 
     attempt = "zk-expired"
     with cluster_session(lab["inv"], timeout=4, start_timeout=15) as worker_zk:  # the worker's own session
@@ -496,7 +502,6 @@ def test_zookeeper_session_expiry_inside_the_isr_wait(lab: dict[str, Any]) -> No
     """The lock's session expires while the executor polls for the started broker to be back in ISR (the files
     are changed, the broker is up): the next fence stops the worker, which writes nothing more and leaves the lock
     and the broker as they are; the rerun (its own session) finishes the wait and the post-verify."""
-    from kazoo.client import KazooClient
 
     class Expires(Executor):
         expired = False
@@ -504,15 +509,7 @@ def test_zookeeper_session_expiry_inside_the_isr_wait(lab: dict[str, Any]) -> No
         def healthy(self, b: BrokerPlan, host: BrokerHost) -> str:
             if not self.expired:
                 self.expired = True
-                zk = self.cluster.zk
-                old = zk.client_id
-                twin = KazooClient(hosts=lab["inv"].zookeeper, client_id=old)  # the same session, closed elsewhere
-                twin.start(timeout=10)
-                twin.stop()
-                twin.close()
-                deadline = time.monotonic() + 15
-                while zk.client_id == old and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                expire_session(self, lab["inv"])
             return super().healthy(b, host)
 
     attempt = "zk-expired-in-isr-wait"
