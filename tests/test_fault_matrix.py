@@ -57,6 +57,7 @@ from fleet_doctor.zookeeper.lock import lock_holder
 from fleet_lab import fleet
 from fleet_lab.broker import BrokerConfig
 from fleet_lab.fleet import kill_sshd, run_service, start_sshd
+from harness import zk_session
 from harness.fault_worker import GATES, POINTS
 from harness.repair_lab import plan_of
 from harness.shared import audited
@@ -344,25 +345,9 @@ def test_broker_restarted_by_someone_else_between_stop_and_change(lab: dict[str,
     reset(lab, attempt)
 
 
-def expire_session(ex: Executor, inv: Any) -> None:
-    """The executor's ZooKeeper session expires: the same session opened and closed from elsewhere; kazoo notices
-    and gets a new one (the lock's liveness node went with the old)."""
-    from kazoo.client import KazooClient
-
-    zk = ex.cluster.zk
-    old = zk.client_id
-    twin = KazooClient(hosts=inv.zookeeper, client_id=old)
-    twin.start(timeout=10)
-    twin.stop()
-    twin.close()
-    deadline = time.monotonic() + 15
-    while zk.client_id == old and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 def test_zookeeper_session_expiry_mid_repair(lab: dict[str, Any]) -> None:
     def expire(ex: Executor, b: BrokerPlan, host: BrokerHost) -> None:
-        expire_session(ex, lab["inv"])
+        zk_session.expire(lab["inv"].zookeeper, ex.cluster.zk)
 
     attempt = "zk-expired"
     with cluster_session(lab["inv"], timeout=4, start_timeout=15) as worker_zk:  # the worker's own session
@@ -509,7 +494,7 @@ def test_zookeeper_session_expiry_inside_the_isr_wait(lab: dict[str, Any]) -> No
         def healthy(self, b: BrokerPlan, host: BrokerHost) -> str:
             if not self.expired:
                 self.expired = True
-                expire_session(self, lab["inv"])
+                zk_session.expire(lab["inv"].zookeeper, self.cluster.zk)
             return super().healthy(b, host)
 
     attempt = "zk-expired-in-isr-wait"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from fleet_doctor.zookeeper.lock import (
     release_lock,
 )
 from fleet_lab.zk_server import ZooKeeperServer, digest_id
+from harness import zk_session
 
 KAFKA = ZkAuth("digest", "kafka:kafka-secret")
 DOCTOR = ZkAuth("digest", "fleet-doctor:doctor-secret")
@@ -261,19 +261,8 @@ def _open_chroot(server: ZooKeeperServer, chroot: str, cluster_id: str | None = 
 
 
 def _expire(server: ZooKeeperServer, zk: Any) -> None:
-    """Expire ``zk``'s session as a partition longer than its timeout does (a second client attaching to the same
-    session and closing it), and wait for kazoo to have reconnected with a new session."""
-    from kazoo.client import KazooClient
-
-    old = zk.client_id
-    twin = KazooClient(hosts=server.connect, client_id=old)
-    twin.start(timeout=15)
-    twin.stop()
-    twin.close()
-    deadline = time.monotonic() + 30
-    while not (zk.connected and zk.client_id and zk.client_id[0] != old[0]):
-        assert time.monotonic() < deadline, "kazoo did not reconnect with a new session"
-        time.sleep(0.05)
+    """Expire ``zk``'s session as a partition longer than its timeout does, and wait for kazoo's new session."""
+    zk_session.expire(server.connect, zk)
 
 
 def test_a_lock_whose_session_expired_is_not_released_through_the_new_one(server: ZooKeeperServer) -> None:
