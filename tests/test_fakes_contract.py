@@ -1,11 +1,20 @@
 """The unit tier's fakes (tests/harness/fakes.py) against the real things: the same calls on ``BrokerHost`` over a lab
 broker's real sshd and on ``FakeHost``, and the same reads from ``Cluster`` on the lab's real ZooKeeper and from
 ``FakeCluster``, must answer alike. A fake that drifts from what the product really meets fails here, not in the
-executor's table test."""
+executor's table test.
+
+The real side runs twice: as root, and as a least-privilege SSH user (issue 28 item 2): the lab's brokers run as
+``kafka`` and own their files, the product logs in as ``kafka-doctor`` (not root, not Kafka's), and every read and
+change of Kafka's files goes through ``sudo -n -u kafka`` as the inventory's ``kafka_user`` says."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
+import pwd
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +24,7 @@ import pytest
 from fleet_doctor import inventory
 from fleet_doctor.repair import backups
 from fleet_doctor.repair.broker import ssh_hosts
+from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.executor import wait_until
 from fleet_doctor.repair.on_broker import LOCK_HELD
 from fleet_doctor.zookeeper.cluster import Cluster
@@ -27,19 +37,32 @@ BROKER = 1
 PLAN_HASH = "c" * 64
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("contract")
-    state = fleet.up(tmp / "lab", brokers=3, kafka_version="3.6.2")
+SSH_USER, KAFKA_USER = "kafka-doctor", "kafka"
+
+
+@pytest.fixture(scope="module", params=["root", "least-privilege"])
+def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    users: dict[str, str] = {}
+    if request.param == "least-privilege":
+        if os.geteuid() != 0:
+            pytest.skip("the least-privilege lab makes its users and their sudoers rule: root only")
+        users = {"ssh_user": SSH_USER, "kafka_user": KAFKA_USER}
+        tmp = Path(tempfile.mkdtemp(prefix="fleet-doctor-contract-"))  # in /tmp: the lab's users can reach it
+        tmp.chmod(0o755)
+    else:
+        tmp = tmp_path_factory.mktemp("contract")
+    state = fleet.up(tmp / "lab", brokers=3, kafka_version="3.6.2", **users)
     try:
         inv = inventory.load(tmp / "lab" / "inventory.json")
         zk = state.zk_client()
         try:
-            yield {"state": state, "inv": inv, "zk": zk, "tmp": tmp}
+            yield {"state": state, "inv": inv, "zk": zk, "tmp": tmp, "users": users}
         finally:
             zk.stop()
     finally:
         fleet.down(tmp / "lab")
+        if users:
+            shutil.rmtree(tmp)
 
 
 def planned_files(state: fleet.LabState) -> list[str]:
@@ -88,6 +111,8 @@ def test_the_fake_host_answers_as_the_real_one(lab: dict[str, Any], tmp_path: Pa
         assert isinstance(real.identity(), str) and isinstance(fake.identity(), str)
         assert real.running() is fake.running() is True
         assert bool(real.lock_holders()) is bool(fake.lock_holders()) is True
+        # the change's user can change the planned files' dirs (checked before a stop, the lock not taken)
+        assert real.can_change(paths) is None and fake.can_change(paths) is None
         assert reads(real_cluster) == reads(fake_cluster)
         # the files' checksums, a missing one named
         assert real.sums([*paths, missing]) == fake.sums([*paths, missing])
@@ -127,6 +152,10 @@ def test_the_fake_host_answers_as_the_real_one(lab: dict[str, Any], tmp_path: Pa
         assert {p: Path(p).read_bytes() for p in paths} == originals
         owners = real.owners(paths)
         assert len(set(owners.values())) == 1 and set(fake.owners(paths)) == set(owners)
+        if lab["users"]:  # put back as Kafka's own files, by an SSH user that is neither root nor Kafka
+            kafka = pwd.getpwnam(KAFKA_USER)
+            assert set(owners.values()) == {f"{kafka.pw_uid}:{kafka.pw_gid}"}
+            assert real.remote.run("id -un").stdout.strip() == SSH_USER
         # started again: running, registered, back in ISR on both
         real.service("start", 60)
         fake.service("start", 60)
@@ -139,3 +168,20 @@ def test_the_fake_host_answers_as_the_real_one(lab: dict[str, Any], tmp_path: Pa
         Path(quarantined).unlink(missing_ok=True)
         if not fleet.running_pid(state.broker(BROKER).config()):
             fleet.run_service(state.broker(BROKER), "start")
+
+
+def test_a_change_its_user_cannot_make_is_refused_before_the_stop(lab: dict[str, Any]) -> None:
+    """An SSH user that is not Kafka's, with no ``kafka_user`` to act as: the pre-check names the dir and the user
+    while the broker still runs (before, the change failed once the broker was down and ``changing`` journaled)."""
+    if not lab["users"]:
+        pytest.skip("root can change every file: the least-privilege lab only")
+    inv = lab["inv"]
+    as_itself = dataclasses.replace(inv, brokers=[dataclasses.replace(b, kafka_user="") for b in inv.brokers])
+    host = ssh_hosts(as_itself, ssh_connect(as_itself))(BROKER, [])
+    paths = planned_files(lab["state"])
+    try:
+        with pytest.raises(RepairError, match=rf"cannot run as the SSH user {SSH_USER}: refused: .*: uid \d+ cannot"):
+            host.can_change(paths)
+        assert host.running()  # nothing stopped, nothing changed
+    finally:
+        host.close()

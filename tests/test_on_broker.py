@@ -1,5 +1,6 @@
-"""What a repair runs on a broker to change its files (``repair.on_broker``), run here as it runs there (``python3 -``
-with its source on stdin, as root), on a log dir laid out as Kafka's (issue 28 item 1).
+"""What a repair runs on a broker to change its files (``repair.on_broker``), run here as it runs there (its source at
+the head of stdin, a backup to put back after it; as root, or as the Kafka user itself), on a log dir laid out as
+Kafka's (issue 28 items 1 and 2).
 
 The Kafka user owns the log dirs and can plant symlinks below them: a quarantine dir that points at ``/etc``, a
 partition dir swapped for a link between the plan and the change, a link in place of a file to restore. Each is
@@ -8,36 +9,76 @@ every target are checked."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fleet_doctor.repair.broker import ON_BROKER, quarantine_dir, quarantine_subdirs
+from fleet_doctor.repair.broker import ON_BROKER, on_broker_argv, quarantine_dir, quarantine_subdirs
 from fleet_doctor.repair.on_broker import LOCK_HELD, REFUSED
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 
 KAFKA_UID = 4242
+SYSTEM_PYTHON = "/usr/bin/python3"  # a broker's python3 (Debian's): what a user other than root can run
 PLAN = "d" * 64
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the repair changes files as root: chown needs it")
 
 
-def run(log_dir: Path, *ops: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    spec = json.dumps({"log_dirs": [str(log_dir)], "ops": list(ops)})
-    return subprocess.run(
-        [sys.executable, "-", spec], input=ON_BROKER.decode(), capture_output=True, text=True, timeout=60, check=False
+def run(
+    log_dir: Path, *ops: dict[str, Any], backup: bytes | None = None, sha256: str = "", user: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``ops`` run by on_broker as the repair runs it (``user``: a prefix running it as another user), ``backup``
+    sent after its source (its sha256 as given, or its own)."""
+    spec: dict[str, Any] = {"log_dirs": [str(log_dir)], "ops": list(ops)}
+    if backup is not None:
+        spec["tarball"] = {
+            "sha256": sha256 or hashlib.sha256(backup).hexdigest(),
+            "tmp_dir": "/tmp" if user else str(log_dir.parent),
+        }
+    python = SYSTEM_PYTHON if user else sys.executable  # the Kafka user cannot reach root's own interpreter
+    ran = subprocess.run(
+        [*(user or []), *on_broker_argv(spec, str(python))],
+        input=ON_BROKER + (backup or b""),
+        capture_output=True,
+        timeout=60,
+        check=False,
     )
+    return subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
+
+
+def tarball(*members: tuple[str, bytes], mtime: int = 1_500_000_000, symlink: str = "") -> bytes:
+    """A backup as the repair makes it (``tar -czf``: member names without the leading ``/``)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), 0o644, mtime
+            tar.addfile(info, io.BytesIO(data))
+        if symlink:
+            info = tarfile.TarInfo(symlink.lstrip("/"))
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+    return buf.getvalue()
 
 
 @pytest.fixture
 def log_dir(tmp_path: Path) -> Path:
+    return make_log_dir(tmp_path)
+
+
+def make_log_dir(base: Path) -> Path:
     """A log dir owned by the Kafka user: partition t-0 with an index, partition.metadata and its .lock."""
-    d = tmp_path / "kafka-logs"
+    d = base / "kafka-logs"
     pdir = d / "t-0"
     pdir.mkdir(parents=True)
     (d / ".lock").write_bytes(b"")
@@ -92,10 +133,8 @@ def test_a_partition_dir_swapped_for_a_symlink_is_refused_for_every_change(log_d
     ):
         ran = run(log_dir, op)
         assert ran.returncode == REFUSED and f"{pdir} is a symlink or not a directory" in ran.stderr, ran
-    source = log_dir.parent / "restore-tmp" / "passwd"
-    source.parent.mkdir(mode=0o700)
-    source.write_bytes(b"kafka::0:0::/:/bin/sh\n")
-    ran = run(log_dir, {"op": "install", "from": str(source), "path": f"{pdir}/passwd"})
+    backup = tarball((f"{pdir}/passwd", b"kafka::0:0::/:/bin/sh\n"))
+    ran = run(log_dir, {"op": "install", "member": f"{pdir}/passwd"[1:], "path": f"{pdir}/passwd"}, backup=backup)
     assert ran.returncode == REFUSED and f"{pdir} is a symlink" in ran.stderr, ran
     assert fingerprint(outside) == before
 
@@ -107,16 +146,15 @@ def test_a_symlink_in_place_of_a_file_is_neither_removed_through_nor_written_thr
     (pdir / "partition.metadata").unlink()
     (pdir / "partition.metadata").symlink_to(outside / "passwd")
     before = fingerprint(outside)
-    source = log_dir.parent / "restore-tmp" / "partition.metadata"
-    source.parent.mkdir(mode=0o700)
-    source.write_bytes(b"version: 0\ntopic_id: BBBBBBBBBBBBBBBBBBBBBB")
+    meta = f"{pdir}/partition.metadata"
+    backup = tarball((meta, b"version: 0\ntopic_id: BBBBBBBBBBBBBBBBBBBBBB"))
     for op in (
-        {"op": "remove", "path": f"{pdir}/partition.metadata"},
-        {"op": "quarantine", "path": f"{pdir}/partition.metadata", "into": quarantine_subdirs(PLAN)},
-        {"op": "install", "from": str(source), "path": f"{pdir}/partition.metadata"},
-        {"op": "own", "path": f"{pdir}/partition.metadata"},
+        {"op": "remove", "path": meta},
+        {"op": "quarantine", "path": meta, "into": quarantine_subdirs(PLAN)},
+        {"op": "install", "member": meta[1:], "path": meta},
+        {"op": "own", "path": meta},
     ):
-        ran = run(log_dir, op)
+        ran = run(log_dir, op, backup=backup)
         assert ran.returncode == REFUSED and f"{pdir}/partition.metadata is a symlink" in ran.stderr, ran
     assert fingerprint(outside) == before and (pdir / "partition.metadata").is_symlink()
 
@@ -129,10 +167,7 @@ def test_the_log_dir_itself_and_paths_outside_it_are_refused(log_dir: Path, outs
     assert ran.returncode == REFUSED and "'..' is not a plain path component" in ran.stderr
     linked = tmp_path / "linked-logs"
     linked.symlink_to(outside)
-    spec = json.dumps({"log_dirs": [str(linked)], "ops": [{"op": "remove", "path": f"{linked}/passwd"}]})
-    ran = subprocess.run(
-        [sys.executable, "-", spec], input=ON_BROKER.decode(), capture_output=True, text=True, timeout=60, check=False
-    )
+    ran = run(linked, {"op": "remove", "path": f"{linked}/passwd"})
     assert ran.returncode == REFUSED and f"log dir {linked} is not a real directory" in ran.stderr
     assert fingerprint(outside) == before
 
@@ -156,14 +191,11 @@ def test_remove_quarantine_install_own_as_kafka_lays_them_out(log_dir: Path) -> 
 
     meta = pdir / "partition.metadata"
     assert run(log_dir, {"op": "remove", "path": str(meta)}).returncode == 0 and not meta.exists()
-    source = log_dir.parent / "restore-tmp" / "partition.metadata"
-    source.parent.mkdir(mode=0o700)
-    source.write_bytes(b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA")
-    os.chmod(source, 0o644)
-    os.utime(source, ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
-    assert run(log_dir, {"op": "install", "from": str(source), "path": str(meta)}).returncode == 0
+    content = b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA"
+    backup = tarball((str(meta), content))
+    assert run(log_dir, {"op": "install", "member": str(meta)[1:], "path": str(meta)}, backup=backup).returncode == 0
     st = meta.lstat()
-    assert meta.read_bytes() == source.read_bytes() and (st.st_uid, st.st_mode & 0o777) == (KAFKA_UID, 0o644)
+    assert meta.read_bytes() == content and (st.st_uid, st.st_mode & 0o777) == (KAFKA_UID, 0o644)
     assert st.st_mtime_ns == 1_500_000_000_000_000_000 and not list(pdir.glob(".fleet-doctor-restore.*"))
     os.chown(meta, 0, 0)
     assert run(log_dir, {"op": "own", "path": str(meta)}).returncode == 0 and meta.stat().st_uid == KAFKA_UID
@@ -178,3 +210,83 @@ def test_a_broker_holding_the_lock_stops_every_change_before_the_first(log_dir: 
         ran = run(log_dir, {"op": "remove", "path": str(meta)})
     assert ran.returncode == LOCK_HELD and "is locked: a broker runs on this log dir" in ran.stderr
     assert meta.is_file()
+
+
+def test_a_backup_is_checked_whole_before_anything_changes(log_dir: Path, outside: Path) -> None:
+    """A backup that arrives other than recorded, a member it lacks, a member that is a link: refused, nothing changed
+    (the first op of each run would have removed a file)."""
+    meta = log_dir / "t-0" / "partition.metadata"
+    index = log_dir / "t-0" / "00000000000000000000.index"
+    remove_first = {"op": "remove", "path": str(index)}
+    backup = tarball((str(meta), b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA"), symlink=str(meta) + ".link")
+    ran = run(
+        log_dir,
+        remove_first,
+        {"op": "install", "member": str(meta)[1:], "path": str(meta)},
+        backup=backup,
+        sha256="0" * 64,
+    )
+    assert ran.returncode == REFUSED and "checksum mismatch after upload" in ran.stderr and index.is_file(), ran
+    ran = run(log_dir, {"op": "install", "member": "etc/passwd", "path": str(meta)}, backup=backup)
+    assert ran.returncode == REFUSED and "etc/passwd is not in the backup" in ran.stderr, ran
+    ran = run(log_dir, {"op": "install", "member": str(meta)[1:] + ".link", "path": str(meta)}, backup=backup)
+    assert ran.returncode == REFUSED and "is not a regular file" in ran.stderr, ran
+    whole = hashlib.sha256(backup).hexdigest()
+    ran = run(log_dir, {"op": "install", "member": str(meta)[1:], "path": str(meta)}, backup=backup[:-40], sha256=whole)
+    assert ran.returncode == REFUSED and "checksum mismatch" in ran.stderr, ran
+    assert index.is_file() and not list(log_dir.parent.glob("fleet-doctor-restore.*"))  # the spool leaves nothing
+
+
+@pytest.mark.skipif(
+    shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON), reason="bin/dev installs them"
+)
+def test_every_change_works_as_the_kafka_user_itself() -> None:
+    """Issue 28 item 2: the change needs no root on the broker. Run as the Kafka user (uid 4242, no capabilities),
+    a quarantine, a remove, an install from a backup and an own all succeed, each file Kafka's afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="fleet-doctor-on-broker-"))  # in /tmp: the Kafka user can reach it
+    try:
+        os.chmod(base, 0o755)
+        as_kafka_user(make_log_dir(base))
+    finally:
+        shutil.rmtree(base)
+
+
+def as_kafka_user(log_dir: Path) -> None:
+    as_kafka = ["setpriv", f"--reuid={KAFKA_UID}", f"--regid={KAFKA_UID}", "--clear-groups", "--inh-caps=-all"]
+    pdir = log_dir / "t-0"
+    index, meta = pdir / "00000000000000000000.index", pdir / "partition.metadata"
+    content = b"version: 0\ntopic_id: BBBBBBBBBBBBBBBBBBBBBB"
+    ran = run(
+        log_dir,
+        {"op": "quarantine", "path": str(index), "into": quarantine_subdirs(PLAN)},
+        {"op": "remove", "path": str(meta)},
+        {"op": "install", "member": str(meta)[1:], "path": str(meta)},
+        {"op": "own", "path": str(meta)},
+        backup=tarball((str(meta), content)),
+        user=as_kafka,
+    )
+    assert ran.returncode == 0, ran
+    assert [json.loads(line)["op"] for line in ran.stdout.splitlines()] == ["quarantine", "remove", "install", "own"]
+    _, qdir = quarantine_dir(str(index), PLAN)
+    for p in (Path(qdir), Path(qdir) / index.name, meta):
+        assert p.stat().st_uid == KAFKA_UID, p
+    assert meta.read_bytes() == content and not index.exists()
+
+
+def test_the_pre_check_runs_beside_a_running_broker_and_changes_nothing(log_dir: Path) -> None:
+    """``can_change`` with ``check``: the log dir's ``.lock`` opened but not taken (the broker holds it), a file made
+    and removed in each dir; nothing left behind."""
+    import fcntl
+
+    pdir = log_dir / "t-0"
+    before = fingerprint(log_dir)
+    spec = {"log_dirs": [str(log_dir)], "ops": [{"op": "can_change", "path": str(pdir)}], "check": True}
+    with open(log_dir / ".lock", "r+b") as held:
+        fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        ran = subprocess.run(on_broker_argv(spec, sys.executable), input=ON_BROKER, capture_output=True, check=False)
+    assert ran.returncode == 0, ran
+    assert fingerprint(log_dir) == before  # owner, mode, mtime and contents as they were
+    (pdir / QUARANTINE_DIR).symlink_to("/etc")
+    spec["ops"] = [{"op": "can_change", "path": f"{pdir}/{QUARANTINE_DIR}"}]
+    ran = subprocess.run(on_broker_argv(spec, sys.executable), input=ON_BROKER, capture_output=True, check=False)
+    assert ran.returncode == REFUSED and b"is a symlink" in ran.stderr

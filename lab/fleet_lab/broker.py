@@ -1259,7 +1259,7 @@ def start(cfg: BrokerConfig, timeout: float = 60.0) -> int:
         print(f"kafka (broker {cfg.broker_id}) is already running, pid {pid}")
         return 0
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=python_path())
+    env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH") or python_path())  # as the service script set it
     with open(Path(cfg.run_dir) / "broker.out", "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "fleet_lab.broker", "--config", str(cfg_path_of(cfg)), "run"],

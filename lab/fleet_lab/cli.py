@@ -1,7 +1,7 @@
 """`fleet-lab`: bring the fleet lab up and down, show it, inject incidents, replay the seed reports.
 
     fleet-lab up [--brokers N] [--kafka-version V] [--log-dirs-per-broker K] [--dir DIR] [--cluster NAME]
-                 [--metadata zookeeper|kraft]
+                 [--metadata zookeeper|kraft] [--kafka-user K [--ssh-user U]]
     fleet-lab down [--dir DIR]
     fleet-lab status [--dir DIR] [--json]
     fleet-lab inject INCIDENT [INCIDENT ...] [--broker N] [--topic T] [--partition P] [--partitions N]
@@ -74,6 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     up.add_argument("--log-dirs-per-broker", type=int, default=1)
     up.add_argument("--cluster", default="lab", help="cluster name in the inventory and connection ids")
+    up.add_argument(
+        "--kafka-user",
+        default="",
+        help="root only, ZooKeeper labs: the brokers run as this user and own their log dirs; the inventory names it "
+        "(kafka_user) so every change runs as it through sudo (made when missing, with a sudoers rule)",
+    )
+    up.add_argument(
+        "--ssh-user",
+        default="",
+        help="with --kafka-user: the (non-root) user the product logs in as, allowed by sudo to act as the Kafka user",
+    )
     add("down", "stop every process of the lab")
     add("status", "show the lab's endpoints and processes")
     inj = add("inject", "inject incidents")
@@ -107,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                 log_dirs_per_broker=args.log_dirs_per_broker,
                 cluster=args.cluster,
                 metadata=args.metadata,
+                ssh_user=args.ssh_user,
+                kafka_user=args.kafka_user,
             )
             st = fleet.status(d)
             if not args.json:

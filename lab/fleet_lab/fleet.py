@@ -27,11 +27,14 @@ import contextlib
 import getpass
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +80,7 @@ METADATA_SEGMENT_BYTES = 4096
 METADATA_SNAPSHOT_BYTES = 8192
 CHROOT = "/kafka"
 SSHD = "/usr/sbin/sshd"
+SYSTEM_PYTHON = "/usr/bin/python3"  # a broker host's python3: what a lab broker run as the Kafka user runs on
 LAB_SEGMENT_BYTES = 16384  # small segments: every partition has several
 ZK_TICK_MS = 500  # sessions of 1-10 s: a killed broker's ephemeral znodes go within seconds
 BROKER_SESSION_TIMEOUT_S = 3.0
@@ -130,6 +134,9 @@ class LabState:
     user: str
     brokers: list[LabBrokerState] = field(default_factory=list)
     metadata_mode: str = "zookeeper"  # or "kraft": no ZooKeeper, every broker a combined KRaft node and voter
+    # the user the brokers run as and own their log dirs ("": the lab's own); the SSH user (``user``) then reaches
+    # its files through ``sudo -n -u <kafka_user>`` as a least-privilege SSH user does in production
+    kafka_user: str = ""
 
     @property
     def kraft(self) -> bool:
@@ -508,13 +515,89 @@ def _write_zookeeper(state: LabState, topics: list[tuple[str, dict[int, list[int
 
 # --------------------------------------------------------------------------------------------
 # commands
-def _service_script(b: LabBrokerState) -> str:
+def _service_script(b: LabBrokerState, kafka_user: str = "") -> str:
+    if not kafka_user:
+        return (
+            "#!/bin/sh\n"
+            "# fleet lab broker service control: start | stop | status | kill (the lab's `systemctl ... kafka`)\n"
+            f"exec env PYTHONPATH='{python_path()}' '{sys.executable}' -m fleet_lab.broker "
+            f"--config '{b.config_path}' \"$@\"\n"
+        )
+    # the broker runs as the Kafka user, as systemd's User=kafka runs Kafka: root (the lab itself) drops to it first;
+    # a broker's own python3, reaching the lab, the product and the venv's pure-Python packages (kazoo)
+    path = os.pathsep.join((python_path(), sysconfig.get_paths()["purelib"]))
     return (
         "#!/bin/sh\n"
-        "# fleet lab broker service control: start | stop | status | kill (the lab's `systemctl ... kafka`)\n"
-        f"exec env PYTHONPATH='{python_path()}' '{sys.executable}' -m fleet_lab.broker "
-        f"--config '{b.config_path}' \"$@\"\n"
+        f"# fleet lab broker service control: start | stop | status | kill, the broker run as {kafka_user}\n"
+        f'if [ "$(id -u)" = 0 ]; then exec setpriv --reuid={kafka_user} --regid={kafka_user} --init-groups '
+        '-- "$0" "$@"; fi\n'
+        f"exec env PYTHONPATH='{path}' '{SYSTEM_PYTHON}' -m fleet_lab.broker --config '{b.config_path}' \"$@\"\n"
     )
+
+
+def _service_commands(state: LabState, b: LabBrokerState) -> dict[str, str]:
+    """The inventory's service commands: the script itself, or through sudo as the Kafka user (``sudo -n -u kafka
+    -- .../kafka-service stop``: production's ``sudo systemctl stop kafka``) when the brokers run as one."""
+    prefix = f"sudo -n -u {state.kafka_user} -- " if state.kafka_user else ""
+    return {name: f"{prefix}{b.service_script} {name}" for name in inv.SERVICE_COMMANDS}
+
+
+# --------------------------------------------------------------------------------------------
+# a least-privilege SSH user (fleet-lab up --ssh-user U --kafka-user K; root only)
+def ensure_user(name: str) -> pwd.struct_passwd:
+    """The system user ``name``, made when missing (a home, /bin/sh, no password but not locked: sshd without PAM
+    refuses a locked account even for a key)."""
+    with contextlib.suppress(KeyError):
+        return pwd.getpwnam(name)
+    subprocess.run(["useradd", "--system", "--create-home", "--shell", "/bin/sh", name], check=True)
+    subprocess.run(["usermod", "-p", "*", name], check=True)
+    return pwd.getpwnam(name)
+
+
+def _grant_sudo(ssh_user: str, kafka_user: str) -> None:
+    """``/etc/sudoers.d/fleet-lab-<ssh user>``: the SSH user may run anything as the Kafka user and nothing as root
+    (docs/inventory.md's sudoers lines, the lab's broker service run as Kafka's user), checked by visudo."""
+    rule = f"# fleet lab: {ssh_user} acts on the brokers as {kafka_user} (never as root)\n"
+    rule += f"{ssh_user} ALL=({kafka_user}) NOPASSWD: ALL\n"
+    path = Path("/etc/sudoers.d") / f"fleet-lab-{ssh_user}"
+    if path.exists() and path.read_text() == rule:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(rule)
+    tmp.chmod(0o440)
+    checked = subprocess.run(["visudo", "-cf", str(tmp)], capture_output=True, text=True)
+    if checked.returncode != 0:
+        tmp.unlink()
+        raise LabError(f"visudo refused the lab's sudoers rule: {checked.stdout}{checked.stderr}")
+    tmp.replace(path)
+
+
+def _least_privilege(lab_dir: Path, ssh_user: str, kafka_user: str) -> None:
+    if os.geteuid() != 0:
+        raise LabError("--ssh-user and --kafka-user need root: the lab makes the users and their sudoers rule")
+    if not shutil.which("sudo") or not Path(SYSTEM_PYTHON).exists():
+        raise LabError(f"--kafka-user needs sudo and {SYSTEM_PYTHON} (bin/dev setup installs them)")
+    for parent in lab_dir.parents:
+        if not os.stat(parent).st_mode & stat.S_IXOTH:
+            raise LabError(f"{parent} is not searchable by others: {ssh_user} and {kafka_user} cannot reach {lab_dir}")
+    for name in {ssh_user, kafka_user} - {getpass.getuser()}:
+        ensure_user(name)
+    _grant_sudo(ssh_user, kafka_user)
+    lab_dir.chmod(0o755)
+
+
+def own_as_kafka(state: LabState) -> None:
+    """Every log dir and what it holds, and each broker's run dir, owned by the Kafka user (a lab that runs its
+    brokers as one): after the lab writes data or injects an incident as root, the files are Kafka's again."""
+    if not state.kafka_user:
+        return
+    who = pwd.getpwnam(state.kafka_user)
+    for b in state.brokers:
+        os.chown(b.run_dir, who.pw_uid, who.pw_gid)
+        for d in b.log_dirs:
+            for root, dirs, files in os.walk(d):
+                for name in (root, *(os.path.join(root, n) for n in (*dirs, *files))):
+                    os.chown(name, who.pw_uid, who.pw_gid, follow_symlinks=False)
 
 
 def write_inventory(state: LabState) -> inv.Inventory:
@@ -529,7 +612,8 @@ def write_inventory(state: LabState) -> inv.Inventory:
             host_key=b.host_key,
             log_dirs=list(b.log_dirs),
             kafka_version=state.kafka_version,
-            service={name: f"{b.service_script} {name}" for name in inv.SERVICE_COMMANDS},
+            service=_service_commands(state, b),
+            kafka_user=state.kafka_user,
         )
         for b in state.brokers
     ]
@@ -702,8 +786,9 @@ def _start_brokers(state: LabState) -> None:
     """Write the service scripts and the inventory, start every broker through its sshd's service command and wait
     until healthy."""
     for b in state.brokers:
-        b.service_script.write_text(_service_script(b))
+        b.service_script.write_text(_service_script(b, state.kafka_user))
         b.service_script.chmod(0o755)
+    own_as_kafka(state)
     write_inventory(state)
     for b in state.brokers:
         _wait_ssh_banner(b.ssh_port, b.sshd_pid or 0, Path(b.run_dir) / "sshd.log")
@@ -724,6 +809,8 @@ def up(
     log_dirs_per_broker: int = 1,
     cluster: str = "lab",
     metadata: str = "zookeeper",
+    ssh_user: str = "",
+    kafka_user: str = "",
 ) -> LabState:
     lab_dir = Path(directory).resolve()
     if brokers < 1 or log_dirs_per_broker < 1:
@@ -736,10 +823,19 @@ def up(
     if metadata == "kraft":
         if not kraft.supports_kraft(features):
             raise LabError(f"the KRaft lab writes Kafka 3.7's metadata: --kafka-version 3.7.x ({kafka_version})")
+        if ssh_user or kafka_user:
+            raise LabError(
+                "--ssh-user / --kafka-user: the KRaft lab runs as the lab's user (repairs on KRaft: issue 30)"
+            )
         return _up_kraft(lab_dir, brokers, str(kafka_version), log_dirs_per_broker, cluster)
     user = _fresh_lab_dir(lab_dir, cluster)
+    if ssh_user and not kafka_user:
+        raise LabError("--ssh-user needs --kafka-user: the user the brokers run as, which the SSH user acts as")
+    if kafka_user:
+        user = ssh_user or user
+        _least_privilege(lab_dir, user, kafka_user)
     zk = ZooKeeperServer(lab_dir / "zookeeper", tick_time_ms=ZK_TICK_MS)
-    state = LabState(str(lab_dir), cluster, random_topic_id(), str(kafka_version), 0, None, user)
+    state = LabState(str(lab_dir), cluster, random_topic_id(), str(kafka_version), 0, None, user, kafka_user=kafka_user)
     with _down_on_failure(lab_dir):
         zk.start()
         state.zk_port, state.zk_pid = zk.port or 0, zk.detach()

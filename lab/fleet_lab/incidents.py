@@ -37,6 +37,7 @@ from fleet_lab.fleet import (
     LabError,
     LabState,
     live_replica_dirs,
+    own_as_kafka,
     partition_topic_ids,
     quorum_leader,
     read_metadata,
@@ -706,7 +707,15 @@ INCIDENTS = (
 )
 
 
-def inject(
+def inject(state: LabState, incident: str, **options: Any) -> Injected:
+    """Inject ``incident`` (the options as ``fleet-lab inject``'s); in a lab whose brokers run as a Kafka user, every
+    file the lab wrote as root is the broker's own afterwards, as Kafka's are."""
+    injected = _inject(state, incident, **options)
+    own_as_kafka(state)
+    return injected
+
+
+def _inject(
     state: LabState,
     incident: str,
     *,

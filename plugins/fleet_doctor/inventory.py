@@ -29,6 +29,7 @@ SSH_FIELDS = ("host", "ssh_port", "ssh_user", "ssh_key_file", "host_key")
 _HOST_RE = re.compile(r"[A-Za-z0-9._:-]+")  # names and keys: fullmatch ($ lets "x\n" through)
 _CLUSTER_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _CLUSTER_ID_RE = re.compile(r"[A-Za-z0-9_-]{22}")  # a Kafka Uuid, base64url without padding
+_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _TMP_DIR_RE = re.compile(r"/[A-Za-z0-9._/-]*")
 _HOST_KEY_RE = re.compile(r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+")
 
@@ -49,9 +50,18 @@ class BrokerEntry:
     kafka_version: str
     service: dict[str, str]  # stop/start/status: shell commands run over SSH on the broker
     tmp_dir: str = "/tmp"  # where a repair makes its private (mktemp -d, 0700) dirs for backups on the broker
+    # the user the broker runs as; when set (an SSH user that is not Kafka's), every read and change of Kafka's files
+    # runs as it through ``sudo -n -u <kafka_user> --`` (docs/inventory.md, "A least-privilege SSH user")
+    kafka_user: str = ""
 
     def service_command(self, name: str) -> str:
         return self.service[name]
+
+    def as_kafka(self, command: str) -> str:
+        """``command`` (a simple command: no shell syntax around it) run as the Kafka user: through ``sudo -n -u``
+        (never a password prompt: fails at once without a sudoers rule) when ``kafka_user`` is set, as is otherwise
+        (the SSH user is Kafka's, or root)."""
+        return f"sudo -n -u {self.kafka_user} -- {command}" if self.kafka_user else command
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,9 @@ class Inventory:
         """The inventory file's form: a ZooKeeper inventory without the KRaft fields, controllers without the SSH
         fields they take from their broker."""
         data = asdict(self)
+        for b in data["brokers"]:
+            if not b["kafka_user"]:
+                del b["kafka_user"]  # optional: an inventory without it reads as before
         if self.kraft:
             data["controllers"] = [{k: v for k, v in asdict(c).items() if v is not None} for c in self.controllers]
         else:
@@ -202,6 +215,13 @@ def _tmp_dir(b: dict[str, Any], where: str) -> str:
     if not isinstance(tmp, str) or not _TMP_DIR_RE.fullmatch(tmp) or "/../" in tmp + "/":
         raise InventoryError(f"{where}: tmp_dir must be an absolute path of [A-Za-z0-9._/-] ({tmp!r})")
     return tmp.rstrip("/") or "/"
+
+
+def _kafka_user(b: dict[str, Any], where: str) -> str:
+    user = b.get("kafka_user", "")
+    if not isinstance(user, str) or (user and not _USER_RE.fullmatch(user)):
+        raise InventoryError(f"{where}: kafka_user must be a user name of [a-z_][a-z0-9_-]* ({user!r})")
+    return user
 
 
 def _host(obj: dict[str, Any], where: str) -> str:
@@ -313,6 +333,7 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
                 kafka_version=_req(b, "kafka_version", str, where),
                 service=dict(service),
                 tmp_dir=_tmp_dir(b, where),
+                kafka_user=_kafka_user(b, where),
             )
         )
     min_isr = data.get("min_insync_replicas")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import select
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,9 +74,12 @@ class Remote:
             raise RemoteError(f"{self.who}: `{command}` exited {status}: {err.strip()[-300:]}")
         return Completed(status, out, err)
 
-    def stream(self, command: str, stdin: bytes, sink: Callable[[bytes], None], timeout: float) -> Completed:
-        """Run ``command`` with ``stdin`` sent to it, handing its stdout to ``sink`` as it arrives (nothing of it is
-        kept: ``Completed.stdout`` is empty). RemoteError when it does not finish within ``timeout`` seconds."""
+    def stream(
+        self, command: str, stdin: bytes | Iterable[bytes], sink: Callable[[bytes], None], timeout: float
+    ) -> Completed:
+        """Run ``command`` with ``stdin`` (bytes, or chunks of them: a file read as it is sent) sent to it, handing
+        its stdout to ``sink`` as it arrives (nothing of it is kept: ``Completed.stdout`` is empty). RemoteError when
+        it does not finish within ``timeout`` seconds."""
         err = bytearray()
         deadline = time.monotonic() + timeout
         with self._attempt(command):
@@ -84,7 +87,8 @@ class Remote:
             chan.settimeout(timeout)
             try:
                 chan.exec_command(command)
-                chan.sendall(stdin)
+                for chunk in [stdin] if isinstance(stdin, bytes) else stdin:
+                    chan.sendall(chunk)
                 chan.shutdown_write()
                 while True:
                     if time.monotonic() > deadline:
@@ -121,17 +125,6 @@ class Remote:
             try:
                 with atomic_file(local, mode=0o600) as out:
                     sftp.getfo(remote_path, out)
-            finally:
-                sftp.close()
-        self._logged(command, 0, "")
-
-    def put(self, local: Path, remote_path: str) -> None:
-        """Copy ``local`` to the broker (SFTP)."""
-        command = f"sftp put {remote_path}"
-        with self._attempt(command):
-            sftp = self.client.open_sftp()
-            try:
-                sftp.put(str(local), remote_path)
             finally:
                 sftp.close()
         self._logged(command, 0, "")

@@ -250,6 +250,9 @@ class FakeHost:
         self._done("backup")
         return Backup(sha256(buf.getvalue()), f"/tmp/fleet-doctor.fake{self.broker_id:05d}")
 
+    def can_change(self, paths: Iterable[str]) -> None:
+        self._op("can_change", "can_change")
+
     def _locked(self, op: str, path: str) -> Completed | None:
         if self.broker_id in self.fleet.running:
             self._op(op, f"{op} {path}", LOCK_HELD)

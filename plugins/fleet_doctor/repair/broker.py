@@ -13,10 +13,10 @@ path that is not a real file or directory at its expected place exits ``REFUSED`
 
 from __future__ import annotations
 
+import itertools
 import json
-import re
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,13 @@ from fleet_doctor.repair.plan import QUARANTINE_DIR
 
 # every change to a broker's files runs there as this program (no symlink followed, under the log dirs' .lock)
 ON_BROKER = (Path(__file__).resolve().parent / "on_broker.py").read_bytes()
+# how it is started: ``python3 -c BOOT <its length> <input JSON>`` reads the program from the head of stdin, leaving
+# the rest of stdin (a backup to put back) to the program; one command to allow, run as the Kafka user when set
+BOOT = (
+    "import sys;b=sys.stdin.buffer;"
+    'exec(compile(b.read(int(sys.argv[1])),"on_broker.py","exec"),{"__name__":"__main__"})'
+)
 CHANGE_TIMEOUT_S = 600.0
-_TMP = re.compile(r"fleet-doctor\.[A-Za-z0-9]{10}")
 
 
 def quarantine_subdirs(plan_hash: str) -> list[str]:
@@ -57,6 +62,17 @@ def _sums(text: str) -> dict[str, str]:
 
 def _quoted(paths: Iterable[str]) -> str:
     return " ".join(shlex.quote(p) for p in paths)
+
+
+def on_broker_argv(spec: dict[str, Any], python: str = "python3") -> list[str]:
+    """The command that runs ``repair.on_broker`` on ``spec``, its source (``ON_BROKER``) first on its stdin."""
+    return [python, "-c", BOOT, str(len(ON_BROKER)), json.dumps(spec)]
+
+
+def _chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(size):
+            yield chunk
 
 
 @dataclass(frozen=True)
@@ -97,14 +113,16 @@ class BrokerHost:
             'awk -v i="$i" \'$2 != "->" { n = split($6, a, ":"); if (n == 3 && a[3] == i) print $5 }\' /proc/locks; '
             "done"
         )
-        return self.remote.run(command).stdout.split()
+        return self.remote.run(self._as_kafka_sh(command)).stdout.split()
 
     # ---- files
     def sums(self, paths: Iterable[str]) -> tuple[dict[str, str], list[str]]:
         """The sha256 of each of ``paths`` that exists on the broker right now, and the ones that do not exist."""
         out = self.remote.run(
-            f'set -e; for f in {_quoted(paths)}; do if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -z -- "$f"; '
-            "else printf 'missing  %s\\0' \"$f\"; fi; done"
+            self._as_kafka_sh(
+                f'set -e; for f in {_quoted(paths)}; do if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -z -- "$f"; '
+                "else printf 'missing  %s\\0' \"$f\"; fi; done"
+            )
         ).stdout
         sums = _sums(out)
         missing = sorted(p for p, d in sums.items() if d == "missing")
@@ -112,12 +130,14 @@ class BrokerHost:
 
     def backup(self, paths: list[str], tarball: Path) -> Backup:
         """A tar.gz of ``paths`` made in a private directory on the broker (``mktemp -d``: 0700, unpredictable),
-        fetched to ``tarball`` and its checksum compared with the broker's (RepairError when they differ)."""
+        fetched to ``tarball`` and its checksum compared with the broker's (RepairError when they differ). ``tar``
+        reads the files as the Kafka user when the inventory names one; the SSH user writes the tarball."""
         from fleet_doctor.repair.backups import sha256_file
 
+        tar = self.entry.as_kafka(f"tar -czf - -- {_quoted(paths)}")
         out = self.remote.run(
             f"d=$(mktemp -d {shlex.quote(self.tmp_dir)}/fleet-doctor.XXXXXXXXXX) && "
-            f'{{ tar -czf "$d/backup.tar.gz" -- {_quoted(paths)} && sha256sum -- "$d/backup.tar.gz"; }} '
+            f'{{ {tar} > "$d/backup.tar.gz" && sha256sum -- "$d/backup.tar.gz"; }} '
             '|| { rc=$?; rm -rf -- "$d"; exit $rc; }'
         ).stdout
         digest, _, remote_tar = out.strip().partition("  ")
@@ -139,32 +159,29 @@ class BrokerHost:
         return self.change([{"op": "quarantine", "path": path, "into": quarantine_subdirs(plan_hash)}])
 
     def put_back(self, tarball: Path, sha256: str, members: list[str]) -> None:
-        """Upload a backup into a private dir (``mktemp -d``), check its checksum there, unpack only ``members``
-        into that dir (GNU tar refuses ``..`` and strips a leading ``/``), then install each at its place under
-        ``/`` without following a symlink (``on_broker``: a new file beside it, owned as the partition dir, renamed
-        over it), under the log dirs' lock. RemoteError when any of it fails."""
-        base = self.tmp_dir
-        tmp = self.remote.run(f"mktemp -d {shlex.quote(base)}/fleet-doctor.XXXXXXXXXX").stdout.strip()
-        if tmp.rsplit("/", 1)[0] != base.rstrip("/") or not _TMP.fullmatch(tmp.rsplit("/", 1)[-1]):
-            raise RepairError(f"broker {self.broker_id}: mktemp gave {tmp!r}")
-        target = f"{tmp}/backup.tar.gz"
-        try:
-            self.remote.put(tarball, target)
-            unpack = (
-                f'[ "$(sha256sum < {target} | cut -c1-64)" = {sha256} ] || '
-                f'{{ echo "checksum mismatch after upload" >&2; exit 1; }}; '
-                f"mkdir -- {tmp}/files && tar -xzf {target} -C {tmp}/files --no-recursion -- {_quoted(members)}"
+        """Send a backup to the broker on the change's stdin (``on_broker``: spooled into an unnamed private file in
+        ``tmp_dir``, its checksum checked before anything changes) and install each of ``members`` at its place
+        under ``/`` without following a symlink (a new file beside it, owned as the partition dir, renamed over it),
+        under the log dirs' lock; only those members are read, never extracted by their own names. RepairError when
+        any of it fails."""
+        ops = [{"op": "install", "member": m, "path": "/" + m.lstrip("/")} for m in members]
+        ran = self.change(ops, tarball=(tarball, sha256))
+        if ran.exit_status != 0:
+            raise RepairError(f"broker {self.broker_id}: putting back {tarball.name} failed: {ran.stderr[-300:]}")
+
+    def can_change(self, paths: Iterable[str]) -> None:
+        """Before the stop: the change's user (the Kafka user when the inventory names one, else the SSH user) can
+        make a file owned as each planned file's directory is, there, and open every log dir's ``.lock`` read-write
+        (``on_broker``'s ``can_change``, the lock not taken). RepairError naming the dir and the user otherwise: a
+        change that could not run would fail with the broker already down."""
+        dirs = sorted({p.rsplit("/", 1)[0] for p in paths})
+        ran = self.change([{"op": "can_change", "path": d} for d in dirs], check=True)
+        if ran.exit_status != 0:
+            how = f"as {self.entry.kafka_user}" if self.entry.kafka_user else f"as the SSH user {self.entry.ssh_user}"
+            raise RepairError(
+                f"broker {self.broker_id}: the change cannot run {how}: {ran.stderr.strip()[-300:]} "
+                "(docs/inventory.md: kafka_user and its sudoers rule)"
             )
-            ran = self.remote.run(unpack, check=False)
-            if ran.exit_status != 0:
-                raise RepairError(f"broker {self.broker_id}: unpacking {tarball.name} failed: {ran.stderr[-300:]}")
-            names = [m.lstrip("/") for m in members]
-            ops = [{"op": "install", "from": f"{tmp}/files/{m}", "path": f"/{m}"} for m in names]
-            ran = self.change(ops)
-            if ran.exit_status != 0:
-                raise RepairError(f"broker {self.broker_id}: putting back {tarball.name} failed: {ran.stderr[-300:]}")
-        finally:
-            self.remote.run(f"rm -rf -- {tmp}", check=False)
 
     def own_as_parent(self, paths: Iterable[str]) -> None:
         """Each file owned as its partition dir is (the SSH user need not be Kafka's), no symlink followed."""
@@ -174,7 +191,7 @@ class BrokerHost:
 
     def owners(self, paths: Iterable[str]) -> dict[str, str]:
         """``uid:gid`` of each path."""
-        stat = self.remote.run(f"stat -c '%u:%g %n' -- {_quoted(paths)}").stdout
+        stat = self.remote.run(self.entry.as_kafka(f"stat -c '%u:%g %n' -- {_quoted(paths)}")).stdout
         return dict(reversed(line.split(" ", 1)) for line in stat.splitlines() if line)  # type: ignore[misc]
 
     @property
@@ -184,13 +201,26 @@ class BrokerHost:
     def close(self) -> None:
         self.remote.close()
 
-    def change(self, ops: list[dict[str, Any]]) -> Completed:
-        """``ops`` run on the broker by ``repair.on_broker`` (its source on stdin), under the log dirs' lock, no
-        symlink followed; its exit status and output (a JSON line per op done) as they came."""
-        spec = json.dumps({"log_dirs": list(self.entry.log_dirs), "ops": ops})
+    def change(
+        self, ops: list[dict[str, Any]], tarball: tuple[Path, str] | None = None, check: bool = False
+    ) -> Completed:
+        """``ops`` run on the broker by ``repair.on_broker`` (as the Kafka user when the inventory names one), under
+        the log dirs' lock, no symlink followed, with ``tarball`` (its path here and sha256) sent after the program
+        for ``install`` ops (``check``: the log dirs' ``.lock`` opened, not taken); its exit status and output (a
+        JSON line per op done) as they came."""
+        spec: dict[str, Any] = {"log_dirs": list(self.entry.log_dirs), "ops": ops, "check": check}
+        stdin: list[bytes] | Iterator[bytes] = [ON_BROKER]
+        if tarball is not None:
+            spec["tarball"] = {"sha256": tarball[1], "tmp_dir": self.tmp_dir}
+            stdin = itertools.chain(stdin, _chunks(tarball[0]))
         out = bytearray()
-        ran = self.remote.stream(f"python3 - {shlex.quote(spec)}", ON_BROKER, out.extend, CHANGE_TIMEOUT_S)
+        command = self.entry.as_kafka(shlex.join(on_broker_argv(spec)))
+        ran = self.remote.stream(command, stdin, out.extend, CHANGE_TIMEOUT_S)
         return Completed(ran.exit_status, out.decode(errors="replace"), ran.stderr)
+
+    def _as_kafka_sh(self, script: str) -> str:
+        """A shell ``script`` run as the Kafka user (``sh -c`` through sudo) when the inventory names one."""
+        return self.entry.as_kafka(f"sh -c {shlex.quote(script)}") if self.entry.kafka_user else script
 
 
 # How the executor reaches a broker: (broker id, the journal's command log) -> its host, connected.

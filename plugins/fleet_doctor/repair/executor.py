@@ -278,6 +278,7 @@ class Executor:
     # ---- steps
     def precheck(self, b: BrokerPlan, host: BrokerHost) -> str:
         host.identity()
+        host.can_change([a.path for a in b.actions])
         expected = {x.id for x in self.inventory.brokers}
         problems = self.cluster.problems(expected, frozenset({b.broker_id}), self._pending_replicas(b))
         if problems:
@@ -285,7 +286,10 @@ class Executor:
         below = self.cluster.below_min_isr_if_stopped(b.broker_id)
         if below:
             raise RepairError(f"stopping broker {b.broker_id} would take below min ISR: " + "; ".join(below[:10]))
-        return "the host is this broker; all brokers registered, no under-replicated partition, min ISR kept"
+        return (
+            "the host is this broker, its files changeable by the change's user; all brokers registered, no "
+            "under-replicated partition, min ISR kept"
+        )
 
     def _pending_replicas(self, current: BrokerPlan) -> frozenset[tuple[str, int, int]]:
         """(topic, partition, broker) replicas that later brokers of this plan repair (not ``current``)."""

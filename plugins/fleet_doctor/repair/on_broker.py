@@ -1,5 +1,7 @@
-"""Every change a repair or a restore makes to a broker's files, run on the broker itself (sent over SSH to
-``python3 -`` by ``repair.broker.BrokerHost``; Python 3.6+, the standard library only, as the probe).
+"""Every change a repair or a restore makes to a broker's files, run on the broker itself (sent over SSH by
+``repair.broker.BrokerHost``: this source first on stdin, then the backup to put back, if any; Python 3.6+, the
+standard library only, as the probe). It runs as the Kafka user when the inventory names one (``sudo -n -u``): every
+file it changes is then the broker's own, with no root needed on the broker (docs/inventory.md).
 
 Nothing here follows a symbolic link. The Kafka user owns the log dirs and can plant a link anywhere below them
 (``<partition dir>/fleet-doctor-quarantine -> /etc``, a partition dir swapped for a link to ``/`` between the plan
@@ -21,20 +23,28 @@ Input (argv[1]): JSON ``{"log_dirs": [...], "ops": [...]}``, each op one of
 - ``{"op": "quarantine", "path": p, "into": [d1, d2]}``: move ``p`` into ``<its dir>/d1/d2/`` (each made with plain
   ``mkdir``, owned as the partition dir), never over an earlier copy (``name``, ``name.1``, ...); nothing when ``p``
   is gone already.
-- ``{"op": "install", "from": s, "path": p}``: put the regular file ``s`` (in the repair's private temp dir) at ``p``:
-  written to a new file beside ``p``, owned as the partition dir, with ``s``'s mode and times, then renamed over
-  ``p``.
+- ``{"op": "install", "member": m, "path": p}``: put the regular file ``m`` of the backup at ``p``: written to a new
+  file beside ``p``, owned as the partition dir, with ``m``'s mode and mtime, then renamed over ``p``. The backup
+  (a ``.tar.gz``) comes on stdin after this source when the input has ``"tarball": {"sha256": h, "tmp_dir": d}``:
+  it is spooled into an unnamed file in ``d`` (readable by nobody else, gone with the process) and its sha256
+  checked before anything changes; only the named members are read, never extracted by their own names.
 - ``{"op": "own", "path": p}``: ``p`` owned as its partition dir.
+- ``{"op": "can_change", "path": d}``: the directory ``d`` (no symlink on the way) takes a new file owned as ``d`` is
+  (made, given ``d``'s owner, removed): what every change above needs. With ``"check": true`` in the input, the log
+  dirs' ``.lock`` is opened read-write but not taken (the broker runs): the pre-check before a stop.
 
 Output: one JSON line per op done on stdout.
 """
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import stat
 import sys
+import tarfile
+import tempfile
 
 LOCK_HELD = 75  # a broker holds a log dir's .lock: nothing was changed
 REFUSED = 65  # a path is not a real file or directory at its expected place: nothing was changed by that op
@@ -167,27 +177,57 @@ def quarantine(log_dirs, op):
             os.close(fd)
 
 
+class SentBackup:
+    """The backup sent after this source on stdin, spooled into an unnamed private file and checked."""
+
+    tar = None
+
+    @classmethod
+    def receive(cls, spec):
+        """Spool stdin into ``tmp_dir``; its sha256 must be ``sha256`` (Refused otherwise, before any change)."""
+        spool = tempfile.TemporaryFile(dir=spec["tmp_dir"], prefix="fleet-doctor-restore.")
+        digest = hashlib.sha256()
+        while True:
+            chunk = sys.stdin.buffer.read(1 << 20)
+            if not chunk:
+                break
+            digest.update(chunk)
+            spool.write(chunk)
+        if digest.hexdigest() != spec["sha256"]:
+            raise Refused(
+                "checksum mismatch after upload: the backup arrived as %s, not %s"
+                % (digest.hexdigest(), spec["sha256"])
+            )
+        spool.seek(0)
+        cls.tar = tarfile.open(fileobj=spool, mode="r:gz")
+
+
 def install(log_dirs, op):
     parent, name = split(op["path"])
-    src = os.open(op["from"], os.O_RDONLY | os.O_NOFOLLOW)
+    if SentBackup.tar is None:
+        raise Refused("no backup was sent to install %s from" % op["path"])
+    try:
+        member = SentBackup.tar.getmember(op["member"])
+    except KeyError:
+        raise Refused("%s is not in the backup" % op["member"])
+    if not member.isreg():
+        raise Refused("%s in the backup is not a regular file" % op["member"])
     pfd = open_dir(log_dirs, parent)
     temp = ".fleet-doctor-restore.%s.%d" % (name, os.getpid())
     try:
-        st = os.fstat(src)
-        if not stat.S_ISREG(st.st_mode):
-            raise Refused("%s is not a regular file" % op["from"])
         regular(pfd, name, op["path"])  # a symlink or a directory in its place is refused
         owner = os.fstat(pfd)
+        src = SentBackup.tar.extractfile(member)
         out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=pfd)
         try:
             while True:
-                chunk = os.read(src, 1 << 20)
+                chunk = src.read(1 << 20)
                 if not chunk:
                     break
                 os.write(out, chunk)
             os.fchown(out, owner.st_uid, owner.st_gid)
-            os.fchmod(out, stat.S_IMODE(st.st_mode))
-            os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.fchmod(out, member.mode & 0o777)
+            os.utime(out, ns=(int(member.mtime) * 10**9, int(member.mtime) * 10**9))
             os.fsync(out)
         finally:
             os.close(out)
@@ -201,7 +241,6 @@ def install(log_dirs, op):
             pass
         raise
     finally:
-        os.close(src)
         os.close(pfd)
 
 
@@ -218,14 +257,61 @@ def own(log_dirs, op):
         os.close(pfd)
 
 
-OPS = {"remove": remove, "quarantine": quarantine, "install": install, "own": own}
+def can_change(log_dirs, op):
+    dfd = open_dir(log_dirs, op["path"])
+    name = None
+    try:
+        owner = os.fstat(dfd)
+        try:  # an unnamed file (Linux): the dir is not even touched
+            fd = os.open(".", getattr(os, "O_TMPFILE", 0) | os.O_WRONLY, 0o600, dir_fd=dfd)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+            name = ".fleet-doctor-check.%d" % os.getpid()
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        try:
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+        finally:
+            os.close(fd)
+            if name:
+                os.unlink(name, dir_fd=dfd)
+        return "a file can be made there, owned as it is"
+    except PermissionError:
+        raise Refused(
+            "%s: uid %d cannot make a file there owned as it is (uid %d): run the change as the broker's user"
+            % (op["path"], os.geteuid(), owner.st_uid)
+        )
+    finally:
+        os.close(dfd)
+
+
+def can_lock(log_dirs):
+    """Every log dir's ``.lock`` opens read-write (as the change takes it), without taking it."""
+    for d in log_dirs:
+        p = os.path.join(d, ".lock")
+        try:
+            os.close(os.open(p, os.O_RDWR | os.O_NOFOLLOW))
+        except FileNotFoundError:
+            continue
+        except PermissionError:
+            raise Refused("%s: uid %d cannot open it read-write to lock it" % (p, os.geteuid()))
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise Refused("%s is a symlink: not Kafka's lock file" % p)
+            raise
+    return []
+
+
+OPS = {"remove": remove, "quarantine": quarantine, "install": install, "own": own, "can_change": can_change}
 
 
 def main(argv):
-    spec = json.loads(argv[1])
+    spec = json.loads(argv[-1])
     log_dirs = spec["log_dirs"]
     try:
-        held = lock_log_dirs(log_dirs)
+        if spec.get("tarball"):
+            SentBackup.receive(spec["tarball"])
+        held = can_lock(log_dirs) if spec.get("check") else lock_log_dirs(log_dirs)
         for op in spec["ops"]:
             done = OPS[op["op"]](log_dirs, op)
             sys.stdout.write(json.dumps({"op": op["op"], "path": op["path"], "done": done}) + "\n")
@@ -233,8 +319,8 @@ def main(argv):
     except Refused as e:
         sys.stderr.write("refused: %s\n" % e)
         return REFUSED
-    except OSError as e:
-        sys.stderr.write("%s: %s\n" % (e.filename or "?", e.strerror or e))
+    except (OSError, tarfile.TarError, EOFError) as e:
+        sys.stderr.write("%s: %s\n" % (getattr(e, "filename", None) or "?", getattr(e, "strerror", None) or e))
         return 1
     del held
     return 0
