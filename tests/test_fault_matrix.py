@@ -15,7 +15,8 @@ Each row records the outcome, whether the fault left the lock held and the broke
 ``after_failure``), and the data lost (always 0), in ``fault-matrix.json`` beside the module's files and printed at
 the end. Issue 28's rows: an ``AirflowTaskTimeout`` during the stop and during the backup, the repairs volume full
 right after the stop, a ZooKeeper session expiry inside the ISR wait, a controlled shutdown slower than the stop gate,
-a symlink planted between plan and change.
+a symlink planted between plan and change, and a repair and a restore run by a non-root SSH user (on a lab of its own
+whose brokers run as ``kafka``).
 
 Between cases the restore DAG's code puts the attempt's backups back (the broker drifted again), so each case starts
 from the same seed-004 state, and the restore is exercised ten times over.
@@ -29,11 +30,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import pwd
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +46,8 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowTaskTimeout
 
+from fleet_doctor import inventory
+from fleet_doctor.audit import steps
 from fleet_doctor.layout import RepairsDir
 from fleet_doctor.repair import restore_tasks, tasks
 from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
@@ -51,16 +57,18 @@ from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.journal import ORDER, State
 from fleet_doctor.repair.plan import BrokerPlan
 from fleet_doctor.repair.session import LockedCluster, holding
+from fleet_doctor.settings import Settings
 from fleet_doctor.zookeeper import cluster_session
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import lock_holder
 from fleet_lab import fleet
 from fleet_lab.broker import BrokerConfig
 from fleet_lab.fleet import kill_sshd, run_service, start_sshd
+from fleet_lab.incidents import run_scenario
 from harness import zk_session
 from harness.fault_worker import GATES, POINTS
 from harness.repair_lab import plan_of
-from harness.shared import audited
+from harness.shared import AUDIT_RUN, audited
 from harness.ssh import ssh_connect
 
 pytestmark = pytest.mark.timeout(2400)
@@ -634,3 +642,64 @@ def test_the_repairs_volume_full_right_after_the_stop(lab: dict[str, Any], tmp_p
         if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
             lazy = subprocess.run(["umount", "-l", str(where)], capture_output=True)
             assert lazy.returncode == 0, f"{where} is still mounted: {lazy.stderr!r}"
+
+
+# ---- issue 28 item 2: a least-privilege SSH user
+SSH_USER, KAFKA_USER = "kafka-doctor", "kafka"
+
+
+@pytest.fixture
+def least_privilege() -> Iterator[dict[str, Any]]:
+    """seed-004 on a lab of its own whose brokers run as ``kafka`` and own their files, reached as ``kafka-doctor``
+    (neither root nor Kafka's; sudo lets it act as ``kafka`` only), audited, the plan for its first broker saved."""
+    if os.geteuid() != 0:
+        pytest.skip("the least-privilege lab makes its users and their sudoers rule: root only")
+    base = Path(tempfile.mkdtemp(prefix="fleet-doctor-least-privilege-"))  # in /tmp: the lab's users reach it
+    base.chmod(0o755)
+    try:
+        state = fleet.up(base / "lab", brokers=3, kafka_version="2.8.2", ssh_user=SSH_USER, kafka_user=KAFKA_USER)
+        assert all(s.ok for s in run_scenario(state, TOPIC))
+        settings = Settings(inventory=state.inventory_path, data_root=base / "data")
+        inv = inventory.load(state.inventory_path)
+        steps.run_local(settings, AUDIT_RUN, ssh_connect(inv))
+        ctx: dict[str, Any] = {"state": state, "settings": settings, "inv": inv}
+        bid = plan_of(ctx).restart_order[0]
+        plan = plan_of(ctx, brokers=[bid])
+        tasks.save_plan(settings, plan)
+        ctx.update(bid=bid, plan=plan, originals={p: Path(p).read_bytes() for p in plan.brokers[0].backup_paths})
+        with cluster_session(inv, timeout=4, start_timeout=15) as zk:
+            ctx["zk"] = zk
+            ctx["zk_id"] = json.loads(zk.get(f"/brokers/topics/{TOPIC}")[0])["topic_id"]
+            yield ctx
+    finally:
+        if (base / "lab" / "lab.json").is_file():
+            fleet.down(base / "lab")
+        shutil.rmtree(base)
+
+
+def test_a_repair_and_a_restore_by_a_non_root_ssh_user(least_privilege: dict[str, Any]) -> None:
+    """The seed-004 repair of one broker and then its restore, run by the real executor over the lab's sshd as
+    ``kafka-doctor``: every read and change of Kafka's files went through ``sudo -n -u kafka`` (the journal's
+    command log), each file the repair and the restore left is Kafka's own, nothing is root's, nothing lost."""
+    ctx = least_privilege
+    kafka = pwd.getpwnam(KAFKA_USER)
+    attempt = "least-privilege"
+    resume(ctx, attempt)  # the whole repair, under the lock, as tasks.execute runs it
+    commands = [c["command"] for c in journal_of(ctx, attempt)["commands"]]
+    as_kafka = [
+        c for c in commands if c.startswith(f"sudo -n -u {KAFKA_USER} -- ") or f"sudo -n -u {KAFKA_USER} -- tar" in c
+    ]
+    assert any("on_broker.py" in c for c in as_kafka) and any("tar -czf" in c for c in as_kafka), commands
+
+    def owners() -> set[tuple[int, int]]:
+        b = ctx["state"].broker(ctx["bid"])
+        return {(p.lstat().st_uid, p.lstat().st_gid) for d in b.log_dirs for p in [Path(d), *Path(d).rglob("*")]}
+
+    assert owners() == {(kafka.pw_uid, kafka.pw_gid)}
+    reset(ctx, attempt)  # the restore puts the drifted files back, as kafka
+    assert owners() == {(kafka.pw_uid, kafka.pw_gid)}
+    assert data_lost(ctx, attempt) == []
+    record(
+        "repair and restore by a non-root SSH user",
+        f"{SSH_USER} (sudo to {KAFKA_USER} only): repair done, restore done, every file {KAFKA_USER}'s own",
+    )
