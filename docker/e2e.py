@@ -101,6 +101,14 @@ def owned_copy(src: Path, dst: Path, mode: int) -> Path:
     return dst
 
 
+def secret_file(path: Path) -> Path:
+    """A fresh secret in a file only the containers' user can read."""
+    path.write_text(secrets.token_urlsafe(32) + "\n")
+    os.chown(path, UID, 0)
+    path.chmod(0o400)
+    return path
+
+
 def write_env(work: Path, state: fleet.LabState, tag: str) -> tuple[Path, dict[str, str], dict[str, str]]:
     """docker/.env.example with fresh secrets, free ports and the lab's inventory and key; returns (file, values,
     passwords)."""
@@ -129,6 +137,7 @@ def write_env(work: Path, state: fleet.LabState, tag: str) -> tuple[Path, dict[s
                 owned_copy(state.path / "inventory.json", work / "inventory.json", 0o444)
             ),
             "FLEET_DOCTOR_SSH_KEY_FILE": str(owned_copy(state.path / "ssh" / "id_ed25519", work / "id_key", 0o400)),
+            "SPARK_SECRET_FILE": str(secret_file(work / "spark_secret")),
             # two task slots per worker: the four tasks after discover (3 stage, snapshot) must use both workers
             "WORKER_CONCURRENCY": "2",
             "TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",

@@ -9,15 +9,19 @@
    ``command:`` and ``environment:`` from compose.yaml, on free ports), as local processes of this venv: the
    healthchecks compose runs say healthy (and unhealthy for a worker nobody serves), every socket the cluster listens
    on is loopback, no REST submission port, and the detection app submitted as the audit's ``detect`` task submits it
-   for a ``spark://`` master gives the findings a local master gives, with an executor on each worker.
+   for a ``spark://`` master gives the findings a local master gives, with an executor on each worker. The cluster
+   authenticates (``spark.authenticate``, issue 28 item 14): the secret from a file, on no command line; an
+   application without it, or with another, is refused by the master.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import re
+import secrets
 import shlex
 import signal
 import subprocess
@@ -58,6 +62,9 @@ REST_PORT = 6066  # the standalone master's REST submission server
 # .env.example's variables compose.yaml does not read, with the reason (none today)
 UNUSED_BY_COMPOSE: dict[str, str] = {}
 ARYAN = "zk-3.1-single-aryan"
+SECRET_ENV = "FLEET_DOCTOR_SPARK_SECRET_FILE"
+SPARK_DAEMON = ["python", "-m", "fleet_doctor.spark_auth"]  # spark-class with the secret in its environment
+SPARK_SECRET_MOUNT = "/run/secrets/spark_secret"
 
 
 class ComposeError(ValueError):
@@ -301,8 +308,8 @@ def compose_problems(compose: Mapping[str, Any], secrets: Mapping[str, str]) -> 
     master = argv_of(service("spark-master"))
     master_port, master_ui = flag_value(master, "--port"), flag_value(master, "--webui-port")
     if service("spark-master"):
-        if master[:2] != ["spark-class", "org.apache.spark.deploy.master.Master"]:
-            problems.append(f"spark-master: command {master}, not spark-class ...deploy.master.Master")
+        if master[:4] != [*SPARK_DAEMON, "org.apache.spark.deploy.master.Master"]:
+            problems.append(f"spark-master: command {master}, not {' '.join(SPARK_DAEMON)} ...deploy.master.Master")
         if "spark.master.rest.enabled=false" not in str(service("spark-master").get("environment") or {}):
             problems.append("spark-master: the REST submission server (6066) is not turned off in SPARK_MASTER_OPTS")
         for name in ("worker-1", "worker-2"):
@@ -313,8 +320,8 @@ def compose_problems(compose: Mapping[str, Any], secrets: Mapping[str, str]) -> 
         argv = argv_of(service(name))
         if not argv:
             continue
-        if argv[:2] != ["spark-class", "org.apache.spark.deploy.worker.Worker"]:
-            problems.append(f"{name}: command {argv}, not spark-class ...deploy.worker.Worker")
+        if argv[:4] != [*SPARK_DAEMON, "org.apache.spark.deploy.worker.Worker"]:
+            problems.append(f"{name}: command {argv}, not {' '.join(SPARK_DAEMON)} ...deploy.worker.Worker")
         if argv[-1] != f"spark://127.0.0.1:{master_port}":
             problems.append(f"{name}: registers with {argv[-1]!r}, the master listens on {master_port}")
         if depends(service(name)).get("spark-master") != "service_healthy":
@@ -322,6 +329,20 @@ def compose_problems(compose: Mapping[str, Any], secrets: Mapping[str, str]) -> 
         check = argv_of(service(name), "healthcheck")
         if check[1:4] != ["spark-worker", f"http://127.0.0.1:{master_ui}", flag_value(argv, "--webui-port")]:
             problems.append(f"{name}: healthcheck {check} does not ask the master for this worker's web UI port")
+    # Spark's authentication (issue 28 item 14): on in every daemon, its secret file mounted where Spark runs
+    for name, opts in (("spark-master", "SPARK_MASTER_OPTS"), *((w, "SPARK_WORKER_OPTS") for w in SPARK_WORKERS)):
+        env = service(name).get("environment") or {}
+        if not service(name):
+            continue
+        for flag in ("-Dspark.authenticate=true", "-Dspark.ui.killEnabled=false"):
+            if flag not in str(env.get(opts, "")).split():
+                problems.append(f"{name}: {opts} lacks {flag}")
+    for name in ("spark-master", *SPARK_WORKERS, "worker-1", "worker-2"):
+        mounted = any(str(v).split(":")[1:2] == [SPARK_SECRET_MOUNT] for v in service(name).get("volumes") or ())
+        if service(name) and not mounted:
+            problems.append(f"{name}: the Spark secret file is not mounted at {SPARK_SECRET_MOUNT}")
+        if service(name) and (service(name).get("environment") or {}).get(SECRET_ENV) != SPARK_SECRET_MOUNT:
+            problems.append(f"{name}: {SECRET_ENV} is not {SPARK_SECRET_MOUNT}")
     return problems
 
 
@@ -364,6 +385,8 @@ def test_a_broken_compose_is_caught(example: dict[str, str]) -> None:
     s["dag-processor"]["depends_on"]["airflow-init"]["condition"] = "service_started"
     s["worker-1"]["environment"]["AIRFLOW__API__HOST"] = "0.0.0.0"
     s["spark-worker-2"]["command"].append(secrets["REDIS_PASSWORD"])
+    s["spark-worker-2"]["environment"]["SPARK_WORKER_OPTS"] = "-Dspark.ui.killEnabled=false"
+    s["spark-master"]["volumes"] = []
     del s["spark-worker-1"]
     bad["networks"] = {"default": {}}
     problems = "\n".join(compose_problems(bad, secrets))
@@ -381,6 +404,8 @@ def test_a_broken_compose_is_caught(example: dict[str, str]) -> None:
         "worker-1: environment AIRFLOW__API__HOST='0.0.0.0', not 127.0.0.1",
         "spark-worker-2: secret REDIS_PASSWORD appears outside environment:",
         "spark-worker-1: missing",
+        "spark-worker-2: SPARK_WORKER_OPTS lacks -Dspark.authenticate=true",
+        "spark-master: the Spark secret file is not mounted at /run/secrets/spark_secret",
         "compose.yaml: a top-level networks:",
     ):
         assert expected in problems, f"not caught: {expected}\n{problems}"
@@ -565,14 +590,18 @@ class Cluster:
         self.ports = ports
         self.work = work
         self.image = image
+        # the secret file compose mounts at SPARK_SECRET_MOUNT: one of this cluster's own
+        self.secret_file = work / "spark_secret"
+        self.secret_file.write_text(secrets.token_urlsafe(32) + "\n")
+        self.secret_file.chmod(0o400)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.healthy_after: dict[str, float] = {}  # seconds from start until its healthcheck passed
 
     def start(self, name: str) -> None:
         svc = self.services[name]
         argv = argv_of(svc)
-        assert argv[0] == "spark-class", argv
-        argv[0] = str(VENV_BIN / "spark-class")  # the image's PATH has its venv's bin first
+        assert argv[:3] == ["python", "-m", "fleet_doctor.spark_auth"], argv  # the secret put in its environment
+        argv[0] = sys.executable  # the image's PATH has its venv's bin first (spark-class is found there)
         if "--work-dir" in argv:  # the container's /opt/spark/work: a directory of this worker's own
             i = argv.index("--work-dir") + 1
             argv[i] = str(self.work / name)
@@ -583,12 +612,18 @@ class Cluster:
             SPARK_LOCAL_IP=self.image["SPARK_LOCAL_IP"],
             SPARK_LOG_DIR=str(self.work),
             PYSPARK_PYTHON=sys.executable,  # the image's venv python
+            PYTHONPATH=str(REPO / "plugins"),  # the image's
             **{k: str(v) for k, v in (svc.get("environment") or {}).items()},
         )
+        assert env[SECRET_ENV] == SPARK_SECRET_MOUNT and self.mounts_secret(name), name
+        env[SECRET_ENV] = str(self.secret_file)
         with open(self.work / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
                 argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+
+    def mounts_secret(self, name: str) -> bool:
+        return any(str(v).split(":")[1:2] == [SPARK_SECRET_MOUNT] for v in self.services[name].get("volumes") or ())
 
     def pids(self) -> dict[str, list[int]]:
         return {name: [p.pid, *descendants(p.pid)] for name, p in self.procs.items() if p.poll() is None}
@@ -772,7 +807,7 @@ def test_every_socket_is_loopback_and_no_rest_port(cluster: Cluster) -> None:
 
 def detect_task_submit(
     worker_env: Mapping[str, Any], args: list[str], monkeypatch: pytest.MonkeyPatch
-) -> tuple[str, dict[str, str], dict[str, str] | None]:
+) -> tuple[str, dict[str, str], dict[str, str] | None, str | None]:
     """The master, settings and environment the audit's ``detect`` task (DetectOperator.prepare, configured by the
     DAG from the Celery worker's environment) gives this submit, with ``spark_default`` as
     ``python -m fleet_doctor.deploy init`` writes it from FLEET_DOCTOR_SPARK_MASTER."""
@@ -782,10 +817,16 @@ def detect_task_submit(
     inventory = Inventory("c", "127.0.0.1:2181", [])
     conns = deploy.connections(inventory, "/k", worker_env[deploy.SPARK_MASTER], "http://127.0.0.1:1", "api", "pw")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(conns[deploy.SPARK_CONN]))
-    op = DetectOperator(task_id="detect", conn_id="spark_default", conf=settings.detect_conf({}), application_args=args)
+    op = DetectOperator(
+        task_id="detect",
+        conn_id="spark_default",
+        conf=settings.detect_conf({}),
+        secret_file=settings.spark_secret_file,
+        application_args=args,
+    )
     master = op.prepare()
     assert op.py_files == str(spark.library_archive())
-    return master, dict(op.conf), op.env_vars
+    return master, dict(op.conf), op.env_vars, op.properties_file
 
 
 def test_detection_on_the_cluster_finds_what_a_local_master_finds(
@@ -798,7 +839,8 @@ def test_detection_on_the_cluster_finds_what_a_local_master_finds(
     )
     assert {f["topic"] for f in local.findings if f["rule"] == "topic-id-mismatch"} == {"design1"}
 
-    worker_env = cluster.services["worker-1"]["environment"]
+    assert cluster.mounts_secret("worker-1")  # the worker that drives the app holds the secret file
+    worker_env = {**cluster.services["worker-1"]["environment"], SECRET_ENV: str(cluster.secret_file)}
     out = work / "cluster"
     out.mkdir()
     args = spark.detect_args(
@@ -811,7 +853,11 @@ def test_detection_on_the_cluster_finds_what_a_local_master_finds(
         str(work / "cluster-metadata.jsonl"),
         metadata_mode="zookeeper",
     )
-    master, conf, env = detect_task_submit(worker_env, args, monkeypatch)
+    master, conf, env, properties = detect_task_submit(worker_env, args, monkeypatch)
+    secret = cluster.secret_file.read_text().strip()
+    assert conf["spark.authenticate"] == "true" and secret not in json.dumps(conf)  # the secret: no setting
+    assert properties and Path(properties).stat().st_mode & 0o777 == 0o600
+    assert f"spark.authenticate.secret={secret}\n" in Path(properties).read_text()
     assert master == f"spark://127.0.0.1:{cluster.ports['SPARK_MASTER_PORT']}", master
     assert spark.profile_for(master) == "cluster"
     assert env is None, f"the detect task hands a cluster submit no environment, not {env}"
@@ -820,7 +866,7 @@ def test_detection_on_the_cluster_finds_what_a_local_master_finds(
     )
     started = time.time()
     with SocketWatch(cluster) as watch:
-        spark.run_detect(master, conf, args)
+        spark.run_detect(master, conf, args, secret_file=str(cluster.secret_file))
     found = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines() if line.strip()]
     key = lambda f: json.dumps(f, sort_keys=True)  # noqa: E731
     assert sorted(map(key, found)) == sorted(map(key, local.findings))
@@ -846,3 +892,47 @@ def test_detection_on_the_cluster_finds_what_a_local_master_finds(
     outside = {k: v for k, v in watch.sockets.items() if k[0] not in LOOPBACK}
     assert not outside, f"listening beyond 127.0.0.1 during the run: {outside}"
     assert not [k for k in watch.sockets if k[1] == REST_PORT], f"port {REST_PORT} was open"
+
+
+@pytest.mark.parametrize("secret", ["none", "another"])
+def test_an_application_without_the_clusters_secret_is_refused(cluster: Cluster, secret: str, tmp_path: Path) -> None:
+    """Issue 28 item 14: a local process that submits to the master without the secret (or with another) does not
+    get an application registered, let alone executors; the master says why."""
+    app = tmp_path / "app.py"
+    app.write_text("from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate().range(1).count()\n")
+    master = f"spark://127.0.0.1:{cluster.ports['SPARK_MASTER_PORT']}"
+    ui = f"http://127.0.0.1:{cluster.ports['SPARK_MASTER_WEBUI_PORT']}/json/"
+    before = {a["id"] for key in ("activeapps", "completedapps") for a in get_json(ui)[key]}
+    conf = {"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    properties = ""
+    if secret == "another":
+        other = tmp_path / "other_secret"
+        other.write_text(secrets.token_urlsafe(32))
+        properties = spark.auth_properties(str(other))
+        conf["spark.authenticate"] = "true"
+    master_log = cluster.work / "spark-master.log"
+    seen = len(master_log.read_bytes())
+    client_log = tmp_path / "client.log"
+    cmd = spark.submit_command(app, master, conf, [], properties_file=properties)
+    with open(client_log, "wb") as out:
+        client = subprocess.Popen(
+            cmd, env=spark.spark_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        # the master's own words: no SASL from the client, or a digest from another secret
+        refused = re.compile(r"Expected SaslMessage|DIGEST-MD5: digest response format violation\. Mismatched response")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and client.poll() is None:
+            said = master_log.read_bytes()[seen:].decode(errors="replace")
+            if refused.search(said):
+                break
+            time.sleep(0.5)
+        said = master_log.read_bytes()[seen:].decode(errors="replace")
+        client_said = client_log.read_text(errors="replace")[-3000:]
+        assert refused.search(said), f"the master did not refuse it:\n{said[-3000:]}\nclient:\n{client_said}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(client.pid, signal.SIGKILL)
+        client.wait(timeout=30)
+    after = {a["id"] for key in ("activeapps", "completedapps") for a in get_json(ui)[key]}
+    assert after == before, f"an application registered without the secret: {after - before}"

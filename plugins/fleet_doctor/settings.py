@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor import layout
+from fleet_doctor import layout, spark_auth
 from fleet_doctor.store import Store, s3_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +51,8 @@ class Settings:
     ssh_timeout_s: float = 1800.0
     spark_jars: str = ""  # comma-separated, for spark-submit --jars (e.g. hadoop-aws for an s3a:// store)
     spark_conf: tuple[tuple[str, str], ...] = ()  # extra Spark settings
+    # a standalone cluster's authentication secret (spark.authenticate), a file: never in a setting (spark_auth)
+    spark_secret_file: str = ""
     repair_dir: Path | None = None  # the repair DAGs' plans and journals (a local directory)
     approvers: tuple[str, ...] = ()  # Airflow user ids allowed to approve a repair (empty: any user)
     allow_self_approval: bool = False  # with approvers set, may the user who triggered a run approve it?
@@ -106,6 +108,7 @@ class Settings:
             stage_retry_delay_s=float(env.get("FLEET_DOCTOR_STAGE_RETRY_DELAY") or cls.stage_retry_delay_s),
             spark_jars=env.get("FLEET_DOCTOR_SPARK_JARS") or cls.spark_jars,
             spark_conf=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
+            spark_secret_file=env.get("FLEET_DOCTOR_SPARK_SECRET_FILE") or "",
             repair_dir=Path(env["FLEET_DOCTOR_REPAIR_DIR"]) if env.get("FLEET_DOCTOR_REPAIR_DIR") else None,
             approvers=tuple(u.strip() for u in approvers if u.strip()),
             allow_self_approval=flag("FLEET_DOCTOR_ALLOW_SELF_APPROVAL", cls.allow_self_approval),
@@ -127,8 +130,10 @@ class Settings:
         return self.store.url(layout.FINDINGS)
 
     def detect_conf(self, base: Mapping[str, str]) -> dict[str, str]:
-        """Spark settings of the detection app: ``base``, the store's (S3A endpoint), then the configured extras."""
-        return {**base, **self.store.spark_conf(), **dict(self.spark_conf)}
+        """Spark settings of the detection app: ``base``, the store's (S3A endpoint), then the configured extras, and
+        ``spark.authenticate`` with a secret file (the secret itself goes in a properties file: ``spark_auth``)."""
+        auth = spark_auth.AUTH_CONF if self.spark_secret_file else {}
+        return {**base, **self.store.spark_conf(), **dict(self.spark_conf), **auth}
 
     def aws_environ(self) -> dict[str, str]:
         """The ``AWS_*`` variables of the environment these settings were read from (an s3a:// store's credentials,

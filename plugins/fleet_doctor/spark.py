@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleet_doctor import spark_auth
 from fleet_doctor.store import atomic_file, temporary_name
 
 PACKAGE = Path(__file__).resolve().parent
@@ -347,11 +348,19 @@ def detect_args(
 
 
 def submit_command(
-    app: Path, master: str, conf: Mapping[str, str], app_args: list[str], jars: str = "", py_files: str = ""
+    app: Path,
+    master: str,
+    conf: Mapping[str, str],
+    app_args: list[str],
+    jars: str = "",
+    py_files: str = "",
+    properties_file: str = "",
 ) -> list[str]:
     """The spark-submit command line of ``app`` (the library archive is built and shipped unless ``py_files``
-    names it)."""
+    names it; ``properties_file``: settings kept off the command line, the authentication secret's)."""
     cmd = [os.path.join(_spark_home(), "bin", "spark-submit"), "--master", master]
+    if properties_file:
+        cmd += ["--properties-file", properties_file]
     if jars:
         cmd += ["--jars", jars]
     cmd += ["--py-files", py_files or str(library_archive())]
@@ -360,13 +369,34 @@ def submit_command(
     return [*cmd, str(app), *app_args]
 
 
+def auth_properties(secret_file: str) -> str:
+    """The properties file that gives a driver Spark's authentication secret (``spark_auth``), in ``cache_dir()``;
+    "" without a secret file. SparkError when the file is unfit or there is no private dir to write it in."""
+    if not secret_file:
+        return ""
+    directory = cache_dir()
+    if directory is None:
+        raise SparkError(f"no private directory for Spark's authentication settings ({tempfile.gettempdir()})")
+    try:
+        return str(spark_auth.properties_file(secret_file, directory))
+    except spark_auth.SparkAuthError as e:
+        raise SparkError(str(e)) from e
+
+
 def run_detect(
-    master: str, conf: Mapping[str, str], args: list[str], jars: str = "", env: Mapping[str, str] | None = None
+    master: str,
+    conf: Mapping[str, str],
+    args: list[str],
+    jars: str = "",
+    env: Mapping[str, str] | None = None,
+    secret_file: str = "",
 ) -> None:
-    """The detection app through spark-submit on this machine, with ``env`` on top of ``spark_env()``; SparkError
-    with the end of its stderr when it fails."""
+    """The detection app through spark-submit on this machine, with ``env`` on top of ``spark_env()`` and Spark's
+    authentication secret from ``secret_file`` (a standalone cluster's: ``spark_auth``); SparkError with the end of
+    its stderr when it fails."""
     archive = class_archive(master)
-    cmd = submit_command(DETECT_APP, master, archive.conf(conf), args, jars=jars)
+    properties = auth_properties(secret_file)
+    cmd = submit_command(DETECT_APP, master, archive.conf(conf), args, jars=jars, properties_file=properties)
     proc = None
     try:
         proc = subprocess.run(cmd, env={**spark_env(), **(env or {})}, capture_output=True, text=True)

@@ -26,10 +26,11 @@ from fleet_doctor import spark
 
 
 class DetectOperator(SparkSubmitOperator):
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, secret_file: str = "", **kwargs: Any) -> None:
         kwargs.setdefault("application", str(spark.DETECT_APP))
         kwargs.setdefault("name", "fleet-doctor-detect")
         super().__init__(**kwargs)
+        self.secret_file = secret_file  # a standalone cluster's authentication secret, read on the worker
 
     def master(self) -> str:
         """The master the connection names, resolved as the Spark provider resolves it."""
@@ -43,6 +44,8 @@ class DetectOperator(SparkSubmitOperator):
         sized = spark.input_conf(list(self.application_args or []))
         self.conf = {**spark.conf_for(master, sized), **(self.conf or {})}
         self.py_files = self.py_files or str(spark.library_archive())
+        if self.secret_file:  # written here, on the worker: the secret is neither in the DAG nor on a command line
+            self.properties_file = spark.auth_properties(self.secret_file)
         if spark.profile_for(master) == "local":
             local = {k: v for k, v in spark.spark_env().items() if k.startswith(("SPARK", "PYSPARK", "PATH"))}
             self.env_vars = {**local, **(self.env_vars or {})}

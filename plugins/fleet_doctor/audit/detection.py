@@ -61,11 +61,13 @@ def run(
     *,
     jars: str = "",
     env: Mapping[str, str] | None = None,
+    secret_file: str = "",
 ) -> None:
     """The detection app through spark-submit on this machine, with the short-run settings for ``master`` and the
-    input's size under ``conf`` (the store's and the deployment's)."""
+    input's size under ``conf`` (the store's and the deployment's); ``secret_file``: a standalone cluster's
+    authentication secret (``spark_auth``)."""
     base = {**spark.conf_for(master), **spark.SHORT_RUN_CONF, **spark.input_conf(args)}
-    spark.run_detect(master, {**base, **conf}, args, jars=jars, env=env)
+    spark.run_detect(master, {**base, **conf}, args, jars=jars, env=env, secret_file=secret_file)
 
 
 def detect_locally(

@@ -411,7 +411,14 @@ def stage_and_detect(
     output = store.url(area.own_findings_dataset) if own_area else None
     args = detect_args(settings, run_id, facts, area, output)
     # the store's settings (AWS_*) as the settings were read, for Spark as for the tasks
-    detection.run(master, settings.detect_conf({}), args, jars=settings.spark_jars, env=settings.aws_environ())
+    detection.run(
+        master,
+        settings.detect_conf({}),
+        args,
+        jars=settings.spark_jars,
+        env=settings.aws_environ(),
+        secret_file=settings.spark_secret_file,
+    )
     return LocalRun(area, discovered, facts)
 
 
