@@ -19,7 +19,6 @@ Prints each step with its time and a timing table at the end (``--timings FILE``
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import json
 import os
@@ -38,6 +37,7 @@ DOCKER_DIR = Path(__file__).resolve().parent
 REPO = DOCKER_DIR.parent
 sys.path[:0] = [str(REPO / "lab"), str(REPO / "plugins")]
 
+from fleet_doctor import deploy  # noqa: E402
 from fleet_doctor.settings import safe_run_id  # noqa: E402
 from fleet_lab import fleet  # noqa: E402
 from fleet_lab.airflow_stack import AirflowRest  # noqa: E402
@@ -101,14 +101,6 @@ def owned_copy(src: Path, dst: Path, mode: int) -> Path:
     return dst
 
 
-def secret_file(path: Path) -> Path:
-    """A fresh secret in a file only the containers' user can read."""
-    path.write_text(secrets.token_urlsafe(32) + "\n")
-    os.chown(path, UID, 0)
-    path.chmod(0o400)
-    return path
-
-
 def write_env(work: Path, state: fleet.LabState, tag: str) -> tuple[Path, dict[str, str], dict[str, str]]:
     """docker/.env.example with fresh secrets, free ports and the lab's inventory and key; returns (file, values,
     passwords)."""
@@ -117,6 +109,9 @@ def write_env(work: Path, state: fleet.LabState, tag: str) -> tuple[Path, dict[s
         if line.strip() and not line.lstrip().startswith("#"):
             key, _, value = line.partition("=")
             values[key] = value
+    secrets_dir = work / "secrets"
+    made = deploy.write_secrets(secrets_dir)  # as an operator makes them: python -m fleet_doctor.deploy secrets
+    say(f"secret files made: {', '.join(made)}")
     passwords = {"admin": secrets.token_urlsafe(12), APPROVER: secrets.token_urlsafe(12)}
     pw_file = work / "airflow-passwords.json"
     pw_file.write_text(json.dumps(passwords))
@@ -125,11 +120,7 @@ def write_env(work: Path, state: fleet.LabState, tag: str) -> tuple[Path, dict[s
     values.update(
         {
             "FLEET_DOCTOR_IMAGE_TAG": tag,
-            "POSTGRES_PASSWORD": secrets.token_urlsafe(16),
-            "REDIS_PASSWORD": secrets.token_urlsafe(16),
-            "AIRFLOW_FERNET_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
-            "AIRFLOW_JWT_SECRET": secrets.token_urlsafe(32),
-            "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32),
+            "FLEET_DOCTOR_SECRETS_DIR": str(secrets_dir),
             "AIRFLOW_USERS": f"admin:admin,{APPROVER}:op",
             "AIRFLOW_PASSWORDS_FILE": str(pw_file),
             "FLEET_DOCTOR_APPROVERS": APPROVER,
@@ -137,7 +128,6 @@ def write_env(work: Path, state: fleet.LabState, tag: str) -> tuple[Path, dict[s
                 owned_copy(state.path / "inventory.json", work / "inventory.json", 0o444)
             ),
             "FLEET_DOCTOR_SSH_KEY_FILE": str(owned_copy(state.path / "ssh" / "id_ed25519", work / "id_key", 0o400)),
-            "SPARK_SECRET_FILE": str(secret_file(work / "spark_secret")),
             # two task slots per worker: the four tasks after discover (3 stage, snapshot) must use both workers
             "WORKER_CONCURRENCY": "2",
             "TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
@@ -245,6 +235,34 @@ def check_loopback_only(stack: Stack) -> None:
     sockets = listening_sockets(pids)
     outside = {k: v for k, v in sockets.items() if k[0] not in LOOPBACK}
     check(not outside and bool(sockets), f"{len(sockets)} listening sockets of the stack, every one on 127.0.0.1")
+
+
+def check_secrets_kept(stack: Stack, secrets_dir: Path) -> None:
+    """Issue 28 item 12: no secret's value in any container's environment or command line (docker inspect, and
+    every process's /proc environ and cmdline), and a Celery worker holds only the Redis and Spark secrets."""
+    values = {p.name: p.read_text().strip() for p in secrets_dir.iterdir()}
+    cs = stack.containers()
+    inspected = json.loads(docker("inspect", *[c["id"] for c in cs.values()]))
+    leaks = [
+        (c["Config"]["Labels"]["com.docker.compose.service"], name)
+        for c in inspected
+        for name, value in values.items()
+        if value in json.dumps([c["Config"].get("Env"), c["Config"].get("Cmd"), c["Args"]])
+    ]
+    for service, c in cs.items():
+        for pid in (c["pid"], *descendants(c["pid"])) if c["pid"] else ():
+            for what in ("environ", "cmdline"):
+                with contextlib.suppress(OSError):
+                    text = Path(f"/proc/{pid}/{what}").read_bytes().decode(errors="replace")
+                    leaks += [
+                        (f"{service} pid {pid} {what}", n)
+                        for n, v in values.items()
+                        if v in text  # Spark's daemons and executors take theirs from the environment, by design
+                        and not (n == "spark_secret" and what == "environ" and service.startswith("spark-"))
+                    ]
+    check(leaks == [], f"no secret in any container's environment or command line ({leaks})")
+    held = stack.run("exec", "-T", "worker-1", "ls", "/run/secrets").split()
+    check(held == ["redis_password", "spark_secret"], f"worker-1 holds only the secrets its role needs: {held}")
 
 
 def check_no_bridge_traffic() -> None:
@@ -403,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             stack.wait_healthy()
         check_loopback_only(stack)
         check_no_bridge_traffic()
+        check_secrets_kept(stack, work / "secrets")
         af = ComposeAirflow(stack, f"http://127.0.0.1:{values['AIRFLOW_API_PORT']}", passwords)
         started = time.time()
         first = audit(af, timings, "audit")

@@ -99,6 +99,40 @@ def test_init_refuses_placeholder_or_short_secrets() -> None:
 
 
 # ---- hostname
+def test_secret_files_are_made_once_and_read_through_cmd_settings(tmp_path: Path) -> None:
+    """Issue 28 item 12: ``deploy secrets`` makes each secret file once (0440); init resolves every secret setting
+    through its ``_CMD`` as Airflow does, checks each file, and refuses a placeholder file (naming it) or a secret
+    set literally in the environment."""
+    secrets_dir = tmp_path / "secrets"
+    assert deploy.write_secrets(secrets_dir) == list(deploy.SECRET_FILES)
+    before = {p.name: p.read_bytes() for p in secrets_dir.iterdir()}
+    assert all((secrets_dir / n).stat().st_mode & 0o777 == 0o440 for n in deploy.SECRET_FILES)
+    assert deploy.write_secrets(secrets_dir) == [] and {p.name: p.read_bytes() for p in secrets_dir.iterdir()} == before
+    read = lambda name: f"sh -c 'printf %s \"$(cat {secrets_dir / name})\"'"  # noqa: E731
+    env = {
+        deploy.SECRETS_DIR: str(secrets_dir),
+        "AIRFLOW__CORE__FERNET_KEY_CMD": read("fernet_key"),
+        "AIRFLOW__API_AUTH__JWT_SECRET_CMD": read("jwt_secret"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": (
+            'sh -c \'printf "postgresql+psycopg2://airflow:%s@127.0.0.1:1/airflow" '
+            f'"$(cat {secrets_dir}/postgres_password)"\''
+        ),
+    }
+    line = deploy.step_secrets(env)
+    assert line.startswith("secrets: 9 checked") and "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in line
+    assert before["fernet_key"].decode().strip() not in line  # names, never a value
+    (secrets_dir / "jwt_secret").chmod(0o640)
+    (secrets_dir / "jwt_secret").write_text("change-me\n")
+    with pytest.raises(deploy.DeployError, match=rf"{secrets_dir}/jwt_secret is a placeholder"):
+        deploy.step_secrets(env)
+    (secrets_dir / "jwt_secret").write_bytes(before["jwt_secret"])
+    with pytest.raises(deploy.DeployError, match="AIRFLOW__API__SECRET_KEY set literally"):
+        deploy.step_secrets(env | {"AIRFLOW__API__SECRET_KEY": "k" * 43})
+    (secrets_dir / "redis_password").unlink()
+    with pytest.raises(deploy.DeployError, match=rf"{secrets_dir}/redis_password: cannot read it"):
+        deploy.step_secrets(env)
+
+
 def test_hostname_is_the_containers_name(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.utils.net import getfqdn
 

@@ -126,8 +126,42 @@ def load_compose(env: Mapping[str, str], used: set[str] | None = None) -> dict[s
 
 
 def secret_names(env: Mapping[str, str]) -> list[str]:
-    """The env file's secrets: passwords, keys and secrets (a ``*_FILE`` names a host path, not a secret)."""
-    return [k for k in env if re.search(r"PASSWORD|SECRET|FERNET", k) and not k.endswith("_FILE")]
+    """The env file's secrets: passwords, keys and secrets (a ``*_FILE`` or ``*_DIR`` names a host path, not a
+    secret). None since issue 28 item 12: every secret is a file."""
+    return [k for k in env if re.search(r"PASSWORD|SECRET|FERNET", k) and not k.endswith(("_FILE", "_DIR"))]
+
+
+# issue 28 item 12: the secret files each service's role needs (docker/compose.yaml's table), at /run/secrets/<name>
+ALL_SECRETS = frozenset(deploy.SECRET_FILES)
+DB_FERNET = frozenset({"postgres_password", "fernet_key"})
+ROLE_SECRETS: dict[str, frozenset[str]] = {
+    "postgres": frozenset({"postgres_password"}),
+    "redis": frozenset({"redis_password"}),
+    "airflow-init": ALL_SECRETS,  # checks them all, then exits
+    "api-server": DB_FERNET | {"jwt_secret", "api_secret_key"},
+    "scheduler": DB_FERNET | {"jwt_secret", "redis_password"},
+    "dag-processor": DB_FERNET,
+    "triggerer": DB_FERNET,
+    "worker-1": frozenset({"redis_password", "spark_secret"}),
+    "worker-2": frozenset({"redis_password", "spark_secret"}),
+    "spark-master": frozenset({"spark_secret"}),
+    "spark-worker-1": frozenset({"spark_secret"}),
+    "spark-worker-2": frozenset({"spark_secret"}),
+}
+# settings that hold a secret's value: never literal in a service's environment (their _CMD reads a file instead)
+LITERAL_SECRETS = (*deploy.SECRETS, *deploy.URL_SECRETS, "POSTGRES_PASSWORD", "REDIS_PASSWORD", "REDISCLI_AUTH")
+
+
+def secret_files_of(service: Mapping[str, Any]) -> set[str]:
+    """The secret files mounted into ``service`` (``/run/secrets/<name>``; the whole directory: every one)."""
+    out: set[str] = set()
+    for volume in service.get("volumes") or ():
+        target = str(volume).split(":")[1:2]
+        if target == ["/run/secrets"]:
+            out |= ALL_SECRETS
+        elif target and target[0].startswith("/run/secrets/"):
+            out.add(target[0].rsplit("/", 1)[1])
+    return out
 
 
 def with_distinct_secrets(env: Mapping[str, str]) -> dict[str, str]:
@@ -259,6 +293,24 @@ def compose_problems(compose: Mapping[str, Any], secrets: Mapping[str, str]) -> 
         for var, value in secrets.items():
             if value and value in text:
                 problems.append(f"{name}: secret {var} appears outside environment: (on a command line or a path)")
+        # and since issue 28 item 12 not even there: files, each only where the role needs it, read through _CMD
+        files = secret_files_of(svc)
+        role = ROLE_SECRETS.get(name, frozenset())
+        if files - role:
+            problems.append(f"{name}: gets secret file(s) {', '.join(sorted(files - role))} its role does not need")
+        if role - files:
+            problems.append(f"{name}: lacks secret file(s) {', '.join(sorted(role - files))} its role needs")
+        for key in env:
+            if key in LITERAL_SECRETS:
+                problems.append(f"{name}: environment holds {key} literally (a secret: {key}_CMD reading a file)")
+        for key, value in env.items():
+            if not key.endswith(
+                "_CMD"
+            ):  # FLEET_DOCTOR_SPARK_SECRET_FILE: the same DAG everywhere, read where Spark runs
+                continue
+            for read in re.findall(r"/run/secrets/([a-z_]+)", str(value)):
+                if read not in files:
+                    problems.append(f"{name}: {key} reads /run/secrets/{read}, which is not mounted")
 
     def service(name: str) -> Mapping[str, Any]:
         return services.get(name) or {}
@@ -384,7 +436,9 @@ def test_a_broken_compose_is_caught(example: dict[str, str]) -> None:
     s["worker-2"]["environment"]["FLEET_DOCTOR_HOSTNAME"] = "worker-1"
     s["dag-processor"]["depends_on"]["airflow-init"]["condition"] = "service_started"
     s["worker-1"]["environment"]["AIRFLOW__API__HOST"] = "0.0.0.0"
-    s["spark-worker-2"]["command"].append(secrets["REDIS_PASSWORD"])
+    s["worker-2"]["environment"]["AIRFLOW__CORE__FERNET_KEY"] = "f" * 44
+    s["worker-1"]["volumes"].append("/etc/s/postgres_password:/run/secrets/postgres_password:ro")
+    s["scheduler"]["volumes"] = [v for v in s["scheduler"]["volumes"] if "jwt_secret" not in v]
     s["spark-worker-2"]["environment"]["SPARK_WORKER_OPTS"] = "-Dspark.ui.killEnabled=false"
     s["spark-master"]["volumes"] = []
     del s["spark-worker-1"]
@@ -402,7 +456,10 @@ def test_a_broken_compose_is_caught(example: dict[str, str]) -> None:
         "worker-2: FLEET_DOCTOR_HOSTNAME is 'worker-1', not 'worker-2'",
         "dag-processor: depends_on airflow-init is 'service_started', not service_completed_successfully",
         "worker-1: environment AIRFLOW__API__HOST='0.0.0.0', not 127.0.0.1",
-        "spark-worker-2: secret REDIS_PASSWORD appears outside environment:",
+        "worker-2: environment holds AIRFLOW__CORE__FERNET_KEY literally",
+        "worker-1: gets secret file(s) postgres_password its role does not need",
+        "scheduler: lacks secret file(s) jwt_secret its role needs",
+        "scheduler: AIRFLOW__API_AUTH__JWT_SECRET_CMD reads /run/secrets/jwt_secret, which is not mounted",
         "spark-worker-1: missing",
         "spark-worker-2: SPARK_WORKER_OPTS lacks -Dspark.authenticate=true",
         "spark-master: the Spark secret file is not mounted at /run/secrets/spark_secret",
@@ -936,3 +993,16 @@ def test_an_application_without_the_clusters_secret_is_refused(cluster: Cluster,
         client.wait(timeout=30)
     after = {a["id"] for key in ("activeapps", "completedapps") for a in get_json(ui)[key]}
     assert after == before, f"an application registered without the secret: {after - before}"
+
+
+def test_the_env_file_holds_no_secret_and_each_role_only_its_own(example: dict[str, str]) -> None:
+    """Issue 28 item 12: .env.example names a directory of secret files, no secret; the Celery workers (task code)
+    get neither the database password, nor the Fernet key, nor the JWT secret or the API secret key."""
+    assert secret_names(example) == [], secret_names(example)
+    services = load_compose(example)["services"]
+    task_code_may_not = {"postgres_password", "fernet_key", "jwt_secret", "api_secret_key"}
+    settings_not = {n for n in (*deploy.SECRETS, *deploy.URL_SECRETS) if "CELERY" not in n}
+    for worker in ("worker-1", "worker-2"):
+        assert not secret_files_of(services[worker]) & task_code_may_not
+        assert not {k.removesuffix("_CMD") for k in services[worker]["environment"]} & settings_not
+    assert {name: secret_files_of(s) for name, s in services.items()} == {n: set(r) for n, r in ROLE_SECRETS.items()}

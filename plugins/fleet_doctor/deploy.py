@@ -2,8 +2,13 @@
 
     python -m fleet_doctor.deploy init                  # the airflow-init service: idempotent, one line per step
     python -m fleet_doctor.deploy connections --out FILE  # only the connections JSON, for an operator to review
+    python -m fleet_doctor.deploy secrets --dir DIR       # the deployment's secret files, made once on the host
 
 ``init``, from the container's environment:
+
+0. secrets: with ``FLEET_DOCTOR_SECRETS`` (the container's directory of secret files) every secret file is present
+   and strong, and no secret setting is a literal in the environment (each comes through its ``_CMD``); every
+   secret setting Airflow will read (the variable or its ``_CMD``) is neither a placeholder nor short.
 
 1. passwords: every user of ``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS`` but the reader (``READER``, a viewer the
    repair's acting tasks read approvals as) takes its password from the operator's file
@@ -27,6 +32,7 @@ which worker ran it.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import secrets
@@ -135,8 +141,59 @@ SECRETS = {
     "AIRFLOW__CORE__FERNET_KEY": 44,  # 32 bytes, url-safe base64
 }
 # the passwords inside URLs, at least this long
-URL_SECRETS = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": 16, "AIRFLOW__CELERY__BROKER_URL": 16}
+URL_SECRETS = {
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": 16,
+    "AIRFLOW__CELERY__BROKER_URL": 16,
+    "AIRFLOW__CELERY__RESULT_BACKEND": 16,
+}
 PLACEHOLDERS = frozenset({"change-me", "changeme", "secret", "password", "airflow", "admin", "redis", "postgres"})
+SECRETS_DIR = "FLEET_DOCTOR_SECRETS"  # the container's directory of secret files (airflow-init's: all of them)
+# the deployment's secret files (docker/compose.yaml mounts each where its role needs it): name -> a fresh value
+SECRET_FILES: dict[str, Callable[[], str]] = {
+    "postgres_password": lambda: secrets.token_urlsafe(24),
+    "redis_password": lambda: secrets.token_urlsafe(24),
+    "fernet_key": lambda: base64.urlsafe_b64encode(os.urandom(32)).decode(),
+    "jwt_secret": lambda: secrets.token_urlsafe(32),
+    "api_secret_key": lambda: secrets.token_urlsafe(32),
+    "spark_secret": lambda: secrets.token_urlsafe(32),
+}
+SECRET_FILE_LEAST = 16  # characters, any of the files
+
+
+def write_secrets(directory: Path) -> list[str]:
+    """Each of ``SECRET_FILES`` missing in ``directory`` made with a fresh value (0440, the root group's: the
+    containers read them as members of group 0); one that exists is kept (to rotate one, remove it first). The
+    names written."""
+    directory.mkdir(mode=0o750, parents=True, exist_ok=True)
+    written = []
+    for name, fresh in SECRET_FILES.items():
+        path = directory / name
+        if path.exists():
+            continue
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o440)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(fresh() + "\n")
+        if os.geteuid() == 0:
+            os.chown(path, 0, 0)
+        os.chmod(path, 0o440)
+        written.append(name)
+    return written
+
+
+def secret_value(env: Mapping[str, str], name: str) -> str | None:
+    """Airflow's setting ``name`` as Airflow resolves it: the variable itself, else its ``_CMD`` run (no shell but
+    the one it names; its output is never printed), else None."""
+    if name in env:
+        return env[name]
+    command = env.get(f"{name}_CMD")
+    if command is None:
+        return None
+    import shlex
+
+    r = subprocess.run(shlex.split(command), capture_output=True, text=True, check=False, env=dict(env))
+    if r.returncode != 0:
+        raise DeployError(f"{name}_CMD exited {r.returncode}: {r.stderr.strip()[-300:]}")
+    return r.stdout
 
 
 def step_secrets(env: Mapping[str, str]) -> str:
@@ -145,25 +202,38 @@ def step_secrets(env: Mapping[str, str]) -> str:
     from urllib.parse import urlsplit
 
     problems, checked = [], []
+    files = env.get(SECRETS_DIR)
+    if files:  # a container deployment: secrets come from files, never a literal in the environment
+        literal = [n for n in (*SECRETS, *URL_SECRETS) if n in env]
+        if literal:
+            problems.append(f"{', '.join(literal)} set literally: set {literal[0]}_CMD reading a file of {files}")
+        for name in SECRET_FILES:
+            path = Path(files) / name
+            try:
+                value = path.read_text(encoding="ascii").strip()
+            except (OSError, UnicodeDecodeError) as e:
+                problems.append(f"{path}: cannot read it ({getattr(e, 'strerror', None) or e})")
+                continue
+            checked.append(str(path))
+            if value.lower() in PLACEHOLDERS or len(value) < SECRET_FILE_LEAST or not value.isascii():
+                problems.append(f"{path} is a placeholder or shorter than {SECRET_FILE_LEAST} characters")
     for name, least in SECRETS.items():
-        value = env.get(name)
+        value = secret_value(env, name)
         if value is None:
             continue
         checked.append(name)
-        if value.strip().lower() in PLACEHOLDERS or len(value) < least:
+        if value.strip().lower() in PLACEHOLDERS or len(value.strip()) < least:
             problems.append(f"{name} is a placeholder or shorter than {least} characters")
     for name, least in URL_SECRETS.items():
-        url = env.get(name)
-        password = urlsplit(url).password if url and "://" in url else None
+        url = secret_value(env, name)
+        password = urlsplit(url.strip()).password if url and "://" in url else None
         if password is None:
             continue
         checked.append(name)
         if password.lower() in PLACEHOLDERS or len(password) < least:
             problems.append(f"the password in {name} is a placeholder or shorter than {least} characters")
     if problems:
-        raise DeployError(
-            "secrets: " + "; ".join(problems) + ": set strong values in the env file (docker/README.md, Secrets)"
-        )
+        raise DeployError("secrets: " + "; ".join(problems) + ": make strong ones (docker/README.md, Secrets)")
     return f"secrets: {len(checked)} checked ({', '.join(checked) or 'none set'})"
 
 
@@ -303,10 +373,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("init", help="passwords file, airflow db migrate, the audit pool, the connections (idempotent)")
     conns = sub.add_parser("connections", help="only write the connections JSON init imports (mode 0600)")
     conns.add_argument("--out", required=True, type=Path, help="where to write it")
+    made = sub.add_parser("secrets", help="make the deployment's secret files that are missing (0440, root group)")
+    made.add_argument(
+        "--dir", required=True, type=Path, help="FLEET_DOCTOR_SECRETS_DIR, e.g. /etc/kafka-fleet-doctor/secrets"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "init":
             init(os.environ)
+        elif args.command == "secrets":
+            written = write_secrets(args.dir)
+            kept = [n for n in SECRET_FILES if n not in written]
+            print(f"secrets: made {', '.join(written) or 'none'}; kept {', '.join(kept) or 'none'} (in {args.dir})")
         else:
             write_connections(args.out, environ_connections(os.environ))
             print(f"connections: wrote {args.out} (0600; it holds the {READER}'s password)")

@@ -72,8 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     secret_file = os.environ.get(SECRET_FILE_ENV)
     spark_class = shutil.which("spark-class")
     if not args or not secret_file or spark_class is None:
-        print(f"usage: {SECRET_FILE_ENV}=FILE python -m fleet_doctor.spark_auth CLASS [ARGS...] (spark-class on PATH)",
-              file=sys.stderr)
+        print(
+            f"usage: {SECRET_FILE_ENV}=FILE python -m fleet_doctor.spark_auth CLASS [ARGS...] (spark-class on PATH)",
+            file=sys.stderr,
+        )
         return 2
     try:
         secret = read_secret(secret_file)
