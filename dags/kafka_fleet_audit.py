@@ -134,7 +134,7 @@ def kafka_fleet_audit() -> None:
         conn_id="spark_default",
         conf=SETTINGS.detect_conf({}),
         jars=SETTINGS.spark_jars or None,
-        secret_file=SETTINGS.spark_secret_file,
+        secret_file=SETTINGS.spark_auth_file,
         application_args=facts["detect_args"],
     )
     summary = publish(discovered, facts)

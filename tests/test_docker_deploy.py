@@ -878,7 +878,7 @@ def detect_task_submit(
         task_id="detect",
         conn_id="spark_default",
         conf=settings.detect_conf({}),
-        secret_file=settings.spark_secret_file,
+        secret_file=settings.spark_auth_file,
         application_args=args,
     )
     master = op.prepare()

@@ -52,7 +52,7 @@ class Settings:
     spark_jars: str = ""  # comma-separated, for spark-submit --jars (e.g. hadoop-aws for an s3a:// store)
     spark_conf: tuple[tuple[str, str], ...] = ()  # extra Spark settings
     # a standalone cluster's authentication secret (spark.authenticate), a file: never in a setting (spark_auth)
-    spark_secret_file: str = ""
+    spark_auth_file: str = ""
     repair_dir: Path | None = None  # the repair DAGs' plans and journals (a local directory)
     approvers: tuple[str, ...] = ()  # Airflow user ids allowed to approve a repair (empty: any user)
     allow_self_approval: bool = False  # with approvers set, may the user who triggered a run approve it?
@@ -108,7 +108,7 @@ class Settings:
             stage_retry_delay_s=float(env.get("FLEET_DOCTOR_STAGE_RETRY_DELAY") or cls.stage_retry_delay_s),
             spark_jars=env.get("FLEET_DOCTOR_SPARK_JARS") or cls.spark_jars,
             spark_conf=tuple(sorted((str(k), str(v)) for k, v in extra.items())),
-            spark_secret_file=env.get("FLEET_DOCTOR_SPARK_SECRET_FILE") or "",
+            spark_auth_file=env.get("FLEET_DOCTOR_SPARK_SECRET_FILE") or "",
             repair_dir=Path(env["FLEET_DOCTOR_REPAIR_DIR"]) if env.get("FLEET_DOCTOR_REPAIR_DIR") else None,
             approvers=tuple(u.strip() for u in approvers if u.strip()),
             allow_self_approval=flag("FLEET_DOCTOR_ALLOW_SELF_APPROVAL", cls.allow_self_approval),
@@ -132,7 +132,7 @@ class Settings:
     def detect_conf(self, base: Mapping[str, str]) -> dict[str, str]:
         """Spark settings of the detection app: ``base``, the store's (S3A endpoint), then the configured extras, and
         ``spark.authenticate`` with a secret file (the secret itself goes in a properties file: ``spark_auth``)."""
-        auth = spark_auth.AUTH_CONF if self.spark_secret_file else {}
+        auth = spark_auth.AUTH_CONF if self.spark_auth_file else {}
         return {**base, **self.store.spark_conf(), **dict(self.spark_conf), **auth}
 
     def aws_environ(self) -> dict[str, str]:

@@ -417,7 +417,7 @@ def stage_and_detect(
         args,
         jars=settings.spark_jars,
         env=settings.aws_environ(),
-        secret_file=settings.spark_secret_file,
+        secret_file=settings.spark_auth_file,
     )
     return LocalRun(area, discovered, facts)
 
