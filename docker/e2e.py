@@ -38,7 +38,7 @@ REPO = DOCKER_DIR.parent
 sys.path[:0] = [str(REPO / "lab"), str(REPO / "plugins")]
 
 from fleet_doctor import deploy  # noqa: E402
-from fleet_doctor.settings import safe_run_id  # noqa: E402
+from fleet_doctor.layout import safe_run_id  # noqa: E402
 from fleet_lab import fleet  # noqa: E402
 from fleet_lab.airflow_stack import AirflowRest  # noqa: E402
 from fleet_lab.fleet import LOOPBACK, descendants, listening_sockets, zk_json  # noqa: E402
@@ -371,9 +371,10 @@ def check_history(stack: Stack, runs: list[str]) -> None:
         "worker-2",
         "python",
         "-c",
-        "import json; from fleet_doctor.store import Store; from fleet_doctor.audit.history import finding_key; "
-        "s = Store('/opt/fleet-doctor/data'); runs = [r['audit_run'] for r in s.read_jsonl('history/runs.jsonl')]; "
-        "f = {r: [finding_key(x) for x in s.read_jsonl(f'history/audit_run={r}/findings.jsonl')] for r in runs}; "
+        "import json; from fleet_doctor import layout; from fleet_doctor.store import Store; "
+        "from fleet_doctor.audit.history import finding_key; "
+        "s = Store('/opt/fleet-doctor/data'); runs = [r['audit_run'] for r in s.read_jsonl(layout.HISTORY_RUNS)]; "
+        "f = {r: [finding_key(x) for x in s.read_jsonl(layout.history_findings(r))] for r in runs}; "
         "print(json.dumps([runs, f]))",
     )
     history_runs, findings = json.loads(out.strip().splitlines()[-1])

@@ -1006,3 +1006,15 @@ def test_the_env_file_holds_no_secret_and_each_role_only_its_own(example: dict[s
         assert not secret_files_of(services[worker]) & task_code_may_not
         assert not {k.removesuffix("_CMD") for k in services[worker]["environment"]} & settings_not
     assert {name: secret_files_of(s) for name, s in services.items()} == {n: set(r) for n, r in ROLE_SECRETS.items()}
+
+
+def test_the_e2e_script_imports_against_todays_product() -> None:
+    """docker/e2e is not in CI (it builds images): at least its imports must match the product's modules (a moved
+    function once broke it unseen)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fleet_doctor_e2e", DOCKER / "e2e.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert callable(module.main) and callable(module.check_secrets_kept)
