@@ -138,6 +138,18 @@ ROWS = {
         (1, "identity"), FAIL, RepairError, State.PENDING, True, False, True, False, True
     ),
     "precheck: worker killed": Row((1, "identity"), "crash", Crash, State.PENDING, False, False, True, True, True),
+    # the change's user cannot change the planned dirs (a non-root SSH user, no kafka_user): refused before the stop
+    "precheck: the change's user cannot change the files": Row(
+        (1, "can_change"),
+        RepairError("broker 1: the change cannot run as the SSH user kafka-doctor: refused"),
+        RepairError,
+        State.PENDING,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ),
     "precheck: fence lost": Row((0, "fence#1"), LOST, FenceLost, State.PENDING, False, False, True, True, True),
     # the stop: the command fails before it reaches the broker; or the broker stops and the worker dies then
     # (a failed stop command may have taken all the same: a wrapper's timeout, a session that broke mid-command; the

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import os
 import pwd
 import shutil
+import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,8 +53,8 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         tmp.chmod(0o755)
     else:
         tmp = tmp_path_factory.mktemp("contract")
-    state = fleet.up(tmp / "lab", brokers=3, kafka_version="3.6.2", **users)
     try:
+        state = fleet.up(tmp / "lab", brokers=3, kafka_version="3.6.2", **users)
         inv = inventory.load(tmp / "lab" / "inventory.json")
         zk = state.zk_client()
         try:
@@ -60,7 +62,8 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         finally:
             zk.stop()
     finally:
-        fleet.down(tmp / "lab")
+        if (tmp / "lab" / "lab.json").is_file():
+            fleet.down(tmp / "lab")
         if users:
             shutil.rmtree(tmp)
 
@@ -183,5 +186,28 @@ def test_a_change_its_user_cannot_make_is_refused_before_the_stop(lab: dict[str,
         with pytest.raises(RepairError, match=rf"cannot run as the SSH user {SSH_USER}: refused: .*: uid \d+ cannot"):
             host.can_change(paths)
         assert host.running()  # nothing stopped, nothing changed
+    finally:
+        host.close()
+
+
+def test_a_restore_refused_mid_upload_says_why(lab: dict[str, Any], tmp_path: Path) -> None:
+    """A backup larger than the SSH window (4 MiB) sent to a change that refuses before reading it (its tmp_dir not
+    the Kafka user's to write): the broker's own refusal comes back, not the closed channel that cut the upload."""
+    if not lab["users"]:
+        pytest.skip("root can write every tmp_dir: the least-privilege lab only")
+    inv = lab["inv"]
+    unwritable = dataclasses.replace(
+        inv,
+        brokers=[dataclasses.replace(b, tmp_dir=str(lab["tmp"])) for b in inv.brokers],  # root's, 0755
+    )
+    host = ssh_hosts(unwritable, ssh_connect(unwritable))(BROKER, [])
+    tarball = tmp_path / "big.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        info = tarfile.TarInfo("x/big")
+        info.size = 4 << 20
+        tar.addfile(info, io.BytesIO(os.urandom(4 << 20)))
+    try:
+        with pytest.raises(RepairError, match=r"cannot spool the backup there"):
+            host.put_back(tarball, backups.sha256_file(tarball), ["x/big"])
     finally:
         host.close()

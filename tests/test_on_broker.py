@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor.repair.broker import ON_BROKER, on_broker_argv, quarantine_dir, quarantine_subdirs
+from fleet_doctor.repair.broker import on_broker_command, quarantine_dir, quarantine_subdirs
 from fleet_doctor.repair.on_broker import LOCK_HELD, REFUSED
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 
@@ -46,14 +46,20 @@ def run(
             "tmp_dir": "/tmp" if user else str(log_dir.parent),
         }
     python = SYSTEM_PYTHON if user else sys.executable  # the Kafka user cannot reach root's own interpreter
+    argv, head = on_broker_command(spec, str(python))
     ran = subprocess.run(
-        [*(user or []), *on_broker_argv(spec, str(python))],
-        input=ON_BROKER + (backup or b""),
+        [*(user or []), *argv],
+        input=head + (backup or b""),
         capture_output=True,
         timeout=60,
         check=False,
     )
     return subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
+
+
+def run_spec(spec: dict[str, Any]) -> subprocess.CompletedProcess[bytes]:
+    argv, head = on_broker_command(spec, sys.executable)
+    return subprocess.run(argv, input=head, capture_output=True, check=False)
 
 
 def tarball(*members: tuple[str, bytes], mtime: int = 1_500_000_000, symlink: str = "") -> bytes:
@@ -283,10 +289,37 @@ def test_the_pre_check_runs_beside_a_running_broker_and_changes_nothing(log_dir:
     spec = {"log_dirs": [str(log_dir)], "ops": [{"op": "can_change", "path": str(pdir)}], "check": True}
     with open(log_dir / ".lock", "r+b") as held:
         fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        ran = subprocess.run(on_broker_argv(spec, sys.executable), input=ON_BROKER, capture_output=True, check=False)
+        ran = run_spec(spec)
     assert ran.returncode == 0, ran
     assert fingerprint(log_dir) == before  # owner, mode, mtime and contents as they were
     (pdir / QUARANTINE_DIR).symlink_to("/etc")
     spec["ops"] = [{"op": "can_change", "path": f"{pdir}/{QUARANTINE_DIR}"}]
-    ran = subprocess.run(on_broker_argv(spec, sys.executable), input=ON_BROKER, capture_output=True, check=False)
+    ran = run_spec(spec)
     assert ran.returncode == REFUSED and b"is a symlink" in ran.stderr
+
+
+def test_the_input_is_checked_whole_before_the_first_change(log_dir: Path, tmp_path: Path) -> None:
+    """Every install's member is looked up before any op runs (a remove first, then a member the backup lacks:
+    nothing removed); a check runs can_change only; a spool that cannot be made, or has no room, is refused; an
+    input far beyond one argument's 128 KiB goes through (it is on stdin)."""
+    index = log_dir / "t-0" / "00000000000000000000.index"
+    meta = log_dir / "t-0" / "partition.metadata"
+    backup = tarball((str(meta), b"version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA"))
+    ran = run(
+        log_dir,
+        {"op": "remove", "path": str(index)},
+        {"op": "install", "member": "no/such/member", "path": str(meta)},
+        backup=backup,
+    )
+    assert ran.returncode == REFUSED and "no/such/member is not in the backup" in ran.stderr and index.is_file(), ran
+    checked = {"log_dirs": [str(log_dir)], "ops": [{"op": "remove", "path": str(index)}], "check": True}
+    ran_check = run_spec(checked)
+    assert ran_check.returncode == REFUSED and b"a check runs can_change only" in ran_check.stderr and index.is_file()
+    spool = {"log_dirs": [str(log_dir)], "ops": [], "check": True}
+    missing = run_spec({**spool, "spool": {"tmp_dir": str(tmp_path / "absent"), "bytes": 1}})
+    assert missing.returncode == REFUSED and b"cannot spool a backup there" in missing.stderr, missing
+    no_room = run_spec({**spool, "spool": {"tmp_dir": str(tmp_path), "bytes": 1 << 60}})
+    assert no_room.returncode == REFUSED and b"the backup needs 1152921504606846976" in no_room.stderr, no_room
+    many = [{"op": "remove", "path": f"{log_dir}/t-0/{n:020d}.timeindex.deleted"} for n in range(3000)]
+    big = run(log_dir, *many)  # about 270 KB of input: E2BIG as one argument
+    assert big.returncode == 0 and big.stdout.count('"done": "gone already"') == 3000, big.stderr

@@ -28,13 +28,13 @@ import getpass
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -524,8 +524,8 @@ def _service_script(b: LabBrokerState, kafka_user: str = "") -> str:
             f"--config '{b.config_path}' \"$@\"\n"
         )
     # the broker runs as the Kafka user, as systemd's User=kafka runs Kafka: root (the lab itself) drops to it first;
-    # a broker's own python3, reaching the lab, the product and the venv's pure-Python packages (kazoo)
-    path = os.pathsep.join((python_path(), sysconfig.get_paths()["purelib"]))
+    # a broker's own python3, on the lab's copy of its code (broker_code: the repository may be out of its reach)
+    path = str(Path(b.run_dir).parent / BROKER_CODE)
     return (
         "#!/bin/sh\n"
         f"# fleet lab broker service control: start | stop | status | kill, the broker run as {kafka_user}\n"
@@ -533,6 +533,40 @@ def _service_script(b: LabBrokerState, kafka_user: str = "") -> str:
         '-- "$0" "$@"; fi\n'
         f"exec env PYTHONPATH='{path}' '{SYSTEM_PYTHON}' -m fleet_lab.broker --config '{b.config_path}' \"$@\"\n"
     )
+
+
+BROKER_CODE = "broker-code"  # in the lab dir: what a lab broker run as the Kafka user imports
+
+
+def broker_code(lab_dir: Path) -> Path:
+    """``<lab>/broker-code``: a copy of what a lab broker imports (the lab, the product, kazoo: pure Python), for a
+    broker run as the Kafka user, who may not reach the repository or the venv (a clone in a private dir)."""
+    import importlib.util
+
+    code = lab_dir / BROKER_CODE
+    kazoo = importlib.util.find_spec("kazoo")
+    if kazoo is None or not kazoo.submodule_search_locations:
+        raise LabError("kazoo is not installed: the lab broker needs it (bin/dev setup)")
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    lab_path, plugins_path = python_path().split(os.pathsep)
+    kazoo_path = next(iter(kazoo.submodule_search_locations))
+    for package in (Path(lab_path) / "fleet_lab", Path(plugins_path) / "fleet_doctor", Path(kazoo_path)):
+        shutil.copytree(package, code / package.name, ignore=skip, dirs_exist_ok=True)
+    for d in (code, *code.rglob("*")):
+        d.chmod(0o755 if d.is_dir() else 0o644)
+    return code
+
+
+def _broker_tmp(b: LabBrokerState) -> str:
+    """The broker host's ``tmp_dir``: ``<run dir>/tmp``, sticky and world-writable as /tmp is (the SSH user's backup
+    dirs and the Kafka user's spool both go there), gone with the lab (not the machine's /tmp); /tmp itself when the
+    lab's path has a character an inventory's tmp_dir may not."""
+    tmp = Path(b.run_dir) / "tmp"
+    if not re.fullmatch(r"/[A-Za-z0-9._/-]*", str(tmp)):
+        return "/tmp"
+    tmp.mkdir(exist_ok=True)
+    tmp.chmod(0o1777)
+    return str(tmp)
 
 
 def _service_commands(state: LabState, b: LabBrokerState) -> dict[str, str]:
@@ -584,6 +618,7 @@ def _least_privilege(lab_dir: Path, ssh_user: str, kafka_user: str) -> None:
         ensure_user(name)
     _grant_sudo(ssh_user, kafka_user)
     lab_dir.chmod(0o755)
+    broker_code(lab_dir)
 
 
 def own_as_kafka(state: LabState) -> None:
@@ -614,6 +649,7 @@ def write_inventory(state: LabState) -> inv.Inventory:
             kafka_version=state.kafka_version,
             service=_service_commands(state, b),
             kafka_user=state.kafka_user,
+            tmp_dir=_broker_tmp(b),
         )
         for b in state.brokers
     ]

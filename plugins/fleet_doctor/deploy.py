@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory as inv
+from fleet_doctor import spark_auth
 from fleet_doctor.settings import Settings, SettingsError
 from fleet_doctor.store import write_atomic
 
@@ -165,6 +166,11 @@ def write_secrets(directory: Path) -> list[str]:
     containers read them as members of group 0); one that exists is kept (to rotate one, remove it first). The
     names written."""
     directory.mkdir(mode=0o750, parents=True, exist_ok=True)
+    st = directory.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise DeployError(
+            f"{directory}: not this user's, or writable by others: the secrets' directory must be neither"
+        )
     written = []
     for name, fresh in SECRET_FILES.items():
         path = directory / name
@@ -209,6 +215,13 @@ def step_secrets(env: Mapping[str, str]) -> str:
             problems.append(f"{', '.join(literal)} set literally: set {literal[0]}_CMD reading a file of {files}")
         for name in SECRET_FILES:
             path = Path(files) / name
+            if name == "spark_secret":  # as the Spark daemons read it (fleet_doctor.spark_auth): 32+ characters
+                try:
+                    spark_auth.read_secret(path)
+                    checked.append(str(path))
+                except spark_auth.SparkAuthError as e:
+                    problems.append(str(e))
+                continue
             try:
                 value = path.read_text(encoding="ascii").strip()
             except (OSError, UnicodeDecodeError) as e:
@@ -382,6 +395,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "init":
             init(os.environ)
         elif args.command == "secrets":
+            if os.geteuid() != 0:
+                print(
+                    "fleet_doctor.deploy: not root: the files are not the root group's (the containers read them "
+                    "as group 0): run it as root",
+                    file=sys.stderr,
+                )
             written = write_secrets(args.dir)
             kept = [n for n in SECRET_FILES if n not in written]
             print(f"secrets: made {', '.join(written) or 'none'}; kept {', '.join(kept) or 'none'} (in {args.dir})")

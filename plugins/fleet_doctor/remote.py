@@ -79,17 +79,23 @@ class Remote:
     ) -> Completed:
         """Run ``command`` with ``stdin`` (bytes, or chunks of them: a file read as it is sent) sent to it, handing
         its stdout to ``sink`` as it arrives (nothing of it is kept: ``Completed.stdout`` is empty). RemoteError when
-        it does not finish within ``timeout`` seconds."""
+        it does not finish within ``timeout`` seconds of the end of ``stdin`` (sending it has the channel's timeout per
+        chunk: a large backup's upload is not counted against the command). A command that exits before reading all
+        of ``stdin`` (it refused, or could not start) ends the sending: its exit status and stderr say why."""
         err = bytearray()
-        deadline = time.monotonic() + timeout
         with self._attempt(command):
             chan = self.client.get_transport().open_session(timeout=30)
             chan.settimeout(timeout)
             try:
                 chan.exec_command(command)
-                for chunk in [stdin] if isinstance(stdin, bytes) else stdin:
-                    chan.sendall(chunk)
-                chan.shutdown_write()
+                try:
+                    for chunk in [stdin] if isinstance(stdin, bytes) else stdin:
+                        chan.sendall(chunk)
+                    chan.shutdown_write()
+                except Exception:
+                    if not (chan.exit_status_ready() or chan.closed):
+                        raise
+                deadline = time.monotonic() + timeout
                 while True:
                     if time.monotonic() > deadline:
                         self._logged(command, -1, "timed out")

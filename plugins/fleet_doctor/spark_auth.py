@@ -62,6 +62,9 @@ def properties_file(secret_file: str | os.PathLike[str], directory: Path) -> Pat
         with os.fdopen(fd, "w", encoding="ascii") as f:
             f.write(f"spark.authenticate=true\nspark.authenticate.secret={secret}\n")
         os.replace(tmp, path)
+        for old in directory.glob("spark-auth-*.properties"):  # a rotated secret is not kept
+            if old != path:
+                old.unlink(missing_ok=True)
     return path
 
 

@@ -250,7 +250,7 @@ class FakeHost:
         self._done("backup")
         return Backup(sha256(buf.getvalue()), f"/tmp/fleet-doctor.fake{self.broker_id:05d}")
 
-    def can_change(self, paths: Iterable[str]) -> None:
+    def can_change(self, paths: Iterable[str], spool_bytes: int = 0) -> None:
         self._op("can_change", "can_change")
 
     def _locked(self, op: str, path: str) -> Completed | None:

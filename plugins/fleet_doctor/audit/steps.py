@@ -105,6 +105,7 @@ def discover(
             "ssh_conn_id": inventory.ssh_connection_id(b.id),
             "log_dirs": list(b.log_dirs),
             "kafka_version": b.kafka_version,
+            "kafka_user": b.kafka_user,
             "registered": b.id in registered,
         }
         for b in inventory.brokers
@@ -132,16 +133,17 @@ def discover(
 
 # --------------------------------------------------------------------------------------------
 # stage
-def probe_command(log_dirs: Iterable[str], *, deep: bool, verify_crc: bool) -> str:
+def probe_command(log_dirs: Iterable[str], *, deep: bool, verify_crc: bool, kafka_user: str = "") -> str:
     """The remote command: the probe read from stdin by python3, at the lowest CPU and I/O priority the host
-    offers (nice 19, ionice idle class where present). Every path is shell-quoted."""
+    offers (nice 19, ionice idle class where present), as the Kafka user when the inventory names one (``sudo -n
+    -u``: the SSH user need not read Kafka's files). Every path is shell-quoted."""
     args = ["--jobs", "1"]
     if verify_crc:
         args.append("--verify-crc")
     elif deep:
         args.append("--deep")
-    probe = "python3 - " + " ".join(shlex.quote(a) for a in [*args, *log_dirs])
-    return lowest_priority(probe)
+    probe = lowest_priority("python3 - " + " ".join(shlex.quote(a) for a in [*args, *log_dirs]))
+    return f"sudo -n -u {kafka_user} -- sh -c {shlex.quote(probe)}" if kafka_user else probe
 
 
 class StageError(StagingError):
@@ -219,7 +221,9 @@ def stage_broker(
         raise StageError(f"{remote.who}: no pinned host_key in the discovered broker: rerun discover")
     where = f"{broker.get('host')}:{broker.get('ssh_port')}"
     identity = verify_identity(remote, bid, broker["host_key"], broker["log_dirs"], where=where)
-    command = probe_command(broker["log_dirs"], deep=deep, verify_crc=verify_crc)
+    command = probe_command(
+        broker["log_dirs"], deep=deep, verify_crc=verify_crc, kafka_user=broker.get("kafka_user") or ""
+    )
     nbytes = 0
     end: dict[str, Any] = {}
 

@@ -5,10 +5,11 @@ quoted: the executor decides what to do and when (``repair.executor``), ``Broker
 implementation of these calls, over files in memory, drives the executor in the unit tests
 (``tests/harness/fakes.py``); a contract test runs the same calls on both (``tests/test_fakes_contract.py``).
 
-File changes run on the broker as ``repair.on_broker`` (sent to ``python3 -``): no symlink followed at or below a log
-dir, while holding every log dir's ``.lock`` the way Kafka does, so no broker can start on those dirs while a file
-changes; the lock is never created, a broker holding it makes the change exit ``LOCK_HELD`` without running, and a
-path that is not a real file or directory at its expected place exits ``REFUSED`` naming it.
+File changes run on the broker as ``repair.on_broker`` (its source sent on the stdin of ``python3 -I -c <loader>``,
+as the Kafka user when the inventory names one): no symlink followed at or below a log dir, while holding every log
+dir's ``.lock`` the way Kafka does, so no broker can start on those dirs while a file changes; the lock is never
+created, a broker holding it makes the change exit ``LOCK_HELD`` without running, and a path that is not a real file
+or directory at its expected place exits ``REFUSED`` naming it.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from fleet_doctor.repair.plan import QUARANTINE_DIR
 
 # every change to a broker's files runs there as this program (no symlink followed, under the log dirs' .lock)
 ON_BROKER = (Path(__file__).resolve().parent / "on_broker.py").read_bytes()
-# how it is started: ``python3 -c BOOT <its length> <input JSON>`` reads the program from the head of stdin, leaving
-# the rest of stdin (a backup to put back) to the program; one command to allow, run as the Kafka user when set
+# how it is started: ``python3 -I -c BOOT <its length> <input length>`` reads the program from the head of stdin, the
+# program reads its input JSON next, then the rest of stdin (a backup to put back); isolated mode (-I): no current
+# dir, PYTHON* variable or user site-packages of the Kafka user's in play; run as the Kafka user when set
 BOOT = (
     "import sys;b=sys.stdin.buffer;"
     'exec(compile(b.read(int(sys.argv[1])),"on_broker.py","exec"),{"__name__":"__main__"})'
@@ -64,9 +66,11 @@ def _quoted(paths: Iterable[str]) -> str:
     return " ".join(shlex.quote(p) for p in paths)
 
 
-def on_broker_argv(spec: dict[str, Any], python: str = "python3") -> list[str]:
-    """The command that runs ``repair.on_broker`` on ``spec``, its source (``ON_BROKER``) first on its stdin."""
-    return [python, "-c", BOOT, str(len(ON_BROKER)), json.dumps(spec)]
+def on_broker_command(spec: dict[str, Any], python: str = "python3") -> tuple[list[str], bytes]:
+    """The command that runs ``repair.on_broker`` on ``spec``, and the head of its stdin: the program, then ``spec``
+    as JSON (a backup to put back follows it)."""
+    data = json.dumps(spec).encode("utf-8")
+    return [python, "-I", "-c", BOOT, str(len(ON_BROKER)), str(len(data))], ON_BROKER + data
 
 
 def _chunks(path: Path, size: int = 1 << 20) -> Iterator[bytes]:
@@ -169,13 +173,14 @@ class BrokerHost:
         if ran.exit_status != 0:
             raise RepairError(f"broker {self.broker_id}: putting back {tarball.name} failed: {ran.stderr[-300:]}")
 
-    def can_change(self, paths: Iterable[str]) -> None:
+    def can_change(self, paths: Iterable[str], spool_bytes: int = 0) -> None:
         """Before the stop: the change's user (the Kafka user when the inventory names one, else the SSH user) can
         make a file owned as each planned file's directory is, there, and open every log dir's ``.lock`` read-write
-        (``on_broker``'s ``can_change``, the lock not taken). RepairError naming the dir and the user otherwise: a
-        change that could not run would fail with the broker already down."""
+        (``on_broker``'s ``can_change``, the lock not taken), and (a restore) spool a backup of ``spool_bytes`` in
+        ``tmp_dir``. RepairError naming the dir and the user otherwise: a change that could not run would fail with
+        the broker already down."""
         dirs = sorted({p.rsplit("/", 1)[0] for p in paths})
-        ran = self.change([{"op": "can_change", "path": d} for d in dirs], check=True)
+        ran = self.change([{"op": "can_change", "path": d} for d in dirs], check=True, spool_bytes=spool_bytes)
         if ran.exit_status != 0:
             how = f"as {self.entry.kafka_user}" if self.entry.kafka_user else f"as the SSH user {self.entry.ssh_user}"
             raise RepairError(
@@ -202,20 +207,27 @@ class BrokerHost:
         self.remote.close()
 
     def change(
-        self, ops: list[dict[str, Any]], tarball: tuple[Path, str] | None = None, check: bool = False
+        self,
+        ops: list[dict[str, Any]],
+        tarball: tuple[Path, str] | None = None,
+        check: bool = False,
+        spool_bytes: int = 0,
     ) -> Completed:
         """``ops`` run on the broker by ``repair.on_broker`` (as the Kafka user when the inventory names one), under
         the log dirs' lock, no symlink followed, with ``tarball`` (its path here and sha256) sent after the program
-        for ``install`` ops (``check``: the log dirs' ``.lock`` opened, not taken); its exit status and output (a
-        JSON line per op done) as they came."""
+        for ``install`` ops (``check``: the log dirs' ``.lock`` opened, not taken, and room to spool a backup of
+        ``spool_bytes`` checked); its exit status and output (a JSON line per op done) as they came."""
         spec: dict[str, Any] = {"log_dirs": list(self.entry.log_dirs), "ops": ops, "check": check}
-        stdin: list[bytes] | Iterator[bytes] = [ON_BROKER]
         if tarball is not None:
             spec["tarball"] = {"sha256": tarball[1], "tmp_dir": self.tmp_dir}
+        if check and spool_bytes:
+            spec["spool"] = {"tmp_dir": self.tmp_dir, "bytes": spool_bytes}
+        argv, head = on_broker_command(spec)
+        stdin: list[bytes] | Iterator[bytes] = [head]
+        if tarball is not None:
             stdin = itertools.chain(stdin, _chunks(tarball[0]))
         out = bytearray()
-        command = self.entry.as_kafka(shlex.join(on_broker_argv(spec)))
-        ran = self.remote.stream(command, stdin, out.extend, CHANGE_TIMEOUT_S)
+        ran = self.remote.stream(self.entry.as_kafka(shlex.join(argv)), stdin, out.extend, CHANGE_TIMEOUT_S)
         return Completed(ran.exit_status, out.decode(errors="replace"), ran.stderr)
 
     def _as_kafka_sh(self, script: str) -> str:

@@ -63,6 +63,7 @@ def probe_and_detect(inventory: Any) -> PostVerify:
             inventory.zookeeper,
             stage=stage,
             metadata_mode=inventory.metadata_mode,
+            kafka_user=entry.kafka_user,
         )
 
     return verify
@@ -278,7 +279,7 @@ class Executor:
     # ---- steps
     def precheck(self, b: BrokerPlan, host: BrokerHost) -> str:
         host.identity()
-        host.can_change([a.path for a in b.actions])
+        host.can_change([a.path for a in b.actions], self._spool_bytes(b))
         expected = {x.id for x in self.inventory.brokers}
         problems = self.cluster.problems(expected, frozenset({b.broker_id}), self._pending_replicas(b))
         if problems:
@@ -290,6 +291,10 @@ class Executor:
             "the host is this broker, its files changeable by the change's user; all brokers registered, no "
             "under-replicated partition, min ISR kept"
         )
+
+    def _spool_bytes(self, b: BrokerPlan) -> int:
+        """Bytes the change spools on ``b``'s host (a restore's backups; a repair's change spools nothing)."""
+        return 0
 
     def _pending_replicas(self, current: BrokerPlan) -> frozenset[tuple[str, int, int]]:
         """(topic, partition, broker) replicas that later brokers of this plan repair (not ``current``)."""

@@ -17,7 +17,9 @@ The changes run while holding every log dir's ``.lock`` the way Kafka does (an `
 ``FileLock``), so no broker can start on those dirs while a file changes; a missing ``.lock`` is not created, and a
 broker holding one makes the whole run exit ``LOCK_HELD`` before any change.
 
-Input (argv[1]): JSON ``{"log_dirs": [...], "ops": [...]}``, each op one of
+Input: JSON ``{"log_dirs": [...], "ops": [...]}`` on stdin right after this source, its length in bytes the last
+argument (``python3 -I -c <loader> <source length> <input length>``: no argument grows with the plan, and nothing
+of it reaches sudo's log); each op one of
 
 - ``{"op": "remove", "path": p}``: remove the regular file ``p`` (nothing when it is gone already).
 - ``{"op": "quarantine", "path": p, "into": [d1, d2]}``: move ``p`` into ``<its dir>/d1/d2/`` (each made with plain
@@ -31,7 +33,9 @@ Input (argv[1]): JSON ``{"log_dirs": [...], "ops": [...]}``, each op one of
 - ``{"op": "own", "path": p}``: ``p`` owned as its partition dir.
 - ``{"op": "can_change", "path": d}``: the directory ``d`` (no symlink on the way) takes a new file owned as ``d`` is
   (made, given ``d``'s owner, removed): what every change above needs. With ``"check": true`` in the input, the log
-  dirs' ``.lock`` is opened read-write but not taken (the broker runs): the pre-check before a stop.
+  dirs' ``.lock`` is opened read-write but not taken (the broker runs): the pre-check before a stop, where no other
+  op may run. ``"spool": {"tmp_dir": d, "bytes": n}`` there also checks that a restore's backup of ``n`` bytes can be
+  spooled in ``d`` (an unnamed file made there; that much room free).
 
 Output: one JSON line per op done on stdout.
 """
@@ -185,7 +189,10 @@ class SentBackup:
     @classmethod
     def receive(cls, spec):
         """Spool stdin into ``tmp_dir``; its sha256 must be ``sha256`` (Refused otherwise, before any change)."""
-        spool = tempfile.TemporaryFile(dir=spec["tmp_dir"], prefix="fleet-doctor-restore.")
+        try:
+            spool = tempfile.TemporaryFile(dir=spec["tmp_dir"], prefix="fleet-doctor-restore.")
+        except OSError as e:
+            raise Refused("%s: uid %d cannot spool the backup there (%s)" % (spec["tmp_dir"], os.geteuid(), e.strerror))
         digest = hashlib.sha256()
         while True:
             chunk = sys.stdin.buffer.read(1 << 20)
@@ -200,6 +207,18 @@ class SentBackup:
             )
         spool.seek(0)
         cls.tar = tarfile.open(fileobj=spool, mode="r:gz")
+
+    @classmethod
+    def check_members(cls, ops):
+        """Every ``install`` op's member is in the backup and a regular file: checked whole, before any change."""
+        for op in ops:
+            if op["op"] == "install":
+                try:
+                    member = cls.tar.getmember(op["member"])
+                except KeyError:
+                    raise Refused("%s is not in the backup" % op["member"])
+                if not member.isreg():
+                    raise Refused("%s in the backup is not a regular file" % op["member"])
 
 
 def install(log_dirs, op):
@@ -285,6 +304,18 @@ def can_change(log_dirs, op):
         os.close(dfd)
 
 
+def can_spool(spool):
+    """A restore's backup of ``spool["bytes"]`` can be spooled in ``spool["tmp_dir"]`` by this user."""
+    try:
+        tempfile.TemporaryFile(dir=spool["tmp_dir"], prefix="fleet-doctor-check.").close()
+        st = os.statvfs(spool["tmp_dir"])
+    except OSError as e:
+        raise Refused("%s: uid %d cannot spool a backup there (%s)" % (spool["tmp_dir"], os.geteuid(), e.strerror or e))
+    free = st.f_bavail * st.f_frsize
+    if free < spool["bytes"]:
+        raise Refused("%s: %d bytes free, the backup needs %d" % (spool["tmp_dir"], free, spool["bytes"]))
+
+
 def can_lock(log_dirs):
     """Every log dir's ``.lock`` opens read-write (as the change takes it), without taking it."""
     for d in log_dirs:
@@ -305,12 +336,26 @@ def can_lock(log_dirs):
 OPS = {"remove": remove, "quarantine": quarantine, "install": install, "own": own, "can_change": can_change}
 
 
+def read_input(argv):
+    """The input JSON: on stdin after the source, its length the last argument (the loader's way), else (a run by
+    hand) the last argument itself."""
+    if len(argv) >= 3 and argv[-1].isdigit():
+        return json.loads(sys.stdin.buffer.read(int(argv[-1])).decode("utf-8"))
+    return json.loads(argv[-1])
+
+
 def main(argv):
-    spec = json.loads(argv[-1])
+    spec = read_input(argv)
     log_dirs = spec["log_dirs"]
     try:
+        if spec.get("check"):
+            if any(op["op"] != "can_change" for op in spec["ops"]) or spec.get("tarball"):
+                raise Refused("a check runs can_change only: nothing else runs without the log dirs' lock")
+            if spec.get("spool"):
+                can_spool(spec["spool"])
         if spec.get("tarball"):
             SentBackup.receive(spec["tarball"])
+            SentBackup.check_members(spec["ops"])
         held = can_lock(log_dirs) if spec.get("check") else lock_log_dirs(log_dirs)
         for op in spec["ops"]:
             done = OPS[op["op"]](log_dirs, op)

@@ -177,6 +177,11 @@ class RestoreExecutor(Executor):
             steps = [(s, (lambda b, h: "start=false: left stopped") if s in skipped else f) for s, f in steps]
         return steps
 
+    def _spool_bytes(self, b: BrokerPlan) -> int:
+        """The largest of ``b``'s backups: each is sent, spooled and put back in turn (``BrokerHost.put_back``)."""
+        sizes = [(self.source / bk["tarball"]).stat().st_size for bk in self.plan.scope["backups"][str(b.broker_id)]]
+        return max(sizes, default=0)
+
     def _pending_replicas(self, current: BrokerPlan) -> frozenset[tuple[str, int, int]]:
         """Every replica this restore puts back, the current broker's too: what it restores is the state the repair
         found, which may be out of ISR (seed-004's drifted partition.metadata)."""

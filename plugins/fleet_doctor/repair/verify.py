@@ -41,16 +41,18 @@ def post_verify(
     timeout: float = 600.0,
     stage: Callable[[str], None] = lambda s: None,
     metadata_mode: str = "zookeeper",
+    kafka_user: str = "",
 ) -> list[str]:
     """The problems left on the files of ``actions`` (a BrokerPlan's FileActions); empty when every one is right.
     ``stage``: told which stage runs now (the executor's progress lines say it); ``metadata_mode``: the cluster's
-    (its inventory's)."""
+    (its inventory's); ``kafka_user``: the probe runs as it (the inventory's, as the change does)."""
     actions = list(actions)
     with tempfile.TemporaryDirectory(prefix=f"fleet-doctor-verify-{broker_id}-") as tmp:
         work = Path(tmp)
         raw = bytearray()
         stage(f"probing {len(log_dirs)} log dir(s)")
-        run_probe(remote, probe_command(log_dirs, deep=False, verify_crc=False), raw.extend, timeout)
+        command = probe_command(log_dirs, deep=False, verify_crc=False, kafka_user=kafka_user)
+        run_probe(remote, command, raw.extend, timeout)
         dest = work / LOCAL.broker_dir(broker_id)
         dest.mkdir(parents=True)
         split_to_dir(io.BytesIO(raw), dest, PROBE_OBJECT.removesuffix(".gz"))
