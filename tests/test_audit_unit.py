@@ -182,3 +182,25 @@ def test_settings_read_the_given_environment_and_default_to_the_dataclass() -> N
         True,
         False,
     )
+
+
+def test_an_explicit_audit_run_as_airflow_names_it_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28 item 16: a run id as Airflow gives it (``manual__...T10:00:00+00:00``, with ':' and '+') names the
+    run the history keeps under its file-safe form; the plan task finds it instead of saying "not found"."""
+    s = Settings(inventory=tmp_path / "inv.json", data_root=tmp_path / "data")
+    airflow_id = "manual__2026-11-05T10:00:00.123456+00:00"
+    _run(s, airflow_id, [finding("index-orphan", 1, "/a")], [])
+    asked: list[str] = []
+
+    def plan_from_run(settings: Settings, run: str, params: dict[str, Any]) -> Any:
+        tasks.whole_fleet_run(settings, run)  # the history knows it (RepairError otherwise)
+        asked.append(run)
+        raise RuntimeError("planned")
+
+    monkeypatch.setattr(tasks, "repair_inventory", lambda settings: None)
+    monkeypatch.setattr(tasks, "plan_from_run", plan_from_run)
+    with pytest.raises(RuntimeError, match="planned"):
+        tasks.make_plan(s, {"audit_run": airflow_id})
+    assert asked == [safe_run_id(airflow_id)]
+    with pytest.raises(RepairError, match="no audit run"):
+        tasks.whole_fleet_run(s, airflow_id)  # the raw id is not a key of the history
