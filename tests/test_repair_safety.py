@@ -117,8 +117,11 @@ def test_a_broker_restarted_before_the_change_is_left_alone_and_a_stale_backup_i
     assert done["status"] == "done"
     backups = done["brokers"][str(first)]["backups"]
     assert [b["n"] for b in backups] == [1, 2]
-    for bk in backups:  # made in a private dir with an unpredictable name (mktemp -d: 0700), never a fixed /tmp name
-        assert re.fullmatch(r"/tmp/fleet-doctor\.[A-Za-z0-9]{10}", bk["remote_dir"]), bk["remote_dir"]
+    tmp_dir = lab["inv"].broker(first).tmp_dir
+    for bk in backups:  # made in a private dir with an unpredictable name (mktemp -d: 0700), never a fixed tmp name
+        assert re.fullmatch(rf"{re.escape(tmp_dir)}/fleet-doctor\.[A-Za-z0-9]{{10}}", bk["remote_dir"]), bk[
+            "remote_dir"
+        ]
         assert os.stat(bk["remote_dir"]).st_mode & 0o777 == 0o700
     assert backups[1]["files"][epoch] != backups[0]["files"][epoch]  # backed up again as it was when removed
     d = RepairsDir(lab["settings"].repairs).attempt(plan.hash, "restarted")

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,7 @@ class SharedLabs:
         """``snap``'s lab back at the lab path and started as it was, its audit's store copied to ``data``; the live
         Airflow (if one runs) pointed at it."""
         if data.exists():
-            shutil.rmtree(data)
+            remove_tree(data)
         shutil.copytree(snap.data, data)
         state = fleet.restore(snap.lab, self.lab_dir)
         snap.replay(state)
@@ -162,12 +163,32 @@ class SharedLabs:
                 if r["state"] not in ("success", "failed"):
                     with contextlib.suppress(AirflowLiveError):
                         af.api("PATCH", f"/api/v2/dags/{dag}/dagRuns/{r['dag_run_id']}", {"state": "failed"})
+        # a run marked failed has its running tasks killed a little later: until then one may still write into the
+        # data root the next restore empties ("Directory not empty", seen once in a full run)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with contextlib.suppress(AirflowLiveError):
+                busy = af.api("GET", "/api/v2/dags/~/dagRuns/~/taskInstances?state=running&state=queued&limit=1")
+                if not busy["total_entries"]:
+                    return
+            time.sleep(0.5)
 
     def close(self) -> None:
         if self.airflow is not None:
             self.airflow.stop()
         if (self.lab_dir / "lab.json").is_file():
             fleet.down(self.lab_dir)
+
+
+def remove_tree(path: Path, tries: int = 20) -> None:
+    """``path`` removed; a file appearing in it meanwhile (a task killed a moment late) is removed at the next try."""
+    for _ in range(tries - 1):
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError:
+            time.sleep(0.25)
+    shutil.rmtree(path)
 
 
 def audited(shared: SharedLabs, snap: Snapshot, tmp: Path) -> dict[str, Any]:
