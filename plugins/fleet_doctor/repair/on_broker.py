@@ -209,28 +209,30 @@ class SentBackup:
         cls.tar = tarfile.open(fileobj=spool, mode="r:gz")
 
     @classmethod
+    def member(cls, op):
+        """The backup's regular file ``op["member"]`` (Refused when there is no backup, no such member, or it is
+        not a regular file)."""
+        if cls.tar is None:
+            raise Refused("no backup was sent to install %s from" % op["path"])
+        try:
+            found = cls.tar.getmember(op["member"])
+        except KeyError:
+            raise Refused("%s is not in the backup" % op["member"])
+        if not found.isreg():
+            raise Refused("%s in the backup is not a regular file" % op["member"])
+        return found
+
+    @classmethod
     def check_members(cls, ops):
         """Every ``install`` op's member is in the backup and a regular file: checked whole, before any change."""
         for op in ops:
             if op["op"] == "install":
-                try:
-                    member = cls.tar.getmember(op["member"])
-                except KeyError:
-                    raise Refused("%s is not in the backup" % op["member"])
-                if not member.isreg():
-                    raise Refused("%s in the backup is not a regular file" % op["member"])
+                cls.member(op)
 
 
 def install(log_dirs, op):
     parent, name = split(op["path"])
-    if SentBackup.tar is None:
-        raise Refused("no backup was sent to install %s from" % op["path"])
-    try:
-        member = SentBackup.tar.getmember(op["member"])
-    except KeyError:
-        raise Refused("%s is not in the backup" % op["member"])
-    if not member.isreg():
-        raise Refused("%s in the backup is not a regular file" % op["member"])
+    member = SentBackup.member(op)
     pfd = open_dir(log_dirs, parent)
     temp = ".fleet-doctor-restore.%s.%d" % (name, os.getpid())
     try:
