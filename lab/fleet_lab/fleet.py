@@ -50,6 +50,7 @@ from fleet_doctor.probe import (
     parse_partition_dir_name,
     parse_partition_metadata,
 )
+from fleet_doctor.remote import as_user
 from fleet_lab import kraft, python_path
 from fleet_lab.broker import BrokerConfig, running_pid
 from fleet_lab.kafka_files import (
@@ -572,8 +573,7 @@ def _broker_tmp(b: LabBrokerState) -> str:
 def _service_commands(state: LabState, b: LabBrokerState) -> dict[str, str]:
     """The inventory's service commands: the script itself, or through sudo as the Kafka user (``sudo -n -u kafka
     -- .../kafka-service stop``: production's ``sudo systemctl stop kafka``) when the brokers run as one."""
-    prefix = f"sudo -n -u {state.kafka_user} -- " if state.kafka_user else ""
-    return {name: f"{prefix}{b.service_script} {name}" for name in inv.SERVICE_COMMANDS}
+    return {name: as_user(state.kafka_user, f"{b.service_script} {name}") for name in inv.SERVICE_COMMANDS}
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ import base64
 import json
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -176,12 +177,9 @@ def write_secrets(directory: Path) -> list[str]:
         path = directory / name
         if path.exists():
             continue
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o440)
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(fresh() + "\n")
+        write_atomic(path, (fresh() + "\n").encode("ascii"), mode=0o440)
         if os.geteuid() == 0:
             os.chown(path, 0, 0)
-        os.chmod(path, 0o440)
         written.append(name)
     return written
 
@@ -194,8 +192,6 @@ def secret_value(env: Mapping[str, str], name: str) -> str | None:
     command = env.get(f"{name}_CMD")
     if command is None:
         return None
-    import shlex
-
     r = subprocess.run(shlex.split(command), capture_output=True, text=True, check=False, env=dict(env))
     if r.returncode != 0:
         raise DeployError(f"{name}_CMD exited {r.returncode}: {r.stderr.strip()[-300:]}")

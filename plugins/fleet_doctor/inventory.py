@@ -57,12 +57,6 @@ class BrokerEntry:
     def service_command(self, name: str) -> str:
         return self.service[name]
 
-    def as_kafka(self, command: str) -> str:
-        """``command`` (a simple command: no shell syntax around it) run as the Kafka user: through ``sudo -n -u``
-        (never a password prompt: fails at once without a sudoers rule) when ``kafka_user`` is set, as is otherwise
-        (the SSH user is Kafka's, or root)."""
-        return f"sudo -n -u {self.kafka_user} -- {command}" if self.kafka_user else command
-
 
 @dataclass(frozen=True)
 class ControllerEntry:

@@ -27,7 +27,7 @@ from fleet_doctor import inventory as inv
 from fleet_doctor.audit import detection, history, kraft
 from fleet_doctor.identity import verify_identity
 from fleet_doctor.layout import RunArea, staging
-from fleet_doctor.remote import Remote, lowest_priority
+from fleet_doctor.remote import Remote, as_user, lowest_priority
 from fleet_doctor.settings import Settings
 from fleet_doctor.staging import StagingError, stage_probe, staged_brokers
 from fleet_doctor.store import Store
@@ -143,7 +143,7 @@ def probe_command(log_dirs: Iterable[str], *, deep: bool, verify_crc: bool, kafk
     elif deep:
         args.append("--deep")
     probe = lowest_priority("python3 - " + " ".join(shlex.quote(a) for a in [*args, *log_dirs]))
-    return f"sudo -n -u {kafka_user} -- sh -c {shlex.quote(probe)}" if kafka_user else probe
+    return as_user(kafka_user, probe, shell=True)
 
 
 class StageError(StagingError):

@@ -24,7 +24,7 @@ from typing import Any
 
 from fleet_doctor import inventory
 from fleet_doctor.identity import verify_broker
-from fleet_doctor.remote import Completed, Remote
+from fleet_doctor.remote import Completed, Remote, as_user
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 
@@ -117,15 +117,17 @@ class BrokerHost:
             'awk -v i="$i" \'$2 != "->" { n = split($6, a, ":"); if (n == 3 && a[3] == i) print $5 }\' /proc/locks; '
             "done"
         )
-        return self.remote.run(self._as_kafka_sh(command)).stdout.split()
+        return self.remote.run(as_user(self.entry.kafka_user, command, shell=True)).stdout.split()
 
     # ---- files
     def sums(self, paths: Iterable[str]) -> tuple[dict[str, str], list[str]]:
         """The sha256 of each of ``paths`` that exists on the broker right now, and the ones that do not exist."""
         out = self.remote.run(
-            self._as_kafka_sh(
+            as_user(
+                self.entry.kafka_user,
                 f'set -e; for f in {_quoted(paths)}; do if [ -e "$f" ] || [ -L "$f" ]; then sha256sum -z -- "$f"; '
-                "else printf 'missing  %s\\0' \"$f\"; fi; done"
+                "else printf 'missing  %s\\0' \"$f\"; fi; done",
+                shell=True,
             )
         ).stdout
         sums = _sums(out)
@@ -138,7 +140,7 @@ class BrokerHost:
         reads the files as the Kafka user when the inventory names one; the SSH user writes the tarball."""
         from fleet_doctor.repair.backups import sha256_file
 
-        tar = self.entry.as_kafka(f"tar -czf - -- {_quoted(paths)}")
+        tar = as_user(self.entry.kafka_user, f"tar -czf - -- {_quoted(paths)}")
         out = self.remote.run(
             f"d=$(mktemp -d {shlex.quote(self.tmp_dir)}/fleet-doctor.XXXXXXXXXX) && "
             f'{{ {tar} > "$d/backup.tar.gz" && sha256sum -- "$d/backup.tar.gz"; }} '
@@ -196,7 +198,7 @@ class BrokerHost:
 
     def owners(self, paths: Iterable[str]) -> dict[str, str]:
         """``uid:gid`` of each path."""
-        stat = self.remote.run(self.entry.as_kafka(f"stat -c '%u:%g %n' -- {_quoted(paths)}")).stdout
+        stat = self.remote.run(as_user(self.entry.kafka_user, f"stat -c '%u:%g %n' -- {_quoted(paths)}")).stdout
         return dict(reversed(line.split(" ", 1)) for line in stat.splitlines() if line)  # type: ignore[misc]
 
     @property
@@ -227,12 +229,8 @@ class BrokerHost:
         if tarball is not None:
             stdin = itertools.chain(stdin, _chunks(tarball[0]))
         out = bytearray()
-        ran = self.remote.stream(self.entry.as_kafka(shlex.join(argv)), stdin, out.extend, CHANGE_TIMEOUT_S)
+        ran = self.remote.stream(as_user(self.entry.kafka_user, shlex.join(argv)), stdin, out.extend, CHANGE_TIMEOUT_S)
         return Completed(ran.exit_status, out.decode(errors="replace"), ran.stderr)
-
-    def _as_kafka_sh(self, script: str) -> str:
-        """A shell ``script`` run as the Kafka user (``sh -c`` through sudo) when the inventory names one."""
-        return self.entry.as_kafka(f"sh -c {shlex.quote(script)}") if self.entry.kafka_user else script
 
 
 # How the executor reaches a broker: (broker id, the journal's command log) -> its host, connected.
