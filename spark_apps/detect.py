@@ -5,6 +5,7 @@
         [--controllers controllers.jsonl] [--metadata-mode zookeeper|kraft] \
         --output FINDINGS_DIR --audit-run RUN_ID \
         [--summary summary.json] [--findings-json findings.jsonl]
+    spark-submit ... spark_apps/detect.py --serve SOCKET   # a warm driver: one detection per line (serve)
 
 The cluster facts (--cluster-metadata; its older name --zk-snapshot still works) are a ZooKeeper snapshot's records
 or, on a KRaft cluster, the same records decoded from its metadata log (fleet-doctor cluster-metadata); --controllers
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
+import traceback
 from collections import Counter
 
 from pyspark.sql import SparkSession
@@ -117,9 +120,9 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
             fs.delete(tmp, False)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    spark = SparkSession.builder.appName(f"fleet-doctor-detect-{args.audit_run}").getOrCreate()
+def detect_once(spark: SparkSession, args: argparse.Namespace) -> dict:
+    """One detection (the app's arguments ``args``) on ``spark``: findings written, the summary returned (and
+    written to ``--summary``)."""
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
     # the findings are cached; without this AQE keeps the cached plan's shuffle partitions (spark.sql.shuffle.
     # partitions, 64 for big runs) instead of coalescing them, and every action on the cache runs that many tasks
@@ -130,23 +133,57 @@ def main(argv: list[str] | None = None) -> int:
     found, skipped = detect(frames, partial_scope=args.partial_scope)
     found = found.withColumn("audit_run", F.lit(args.audit_run)).dropDuplicates()
     found = found.cache()
-    found.write.mode("overwrite").partitionBy("audit_run").parquet(args.output)
-    if args.findings_json:
-        order = F.array_position(F.array(*map(F.lit, SEVERITY_ORDER)), F.col("severity"))
-        # the same findings always come out in the same order
-        keys = ("broker_id", "log_dir", "topic", "partition", "segment", "rule", "path", "message")
-        rows = [r.asDict() for r in found.orderBy(order, *keys).collect()]
-        write_text(spark, args.findings_json, "".join(json.dumps(r) + "\n" for r in rows))
-        # counted from the rows at hand: one job less
-        tally = Counter((r["severity"], r["rule"], r["broker_id"]) for r in rows)
-        counts = [{"severity": s, "rule": rule, "broker_id": b, "n": n} for (s, rule, b), n in tally.items()]
-    else:
-        by = found.groupBy("severity", "rule", "broker_id")
-        counts = [r.asDict() for r in by.agg(F.count("*").alias("n")).collect()]
+    try:
+        found.write.mode("overwrite").partitionBy("audit_run").parquet(args.output)
+        if args.findings_json:
+            order = F.array_position(F.array(*map(F.lit, SEVERITY_ORDER)), F.col("severity"))
+            # the same findings always come out in the same order
+            keys = ("broker_id", "log_dir", "topic", "partition", "segment", "rule", "path", "message")
+            rows = [r.asDict() for r in found.orderBy(order, *keys).collect()]
+            write_text(spark, args.findings_json, "".join(json.dumps(r) + "\n" for r in rows))
+            # counted from the rows at hand: one job less
+            tally = Counter((r["severity"], r["rule"], r["broker_id"]) for r in rows)
+            counts = [{"severity": s, "rule": rule, "broker_id": b, "n": n} for (s, rule, b), n in tally.items()]
+        else:
+            by = found.groupBy("severity", "rule", "broker_id")
+            counts = [r.asDict() for r in by.agg(F.count("*").alias("n")).collect()]
+    finally:
+        found.unpersist()  # a warm driver serves the next detection with the same session
     summary = summarize(counts, skipped, args.audit_run)
     if args.summary:
         write_text(spark, args.summary, json.dumps(summary, indent=2))
-    print(json.dumps(summary))
+    return summary
+
+
+def serve(spark: SparkSession, channel: str) -> None:
+    """A warm driver (``--serve SOCKET``: fleet_doctor.spark.WarmDriver): connected to the Unix socket its caller
+    listens on, one detection per line received (JSON: ``{"args": [the app's arguments]}``), each answered by one
+    line (``{"ok": true, "summary": ...}`` or ``{"ok": false, "error": ...}``), until the caller closes it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(channel)
+        requests, replies = conn.makefile("r", encoding="utf-8"), conn.makefile("w", encoding="utf-8")
+        for line in requests:
+            if not line.strip():
+                continue
+            try:
+                summary = detect_once(spark, parse_args(json.loads(line)["args"]))
+                reply: dict = {"ok": True, "summary": summary}
+            except (Exception, SystemExit) as e:  # said to the caller; the driver serves on (SystemExit: bad args)
+                reply = {"ok": False, "error": "".join(traceback.format_exception(e))[-6000:]}
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"] and len(argv) == 2:
+        spark = SparkSession.builder.appName("fleet-doctor-detect-warm").getOrCreate()
+        serve(spark, argv[1])
+        spark.stop()
+        return 0
+    args = parse_args(argv)
+    spark = SparkSession.builder.appName(f"fleet-doctor-detect-{args.audit_run}").getOrCreate()
+    print(json.dumps(detect_once(spark, args)))
     spark.stop()
     return 0
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from fleet_doctor import spark as fd_spark
 from fleet_doctor.spark import JAVA_OPTIONS, SHORT_RUN_CONF, SMALL_INPUT_CONF
 from harness.corpus import CORPUS
 
@@ -41,6 +42,23 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield labs
     finally:
         labs.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_detection() -> Iterator[fd_spark.WarmPool]:
+    """The detections this test process runs (a snapshot's audit, a repair's re-verify and post-verifies, a scan in
+    process) are served by warm drivers (``fleet_doctor.spark.warm_drivers``, as a repair's execute task serves its
+    own): the detection app, through spark-submit, started once per setting instead of once per detection. A
+    driver starts with the first detection that needs it; a test marked ``spark_submit`` (one about spark-submit
+    itself) gets a spark-submit of its own."""
+    with fd_spark.warm_drivers() as pool:
+        yield pool
+
+
+@pytest.fixture(autouse=True)
+def spark_submit_itself(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("spark_submit"):
+        monkeypatch.setattr(fd_spark, "_WARM_POOLS", [])
 
 
 @pytest.fixture(scope="session")

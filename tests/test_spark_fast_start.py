@@ -179,6 +179,7 @@ def _detect(work: Path, zk: list[dict], name: str, java_options: str = "") -> li
     return [json.loads(line) for line in (run / "findings.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.spark_submit
 def test_the_first_run_dumps_the_archive_and_the_next_map_it_with_the_same_findings(
     private_tmp: Path, aryan_staged: tuple[Path, list[dict]]
 ) -> None:
@@ -200,6 +201,7 @@ def test_the_first_run_dumps_the_archive_and_the_next_map_it_with_the_same_findi
     assert topic_ids == {"design1"}  # MANIFEST.md: the genuine drift of aryan's design1
 
 
+@pytest.mark.spark_submit
 def test_a_damaged_archive_is_ignored_by_the_jvm(private_tmp: Path, aryan_staged: tuple[Path, list[dict]]) -> None:
     """An archive that does not fit (here: garbage of the right name) costs only its speed: the JVM runs on without
     it, silently (its cds log lines are off), and detection gives the same findings."""
@@ -210,6 +212,37 @@ def test_a_damaged_archive_is_ignored_by_the_jvm(private_tmp: Path, aryan_staged
     archive.write_bytes(os.urandom(1 << 16))
     found = _detect(work, zk, "damaged")
     assert {f["topic"] for f in found if f["rule"] == "topic-id-mismatch"} == {"design1"}
+
+
+# ------------------------------------------------------------------------------------------------ the warm driver
+@pytest.mark.spark_submit  # this test makes its own warm drivers
+def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
+    private_tmp: Path, aryan_staged: tuple[Path, list[dict]]
+) -> None:
+    """``warm_drivers``: one detection app (a real spark-submit of ``detect.py --serve``) serves every run of the
+    block, with the same findings each time (the code a spark-submit of the app runs: ``detect_once``); a run that
+    fails fails alone (the driver serves on); a driver that died is started again by the next run; the block's end
+    stops it (no process left, its private dir gone)."""
+    work, zk = aryan_staged
+    with spark.warm_drivers() as pool:
+        first = _detect(work, zk, "warm-1")
+        again = _detect(work, zk, "warm-2")
+        (driver,) = pool.drivers.values()
+        assert driver.runs == 2 and driver.proc is not None
+        with pytest.raises(spark.SparkError, match="PATH_NOT_FOUND"):
+            driver.detect(spark.detect_args(str(work / "nothing"), str(work / "nothing"), str(work / "x"), "t", "", ""))
+        pid = driver.proc.pid
+        os.killpg(pid, 9)  # the driver dies between two runs: the next starts another
+        driver.proc.wait()
+        third = _detect(work, zk, "warm-3")
+        assert driver.proc is not None and driver.proc.pid != pid and driver.runs == 4  # the failed run too
+        where = driver.dir
+        assert where is not None and where.stat().st_mode & 0o777 == 0o700
+    assert driver.proc is None and not where.exists()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)
+    assert first == again == third
+    assert {f["topic"] for f in first if f["rule"] == "topic-id-mismatch"} == {"design1"}
 
 
 def test_spark_submit_runs_this_interpreter() -> None:

@@ -15,26 +15,34 @@ dumped by the first run. What each of these saves, measured: bench/README.md, "D
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import itertools
+import json
+import logging
 import os
 import shutil
+import signal
+import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fleet_doctor import spark_auth
 from fleet_doctor.store import atomic_file, temporary_name
 
 PACKAGE = Path(__file__).resolve().parent
 DETECT_APP = PACKAGE.parents[1] / "spark_apps" / "detect.py"
+LOG = logging.getLogger(__name__)
 
 PROFILES: dict[str, dict[str, str]] = {
     "local": {
@@ -393,7 +401,12 @@ def run_detect(
 ) -> None:
     """The detection app through spark-submit on this machine, with ``env`` on top of ``spark_env()`` and Spark's
     authentication secret from ``secret_file`` (a standalone cluster's: ``spark_auth``); SparkError with the end of
-    its stderr when it fails."""
+    its stderr when it fails. Inside ``warm_drivers()``, a local run is served by a warm driver of the same
+    settings instead (``WarmDriver``: the same app, one JVM for many runs)."""
+    pool = _WARM_POOLS[-1] if _WARM_POOLS else None
+    if pool is not None and profile_for(master) == "local" and not secret_file:
+        pool.driver(master, conf, jars, env).detect(args)
+        return
     archive = class_archive(master)
     properties = auth_properties(secret_file)
     cmd = submit_command(DETECT_APP, master, archive.conf(conf), args, jars=jars, properties_file=properties)
@@ -405,3 +418,162 @@ def run_detect(
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-25:])
         raise SparkError(f"detection app failed (exit {proc.returncode}):\n{tail}")
+
+
+# ---- warm drivers: one driver JVM for many small detections
+WARM_CONNECT_S = 300.0  # a warm driver's start (the JVM, the session) until it connects
+UNIX_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
+WARM_STOP_S = 60.0  # a warm driver's own stop (its session, its class archive) before it is killed
+
+
+class WarmDriver:
+    """The detection app started once (``detect.py --serve SOCKET``, a local master) and sent one detection after
+    another: Spark's fixed costs (the driver JVM, the session: about three quarters of a small detection) are paid
+    once. It connects to a Unix socket this process listens on in a private directory (spark-submit does not pass
+    its stdin on to the app). A run's failure is the run's (SparkError, the driver serves on); a driver that died
+    is started again by the next run. Its stderr (Spark's log) goes to a private file, the tail of which a failure
+    quotes. It stops when its socket closes (``close``, or the process that started it dying)."""
+
+    def __init__(self, master: str, conf: Mapping[str, str], jars: str = "", env: Mapping[str, str] | None = None):
+        self.master, self.conf, self.jars, self.env = master, dict(conf), jars, dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.conn: socket.socket | None = None
+        self.archive = ClassArchive()
+        self.dir: Path | None = None
+        self.runs = 0
+        self._lock = threading.Lock()
+
+    @property
+    def log(self) -> Path | None:
+        return self.dir / "driver.log" if self.dir else None
+
+    def _start(self) -> socket.socket:
+        self._stop()
+        self.dir = Path(tempfile.mkdtemp(prefix="warm-driver-", dir=cache_dir() or _private_temp_dir()))  # 0700
+        if len(os.fsencode(self.dir / "socket")) > UNIX_PATH_MAX:  # a long TMPDIR: a private dir of /tmp's instead
+            os.rmdir(self.dir)
+            self.dir = Path(tempfile.mkdtemp(prefix="fleet-doctor-warm-", dir="/tmp"))
+        channel = str(self.dir / "socket")
+        self.archive = class_archive(self.master)
+        cmd = submit_command(DETECT_APP, self.master, self.archive.conf(self.conf), ["--serve", channel], self.jars)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(channel)
+            listener.listen(1)
+            listener.settimeout(0.5)
+            with open(self.dir / "driver.log", "wb") as err:
+                self.proc = subprocess.Popen(
+                    cmd,
+                    env={**spark_env(), **self.env},
+                    stdin=subprocess.DEVNULL,
+                    stdout=err,
+                    stderr=err,
+                    start_new_session=True,  # its JVM and Python driver are one group, stopped together
+                )
+            deadline = time.monotonic() + WARM_CONNECT_S
+            while True:
+                try:
+                    self.conn = listener.accept()[0]
+                    break
+                except TimeoutError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        tail, code = self._tail, self._stop()
+                        raise SparkError(f"warm detection driver did not start (exit {code}):\n{tail}") from None
+        self.conn.settimeout(None)
+        self._reader = self.conn.makefile("r", encoding="utf-8")
+        return self.conn
+
+    @property
+    def _tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").strip().splitlines()[-25:]) if self.log else ""
+        except OSError:
+            return ""
+
+    def detect(self, args: list[str]) -> dict[str, Any]:
+        """One detection (the app's arguments); its summary. SparkError when it fails."""
+        with self._lock:
+            alive = self.conn is not None and self.proc is not None and self.proc.poll() is None
+            conn = self.conn if alive and self.conn is not None else self._start()
+            try:
+                conn.sendall((json.dumps({"args": list(args)}) + "\n").encode())
+                line = self._reader.readline()
+            except OSError as e:
+                LOG.warning("warm detection driver: %s", e)
+                line = ""
+            if not line:
+                tail = self._tail
+                code = self._stop()
+                raise SparkError(f"warm detection driver exited (exit {code}):\n{tail}")
+            reply = json.loads(line)
+            self.runs += 1
+            if not reply.get("ok"):
+                raise SparkError(f"detection app failed (warm driver):\n{reply.get('error', '')}")
+            return dict(reply["summary"])
+
+    def _stop(self) -> int | None:
+        """Its socket closed: the driver stops its session and exits (killed, with its group, if it does not)."""
+        conn, proc, self.conn, self.proc = self.conn, self.proc, None, None
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                self._reader.close()
+                conn.close()
+        code = None
+        if proc is not None:
+            try:
+                code = proc.wait(timeout=WARM_STOP_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                code = proc.wait()
+        self.archive.finish(code == 0)
+        self.archive = ClassArchive()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        return code
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+class WarmPool:
+    """The warm drivers of one ``warm_drivers()`` block, one per (master, settings, jars, environment): started by
+    their first run, stopped at the block's end."""
+
+    def __init__(self) -> None:
+        self.drivers: dict[str, WarmDriver] = {}
+        self._lock = threading.Lock()
+
+    def driver(self, master: str, conf: Mapping[str, str], jars: str, env: Mapping[str, str] | None) -> WarmDriver:
+        key = json.dumps([master, sorted(conf.items()), jars, sorted((env or {}).items())])
+        with self._lock:
+            if key not in self.drivers:
+                self.drivers[key] = WarmDriver(master, conf, jars, env)
+            return self.drivers[key]
+
+    def close(self) -> None:
+        with self._lock:
+            drivers, self.drivers = list(self.drivers.values()), {}
+        for d in drivers:
+            d.close()
+
+
+_WARM_POOLS: list[WarmPool] = []
+
+
+@contextlib.contextmanager
+def warm_drivers() -> Iterator[WarmPool]:
+    """Within the block, every local detection of this process (``run_detect``) is served by a warm driver: a
+    repair's post-verifies, one after each broker's restart, pay the JVM's start once (``repair.tasks.execute``).
+    Inside another such block, that block's drivers serve (and it stops them)."""
+    if _WARM_POOLS:
+        yield _WARM_POOLS[-1]
+        return
+    pool = WarmPool()
+    _WARM_POOLS.append(pool)
+    try:
+        yield pool
+    finally:
+        _WARM_POOLS.remove(pool)
+        pool.close()

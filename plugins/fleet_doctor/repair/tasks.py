@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from fleet_doctor import inventory, layout
+from fleet_doctor import inventory, layout, spark
 from fleet_doctor.audit import steps
 from fleet_doctor.repair import approval_text
 from fleet_doctor.repair.broker import ssh_hosts
@@ -220,7 +220,7 @@ def execute(
         check_holder=check_holder,
         before_result=outcome,
         cluster_id=approved.scope.get("cluster_id"),
-    ) as lock:
+    ) as lock, spark.warm_drivers():  # the re-verify's detection driver serves every broker's post-verify
         lock.keep_when(lambda: journal.keeps_lock() if journal else None)
         try:
             journal = Journal(workdir / layout.JOURNAL, approved)
