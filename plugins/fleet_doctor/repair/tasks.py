@@ -212,15 +212,18 @@ def execute(
             report.update(_report(json.loads((workdir / layout.JOURNAL).read_text()), approved.restart_order))
         LOG.info("repair %s: %s", approved.hash[:12], json.dumps(report, default=str))
 
-    with cluster_lock(
-        inv,
-        owner,
-        report,
-        workdir / layout.RESULT,
-        check_holder=check_holder,
-        before_result=outcome,
-        cluster_id=approved.scope.get("cluster_id"),
-    ) as lock, spark.warm_drivers():  # the re-verify's detection driver serves every broker's post-verify
+    with (
+        cluster_lock(
+            inv,
+            owner,
+            report,
+            workdir / layout.RESULT,
+            check_holder=check_holder,
+            before_result=outcome,
+            cluster_id=approved.scope.get("cluster_id"),
+        ) as lock,
+        spark.warm_drivers(),
+    ):  # the re-verify's detection driver serves every broker's post-verify
         lock.keep_when(lambda: journal.keeps_lock() if journal else None)
         try:
             journal = Journal(workdir / layout.JOURNAL, approved)
