@@ -221,8 +221,9 @@ def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
 ) -> None:
     """``warm_drivers``: one detection app (a real spark-submit of ``detect.py --serve``) serves every run of the
     block, with the same findings each time (the code a spark-submit of the app runs: ``detect_once``); a run that
-    fails fails alone (the driver serves on); a driver that died is started again by the next run; the block's end
-    stops it (no process left, its private dir gone)."""
+    fails fails alone (the driver serves on); a driver that died is started again by the next run; a run with
+    other settings replaces it (one driver at a time); the block's end stops it (no process left, its private dir
+    gone)."""
     work, zk = aryan_staged
     with spark.warm_drivers() as pool:
         first = _detect(work, zk, "warm-1")
@@ -236,12 +237,19 @@ def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
         driver.proc.wait()
         third = _detect(work, zk, "warm-3")
         assert driver.proc is not None and driver.proc.pid != pid and driver.runs == 4  # the failed run too
-        where = driver.dir
+        where, pid = driver.dir, driver.proc.pid
         assert where is not None and where.stat().st_mode & 0o777 == 0o700
-    assert driver.proc is None and not where.exists()
+        # a run with other settings: one driver at a time, so this one stops and another serves
+        other = _detect(work, zk, "other-settings", "-Dfleet.doctor.test=1")
+        (replacement,) = pool.drivers.values()
+        assert replacement is not driver and driver.proc is None and not where.exists()
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pid, 0)
+        pid, where = replacement.proc.pid, replacement.dir
+    assert replacement.proc is None and not where.exists()
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
-    assert first == again == third
+    assert first == again == third == other
     assert {f["topic"] for f in first if f["rule"] == "topic-id-mismatch"} == {"design1"}
 
 

@@ -538,8 +538,9 @@ class WarmDriver:
 
 
 class WarmPool:
-    """The warm drivers of one ``warm_drivers()`` block, one per (master, settings, jars, environment): started by
-    their first run, stopped at the block's end."""
+    """The warm driver of one ``warm_drivers()`` block: one at a time (a driver JVM holds ~1 GB), for the settings
+    (master, settings, jars, environment) of the last run; a run with other settings stops it and starts its own.
+    Stopped at the block's end."""
 
     def __init__(self) -> None:
         self.drivers: dict[str, WarmDriver] = {}
@@ -549,7 +550,9 @@ class WarmPool:
         key = json.dumps([master, sorted(conf.items()), jars, sorted((env or {}).items())])
         with self._lock:
             if key not in self.drivers:
-                self.drivers[key] = WarmDriver(master, conf, jars, env)
+                for other in self.drivers.values():
+                    other.close()
+                self.drivers = {key: WarmDriver(master, conf, jars, env)}
             return self.drivers[key]
 
     def close(self) -> None:
