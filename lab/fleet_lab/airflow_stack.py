@@ -58,6 +58,7 @@ HEALTH_KEYS = {
     TRIGGERER: "triggerer",
 }
 FINISHED = frozenset({"success", "failed"})
+POLL_S = 0.5  # a wait for a run, a task or a request polls the REST API this often (a few ms a call)
 USERS = "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"
 PASSWORDS = "simple_auth_manager_passwords.json.generated"
 # without a scheduler log to read, how long wait_for_approval waits after the request is listed (the scheduler took up
@@ -186,7 +187,7 @@ class AirflowRest:
                 return state
             if state in {"failed", "upstream_failed", "skipped"} - states:
                 raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id} is {state}, waited for {sorted(states)}")
-            time.sleep(1)
+            time.sleep(POLL_S)
         raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id} still {state} after {timeout:.0f} s")
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = 900.0) -> str:
@@ -196,7 +197,7 @@ class AirflowRest:
             state = self.run_state(dag_id, run_id)
             if state in FINISHED:
                 return state
-            time.sleep(2)
+            time.sleep(POLL_S)
         raise AirflowLiveError(f"{dag_id}/{run_id} still {state} after {timeout:.0f} s")
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
@@ -220,7 +221,8 @@ class AirflowRest:
                 if h["task_instance"]["dag_run_id"] == run_id and h["task_instance"]["task_id"] == task_id
             ]
             request = mine[0] if mine else None
-            time.sleep(1)
+            if request is None:
+                time.sleep(POLL_S)
         if request is None:
             raise AirflowLiveError(f"{dag_id}/{run_id}/{task_id} awaits input but its request is not listed")
         reported = (
@@ -231,7 +233,7 @@ class AirflowRest:
             time.sleep(REPORT_WAIT_S)
             return dict(request)
         while time.monotonic() < deadline and reported not in self.log_tail("scheduler", 2000):
-            time.sleep(1)
+            time.sleep(POLL_S)
         time.sleep(1)
         return dict(request)
 
