@@ -221,9 +221,8 @@ def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
 ) -> None:
     """``warm_drivers``: one detection app (a real spark-submit of ``detect.py --serve``) serves every run of the
     block, with the same findings each time (the code a spark-submit of the app runs: ``detect_once``); a run that
-    fails fails alone (the driver serves on); a driver that died is started again by the next run; a run with
-    other settings replaces it (one driver at a time); the block's end stops it (no process left, its private dir
-    gone)."""
+    fails fails alone (the driver serves on); a driver that died is started again by the next run; the block's
+    end stops it (no process left, its private dir gone)."""
     work, zk = aryan_staged
     with spark.warm_drivers() as pool:
         first = _detect(work, zk, "warm-1")
@@ -239,18 +238,37 @@ def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
         assert driver.proc is not None and driver.proc.pid != pid and driver.runs == 4  # the failed run too
         where, pid = driver.dir, driver.proc.pid
         assert where is not None and where.stat().st_mode & 0o777 == 0o700
-        # a run with other settings: one driver at a time, so this one stops and another serves
-        other = _detect(work, zk, "other-settings", "-Dfleet.doctor.test=1")
-        (replacement,) = pool.drivers.values()
-        assert replacement is not driver and driver.proc is None and not where.exists()
-        with pytest.raises(ProcessLookupError):
-            os.killpg(pid, 0)
-        pid, where = replacement.proc.pid, replacement.dir
-    assert replacement.proc is None and not where.exists()
+    assert driver.proc is None and not where.exists()
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
-    assert first == again == third == other
+    assert first == again == third
     assert {f["topic"] for f in first if f["rule"] == "topic-id-mismatch"} == {"design1"}
+
+
+class CountedDriver:
+    """A stand-in for ``WarmDriver`` that starts nothing: what the pool asked of it."""
+
+    def __init__(self, master: str, conf: dict, jars: str, env: dict | None) -> None:
+        self.key, self.closed = (master, tuple(sorted(conf.items()))), 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_warm_pool_keeps_one_driver_and_a_run_with_other_settings_replaces_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(spark, "WarmDriver", CountedDriver)
+    monkeypatch.setattr(spark, "_WARM_POOLS", [])
+    with spark.warm_drivers() as pool:
+        small = pool.driver("local[2]", {"a": "1"}, "", None)
+        assert pool.driver("local[2]", {"a": "1"}, "", None) is small  # the same settings: the same driver
+        with spark.warm_drivers() as inner:  # a block inside another: the outer block's drivers serve
+            assert inner is pool
+        assert small.closed == 0
+        other = pool.driver("local[2]", {"a": "2"}, "", None)
+        assert other is not small and small.closed == 1 and list(pool.drivers.values()) == [other]
+    assert other.closed == 1 and spark._WARM_POOLS == []
 
 
 def test_spark_submit_runs_this_interpreter() -> None:

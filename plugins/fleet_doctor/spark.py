@@ -525,6 +525,8 @@ class WarmDriver:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 code = proc.wait()
+            with contextlib.suppress(ProcessLookupError):  # whatever of its group outlived it (none is left running)
+                os.killpg(proc.pid, signal.SIGKILL)
         self.archive.finish(code == 0)
         self.archive = ClassArchive()
         if self.dir is not None:
