@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,22 @@ def test_the_driver_gets_it_in_a_private_properties_file(tmp_path: Path) -> None
     assert spark_auth.properties_file(secret, tmp_path) == path  # once per secret
     cmd = spark.submit_command(Path("/app.py"), "spark://127.0.0.1:7077", {"a": "b"}, [], "", "x.zip", str(path))
     assert cmd[cmd.index("--properties-file") + 1] == str(path) and SECRET not in " ".join(cmd)
+
+
+def test_another_secrets_file_stays_while_a_submit_may_read_it_and_goes_once_unused(tmp_path: Path) -> None:
+    """Two secrets at once under one user (two clusters, or a rotation): writing one's properties file does not
+    remove the other's while a spark-submit may be about to read it (seen: 'Properties file ... does not exist');
+    another secret's file unused for ROTATED_KEEP_S goes."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.write_text(SECRET)
+    second.write_text(SECRET[::-1])
+    one = spark_auth.properties_file(first, tmp_path)
+    two = spark_auth.properties_file(second, tmp_path)
+    assert one.is_file() and two.is_file() and one != two
+    stale = time.time() - spark_auth.ROTATED_KEEP_S - 60
+    os.utime(one, (stale, stale))
+    assert spark_auth.properties_file(second, tmp_path) == two
+    assert not one.exists() and two.is_file()
 
 
 def test_settings_turn_authentication_on_without_holding_the_secret(tmp_path: Path) -> None:

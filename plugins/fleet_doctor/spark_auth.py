@@ -17,10 +17,12 @@ docker/README.md ("Secrets") says how to make the file; the daemons also turn of
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,6 +53,9 @@ def read_secret(path: str | os.PathLike[str]) -> str:
     return secret
 
 
+ROTATED_KEEP_S = 600.0  # another secret's properties file unused this long is removed
+
+
 def properties_file(secret_file: str | os.PathLike[str], directory: Path) -> Path:
     """A Spark properties file (``--properties-file``) with ``spark.authenticate`` and its secret, in ``directory``
     (a private one: ``spark.cache_dir()``), mode 0600, named by a digest of the secret (written once per secret)."""
@@ -62,9 +67,15 @@ def properties_file(secret_file: str | os.PathLike[str], directory: Path) -> Pat
         with os.fdopen(fd, "w", encoding="ascii") as f:
             f.write(f"spark.authenticate=true\nspark.authenticate.secret={secret}\n")
         os.replace(tmp, path)
-        for old in directory.glob("spark-auth-*.properties"):  # a rotated secret is not kept
-            if old != path:
-                old.unlink(missing_ok=True)
+    else:
+        os.utime(path)  # in use: another secret's writer leaves it
+    # a rotated secret is not kept, once no submit can still be about to read it (another process of this user may
+    # submit with another secret right now: another cluster, or the old secret during a rotation)
+    now = time.time()
+    for old in directory.glob("spark-auth-*.properties"):
+        with contextlib.suppress(OSError):
+            if old != path and now - old.stat().st_mtime > ROTATED_KEEP_S:
+                old.unlink()
     return path
 
 
