@@ -227,8 +227,8 @@ def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
     with spark.warm_drivers() as pool:
         first = _detect(work, zk, "warm-1")
         again = _detect(work, zk, "warm-2")
-        (driver,) = pool.drivers.values()
-        assert driver.runs == 2 and driver.proc is not None
+        driver = pool.current
+        assert driver is not None and driver.runs == 2 and driver.proc is not None
         with pytest.raises(spark.SparkError, match="PATH_NOT_FOUND"):
             driver.detect(spark.detect_args(str(work / "nothing"), str(work / "nothing"), str(work / "x"), "t", "", ""))
         pid = driver.proc.pid
@@ -267,7 +267,7 @@ def test_a_warm_pool_keeps_one_driver_and_a_run_with_other_settings_replaces_it(
             assert inner is pool
         assert small.closed == 0
         other = pool.driver("local[2]", {"a": "2"}, "", None)
-        assert other is not small and small.closed == 1 and list(pool.drivers.values()) == [other]
+        assert other is not small and small.closed == 1 and pool.current is other
     assert other.closed == 1 and spark._WARM_POOLS == []
 
 

@@ -440,6 +440,7 @@ class WarmDriver:
         self.conn: socket.socket | None = None
         self.archive = ClassArchive()
         self.dir: Path | None = None
+        self._reader: Any = None  # the connection's replies, line by line
         self.runs = 0
         self._lock = threading.Lock()
 
@@ -492,7 +493,7 @@ class WarmDriver:
     def detect(self, args: list[str]) -> dict[str, Any]:
         """One detection (the app's arguments); its summary. SparkError when it fails."""
         with self._lock:
-            alive = self.conn is not None and self.proc is not None and self.proc.poll() is None
+            alive = self.proc is not None and self.proc.poll() is None
             conn = self.conn if alive and self.conn is not None else self._start()
             try:
                 conn.sendall((json.dumps({"args": list(args)}) + "\n").encode())
@@ -515,8 +516,10 @@ class WarmDriver:
         conn, proc, self.conn, self.proc = self.conn, self.proc, None, None
         if conn is not None:
             with contextlib.suppress(OSError):
-                self._reader.close()
+                if self._reader is not None:
+                    self._reader.close()
                 conn.close()
+            self._reader = None
         code = None
         if proc is not None:
             try:
@@ -545,23 +548,24 @@ class WarmPool:
     Stopped at the block's end."""
 
     def __init__(self) -> None:
-        self.drivers: dict[str, WarmDriver] = {}
+        self.key: str | None = None  # the settings of ``current``
+        self.current: WarmDriver | None = None
         self._lock = threading.Lock()
 
     def driver(self, master: str, conf: Mapping[str, str], jars: str, env: Mapping[str, str] | None) -> WarmDriver:
         key = json.dumps([master, sorted(conf.items()), jars, sorted((env or {}).items())])
         with self._lock:
-            if key not in self.drivers:
-                for other in self.drivers.values():
-                    other.close()
-                self.drivers = {key: WarmDriver(master, conf, jars, env)}
-            return self.drivers[key]
+            if self.current is None or key != self.key:
+                if self.current is not None:
+                    self.current.close()
+                self.key, self.current = key, WarmDriver(master, conf, jars, env)
+            return self.current
 
     def close(self) -> None:
         with self._lock:
-            drivers, self.drivers = list(self.drivers.values()), {}
-        for d in drivers:
-            d.close()
+            current, self.key, self.current = self.current, None, None
+        if current is not None:
+            current.close()
 
 
 _WARM_POOLS: list[WarmPool] = []
