@@ -424,6 +424,20 @@ def run_detect(
 WARM_CONNECT_S = 300.0  # a warm driver's start (the JVM, the session) until it connects
 UNIX_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
 WARM_STOP_S = 60.0  # a warm driver's own stop (its session, its class archive) before it is killed
+WARM_GROUP_GONE_S = 10.0  # after the kill, how long its group's processes may take to be gone
+
+
+def running_in_group(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` still running (from /proc; a zombie waiting for its reaper, which
+    ``kill(-pgid, 0)`` still counts, is not running)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                    out.append(int(entry))
+    return out
 
 
 class WarmDriver:
@@ -530,6 +544,9 @@ class WarmDriver:
                 code = proc.wait()
             with contextlib.suppress(ProcessLookupError):  # whatever of its group outlived it (none is left running)
                 os.killpg(proc.pid, signal.SIGKILL)
+            deadline = time.monotonic() + WARM_GROUP_GONE_S
+            while running_in_group(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
         self.archive.finish(code == 0)
         self.archive = ClassArchive()
         if self.dir is not None:
