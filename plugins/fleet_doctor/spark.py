@@ -536,14 +536,12 @@ class WarmDriver:
             self._reader = None
         code = None
         if proc is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 code = proc.wait(timeout=WARM_STOP_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # the driver if it did not stop, and whatever of its group
+                os.killpg(proc.pid, signal.SIGKILL)  # outlived it (none is left running)
+            if code is None:
                 code = proc.wait()
-            with contextlib.suppress(ProcessLookupError):  # whatever of its group outlived it (none is left running)
-                os.killpg(proc.pid, signal.SIGKILL)
             deadline = time.monotonic() + WARM_GROUP_GONE_S
             while running_in_group(proc.pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
