@@ -119,6 +119,9 @@ class BrokerConfig:
     session_timeout_s: float = 4.0
     segment_index_bytes: int = DEFAULT_SEGMENT_INDEX_BYTES
     log_load_delay_ms: int = 0  # per partition: makes a big broker's slow log load reproducible
+    # the load stalls (a disk that stopped answering) once this many logs have loaded, until the broker is killed:
+    # a kill during the load that leaves exactly these logs loaded (0: no stall)
+    log_load_stall_after: int = 0
     # ZooKeeper mode: how long the controlled shutdown of a clean stop takes (the controller moving the broker's
     # leaders away while it stays registered): makes a stop slower than a restart tool's stop gate reproducible
     controlled_shutdown_ms: int = 0
@@ -377,6 +380,8 @@ class LogLoader:
             LOG_MANAGER.info("Completed load of log %s with %d segments", entry.name, logs[-1].segments)
             if self.cfg.log_load_delay_ms:
                 time.sleep(self.cfg.log_load_delay_ms / 1000.0)
+            while self.cfg.log_load_stall_after and len(logs) >= self.cfg.log_load_stall_after:
+                time.sleep(3600)  # until killed
         return logs, had_clean
 
     def load_log(

@@ -912,7 +912,8 @@ def scenario_seed_000(state: LabState, broker: int | None = None) -> list[Step]:
         )
     )
     cfg = b.config()
-    slow = BrokerConfig(**{**cfg.__dict__, "log_load_delay_ms": 300})
+    # the load stalls after two logs (a hung disk): the kill finds the same two loaded whatever the machine's load
+    slow = BrokerConfig(**{**cfg.__dict__, "log_load_stall_after": 2})
     slow.save(b.config_path)
     log = Path(b.run_dir) / "server.log"
     mark = log.stat().st_size if log.exists() else 0
@@ -930,7 +931,7 @@ def scenario_seed_000(state: LabState, broker: int | None = None) -> list[Step]:
                 f.seek(mark)
                 return [ln for ln in f if "Completed load of log" in ln]
 
-        # kill it once a couple of logs have loaded: their active indexes are preallocated, the marker is kept
+        # kill it once two logs have loaded: their active indexes are preallocated, the marker is kept
         _wait(lambda: len(loaded()) >= 2, 60, "the broker did not load its logs")
         killed = run_service(b, "kill")
     finally:
