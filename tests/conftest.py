@@ -38,10 +38,15 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from harness.shared import SharedLabs
 
     labs = SharedLabs(tmp_path_factory.mktemp("shared"))
+    SHARED_LABS.append(labs)
     try:
         yield labs
     finally:
+        SHARED_LABS.remove(labs)
         labs.close()
+
+
+SHARED_LABS: list[Any] = []  # the session's SharedLabs, once made (pytest_runtest_teardown stops its live Airflow)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -181,6 +186,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             by_module.setdefault(str(item.fspath), []).append(item)
         items[:] = [i for group in by_module.values() for i in reversed(group)]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The live Airflow stops once the last test of its group has run: the worker's other modules do not need it, and
+    its four processes would go on polling for the rest of the session (a test that asks for it again starts it)."""
+    if SHARED_LABS and group_of(item) == AIRFLOW_GROUP and (nextitem is None or group_of(nextitem) != AIRFLOW_GROUP):
+        SHARED_LABS[-1].stop_airflow()
 
 
 def group_of(item: pytest.Item) -> str | None:

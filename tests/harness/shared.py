@@ -173,9 +173,14 @@ class SharedLabs:
                     return
             time.sleep(0.5)
 
-    def close(self) -> None:
+    def stop_airflow(self) -> None:
+        """The live Airflow stopped (``live_airflow`` starts it again, on the same home and data root)."""
         if self.airflow is not None:
             self.airflow.stop()
+            self.airflow = None
+
+    def close(self) -> None:
+        self.stop_airflow()
         if (self.lab_dir / "lab.json").is_file():
             fleet.down(self.lab_dir)
 
