@@ -401,8 +401,11 @@ def run_detect(
 ) -> None:
     """The detection app through spark-submit on this machine, with ``env`` on top of ``spark_env()`` and Spark's
     authentication secret from ``secret_file`` (a standalone cluster's: ``spark_auth``); SparkError with the end of
-    its stderr when it fails. Inside ``warm_drivers()``, a local run is served by a warm driver of the same
-    settings instead (``WarmDriver``: the same app, one JVM for many runs)."""
+    its stderr when it fails. A small local run is served by the host's warm driver when there is one
+    (``shared_detect``), else, inside ``warm_drivers()``, by a warm driver of this process with the same settings
+    (``WarmDriver``: the same app, one JVM for many runs)."""
+    if not secret_file and shared_detect(master, conf, args, jars, env):
+        return
     pool = _WARM_POOLS[-1] if _WARM_POOLS else None
     if pool is not None and profile_for(master) == "local" and not secret_file:
         pool.driver(master, conf, jars, env).detect(args)
@@ -601,3 +604,131 @@ def warm_drivers() -> Iterator[WarmPool]:
     finally:
         _WARM_POOLS.remove(pool)
         pool.close()
+
+
+# ---- the host's warm driver: shared by this machine's processes of one user (fleet_doctor.warm_service)
+SHARED_DRIVER_ENV = "FLEET_DOCTOR_WARM_DRIVER_IDLE_S"  # seconds it stays after its last detection; unset or 0: none
+SHARED_START_S = 30.0  # its process's start (Python, this package) until it listens; its driver starts on first use
+# the environment that shapes a driver (its JVM, Spark, Hadoop, Python, the store's credentials), not the rest
+SHARED_KEY_ENV_PREFIXES = ("SPARK_", "PYSPARK_", "HADOOP_", "JAVA_", "AWS_", "LC_")
+
+
+def shared_driver_idle_s() -> float:
+    """``FLEET_DOCTOR_WARM_DRIVER_IDLE_S`` (0: no host warm driver; one that is not a number is said and ignored)."""
+    raw = os.environ.get(SHARED_DRIVER_ENV, "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else 0.0
+    except ValueError:
+        LOG.warning("%s=%r is not a number of seconds: no warm detection driver for this host", SHARED_DRIVER_ENV, raw)
+        return 0.0
+
+
+def shared_driver_key(master: str, conf: Mapping[str, str], jars: str, env: Mapping[str, str] | None) -> str:
+    """What a host warm driver is for: the master, settings, jars and environment of its driver, this Python, its
+    java, and the code it runs (the library archive's and the app's content); runs with another key get another."""
+    shaping = {k: v for k, v in spark_env().items() if k.startswith(SHARED_KEY_ENV_PREFIXES)}
+    app = hashlib.sha256(DETECT_APP.read_bytes()).hexdigest()
+    key = [master, sorted(conf.items()), jars, sorted((env or {}).items()), sorted(shaping.items())]
+    key += [sys.executable, _java(), library_archive().name, app]
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+
+
+PATH_FLAGS = (*INPUT_FLAGS, "--output", "--summary", "--findings-json")
+
+
+def absolute_paths(args: list[str]) -> list[str]:
+    """The app's arguments with each local path made absolute: the host's driver runs in another directory."""
+    out = list(args)
+    for i, (flag, value) in enumerate(itertools.pairwise(args)):
+        if flag in PATH_FLAGS and "://" not in value:
+            out[i + 1] = os.path.abspath(value)
+    return out
+
+
+def _connect(path: Path) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        return conn
+    except OSError:
+        conn.close()
+        return None
+
+
+def _start_shared(home: Path, channel: Path, spec: dict[str, Any]) -> socket.socket | None:
+    """The host warm driver's process started (one starter at a time: a lock file), connected to; None if it did not
+    come up (said in the log)."""
+    import fcntl
+
+    home.mkdir(mode=0o700, exist_ok=True)
+    with open(home.with_name(home.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        conn = _connect(channel)
+        if conn is not None:
+            return conn
+        with contextlib.suppress(FileNotFoundError):
+            channel.unlink()  # left by a service that died
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")])),
+        }
+        with open(home / "service.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fleet_doctor.warm_service"],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=home,
+                start_new_session=True,  # it outlives this process
+            )
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(spec).encode())
+        proc.stdin.close()
+        deadline = time.monotonic() + SHARED_START_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            conn = _connect(channel)
+            if conn is not None:
+                return conn
+            time.sleep(0.05)
+        LOG.warning(
+            "the host's warm detection driver did not start (see %s): this run gets its own", home / "service.log"
+        )
+        return None
+
+
+def shared_detect(
+    master: str, conf: Mapping[str, str], args: list[str], jars: str, env: Mapping[str, str] | None
+) -> bool:
+    """One detection served by this host's warm driver for these settings (started if there is none): True when it
+    ran, False when there is no such driver to ask (``FLEET_DOCTOR_WARM_DRIVER_IDLE_S`` unset, not a local master,
+    a big input, no private cache dir, or the service went away: the caller runs its own). SparkError when the
+    detection itself failed."""
+    idle = shared_driver_idle_s()
+    directory = cache_dir()
+    if not idle or directory is None or profile_for(master) != "local" or not input_conf(args):
+        return False
+    home = directory / f"w-{shared_driver_key(master, conf, jars, env)[:12]}"  # short: a socket path has 107 bytes
+    channel = home / "socket"
+    if len(os.fsencode(channel)) > UNIX_PATH_MAX:
+        return False
+    conn = _connect(channel)
+    if conn is None:
+        spec = {"master": master, "conf": dict(conf), "jars": jars, "env": dict(env or {}), "idle_s": idle}
+        conn = _start_shared(home, channel, {**spec, "socket": str(channel)})
+        if conn is None:
+            return False
+    with conn:
+        try:
+            conn.sendall((json.dumps({"args": absolute_paths(args)}) + "\n").encode())
+            line = conn.makefile("r", encoding="utf-8").readline()
+        except OSError as e:
+            LOG.warning("the host's warm detection driver: %s", e)
+            line = ""
+    if not line:  # it stopped (idle, or killed) before answering: nothing ran for this request
+        LOG.warning("the host's warm detection driver went away (%s): this run gets its own", home / "service.log")
+        return False
+    reply = json.loads(line)
+    if not reply.get("ok"):
+        raise SparkError(f"detection app failed (the host's warm driver):\n{reply.get('error', '')}")
+    return True
