@@ -9,12 +9,9 @@ guard below refuses it, naming the process, so a test that needs one must say so
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,38 +64,6 @@ def warm_detection() -> Iterator[fd_spark.WarmPool]:
 def spark_submit_itself(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("spark_submit"):
         monkeypatch.setattr(fd_spark, "_WARM_POOLS", [])
-        monkeypatch.delenv(fd_spark.SHARED_DRIVER_ENV, raising=False)
-
-
-# The detections the tests' own processes run (a CLI scan, an audit's or a repair's task in a live Airflow, the test
-# process itself) are served by this machine's warm drivers (fleet_doctor.warm_service): one per setting, started by
-# the first detection that needs it, stopped by PID at the end of the session (pytest_sessionfinish). A test about a
-# spark-submit itself (marked spark_submit) or about which processes a command leaves runs without them.
-SHARED_IDLE_S = "600"
-os.environ.setdefault(fd_spark.SHARED_DRIVER_ENV, SHARED_IDLE_S)
-SESSION_START = time.time()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """The warm detection drivers this session started stopped (by the controller, once every worker is done)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or (directory := fd_spark.cache_dir()) is None:
-        return
-    pids = []
-    for pid_file in directory.glob("w-*/pid"):
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(pid_file.read_text())
-            if (
-                pid_file.stat().st_mtime >= SESSION_START - 1
-                and b"fleet_doctor.warm_service" in Path(f"/proc/{pid}/cmdline").read_bytes()
-            ):
-                os.kill(pid, signal.SIGTERM)
-                pids.append(pid)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and any(fd_spark.running_in_group(p) for p in pids):
-        time.sleep(0.1)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -312,111 +308,3 @@ def test_spark_submit_inherits_only_the_allow_listed_environment() -> None:
     for kept in ("AWS_ACCESS_KEY_ID", "FLEET_DOCTOR_DATA", "SPARK_LOCAL_DIRS", "JAVA_HOME", "LC_ALL"):
         assert env[kept] == worker[kept]
     assert env["PATH"].endswith("/usr/bin") and env["PYSPARK_PYTHON"] == sys.executable
-
-
-# ------------------------------------------------------------------------------------- the host's warm driver
-@pytest.fixture
-def short_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private temp dir of its own with a short path (a Unix socket's path has at most 107 bytes, and a pytest
-    worker's tmp_path is long), as ``private_tmp``: the cache, and the host's warm driver, are this test's."""
-    if spark._java() is None:
-        pytest.skip("no java on this machine")
-    path = Path(tempfile.mkdtemp(prefix="fd-", dir="/tmp"))
-    monkeypatch.setattr(tempfile, "tempdir", str(path))
-    monkeypatch.setattr(spark, "_CACHE_DIR", None)
-    monkeypatch.setenv("TMPDIR", str(path))  # another process's cache dir is this test's too
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.mark.spark_submit  # the host's warm driver of this test alone, in its own private temp dir
-def test_the_hosts_warm_driver_serves_the_detections_of_every_process(
-    short_tmp: Path, aryan_staged: tuple[Path, list[dict]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``FLEET_DOCTOR_WARM_DRIVER_IDLE_S``: the first small local detection starts the host's warm driver
-    (``fleet_doctor.warm_service``, a process of its own), and the next ones, of this process and of another, are
-    sent to it: one driver, the findings of a spark-submit. SIGTERM stops it, its driver with it."""
-    monkeypatch.setenv(spark.SHARED_DRIVER_ENV, "120")
-    work, zk = aryan_staged
-    first = _detect(work, zk, "host-1")
-    homes = list((short_tmp / f"fleet-doctor-spark-{os.getuid()}").glob("w-*/pid"))
-    assert len(homes) == 1
-    service = int(homes[0].read_text())
-    again = _detect(work, zk, "host-2")
-    # another process (python -c, as a CLI scan or an Airflow task would be) sends its own
-    code = (
-        "import json, sys; from fleet_doctor import spark; a = json.loads(sys.argv[1]); "
-        "spark.run_detect('local[2]', a['conf'], a['args'])"
-    )
-    run = work / "host-3"
-    run.mkdir()
-    for name in ("brokers.jsonl", "zk.jsonl"):
-        (run / name).write_bytes((work / "host-1" / name).read_bytes())
-    args = spark.detect_args(
-        str(work / "probe"), str(run / "brokers.jsonl"), str(run / "findings"), "test", str(run / "summary.json"),
-        str(run / "findings.jsonl"), str(run / "zk.jsonl"),
-    )  # fmt: skip
-    conf = {**spark.conf_for("local[2]"), **spark.input_conf(args)}
-    conf[spark.JAVA_OPTIONS] += " "  # the settings of _detect's runs, to the byte: the same driver serves them
-    env = {**os.environ, "PYTHONPATH": str(Path(spark.__file__).parents[1])}
-    r = subprocess.run([sys.executable, "-c", code, json.dumps({"conf": conf, "args": args})], env=env, timeout=300)
-    assert r.returncode == 0
-    third = [json.loads(line) for line in (run / "findings.jsonl").read_text().splitlines()]
-    assert first == again == third
-    assert {f["topic"] for f in first if f["rule"] == "topic-id-mismatch"} == {"design1"}
-    log = (homes[0].parent / "service.log").read_text()
-    assert [int(homes[0].read_text())] == [service] and log.count(": ok in ") == 3, log
-    os.kill(service, signal.SIGTERM)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and running_processes_of_group(service):
-        time.sleep(0.1)
-    assert not running_processes_of_group(service)
-    assert not (homes[0].parent / "socket").exists() and "stopped" in (homes[0].parent / "service.log").read_text()
-    drivers = [
-        p for p in Path("/proc").glob("[0-9]*/cmdline") if b"--serve" in _read(p) and bytes(short_tmp) in _read(p)
-    ]
-    assert not drivers  # its driver (detect.py --serve, with this test's cache dir) went with it
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
-
-
-def test_the_hosts_warm_driver_leaves_once_idle(short_tmp: Path) -> None:
-    """Unused for its idle time, it exits (its driver never started here: nothing asked for a detection)."""
-    home = spark.cache_dir() / "warm-idle"
-    spec = {"master": "local[2]", "conf": {}, "jars": "", "env": {}, "idle_s": 1, "socket": str(home / "socket")}
-    conn = spark._start_shared(home, home / "socket", spec)
-    assert conn is not None
-    conn.close()
-    service = int((home / "pid").read_text())
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and running_processes_of_group(service):
-        time.sleep(0.1)
-    assert not running_processes_of_group(service) and not (home / "socket").exists()
-
-
-def test_a_detection_sent_to_the_hosts_driver_names_absolute_paths(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    args = spark.detect_args("probe", "b.jsonl", "out", "run", "s.json", "f.jsonl", "s3a://bucket/zk.jsonl")
-    sent = spark.absolute_paths(args)
-    assert sent[sent.index("--probe-dir") + 1] == str(tmp_path / "probe")
-    assert sent[sent.index("--output") + 1] == str(tmp_path / "out")
-    assert sent[sent.index("--cluster-metadata") + 1] == "s3a://bucket/zk.jsonl"
-    assert sent[sent.index("--audit-run") + 1] == "run"
-
-
-def test_no_hosts_driver_unless_asked_for_a_small_local_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(spark.SHARED_DRIVER_ENV, raising=False)
-    small = ["--probe-dir", str(tmp_path)]
-    assert spark.shared_driver_idle_s() == 0 and not spark.shared_detect("local[2]", {}, small, "", None)
-    monkeypatch.setenv(spark.SHARED_DRIVER_ENV, "soon")
-    assert spark.shared_driver_idle_s() == 0
-    monkeypatch.setenv(spark.SHARED_DRIVER_ENV, "60")
-    assert not spark.shared_detect("spark://127.0.0.1:7077", {}, small, "", None)  # a cluster's driver is its own
-    assert not spark.shared_detect("local[2]", {}, ["--probe-dir", "s3a://b/p"], "", None)  # size unknown: big

@@ -43,7 +43,6 @@ from typing import Any
 import pytest
 
 from fleet_doctor import layout
-from fleet_doctor import spark as fd_spark
 from fleet_doctor.finding_groups import group_findings
 from fleet_doctor.store import Store
 from fleet_lab import demo
@@ -102,14 +101,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     port = free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "lab"), str(REPO / "plugins")])
-    # the defaults a new user has (and no host warm detection driver: Ctrl-C must leave no process ui started)
-    for var in (
-        "FLEET_DOCTOR_APPROVERS",
-        "FLEET_DOCTOR_UI_PASSWORD",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS",
-        fd_spark.SHARED_DRIVER_ENV,
-    ):
-        env.pop(var, None)
+    for var in ("FLEET_DOCTOR_APPROVERS", "FLEET_DOCTOR_UI_PASSWORD", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"):
+        env.pop(var, None)  # the defaults a new user has
     args = ["--scenario", TOPIC, "--lab", str(lab_dir), "--home", str(home), "--data", str(data), "--port", str(port)]
     ui = UiProcess(args, env)
     try:
