@@ -125,10 +125,11 @@ class SharedLabs:
             home = self.root / "airflow"
             env = demo.airflow_environ(home, self.lab_dir, self.data)
             env = {k: v for k, v in env.items() if not k.startswith("AIRFLOW_CONN_KAFKA_")}  # set through the API
-            # a killed worker's task instances are reset every 20 s rather than every 300 s (a dead scheduler job is
-            # one without a heartbeat for scheduler_health_check_threshold, left at 30 s: lower, a busy scheduler
-            # resets its own running tasks)
-            env["AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL"] = "20"
+            # a killed worker's task instances are reset within 5 s of its scheduler job counting as dead rather than
+            # within 300 s (a dead scheduler job is one without a heartbeat for scheduler_health_check_threshold,
+            # left at 30 s: lower, a busy scheduler resets its own running tasks). A new scheduler never fails them
+            # for a missing heartbeat: it only looks at the task instances it queued itself
+            env["AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL"] = "5"
             env["FLEET_DOCTOR_STAGE_RETRY_DELAY"] = "1"
             env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = USERS
             env["FLEET_DOCTOR_APPROVERS"] = APPROVER
