@@ -5,7 +5,8 @@ has installed and started Docker and built the images:
 2. the stack up (docker-compose), every container healthy, every socket its processes listen on bound to 127.0.0.1;
 3. ``kafka_fleet_audit`` triggered through the REST API: the scheduler runs it; the stage tasks ran on both Celery
    workers (their task instances' hostnames), ``detect`` ran on the Spark master with an executor on each spark-worker
-   (the master's and the workers' JSON status);
+   (the master's and the workers' JSON status: the application named after the run); the deployment's first audit
+   (the schedule's latest interval, run once at start-up: docs/audit.md) is there too;
 4. ``kafka_fleet_repair`` triggered, approved through the HITL endpoint as the configured approver; afterwards every
    replica's topic ID equals ZooKeeper's, every partition has its full ISR, each broker restarted once, the controller
    last (read from the lab, not from Airflow);
@@ -289,15 +290,22 @@ def check_spread(af: ComposeAirflow, run: str) -> None:
     check(others <= {"worker-1", "worker-2"}, f"every task ran on a Celery worker ({sorted(others)})")
 
 
-def check_detect_on_spark(values: dict[str, str], started_after: float) -> None:
+def check_first_audit(af: ComposeAirflow) -> None:
+    """The deployment's first audit (docs/audit.md, "The first audit"): unpaused at creation with catchup off, the
+    audit DAG runs its schedule's latest interval once, at start-up."""
+    scheduled = [r["dag_run_id"] for r in af.runs(AUDIT) if r["run_type"] == "scheduled"]
+    check(len(scheduled) == 1, f"the deployment's first audit: one scheduled run of {AUDIT} ({scheduled})")
+
+
+def check_detect_on_spark(values: dict[str, str], run: str) -> None:
+    """The audit run ``run``'s detection ran on the Spark master, with an executor on each worker. Told apart from
+    any other run's (the first audit's, which may start before or after ``run`` was triggered) by its application
+    name: the detection app names itself after its audit run (spark_apps/detect.py)."""
     master = get_json(f"http://127.0.0.1:{values['SPARK_MASTER_WEBUI_PORT']}/json/")
-    apps = [
-        a
-        for a in master["completedapps"]
-        if a["name"].startswith("fleet-doctor-detect") and a["starttime"] / 1000 >= started_after
-    ]
+    name = f"fleet-doctor-detect-{safe_run_id(run)}"
+    apps = [a for a in master["completedapps"] if a["name"] == name]
     seen = [(a["name"], a["state"], a["starttime"]) for a in master["completedapps"] + master["activeapps"]]
-    check(len(apps) == 1 and apps[0]["state"] == "FINISHED", f"detect ran on the Spark master: {apps} (all: {seen})")
+    check(len(apps) == 1 and apps[0]["state"] == "FINISHED", f"{name} ran on the Spark master: {apps} (all: {seen})")
     app = apps[0]["id"]
     ran_on = []
     for n in (1, 2):
@@ -424,10 +432,10 @@ def main(argv: list[str] | None = None) -> int:
         check_no_bridge_traffic()
         check_secrets_kept(stack, work / "secrets")
         af = ComposeAirflow(stack, f"http://127.0.0.1:{values['AIRFLOW_API_PORT']}", passwords)
-        started = time.time()
         first = audit(af, timings, "audit")
         check_spread(af, first)
-        check_detect_on_spark(values, started)
+        check_detect_on_spark(values, first)
+        check_first_audit(af)
         repair(af, state, timings)
         second = audit_through_restarts(af, stack, timings)
         check_history(stack, [first, second])
