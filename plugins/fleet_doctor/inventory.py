@@ -14,6 +14,7 @@ or a controller-only node with SSH fields of its own.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -378,3 +379,80 @@ def load(path: str | Path) -> Inventory:
     if not isinstance(data, dict):
         raise InventoryError(f"{p}: the inventory must be a JSON object")
     return parse(data, str(p))
+
+
+# ---- a fleet: every cluster of FLEET_DOCTOR_INVENTORY (one inventory file, or a directory of them)
+INVENTORY_SUFFIX = ".json"
+
+
+@dataclass(frozen=True)
+class InventoryProblem:
+    """An inventory file of the fleet that gives no cluster, and why (the message names the file and the field)."""
+
+    path: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The clusters of a fleet by name (sorted), the file each came from, and the files that gave none: a broken
+    inventory never hides the others."""
+
+    clusters: dict[str, Inventory]
+    sources: dict[str, Path]
+    problems: list[InventoryProblem]
+
+
+def inventory_files(path: str | Path) -> list[Path]:
+    """The inventory files ``path`` names: itself (a file), or every ``*.json`` in it (a directory; not its
+    subdirectories' files, nor hidden ones such as an editor's ``.x.json.swp`` or ``.#x.json``), sorted by name.
+    InventoryError when ``path`` is neither or cannot be listed."""
+    p = Path(path)
+    if not p.is_dir():
+        if not p.exists():
+            raise InventoryError(f"{p}: no such inventory file or directory")
+        return [p]
+    try:
+        names = sorted(e.name for e in os.scandir(p))
+    except OSError as e:
+        raise InventoryError(f"{p}: cannot list the inventory directory: {e.strerror or e}") from e
+    return [p / n for n in names if n.endswith(INVENTORY_SUFFIX) and not n.startswith(".")]
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    """Every cluster's inventory from ``path`` (``inventory_files``). A file that cannot be read, is not JSON or
+    fails validation is a problem of its own; so is every file of a cluster that two files name, by name or by
+    ``cluster_id`` (which one is meant cannot be told: neither is used until one is gone). A directory without an
+    inventory is a problem too. InventoryError only when ``path`` itself cannot be read."""
+    files = inventory_files(path)
+    problems: list[InventoryProblem] = []
+    loaded: list[tuple[Path, Inventory]] = []
+    for f in files:
+        try:
+            loaded.append((f, load(f)))
+        except InventoryError as e:
+            problems.append(InventoryProblem(str(f), str(e)))
+    if not files:
+        problems.append(InventoryProblem(str(path), f"{path}: no inventory (*{INVENTORY_SUFFIX}) in the directory"))
+    ambiguous: set[Path] = set()
+    for what in ("cluster", "cluster_id"):  # a cluster's name (its DAGs' ids) and Kafka's id for it
+        by_key: dict[str, list[Path]] = {}
+        for f, inv in loaded:
+            if getattr(inv, what) is not None:
+                by_key.setdefault(getattr(inv, what), []).append(f)
+        for value, named in sorted(by_key.items()):
+            if len(named) > 1:
+                for f in named:
+                    if f not in ambiguous:
+                        others = ", ".join(str(o) for o in named if o != f)
+                        problems.append(
+                            InventoryProblem(
+                                str(f),
+                                f"{f}: {what} {value!r} is also in {others}: which inventory is meant cannot be told, "
+                                "so none of them is used (remove or rename all but one)",
+                            )
+                        )
+                ambiguous.update(named)
+    used = sorted(((f, inv) for f, inv in loaded if f not in ambiguous), key=lambda fi: fi[1].cluster)
+    problems.sort(key=lambda p: p.path)
+    return Fleet({inv.cluster: inv for _, inv in used}, {inv.cluster: f for f, inv in used}, problems)

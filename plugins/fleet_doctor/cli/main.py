@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Any
 
-from fleet_doctor import cluster_metadata, probe
+from fleet_doctor import cluster_metadata, inventory, probe
 from fleet_doctor.cli.probe_table import read_records, render_table, summarize
 from fleet_doctor.rules import severity_rank
 from fleet_doctor.store import atomic_file
@@ -34,6 +34,14 @@ SCAN_HELP = (
     "Probe Kafka log dirs on this machine, optionally snapshot ZooKeeper, run the Spark detection app "
     "(spark_apps/detect.py) in local mode and print findings. Exit status: 0 no finding at warning or above, "
     "1 findings, 2 usage or I/O error.",
+)
+
+INVENTORY_HELP = (
+    "check a fleet's inventories (one file, or a directory of *.json: one cluster each) and list its clusters",
+    'Load the inventory file, or every *.json of the directory (one cluster per file: docs/inventory.md, "A fleet '
+    'of clusters"), and print each cluster (its file, metadata mode, brokers, Kafka versions) and each file that '
+    "gives none, with the reason (its file and field). Exit status: 0 every file gives a cluster, 1 a problem, 2 the "
+    "path cannot be read.",
 )
 
 
@@ -108,6 +116,46 @@ def _add_cluster_metadata(sub: Any) -> None:
     cp.add_argument("dir", metavar="DIR", help="a __cluster_metadata-0 dir, or a KRaft log dir holding one")
     cp.add_argument("--output", metavar="FILE", help="write the records to FILE (atomically) instead of stdout")
     cp.set_defaults(func=_cmd_cluster_metadata, parser=cp)
+
+
+def _cmd_inventory(args: argparse.Namespace) -> int:
+    try:
+        fleet = inventory.load_fleet(args.path)
+    except inventory.InventoryError as e:
+        print(f"fleet-doctor inventory: error: {e}", file=sys.stderr)
+        return 2
+    clusters = [
+        {
+            "cluster": name,
+            "file": str(fleet.sources[name]),
+            "metadata_mode": inv.metadata_mode,
+            "brokers": [b.id for b in inv.brokers],
+            "kafka_versions": sorted({b.kafka_version for b in inv.brokers}),
+            **({"controllers": [c.id for c in inv.controllers]} if inv.kraft else {}),
+        }
+        for name, inv in fleet.clusters.items()
+    ]
+    problems = [{"file": p.path, "problem": p.message} for p in fleet.problems]
+    if args.format == "json":
+        print(json.dumps({"clusters": clusters, "problems": problems}, indent=2))
+    else:
+        for c in clusters:
+            brokers = ", ".join(map(str, c["brokers"]))
+            print(
+                f"{c['cluster']}: {c['metadata_mode']}, brokers {brokers}, Kafka {', '.join(c['kafka_versions'])} "
+                f"({c['file']})"
+            )
+        for p in problems:
+            print(f"not used: {p['problem']}")
+        print(f"{len(clusters)} cluster(s), {len(problems)} file(s) with a problem")
+    return 1 if problems else 0
+
+
+def _add_inventory(sub: Any) -> None:
+    ip = sub.add_parser("inventory", help=INVENTORY_HELP[0], description=INVENTORY_HELP[1])
+    ip.add_argument("path", metavar="PATH", help="an inventory file, or a directory of them")
+    ip.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or JSON")
+    ip.set_defaults(func=_cmd_inventory, parser=ip)
 
 
 def _add_zk_snapshot(sub: Any) -> None:
@@ -227,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_zk_snapshot(sub)
     _add_cluster_metadata(sub)
     _add_scan(sub)
+    _add_inventory(sub)
     return p
 
 
