@@ -178,10 +178,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if module in LIVE_MODULES or LIVE_FIXTURES & fixtures or "s3" in param.values():
             item.add_marker(pytest.mark.live)
         item.add_marker(pytest.mark.xdist_group(AIRFLOW_GROUP if module in AIRFLOW_MODULES else module))
-    # the live Airflow's group first, then the live modules. xdist's loadgroup hands the groups out by number of tests
-    # (its --loadscope-reorder, on by default), which puts the many short unit modules first. Handing them out longest
-    # first instead (measured seconds per group) was tried and measured slower: 1452 s against 1362-1382 s, as every
-    # heavy module then ran beside another heavy one (Spark, a live Airflow, Chromium) and took 25-50 % longer
+    # the live Airflow's modules back to back (in one process, FLEET_DOCTOR_TEST_WORKERS=0, it then starts once: it
+    # stops after the last test of its group), then the other live modules. Under xdist, loadgroup hands the groups
+    # out by number of tests (its --loadscope-reorder, on by default). Handing them out longest first instead
+    # (measured seconds per group) was tried and measured slower: 1452 s against 1362-1382 s, as every heavy module
+    # then ran beside another heavy one (Spark, a live Airflow, Chromium) and took 25-50 % longer
     items.sort(key=lambda i: (group_of(i) != AIRFLOW_GROUP, not i.get_closest_marker("live")))
     if os.environ.get("FLEET_DOCTOR_TEST_ORDER") == "reverse":  # order independence: each module's tests reversed
         by_module: dict[str, list[pytest.Item]] = {}

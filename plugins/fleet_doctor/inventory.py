@@ -381,7 +381,7 @@ def load(path: str | Path) -> Inventory:
     return parse(data, str(p))
 
 
-# ---- a fleet: every cluster of FLEET_DOCTOR_INVENTORY (one inventory file, or a directory of them)
+# ---- a fleet: one inventory file, or a directory of them (one cluster each; docs/inventory.md, "A fleet of clusters")
 INVENTORY_SUFFIX = ".json"
 
 
@@ -435,7 +435,7 @@ def load_fleet(path: str | Path) -> Fleet:
     if not files:
         problems.append(InventoryProblem(str(path), f"{path}: no inventory (*{INVENTORY_SUFFIX}) in the directory"))
     ambiguous: set[Path] = set()
-    for what in ("cluster", "cluster_id"):  # a cluster's name (its DAGs' ids) and Kafka's id for it
+    for what in ("cluster", "cluster_id"):  # a cluster's name (its connection ids) and Kafka's id for it
         by_key: dict[str, list[Path]] = {}
         for f, inv in loaded:
             if getattr(inv, what) is not None:
