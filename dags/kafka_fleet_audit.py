@@ -1,9 +1,11 @@
 """
-### Kafka fleet audit (nightly)
+### Kafka fleet audit (nightly), one DAG per cluster: `kafka_fleet_audit__<cluster>`
 
-Audits every broker of the cluster inventory and tells the on-call what is wrong before the next restart hurts.
+Audits every broker of the cluster's inventory and tells the on-call what is wrong before the next restart hurts.
+One DAG per cluster of `FLEET_DOCTOR_INVENTORY` (a file, or a directory with one cluster per `*.json`); a cluster
+without a schedule of its own starts within the fleet's window (docs/fleet.md).
 
-1. **discover**: brokers from the inventory (`FLEET_DOCTOR_INVENTORY`) and their registrations: ZooKeeper
+1. **discover**: brokers from the cluster's inventory and their registrations: ZooKeeper
    `/brokers/ids`, or on a KRaft cluster the brokers registered and unfenced in the most up-to-date metadata log of
    the controllers (read over SSH); a broker known to only one of them is reported, never dropped. A manual run
    may audit only some brokers (param `brokers`); the others' earlier findings are then carried as unverified, not
@@ -32,114 +34,124 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-from fleet_doctor import inventory, layout, zookeeper
-from fleet_doctor.airflow_links import AUDIT_DAG
+from fleet_doctor import layout, zookeeper
 from fleet_doctor.audit import alerts, history, steps
 from fleet_doctor.audit.detect_task import DetectOperator
+from fleet_doctor.fleet_dags import ClusterDags, fleet_clusters
 from fleet_doctor.remote import airflow_ssh_client
-from fleet_doctor.settings import Settings, asset_uri
+from fleet_doctor.settings import Settings
 
-SETTINGS = Settings.from_env()  # what shapes the DAG; every task resolves its own
-FINDINGS = Asset(name="kafka_fleet_findings", uri=asset_uri(SETTINGS.findings_url))
+SETTINGS = Settings.from_env()  # what shapes the DAGs; every task resolves its own, for its cluster
 
 
-@dag(
-    dag_id=AUDIT_DAG,
-    schedule=SETTINGS.schedule,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    max_active_tasks=SETTINGS.pool_slots + 2,  # the pool bounds the stage tasks, not Airflow's per-DAG default (16)
-    tags=["kafka", "fleet-doctor", "audit"],
-    doc_md=__doc__,
-    default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
-    params={"brokers": Param([], type="array", description="audit only these broker ids (empty: the whole fleet)")},
-)
-def kafka_fleet_audit() -> None:
-    @task
-    def discover() -> list[dict[str, Any]]:
-        """The brokers to stage (what ``stage`` maps over); the whole discovery is pushed as XCom ``fleet``."""
-        settings = Settings.from_env()
-        settings.store.check()  # an unreachable store or a missing bucket stops the run here, named
-        context = get_current_context()
-        discovered = steps.discover(
-            inventory.load(settings.inventory),
-            only=context["params"].get("brokers") or [],
-            store=settings.store,  # KRaft: the controllers' metadata, read once for the run, staged here
-            area=layout.staging(context["run_id"]),
-        )
-        context["ti"].xcom_push(key="fleet", value=discovered)
-        return discovered["brokers"]
+def kafka_fleet_audit(cluster: ClusterDags) -> None:
+    name = cluster.cluster
+    findings = Asset(name=f"kafka_fleet_findings__{name}", uri=SETTINGS.for_cluster(name).findings_asset_uri())
 
-    @task(
-        pool=SETTINGS.pool,
-        retries=SETTINGS.stage_retries,
-        retry_delay=timedelta(seconds=SETTINGS.stage_retry_delay_s),
-        retry_exponential_backoff=True,
-        map_index_template="broker {{ broker_label }}",
+    def settings() -> Settings:
+        return Settings.from_env().for_cluster(name)
+
+    @dag(
+        dag_id=cluster.audit,
+        schedule=cluster.schedule,
+        start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,
+        max_active_tasks=cluster.stage_slots + 2,  # stage's share of the pool, not Airflow's per-DAG default (16)
+        tags=cluster.tags("audit"),
+        doc_md=__doc__,
+        default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+        params={"brokers": Param([], type="array", description="audit only these broker ids (empty: every broker)")},
     )
-    def stage(broker: dict[str, Any]) -> dict[str, Any]:
-        settings = Settings.from_env()
-        context = get_current_context()
-        context["broker_label"] = str(broker["broker_id"])  # type: ignore[typeddict-unknown-key]
-        client = airflow_ssh_client(broker["ssh_conn_id"])
-        try:
-            return steps.stage_broker(
-                client,
-                broker,
-                settings.store,
-                layout.staging(context["run_id"]),
-                deep=settings.deep,
-                verify_crc=settings.verify_crc,
-                timeout=settings.ssh_timeout_s,
+    def audit() -> None:
+        @task
+        def discover() -> list[dict[str, Any]]:
+            """The brokers to stage (what ``stage`` maps over); the whole discovery is pushed as XCom ``fleet``."""
+            here = settings()
+            here.store.check()  # an unreachable store or a missing bucket stops the run here, named
+            context = get_current_context()
+            discovered = steps.discover(
+                here.load_inventory(),
+                only=context["params"].get("brokers") or [],
+                store=here.store,  # KRaft: the controllers' metadata, read once for the run, staged here
+                area=layout.staging(context["run_id"]),
             )
-        finally:
-            client.close()
+            context["ti"].xcom_push(key="fleet", value=discovered)
+            return discovered["brokers"]
 
-    @task
-    def snapshot_metadata(discovered: dict[str, Any]) -> int:
-        """ZooKeeper's snapshot, or the KRaft controllers' metadata logs (their SSH connections, as discover's)."""
-        settings = Settings.from_env()
-        area = layout.staging(get_current_context()["run_id"])
-        inv = inventory.load(settings.inventory)
-        auth = None if inv.kraft else zookeeper.credentials(inv)  # the kafka_zk_<cluster> connection
-        return steps.snapshot_metadata(discovered, settings.store, area, auth=auth)
+        @task(
+            pool=SETTINGS.pool,  # one pool for the fleet; each cluster's runs take at most its share at once
+            max_active_tis_per_dagrun=cluster.stage_slots,
+            retries=SETTINGS.stage_retries,
+            retry_delay=timedelta(seconds=SETTINGS.stage_retry_delay_s),
+            retry_exponential_backoff=True,
+            map_index_template="broker {{ broker_label }}",
+        )
+        def stage(broker: dict[str, Any]) -> dict[str, Any]:
+            here = settings()
+            context = get_current_context()
+            context["broker_label"] = str(broker["broker_id"])  # type: ignore[typeddict-unknown-key]
+            client = airflow_ssh_client(broker["ssh_conn_id"])
+            try:
+                return steps.stage_broker(
+                    client,
+                    broker,
+                    here.store,
+                    layout.staging(context["run_id"]),
+                    deep=here.deep,
+                    verify_crc=here.verify_crc,
+                    timeout=here.ssh_timeout_s,
+                )
+            finally:
+                client.close()
 
-    @task(trigger_rule="all_done", multiple_outputs=True)
-    def broker_facts(discovered: dict[str, Any]) -> dict[str, Any]:
-        """Runs whatever happened to the stage tasks: only completely staged brokers are audited."""
-        settings = Settings.from_env()
-        run_id = get_current_context()["run_id"]
-        facts = steps.write_broker_facts(discovered, settings.store, layout.staging(run_id))
-        if not facts["audited"]:
-            raise RuntimeError("no broker could be staged: nothing to audit")
-        return {**facts, "detect_args": steps.detect_args(settings, run_id, facts)}
+        @task
+        def snapshot_metadata(discovered: dict[str, Any]) -> int:
+            """ZooKeeper's snapshot, or the KRaft controllers' metadata logs (their SSH connections, as discover's)."""
+            here = settings()
+            area = layout.staging(get_current_context()["run_id"])
+            inv = here.load_inventory()
+            auth = None if inv.kraft else zookeeper.credentials(inv)  # the kafka_zk_<cluster> connection
+            return steps.snapshot_metadata(discovered, here.store, area, auth=auth)
 
-    @task(outlets=[FINDINGS])
-    def publish(discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
-        return history.publish(Settings.from_env(), get_current_context()["run_id"], discovered, facts)
+        @task(trigger_rule="all_done", multiple_outputs=True)
+        def broker_facts(discovered: dict[str, Any]) -> dict[str, Any]:
+            """Runs whatever happened to the stage tasks: only completely staged brokers are audited."""
+            here = settings()
+            run_id = get_current_context()["run_id"]
+            facts = steps.write_broker_facts(discovered, here.store, layout.staging(run_id))
+            if not facts["audited"]:
+                raise RuntimeError("no broker could be staged: nothing to audit")
+            return {**facts, "detect_args": steps.detect_args(here, run_id, facts)}
 
-    @task
-    def alert(summary: dict[str, Any]) -> str | None:
-        return alerts.send_alert(Settings.from_env(), summary)
+        @task(outlets=[findings])
+        def publish(discovered: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+            return history.publish(settings(), get_current_context()["run_id"], discovered, facts)
 
-    brokers = discover()
-    discovered = brokers["fleet"]
-    staged = stage.expand(broker=brokers)
-    metadata = snapshot_metadata(discovered)
-    facts = broker_facts(discovered)
-    [staged, metadata] >> facts
-    detect = DetectOperator(
-        task_id="detect",
-        conn_id="spark_default",
-        conf=SETTINGS.detect_conf({}),
-        jars=SETTINGS.spark_jars or None,
-        secret_file=SETTINGS.spark_auth_file,
-        application_args=facts["detect_args"],
-    )
-    summary = publish(discovered, facts)
-    detect >> summary
-    alert(summary)
+        @task
+        def alert(summary: dict[str, Any]) -> str | None:
+            return alerts.send_alert(settings(), summary)
+
+        brokers = discover()
+        discovered = brokers["fleet"]
+        staged = stage.expand(broker=brokers)
+        metadata = snapshot_metadata(discovered)
+        facts = broker_facts(discovered)
+        [staged, metadata] >> facts
+        detect = DetectOperator(
+            task_id="detect",
+            conn_id="spark_default",
+            conf=SETTINGS.detect_conf({}),
+            jars=SETTINGS.spark_jars or None,
+            secret_file=SETTINGS.spark_auth_file,
+            application_args=facts["detect_args"],
+        )
+        summary = publish(discovered, facts)
+        detect >> summary
+        alert(summary)
+
+    audit()
 
 
-kafka_fleet_audit()
+for each in fleet_clusters(SETTINGS).clusters:
+    kafka_fleet_audit(each)

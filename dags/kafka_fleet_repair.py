@@ -1,5 +1,5 @@
 """
-### Kafka fleet repair (manual, human-approved)
+### Kafka fleet repair (manual, human-approved), one DAG per cluster: `kafka_fleet_repair__<cluster>`
 
 Nothing on a broker changes until a human has approved a plan that says exactly what will happen. Not on KRaft
 clusters yet: the plan task refuses an inventory with `metadata_mode` `kraft` (the health gates, the cluster lock
@@ -28,7 +28,7 @@ and the topic-ID write need ZooKeeper).
    `topic-id-missing-in-zk`, its own approval: the topic ID every replica agrees on is written back into the topic
    znode (version-checked), before a controller failover mints a new one.
 
-Undo a repair with the `kafka_fleet_restore` DAG (puts a plan's backups back).
+Undo a repair with the cluster's `kafka_fleet_restore__<cluster>` DAG (puts a plan's backups back).
 
 Operator guide: `docs/repair.md`.
 """
@@ -40,7 +40,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from fleet_doctor.airflow_links import REPAIR_DAG
+from fleet_doctor.fleet_dags import ClusterDags, fleet_clusters
 from fleet_doctor.repair import approval, tasks
 from fleet_doctor.repair.hitl import PlanApprovalOperator
 from fleet_doctor.repair.params import manual_dag_args, repair_gates
@@ -62,56 +62,64 @@ def approval_of(task_id: str, subject: str, body: str, option: str) -> PlanAppro
     )
 
 
-@dag(
-    dag_id=REPAIR_DAG,
-    **manual_dag_args(),
-    doc_md=__doc__,
-    params={
-        "audit_run": Param("latest", type="string", description="audit run id, or 'latest'"),
-        "rules": Param([], type="array", description="only these rule ids (empty: every repairable rule)"),
-        "brokers": Param([], type="array", description="only these broker ids (empty: all)"),
-        "topics": Param([], type="array", description="only these topics (empty: all)"),
-        "hold_out": Param([], type="array", description="broker ids left out of this run"),
-        "include_internal": Param(False, type="boolean", description="also repair __consumer_offsets etc."),
-        **{name: Param(**spec) for name, spec in repair_gates().items()},  # defaults: repair.gates
-    },
-)
-def kafka_fleet_repair() -> None:
-    @task
-    def plan() -> dict[str, Any]:
-        return tasks.make_plan(Settings.from_env(), get_current_context()["params"])
+def kafka_fleet_repair(cluster: ClusterDags) -> None:
+    def settings() -> Settings:
+        return Settings.from_env().for_cluster(cluster.cluster)
 
-    @task.short_circuit
-    def brokers_to_repair(planned: dict[str, Any]) -> bool:
-        return bool(planned["restart_order"])
-
-    approve = approval_of("approve", "subject", "markdown", "approve_option")
-
-    @task
-    def execute(planned: dict[str, Any]) -> dict[str, Any]:
-        ctx, settings = get_current_context(), Settings.from_env()
-        asked = tasks.approval_request(settings, planned, tasks.BROKERS)  # what the stored plan shows and offers
-        approved = approval.confirm(ctx, "approve", planned["hash"], settings, asked)  # not the upstream's state
-        return tasks.execute(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
-
-    @task.short_circuit
-    def zookeeper_to_repair(planned: dict[str, Any]) -> bool:
-        return bool(planned["counts"]["zookeeper_actions"])
-
-    approve_zookeeper = approval_of(
-        "approve_zookeeper", "zookeeper_subject", "zookeeper_markdown", "zookeeper_approve_option"
+    @dag(
+        dag_id=cluster.repair,
+        **manual_dag_args(),
+        tags=cluster.tags("repair"),
+        doc_md=__doc__,
+        params={
+            "audit_run": Param("latest", type="string", description="audit run id, or 'latest'"),
+            "rules": Param([], type="array", description="only these rule ids (empty: every repairable rule)"),
+            "brokers": Param([], type="array", description="only these broker ids (empty: all)"),
+            "topics": Param([], type="array", description="only these topics (empty: all)"),
+            "hold_out": Param([], type="array", description="broker ids left out of this run"),
+            "include_internal": Param(False, type="boolean", description="also repair __consumer_offsets etc."),
+            **{name: Param(**spec) for name, spec in repair_gates().items()},  # defaults: repair.gates
+        },
     )
+    def repair() -> None:
+        @task
+        def plan() -> dict[str, Any]:
+            return tasks.make_plan(settings(), get_current_context()["params"])
 
-    @task
-    def restore_topic_ids(planned: dict[str, Any]) -> list[str]:
-        ctx, settings = get_current_context(), Settings.from_env()
-        asked = tasks.approval_request(settings, planned, tasks.ZOOKEEPER)
-        approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], settings, asked)
-        return tasks.restore_zookeeper(settings, planned, ctx["params"], ctx["run_id"], approval=approved)
+        @task.short_circuit
+        def brokers_to_repair(planned: dict[str, Any]) -> bool:
+            return bool(planned["restart_order"])
 
-    planned = plan()
-    brokers_to_repair(planned) >> approve >> execute(planned)
-    zookeeper_to_repair(planned) >> approve_zookeeper >> restore_topic_ids(planned)
+        approve = approval_of("approve", "subject", "markdown", "approve_option")
+
+        @task
+        def execute(planned: dict[str, Any]) -> dict[str, Any]:
+            ctx, here = get_current_context(), settings()
+            asked = tasks.approval_request(here, planned, tasks.BROKERS)  # what the stored plan shows and offers
+            approved = approval.confirm(ctx, "approve", planned["hash"], here, asked)  # not the upstream's state
+            return tasks.execute(here, planned, ctx["params"], ctx["run_id"], approval=approved)
+
+        @task.short_circuit
+        def zookeeper_to_repair(planned: dict[str, Any]) -> bool:
+            return bool(planned["counts"]["zookeeper_actions"])
+
+        approve_zookeeper = approval_of(
+            "approve_zookeeper", "zookeeper_subject", "zookeeper_markdown", "zookeeper_approve_option"
+        )
+
+        @task
+        def restore_topic_ids(planned: dict[str, Any]) -> list[str]:
+            ctx, here = get_current_context(), settings()
+            asked = tasks.approval_request(here, planned, tasks.ZOOKEEPER)
+            approved = approval.confirm(ctx, "approve_zookeeper", planned["hash"], here, asked)
+            return tasks.restore_zookeeper(here, planned, ctx["params"], ctx["run_id"], approval=approved)
+
+        planned = plan()
+        brokers_to_repair(planned) >> approve >> execute(planned)
+        zookeeper_to_repair(planned) >> approve_zookeeper >> restore_topic_ids(planned)
+
+    repair()
 
 
-kafka_fleet_repair()
+for each in fleet_clusters(SETTINGS).clusters:
+    kafka_fleet_repair(each)

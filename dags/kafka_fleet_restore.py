@@ -1,7 +1,9 @@
 """
-### Kafka fleet restore (manual, human-approved): put a repair's backups back
+### Kafka fleet restore (manual, human-approved), one DAG per cluster: `kafka_fleet_restore__<cluster>`
 
-The undo of `kafka_fleet_repair`, with the same care as the repair.
+Puts a repair's backups back.
+
+The undo of the cluster's `kafka_fleet_repair__<cluster>`, with the same care as the repair.
 
 Not on KRaft clusters yet: the plan task refuses an inventory with `metadata_mode` `kraft`.
 
@@ -29,7 +31,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from fleet_doctor.airflow_links import RESTORE_DAG
+from fleet_doctor.fleet_dags import ClusterDags, fleet_clusters
 from fleet_doctor.repair import approval, restore_tasks
 from fleet_doctor.repair.hitl import PlanApprovalOperator
 from fleet_doctor.repair.params import manual_dag_args, restore_gates
@@ -38,42 +40,49 @@ from fleet_doctor.settings import Settings
 SETTINGS = Settings.from_env()
 
 
-@dag(
-    dag_id=RESTORE_DAG,
-    **manual_dag_args(),
-    doc_md=__doc__,
-    params={
-        "plan": Param(type="string", pattern="^[0-9a-f]{12,64}$", description="the repair plan's hash"),
-        "attempt": Param("", type="string", description="the repair's run id (empty: the newest with a backup)"),
-        "brokers": Param([], type="array", description="broker ids to restore (empty: every one with a backup)"),
-        "start": Param(True, type="boolean", description="start each broker again (false: one broker only)"),
-        **{name: Param(**spec) for name, spec in restore_gates().items()},  # defaults: repair.gates
-    },
-)
-def kafka_fleet_restore() -> None:
-    @task
-    def plan() -> dict[str, Any]:
-        return restore_tasks.plan(Settings.from_env(), get_current_context()["params"])
+def kafka_fleet_restore(cluster: ClusterDags) -> None:
+    def settings() -> Settings:
+        return Settings.from_env().for_cluster(cluster.cluster)
 
-    approve = PlanApprovalOperator(
-        task_id="approve",
-        subject_key="subject",
-        body_key="markdown",
-        option_key="approve_option",
-        assigned_users=approval.hitl_users(SETTINGS),
-        response_timeout=timedelta(hours=24),
+    @dag(
+        dag_id=cluster.restore,
+        **manual_dag_args(),
+        tags=cluster.tags("restore"),
+        doc_md=__doc__,
+        params={
+            "plan": Param(type="string", pattern="^[0-9a-f]{12,64}$", description="the repair plan's hash"),
+            "attempt": Param("", type="string", description="the repair's run id (empty: the newest with a backup)"),
+            "brokers": Param([], type="array", description="broker ids to restore (empty: every one with a backup)"),
+            "start": Param(True, type="boolean", description="start each broker again (false: one broker only)"),
+            **{name: Param(**spec) for name, spec in restore_gates().items()},  # defaults: repair.gates
+        },
     )
+    def restore_dag() -> None:
+        @task
+        def plan() -> dict[str, Any]:
+            return restore_tasks.plan(settings(), get_current_context()["params"])
 
-    @task
-    def restore(planned: dict[str, Any]) -> dict[str, Any]:
-        ctx = get_current_context()
-        settings = Settings.from_env()
-        asked = restore_tasks.approval_request(settings, planned)  # what the stored restore plan shows and offers
-        answer = approval.confirm(ctx, "approve", planned["hash"], settings, asked)
-        return restore_tasks.restore_backup(settings, planned, ctx["params"], ctx["run_id"], approval=answer)
+        approve = PlanApprovalOperator(
+            task_id="approve",
+            subject_key="subject",
+            body_key="markdown",
+            option_key="approve_option",
+            assigned_users=approval.hitl_users(SETTINGS),
+            response_timeout=timedelta(hours=24),
+        )
 
-    planned = plan()
-    planned >> approve >> restore(planned)
+        @task
+        def restore(planned: dict[str, Any]) -> dict[str, Any]:
+            ctx, here = get_current_context(), settings()
+            asked = restore_tasks.approval_request(here, planned)  # what the stored restore plan shows and offers
+            answer = approval.confirm(ctx, "approve", planned["hash"], here, asked)
+            return restore_tasks.restore_backup(here, planned, ctx["params"], ctx["run_id"], approval=answer)
+
+        planned = plan()
+        planned >> approve >> restore(planned)
+
+    restore_dag()
 
 
-kafka_fleet_restore()
+for each in fleet_clusters(SETTINGS).clusters:
+    kafka_fleet_restore(each)

@@ -1,26 +1,47 @@
-"""The Kafka fleet view in Airflow's UI: a nav entry "Kafka fleet" that shows the published audit of the fleet
-(``fleet_doctor.console``, served by a FastAPI app at ``/kafka-fleet`` in the api-server) inside Airflow, and the
-repair DAG's pre-filled trigger page (``docs/console.md``).
+"""The Kafka fleet view in Airflow's UI: a nav entry "Kafka fleet" that shows the fleet overview and each cluster's
+published audit (``fleet_doctor.console``, served by a FastAPI app at ``/kafka-fleet`` in the api-server) inside
+Airflow, and each cluster's repair DAG's pre-filled trigger page (``docs/console.md``).
 
 Airflow's plugin loader imports every top-level ``.py`` file in the plugins folder; the library itself
 (``fleet_doctor/``) is excluded by ``.airflowignore`` and imported as a package. Airflow does not authenticate a
-plugin's FastAPI app: its routes use Airflow's own authorization dependencies (the logged-in user must be allowed to
-read the audit DAG; the repair page, the repair DAG)."""
+plugin's FastAPI app: its routes use Airflow's own authorization (the logged-in user must be allowed to read the
+cluster's audit DAG; the repair page, its repair DAG; the overview lists the clusters whose audit DAG the user may
+read)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
-from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.api_fastapi.app import get_auth_manager
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import Depends
+from fastapi import Depends, Request
 
-from fleet_doctor.airflow_links import AUDIT_DAG, PREFIX, REPAIR_DAG
+from fleet_doctor.airflow_links import PREFIX, audit_dag, repair_dag
 from fleet_doctor.console.app import create_app
 
+
+def may_get(dag_of: Callable[[str], str]) -> Callable[[Request, Any], None]:
+    """A route dependency: 403 unless the user may read the DAG ``dag_of(<the path's cluster>)``."""
+
+    def check(request: Request, user: GetUserDep) -> None:
+        dag_id = dag_of(str(request.path_params.get("cluster", "")))
+        requires_access_dag("GET", param_dag_id=dag_id)(request, user)  # Airflow's own check, for this DAG
+
+    return check
+
+
+def readable(user: GetUserDep) -> Callable[[str], bool]:
+    """Which DAGs the user may read (one query for the whole overview)."""
+    allowed = get_auth_manager().get_authorized_dag_ids(user=user, method="GET")
+    return lambda dag_id: dag_id in allowed
+
+
 app = create_app(
-    read=[Depends(requires_access_dag("GET", param_dag_id=AUDIT_DAG))],
-    repair=[Depends(requires_access_dag("GET", param_dag_id=REPAIR_DAG))],
+    read=[Depends(may_get(audit_dag))],
+    repair=[Depends(may_get(repair_dag))],
+    readable=readable,
 )
 
 

@@ -284,7 +284,7 @@ def test_a_big_plan_keeps_the_approval_short_summary_first() -> None:
     assert "while broker 3 is down, 7 partition(s) go under min.insync.replicas (`a-0`, `a-1`, and 5 more)" in joined
     assert "broker 3 is the only in-sync replica of 1 partition(s)" in joined
     assert "broker 3 stopped uncleanly: its start recovers 40 segment(s), 3072.0 MiB, est. 41 s" in joined
-    assert f"`kafka_fleet_restore` with plan `{plan.hash[:16]}`" in joined
+    assert f"`kafka_fleet_restore__{plan.cluster}` with plan `{plan.hash[:16]}`" in joined  # the cluster's own
     assert f"`/srv/repairs/{plan.hash}/attempts/<run>/broker-<id>/`" in joined
     assert f"Plan hash: `{plan.hash}`" in summary and hashes_in(text) == [plan.hash]
     assert "DRY RUN" not in text

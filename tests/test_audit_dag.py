@@ -12,32 +12,23 @@ from pathlib import Path
 import pytest
 
 from fleet_doctor.settings import Settings
+from harness import inventories
+from harness.dags import FLEET, KRAFT_CLUSTER, ZK_CLUSTER, dag_bag, parse
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def load_dag(tmp_path: Path, **env: str):
-    os.environ.setdefault("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    for k, v in env.items():
-        os.environ[k] = v
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    return bag.dags["kafka_fleet_audit"]
+AUDIT = f"kafka_fleet_audit__{ZK_CLUSTER}"
 
 
 @pytest.fixture
-def dag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("FLEET_DOCTOR_AUDIT_SCHEDULE", "0 2 * * *")
-    monkeypatch.delenv("FLEET_DOCTOR_AUDIT_POOL", raising=False)
-    return load_dag(tmp_path)
+def dag():
+    return dag_bag().dags[AUDIT]
 
 
 def test_schedule_runs_and_tags(dag) -> None:
-    assert dag.timetable.expression == "0 2 * * *"  # nightly at 02:00 by default
+    # nightly at 02:00 by default, spread over a 120-minute window: the second of two clusters (by name) at 03:00
+    assert dag.timetable.expression == "0 3 * * *"
     assert dag.max_active_runs == 1 and dag.catchup is False
-    assert {"kafka", "fleet-doctor", "audit"} <= set(dag.tags)
+    assert {"kafka", "fleet-doctor", "audit", f"cluster:{ZK_CLUSTER}", "zookeeper"} <= set(dag.tags)
     assert dag.doc_md and "not audited" in dag.doc_md
     assert dag.params["brokers"] == []  # the nightly run audits the whole fleet; a manual run may pick brokers
 
@@ -53,9 +44,11 @@ def test_graph_is_the_runbook(dag) -> None:
 
 def test_stage_is_mapped_pooled_and_retried(dag) -> None:
     stage = dag.get_task("stage")
-    assert stage.pool == "kafka_fleet_audit"
-    # the pool (32 slots by default: a 20-broker fleet stages in one wave) bounds staging, not the DAG's own cap
-    assert dag.max_active_tasks == Settings.from_env().pool_slots + 2  # 34 unless configured
+    assert stage.pool == "kafka_fleet_audit"  # one pool for the fleet
+    # the pool (32 slots by default: a 20-broker cluster stages in one wave) bounds staging, not the DAG's own cap;
+    # with two clusters each may take all of it
+    assert stage.max_active_tis_per_dagrun == Settings.from_env().pool_slots == 32
+    assert dag.max_active_tasks == 32 + 2
     assert stage.retries == 2 and stage.retry_exponential_backoff
     assert type(stage).__name__.endswith("MappedOperator")  # one task instance per broker
     # a failed broker must not stop the audit of the others
@@ -73,21 +66,75 @@ def test_detect_is_spark_submit_of_the_detection_app(dag) -> None:
     assert "spark.driver.host" not in (detect.conf or {})
 
 
-def test_publish_emits_the_findings_asset(dag) -> None:
+def test_publish_emits_the_clusters_findings_asset(dag) -> None:
     outlets = dag.get_task("publish").outlets
-    assert [a.name for a in outlets] == ["kafka_fleet_findings"]
+    assert [a.name for a in outlets] == [f"kafka_fleet_findings__{ZK_CLUSTER}"]
+    assert outlets[0].uri.endswith(f"/clusters/{ZK_CLUSTER}/findings")
+
+
+def test_each_cluster_has_its_own_dags_tagged_with_its_metadata_mode() -> None:
+    bag = dag_bag()
+    fleet = [d["cluster"] for d in FLEET]
+    assert sorted(bag.dags) == sorted(
+        f"kafka_fleet_{kind}__{c}" for kind in ("audit", "repair", "restore") for c in fleet
+    )
+    kraft = bag.dags[f"kafka_fleet_audit__{KRAFT_CLUSTER}"]
+    assert {"kraft", f"cluster:{KRAFT_CLUSTER}", "audit"} <= set(kraft.tags) and "zookeeper" not in kraft.tags
+    assert {"kraft", f"cluster:{KRAFT_CLUSTER}", "repair"} <= set(bag.dags[f"kafka_fleet_repair__{KRAFT_CLUSTER}"].tags)
+    # the first cluster's nightly audit starts at the schedule's time, the second's half the window after it
+    assert kraft.timetable.expression == "0 2 * * *"
+
+
+def test_the_audits_spread_over_the_window_unless_an_inventory_sets_its_schedule(tmp_path: Path) -> None:
+    clusters = [inventories.inventory(f"c{i}") for i in range(4)]
+    clusters[2]["schedule"] = "@hourly"
+    bag = parse(REPO / "dags", inventories.fleet_dir(tmp_path / "fleet", *clusters), FLEET_DOCTOR_AUDIT_WINDOW="90")
+    assert bag.import_errors == {}
+    schedules = {c: bag.dags[f"kafka_fleet_audit__{c}"].timetable.expression for c in ("c0", "c1", "c2", "c3")}
+    assert schedules == {"c0": "0 2 * * *", "c1": "30 2 * * *", "c2": "0 * * * *", "c3": "0 3 * * *"}
+
+
+def test_a_broken_inventory_never_hides_the_other_clusters_dags(tmp_path: Path) -> None:
+    fleet = inventories.fleet_dir(tmp_path / "fleet", inventories.inventory("good"))
+    inventories.write(fleet / "broken.json", "{not json")
+    inventories.write(fleet / "bad-schedule.json", inventories.inventory("bad", schedule="at two"))
+    missing = inventories.inventory("missing-field")
+    del missing["brokers"]
+    inventories.write(fleet / "missing.json", missing)
+    bag = parse(REPO / "dags", fleet)
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == ["kafka_fleet_audit__good", "kafka_fleet_repair__good", "kafka_fleet_restore__good"]
+    # and a cluster added shows up at the next parse
+    inventories.write(fleet / "new.json", inventories.inventory("new"))
+    assert "kafka_fleet_audit__new" in parse(REPO / "dags", fleet).dags
+
+
+def test_many_clusters_share_the_pool_fairly(tmp_path: Path) -> None:
+    fleet = inventories.fleet_dir(tmp_path / "fleet", *(inventories.inventory(f"c{i:02d}") for i in range(50)))
+    bag = parse(REPO / "dags", fleet)
+    stage = bag.dags["kafka_fleet_audit__c07"].get_task("stage")
+    assert stage.pool == "kafka_fleet_audit" and stage.max_active_tis_per_dagrun == 4  # 2 x 32 / 50, at least 4
+    schedules = {bag.dags[f"kafka_fleet_audit__c{i:02d}"].timetable.expression for i in range(50)}
+    assert len(schedules) == 50  # 120 minutes over 50 clusters: no two start together
+
+
+def test_a_missing_inventory_is_an_import_error_that_names_it(tmp_path: Path) -> None:
+    bag = parse(REPO / "dags", tmp_path / "nowhere.json")
+    assert bag.dags == {} and all("nowhere.json" in e for e in bag.import_errors.values())
 
 
 def test_schedule_and_pool_are_configurable(tmp_path: Path) -> None:
+    inv = inventories.write(tmp_path / "prod.json", inventories.inventory("prod"))
     code = (
         "import sys; sys.path.insert(0, 'plugins');"
         "from airflow.dag_processing.dagbag import DagBag;"
-        "d = DagBag(dag_folder='dags').dags['kafka_fleet_audit'];"
+        "d = DagBag(dag_folder='dags').dags['kafka_fleet_audit__prod'];"
         "print(d.timetable.expression, d.get_task('stage').pool)"
     )
     env = dict(
         os.environ,
         AIRFLOW_HOME=str(tmp_path / "af"),
+        FLEET_DOCTOR_INVENTORY=str(inv),
         FLEET_DOCTOR_AUDIT_SCHEDULE="30 3 * * 1-5",
         FLEET_DOCTOR_AUDIT_POOL="audit_eu1",
     )

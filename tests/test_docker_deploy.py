@@ -872,7 +872,7 @@ def detect_task_submit(
 
     settings = Settings.from_env({k: str(v) for k, v in worker_env.items()})  # the DAG's SETTINGS in that worker
     inventory = Inventory("c", "127.0.0.1:2181", [])
-    conns = deploy.connections(inventory, "/k", worker_env[deploy.SPARK_MASTER], "http://127.0.0.1:1", "api", "pw")
+    conns = deploy.connections([inventory], "/k", worker_env[deploy.SPARK_MASTER], "http://127.0.0.1:1", "api", "pw")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(conns[deploy.SPARK_CONN]))
     op = DetectOperator(
         task_id="detect",

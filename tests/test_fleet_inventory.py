@@ -14,28 +14,16 @@ import pytest
 
 from fleet_doctor import inventory
 from fleet_doctor.inventory import InventoryError, load_fleet
+from harness import inventories
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"  # Kafka's example cluster id (22 base64url characters)
 
 
 def _inv(cluster: str, **extra: Any) -> dict[str, Any]:
-    broker = {
-        "id": 1,
-        "host": "kafka-1.example",
-        "ssh_port": 22,
-        "ssh_user": "kafka",
-        "ssh_key_file": "/keys/id",
-        "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA",
-        "log_dirs": ["/var/lib/kafka"],
-        "kafka_version": "3.9.0",
-        "service": {"stop": "sudo systemctl stop kafka", "start": "sudo systemctl start kafka", "status": "true"},
-    }
-    return {"inventory_version": 1, "cluster": cluster, "zookeeper": "zk:2181/kafka", "brokers": [broker], **extra}
+    return inventories.inventory(cluster, **extra)
 
 
-def _write(path: Path, data: Any) -> Path:
-    path.write_text(data if isinstance(data, str) else json.dumps(data))
-    return path
+_write = inventories.write
 
 
 def test_a_single_file_is_a_fleet_of_one(tmp_path: Path) -> None:

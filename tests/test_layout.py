@@ -145,7 +145,17 @@ def test_parsing_the_dags_imports_nothing_heavy(tmp_path: Path) -> None:
         "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
         "print(' '.join(sorted(m for m in sys.modules if '.' not in m)))\n"
     )
-    env = {"PATH": "/usr/bin:/bin", "AIRFLOW_HOME": str(tmp_path), "PYTHONPATH": str(REPO / "plugins")}
+    from harness import inventories
+
+    fleet = inventories.fleet_dir(
+        tmp_path / "fleet", inventories.inventory("prod"), inventories.inventory("k", kraft=True)
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "AIRFLOW_HOME": str(tmp_path),
+        "PYTHONPATH": str(REPO / "plugins"),
+        "FLEET_DOCTOR_INVENTORY": str(fleet),
+    }
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     loaded = set(r.stdout.split())

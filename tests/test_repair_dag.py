@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from harness import inventories
+from harness.dags import ZK_CLUSTER, dag_bag, parse
+
 REPO = Path(__file__).resolve().parents[1]
+REPAIR, RESTORE = f"kafka_fleet_repair__{ZK_CLUSTER}", f"kafka_fleet_restore__{ZK_CLUSTER}"
 
 
-def test_repair_dag_is_manual_and_approval_gated(tmp_path: Path) -> None:
-    os.environ.setdefault("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    from airflow.dag_processing.dagbag import DagBag
+def one_cluster(tmp_path: Path) -> Path:
+    return inventories.write(tmp_path / "inventory.json", inventories.inventory(ZK_CLUSTER, brokers=3))
 
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    dag = bag.dags["kafka_fleet_repair"]
+
+def test_repair_dag_is_manual_and_approval_gated() -> None:
+    dag = dag_bag().dags[REPAIR]
     assert dag.schedule is None and dag.max_active_runs == 1
-    assert {"kafka", "fleet-doctor", "repair"} <= set(dag.tags)
+    assert {"kafka", "fleet-doctor", "repair", f"cluster:{ZK_CLUSTER}", "zookeeper"} <= set(dag.tags)
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     assert down == {
         "plan": {"brokers_to_repair", "execute", "zookeeper_to_repair", "restore_topic_ids"},
@@ -56,12 +58,10 @@ def test_repair_dag_is_manual_and_approval_gated(tmp_path: Path) -> None:
     assert params["healthy_polls"] >= 3 and params["isr_timeout_s"] >= 60  # minutes, not seconds
 
 
-def test_restore_dag_is_manual_and_takes_a_plan(tmp_path: Path) -> None:
-    os.environ.setdefault("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    from airflow.dag_processing.dagbag import DagBag
-
-    dag = DagBag(dag_folder=str(REPO / "dags")).dags["kafka_fleet_restore"]
+def test_restore_dag_is_manual_and_takes_a_plan() -> None:
+    dag = dag_bag().dags[RESTORE]
     assert dag.schedule is None and dag.max_active_runs == 1
+    assert {"restore", f"cluster:{ZK_CLUSTER}"} <= set(dag.tags)
     assert {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks} == {
         "plan": ["approve", "restore"],
         "approve": ["restore"],
@@ -78,12 +78,9 @@ def test_approvers_reach_the_approve_tasks_as_hitl_users(tmp_path: Path, monkeyp
     """FLEET_DOCTOR_APPROVERS as Airflow's HITL users ({"id", "name"}), not plain names: those made the approve task
     fail when it created its request (TypeError: string indices must be integers)."""
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    monkeypatch.setenv("FLEET_DOCTOR_APPROVERS", "alice, bob")
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags" / "kafka_fleet_repair.py"))
+    bag = parse(REPO / "dags" / "kafka_fleet_repair.py", one_cluster(tmp_path), FLEET_DOCTOR_APPROVERS="alice, bob")
     assert bag.import_errors == {}
-    dag = bag.dags["kafka_fleet_repair"]
+    dag = bag.dags[REPAIR]
     for task_id in ("approve", "approve_zookeeper"):
         assert dag.get_task(task_id).assigned_users == [{"id": "alice", "name": "alice"}, {"id": "bob", "name": "bob"}]
 
@@ -93,13 +90,14 @@ def test_an_s3_endpoint_with_credentials_never_reaches_a_dag(tmp_path: Path, mon
     one with credentials in it makes the DAG files fail to load, with a message that names the variable, not the
     secret."""
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    monkeypatch.setenv("FLEET_DOCTOR_DATA", "s3a://bucket/fleet-doctor")
-    monkeypatch.setenv("FLEET_DOCTOR_REPAIR_DIR", str(tmp_path / "repairs"))
-    monkeypatch.setenv("FLEET_DOCTOR_S3_ENDPOINT", "http://AKIAKEY:s3cr3t@127.0.0.1:9000")
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert "kafka_fleet_audit" not in bag.dags
+    bag = parse(
+        REPO / "dags",
+        one_cluster(tmp_path),
+        FLEET_DOCTOR_DATA="s3a://bucket/fleet-doctor",
+        FLEET_DOCTOR_REPAIR_DIR=str(tmp_path / "repairs"),
+        FLEET_DOCTOR_S3_ENDPOINT="http://AKIAKEY:s3cr3t@127.0.0.1:9000",
+    )
+    assert bag.dags == {}
     errors = "\n".join(bag.import_errors.values())
     assert "FLEET_DOCTOR_S3_ENDPOINT" in errors and "no credentials" in errors
     assert "s3cr3t" not in errors and "AKIAKEY" not in errors
@@ -114,11 +112,10 @@ def test_the_approve_task_skips_only_its_own_downstream_on_reject(
     task (so the acting task never runs)."""
     from datetime import UTC, datetime
 
-    from airflow.dag_processing.dagbag import DagBag
     from airflow.providers.standard.exceptions import HITLTimeoutError
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    dag = DagBag(dag_folder=str(REPO / "dags" / "kafka_fleet_repair.py")).dags["kafka_fleet_repair"]
+    dag = dag_bag().dags[REPAIR]
     approve = dag.get_task("approve")
     option = "Approve: restart 3 brokers, change 6 files (plan 0123456789ab)"
     approve.options = [option, "Reject"]  # as Airflow renders the template from the plan task's XCom

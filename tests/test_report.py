@@ -184,12 +184,12 @@ def test_the_audit_report_links_into_airflow_when_it_knows_where_airflow_is() ->
     links = re.findall(r"<a href='([^']*)' data-airflow-link( data-testid='repair-link')?>([^<]*)</a>", page)
     top = {text: href for href, tid, text in links if not tid}
     assert top == {
-        "Kafka fleet view": "https://airflow.example.com/base/plugin/kafka-fleet/kafka-fleet/",
+        "Kafka fleet view": "https://airflow.example.com/base/plugin/kafka-fleet/kafka-fleet/clusters/lab/",
         "Pending approvals (Required Actions)": "https://airflow.example.com/base/required_actions",
     }
     repairs = [html.unescape(href) for href, tid, _ in links if tid]
     assert len(repairs) == 2  # the drift and the untrimmed indexes: both repairable groups, one link each
-    prefix = "https://airflow.example.com/base/plugin/kafka-fleet/kafka-fleet/repair?"
+    prefix = "https://airflow.example.com/base/plugin/kafka-fleet/kafka-fleet/clusters/lab/repair?"
     assert all(h.startswith(prefix) for h in repairs)
     assert sorted(sorted(parse_qs(urlsplit(h).query).items()) for h in repairs) == [
         [("broker", ["1"]), ("rule", ["topic-id-mismatch"]), ("topic", ["<b>t</b>"])],

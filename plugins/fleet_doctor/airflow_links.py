@@ -10,24 +10,58 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from fleet_doctor.finding_groups import FindingGroup
 from fleet_doctor.rules import INTERNAL_TOPICS, RULES, Remediation, legal_topic, rule_ids_with
 
+# the DAG kinds: each cluster of the fleet has one DAG of each, <kind>__<cluster> (fleet_doctor.fleet_dags)
 AUDIT_DAG = "kafka_fleet_audit"
-REPORT_ONLY = Remediation.REPORT_ONLY.value
 REPAIR_DAG = "kafka_fleet_repair"
 RESTORE_DAG = "kafka_fleet_restore"
-APPROVAL_DAGS = (REPAIR_DAG, RESTORE_DAG)  # the DAGs whose runs wait for a person's approval (Required Actions)
+KINDS = (AUDIT_DAG, REPAIR_DAG, RESTORE_DAG)
+SEPARATOR = "__"
+REPORT_ONLY = Remediation.REPORT_ONLY.value
 PREFIX = "kafka-fleet"  # the app's mount (/kafka-fleet) and the nav entry's in-app route (/plugin/kafka-fleet)
+
+
+def audit_dag(cluster: str) -> str:
+    """The cluster's nightly audit DAG."""
+    return f"{AUDIT_DAG}{SEPARATOR}{cluster}"
+
+
+def repair_dag(cluster: str) -> str:
+    """The cluster's repair DAG (manual, human-approved)."""
+    return f"{REPAIR_DAG}{SEPARATOR}{cluster}"
+
+
+def restore_dag(cluster: str) -> str:
+    """The cluster's restore DAG: a repair's backups put back."""
+    return f"{RESTORE_DAG}{SEPARATOR}{cluster}"
+
+
+def approval_dags(cluster: str) -> tuple[str, str]:
+    """The cluster's DAGs whose runs wait for a person's approval (Required Actions)."""
+    return repair_dag(cluster), restore_dag(cluster)
+
+
+def cluster_of(dag_id: str) -> tuple[str, str] | None:
+    """(kind, cluster) of one of Fleet Doctor's DAG ids; None for any other DAG."""
+    kind, sep, cluster = dag_id.partition(SEPARATOR)
+    return (kind, cluster) if sep and kind in KINDS and cluster else None
 
 
 def in_airflow(page: str = "") -> str:
     """The path, relative to Airflow's base URL, that opens one of the view's pages inside Airflow's UI (the nav
-    entry's route, then the page as Airflow mirrors it): ``in_airflow(f"repair?{scope.query()}")`` is
-    ``plugin/kafka-fleet/kafka-fleet/repair?rule=...``, for links from outside (the report, an alert)."""
+    entry's route, then the page as Airflow mirrors it): ``in_airflow(cluster_page("prod", f"repair?{query}"))`` is
+    ``plugin/kafka-fleet/kafka-fleet/clusters/prod/repair?rule=...``, for links from outside (the report, an
+    alert); ``in_airflow()``, the fleet overview."""
     return f"plugin/{PREFIX}/{PREFIX}/{page}"
+
+
+def cluster_page(cluster: str, page: str = "") -> str:
+    """One of a cluster's pages in the view, relative to its mount: ``clusters/<cluster>/<page>``."""
+    return f"clusters/{quote(cluster, safe='')}/{page}"
 
 
 def is_repairable(group: FindingGroup) -> bool:
@@ -137,10 +171,6 @@ class RepairScope:
             "include_internal": self.include_internal,
             "dry_run": self.dry_run,
         }
-
-
-def _flag(values: list[str]) -> bool:
-    return bool(values) and values[-1].strip().lower() in ("1", "true", "yes", "on")
 
 
 def _flag(values: list[str]) -> bool:

@@ -41,7 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -272,13 +272,21 @@ def check_readable(path: Path, what: str) -> None:
 
 
 def connections(
-    inventory: inv.Inventory, key_file: str, spark_master: str, api_base: str, api_conn: str, reader_password: str
+    inventories: Iterable[inv.Inventory],
+    key_file: str,
+    spark_master: str,
+    api_base: str,
+    api_conn: str,
+    reader_password: str,
 ) -> dict[str, dict[str, Any]]:
-    """The connections in ``airflow connections import`` JSON form: the inventory's, each SSH one's ``key_file``
+    """The connections in ``airflow connections import`` JSON form: every inventory's (each cluster's connection ids
+    name it), each SSH one's ``key_file``
     replaced by ``key_file``; ``spark_default`` on ``spark_master`` (the whole master URL as host: the Spark
     provider takes a host with ``://`` as the master as is, so ``spark://h:7077``, ``local[2]`` or a list of
     masters come out unchanged); ``api_conn`` for the reader on ``api_base``."""
-    out = inventory.airflow_connections()
+    out: dict[str, dict[str, Any]] = {}
+    for inventory in inventories:
+        out.update(inventory.airflow_connections())
     for conn in out.values():
         if conn["conn_type"] == "ssh":
             conn["extra"] = {**conn["extra"], "key_file": key_file}
@@ -304,8 +312,10 @@ def environ_connections(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         settings = Settings.from_env(env)
     except (SettingsError, ValueError) as e:
         raise DeployError(str(e)) from e
-    inventory = inv.load(settings.inventory)
-    return connections(inventory, str(key), master, base, settings.airflow_api_conn, reader)
+    fleet = inv.load_fleet(settings.inventory)
+    for problem in fleet.problems:  # the other clusters' connections still go in (the fleet page shows it too)
+        print(f"fleet-doctor deploy: no connections for {problem.message}", file=sys.stderr)
+    return connections(fleet.clusters.values(), str(key), master, base, settings.airflow_api_conn, reader)
 
 
 def write_connections(path: Path, conns: Mapping[str, Any]) -> None:

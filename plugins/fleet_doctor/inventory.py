@@ -95,6 +95,11 @@ class Inventory:
     # a repair acts on ZooKeeper (its lock, a topic-ID write) only as an identity (the Airflow connection
     # kafka_zk_<cluster>'s credentials), unless this says an anonymous session is meant (an open ZooKeeper)
     allow_anonymous_zookeeper: bool = False
+    # when this cluster's nightly audit runs (a cron expression or an Airflow preset such as "@daily"); None: the
+    # fleet's schedule, spread over its window (fleet_doctor.fleet_dags)
+    schedule: str | None = None
+    # this cluster's own notifiers, besides the fleet's (FLEET_DOCTOR_NOTIFIERS): [{"class": ..., "kwargs": {...}}]
+    notifiers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def kraft(self) -> bool:
@@ -123,6 +128,9 @@ class Inventory:
             data["controllers"] = [{k: v for k, v in asdict(c).items() if v is not None} for c in self.controllers]
         else:
             del data["metadata_mode"], data["controllers"]
+        for optional in ("schedule", "notifiers"):  # an inventory without them reads as before
+            if not data[optional]:
+                del data[optional]
         return data
 
     def to_json(self) -> str:
@@ -296,8 +304,11 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
     if _req(data, "inventory_version", int, source) != INVENTORY_VERSION:
         raise InventoryError(f"{source}: unsupported inventory_version {data['inventory_version']}")
     cluster = _req(data, "cluster", str, source)
-    if not _CLUSTER_RE.fullmatch(cluster):
-        raise InventoryError(f"{source}: cluster name {cluster!r} must match {_CLUSTER_RE.pattern}")
+    if not _CLUSTER_RE.fullmatch(cluster) or cluster.startswith("."):
+        raise InventoryError(
+            f"{source}: cluster name {cluster!r} must match {_CLUSTER_RE.pattern} and not start with '.' (it names "
+            "the cluster's DAGs, Airflow connections and its place in the data store)"
+        )
     brokers = []
     seen = set()
     for i, b in enumerate(_req(data, "brokers", list, source)):
@@ -355,9 +366,20 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
     anonymous = data.get("allow_anonymous_zookeeper", False)
     if not isinstance(anonymous, bool):
         raise InventoryError(f"{source}: allow_anonymous_zookeeper must be true or false ({anonymous!r})")
+    schedule = data.get("schedule")
+    if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
+        raise InventoryError(f"{source}: schedule must be a cron expression or an Airflow preset ({schedule!r})")
+    notifiers = data.get("notifiers") or []
+    if not isinstance(notifiers, list) or not all(
+        isinstance(n, dict) and isinstance(n.get("class"), str) and isinstance(n.get("kwargs", {}), dict)
+        for n in notifiers
+    ):
+        raise InventoryError(f'{source}: notifiers must be a list of {{"class": ..., "kwargs": {{...}}}}')
     return Inventory(
         cluster=cluster,
         cluster_id=cluster_id,
+        schedule=schedule.strip() if schedule else None,
+        notifiers=[dict(n) for n in notifiers],
         allow_anonymous_zookeeper=anonymous,
         zookeeper=zookeeper,
         brokers=sorted(brokers, key=lambda b: b.id),

@@ -2,7 +2,9 @@
 here and nowhere else (docs/audit.md "Data store", docs/repair.md "Where a repair keeps its records").
 
 The data root (``FLEET_DOCTOR_DATA``: a local directory, ``s3a://bucket/prefix`` or ``hdfs://...``, reached through
-``fleet_doctor.store``)::
+``fleet_doctor.store``) keeps each cluster apart, under ``clusters/<cluster>/`` (``cluster_store``). A store written
+before there were fleets holds one cluster's keys at the root: that cluster keeps reading and writing them there
+(read in place; docs/audit.md "Data store"). A cluster's store, or a local work dir, holds::
 
     staging/<run>/                        one audit run's staging area (``RunArea``)
         probe/broker_id=<N>/probe.jsonl.gz          one broker's probe output but its bulk records, and
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 # ---- the data root
+CLUSTERS = "clusters"  # clusters/<cluster>/: one cluster's store
 STAGING = "staging"
 VERIFY = "verify"
 FINDINGS = "findings"  # the findings dataset of every published run (the audit DAG's Asset)
@@ -66,6 +69,37 @@ METADATA_ERROR = "metadata-error.txt"
 def safe_run_id(run_id: str) -> str:
     """Airflow run ids hold ':' and '+': keep a file-name-safe form."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)
+
+
+def cluster_root(cluster: str) -> str:
+    """Where one cluster's store is, relative to the data root."""
+    if not cluster or cluster.startswith(".") or "/" in cluster:
+        raise ValueError(f"{cluster!r} is not a cluster name (fleet_doctor.inventory)")
+    return f"{CLUSTERS}/{cluster}"
+
+
+def root_cluster(root: Any) -> str | None:
+    """The cluster a single-cluster store at the data root ``root`` (a ``Store``) belongs to: the cluster its newest
+    published run names (its history row, or the run's summary for a row written before rows named it); None when
+    the root holds no published run."""
+    runs = root.read_jsonl(HISTORY_RUNS)
+    if not runs:
+        return None
+    newest = runs[-1]
+    if newest.get("cluster"):
+        return str(newest["cluster"])
+    summary = root.read_json(report_json(str(newest.get("audit_run"))))
+    return str(summary["cluster"]) if isinstance(summary, dict) and summary.get("cluster") else None
+
+
+def cluster_store(root: Any, cluster: str) -> Any:
+    """One cluster's store in the data root ``root`` (a ``Store``): ``clusters/<cluster>/``, unless the root itself
+    holds this cluster's single-cluster store (``root_cluster``) and ``clusters/<cluster>/`` no history yet: then
+    the root, read in place."""
+    own = root.sub(cluster_root(cluster))
+    if own.is_file(HISTORY_RUNS) or root_cluster(root) != cluster:
+        return own
+    return root
 
 
 def history_findings(run: str) -> str:

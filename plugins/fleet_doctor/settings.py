@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor import layout, spark_auth
+from fleet_doctor import inventory, layout, spark_auth
+from fleet_doctor.inventory import Inventory, InventoryError
 from fleet_doctor.store import Store, s3_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +45,9 @@ class Settings:
     schedule: str = "0 2 * * *"
     pool: str = "kafka_fleet_audit"
     pool_slots: int = 32  # one wave for a fleet of up to 32 brokers (bench/README.md: audit staging)
+    # the window the clusters' nightly audits are spread over, in minutes from the schedule (fleet_doctor.fleet_dags)
+    window_min: int = 120
+    stage_slots: int = 0  # stage tasks of one cluster's audit at once (0: its fair share of the pool)
     deep: bool = True
     verify_crc: bool = False
     stage_retries: int = 2
@@ -67,6 +71,9 @@ class Settings:
     airflow_url: str = ""
     # where the store's settings (S3 endpoint, credentials) are read; None: this process's environment
     environ: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    # the cluster of the fleet these settings serve (its store, repairs and inventory); None: the data root itself
+    # and the one inventory FLEET_DOCTOR_INVENTORY names (a local scan, a single-cluster tool)
+    cluster: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -102,6 +109,8 @@ class Settings:
             schedule=env.get("FLEET_DOCTOR_AUDIT_SCHEDULE") or cls.schedule,
             pool=env.get("FLEET_DOCTOR_AUDIT_POOL") or cls.pool,
             pool_slots=int(env.get("FLEET_DOCTOR_AUDIT_POOL_SLOTS") or cls.pool_slots),
+            window_min=int(env.get("FLEET_DOCTOR_AUDIT_WINDOW") or cls.window_min),
+            stage_slots=int(env.get("FLEET_DOCTOR_AUDIT_CLUSTER_SLOTS") or cls.stage_slots),
             deep=flag("FLEET_DOCTOR_DEEP", cls.deep),
             verify_crc=flag("FLEET_DOCTOR_VERIFY_CRC", cls.verify_crc),
             stage_retries=int(env.get("FLEET_DOCTOR_STAGE_RETRIES") or cls.stage_retries),
@@ -121,19 +130,55 @@ class Settings:
             environ=environ,
         )
 
+    def for_cluster(self, cluster: str) -> Settings:
+        """The same settings, serving one cluster of the fleet (what every task of a cluster's DAGs resolves)."""
+        return replace(self, cluster=cluster)
+
+    @cached_property
+    def data_store(self) -> Store:
+        """The data root itself (every cluster's store is in it: ``layout.cluster_store``)."""
+        return Store(self.data_root, self.environ)
+
     @cached_property
     def store(self) -> Store:
-        return Store(self.data_root, self.environ)
+        """The cluster's store (``clusters/<cluster>/``, or the root read in place: ``layout.cluster_store``); the
+        data root when these settings serve no cluster."""
+        if self.cluster is None:
+            return self.data_store
+        return layout.cluster_store(self.data_store, self.cluster)
 
     @property
     def findings_url(self) -> str:
         return self.store.url(layout.FINDINGS)
 
+    def findings_asset_uri(self) -> str:
+        """The URI of the cluster's findings Asset, made without reading the store (the DAG files make it when they
+        are parsed): the cluster's findings in the data root's layout."""
+        root = self.data_store
+        key = layout.FINDINGS if self.cluster is None else f"{layout.cluster_root(self.cluster)}/{layout.FINDINGS}"
+        return asset_uri(root.url(key))
+
+    def load_inventory(self) -> Inventory:
+        """The inventory of the cluster these settings serve, from FLEET_DOCTOR_INVENTORY (a file, or a directory
+        of them). Without a cluster: the one cluster it holds. InventoryError, naming the file and the field, when
+        the cluster's inventory is broken or missing."""
+        fleet = inventory.load_fleet(self.inventory)
+        if self.cluster is None:
+            if len(fleet.clusters) == 1 and not fleet.problems:
+                return next(iter(fleet.clusters.values()))
+            if fleet.problems:
+                raise InventoryError("; ".join(p.message for p in fleet.problems))
+            raise InventoryError(f"{self.inventory}: {len(fleet.clusters)} clusters: name the one meant")
+        if self.cluster in fleet.clusters:
+            return fleet.clusters[self.cluster]
+        why = "".join(f"; {p.message}" for p in fleet.problems)
+        raise InventoryError(f"{self.inventory}: no usable inventory of cluster {self.cluster!r}{why}")
+
     def detect_conf(self, base: Mapping[str, str]) -> dict[str, str]:
         """Spark settings of the detection app: ``base``, the store's (S3A endpoint), then the configured extras, and
         ``spark.authenticate`` with a secret file (the secret itself goes in a properties file: ``spark_auth``)."""
         auth = spark_auth.AUTH_CONF if self.spark_auth_file else {}
-        return {**base, **self.store.spark_conf(), **dict(self.spark_conf), **auth}
+        return {**base, **self.data_store.spark_conf(), **dict(self.spark_conf), **auth}
 
     def aws_environ(self) -> dict[str, str]:
         """The ``AWS_*`` variables of the environment these settings were read from (an s3a:// store's credentials,
@@ -142,16 +187,19 @@ class Settings:
 
     @property
     def repairs(self) -> Path:
-        """The repair DAGs' plans, journals and backups: a local directory the plan, execute and restore tasks
-        all see (FLEET_DOCTOR_REPAIR_DIR; default ``<data root>/repairs`` for a local data root)."""
+        """The repair DAGs' plans, journals and backups of the cluster: a local directory the plan, execute and
+        restore tasks all see. ``repairs/`` in the cluster's store for a local data root, else in
+        FLEET_DOCTOR_REPAIR_DIR: ``clusters/<cluster>/`` in it, or the dir itself for the data root's own cluster
+        (read in place, as its store) and for settings that serve no cluster."""
+        in_place = self.cluster is None or self.store.root == self.data_store.root
         if self.repair_dir is not None:
-            return self.repair_dir
+            return self.repair_dir if in_place else self.repair_dir / layout.cluster_root(str(self.cluster))
         if not self.store.is_local:
             raise SettingsError(
-                f"the data root {self.store.root} is remote: set FLEET_DOCTOR_REPAIR_DIR to a directory that every "
-                "task of the repair DAGs sees (a shared volume, or one worker's disk with the DAGs on one queue)"
+                f"the data root {self.data_store.root} is remote: set FLEET_DOCTOR_REPAIR_DIR to a directory that "
+                "every task of the repair DAGs sees (a shared volume, or one worker's disk with the DAGs on one queue)"
             )
-        return Path(self.data_root) / "repairs"
+        return Path(self.store.base) / "repairs"
 
     def notifier_specs(self) -> list[tuple[str, dict[str, Any]]]:
         """FLEET_DOCTOR_NOTIFIERS as (dotted class path, kwargs) pairs, parsed when an alert is sent (a broken value

@@ -153,6 +153,12 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({self.root!r})"
 
+    def sub(self, prefix: str) -> Store:
+        """The store rooted at ``prefix`` inside this one (same settings, same connection)."""
+        child = Store(self._path(prefix) if self.is_local else self.url(prefix), self._env)
+        child._fs = self._fs
+        return child
+
     @property
     def is_local(self) -> bool:
         return not self.scheme

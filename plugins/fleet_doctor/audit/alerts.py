@@ -17,13 +17,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleet_doctor.audit.summary import RunSummary
+from fleet_doctor.inventory import InventoryError
 from fleet_doctor.settings import Settings
 
 LOG = logging.getLogger(__name__)
 
 
 def report_url(summary: RunSummary, base: str = "") -> str:
-    return f"{base.rstrip('/')}/{os.path.basename(summary.report)}" if base else summary.report
+    """Where people open the run's report: ``<base>/<run>.html`` (``{cluster}`` in the base: the run's cluster),
+    else the report's place in the store."""
+    if not base:
+        return summary.report
+    return f"{base.replace('{cluster}', summary.cluster).rstrip('/')}/{os.path.basename(summary.report)}"
 
 
 def alert_message(summary: RunSummary, report_url: str | None = None) -> str | None:
@@ -52,6 +57,18 @@ def alert_message(summary: RunSummary, report_url: str | None = None) -> str | N
     return " ".join(parts)
 
 
+def cluster_notifiers(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
+    """The cluster's own notifiers (its inventory's ``notifiers``), besides the fleet's."""
+    if settings.cluster is None:
+        return []
+    try:
+        notifiers = settings.load_inventory().notifiers
+    except InventoryError:  # the fleet's notifiers still get the alert
+        LOG.exception("cluster %s: its own notifiers are not read", settings.cluster)
+        return []
+    return [(n["class"], dict(n.get("kwargs") or {})) for n in notifiers]
+
+
 def send_alert(
     settings: Settings, summary: Mapping[str, Any] | RunSummary, context: dict[str, Any] | None = None
 ) -> str | None:
@@ -65,7 +82,7 @@ def send_alert(
         LOG.info("no critical finding and every broker audited: no alert")
         return None
     LOG.warning("ALERT %s", message)
-    for dotted, kwargs in settings.notifier_specs():
+    for dotted, kwargs in settings.notifier_specs() + cluster_notifiers(settings):
         module, _, name = dotted.rpartition(".")
         try:
             cls = getattr(importlib.import_module(module), name)

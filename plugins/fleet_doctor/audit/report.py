@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from fleet_doctor.airflow_links import RepairScope, in_airflow, is_repairable
+from fleet_doctor.airflow_links import RepairScope, cluster_page, in_airflow, is_repairable
 from fleet_doctor.audit.summary import FindingStatus, RunSummary
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.rules import SEVERITY_ORDER, severity_rank
@@ -154,16 +154,18 @@ def _file_item(f: dict[str, Any], status: bool) -> str:
     return f"<li>{state}<code>{e(name)}</code>: {e(message)}</li>"
 
 
-def _repair_link(g: FindingGroup, airflow_url: str) -> str:
-    """A repairable group's link to the repair DAG's trigger, pre-filled with the group's scope (the Kafka fleet
-    view's repair page, opened inside Airflow's UI); a report-only group's plain note."""
+def _repair_link(g: FindingGroup, airflow_url: str, cluster: str) -> str:
+    """A repairable group's link to the cluster's repair DAG's trigger, pre-filled with the group's scope (the Kafka
+    fleet view's repair page, opened inside Airflow's UI); a report-only group's plain note."""
     if not is_repairable(g):
         return "report only"
-    href = f"{airflow_url}/{in_airflow('repair?' + RepairScope.of_group(g).query())}"
+    href = f"{airflow_url}/{in_airflow(cluster_page(cluster, 'repair?' + RepairScope.of_group(g).query()))}"
     return f"<a href='{html.escape(href)}' data-airflow-link data-testid='repair-link'>Repair…</a>"
 
 
-def _groups_table(groups: Iterable[FindingGroup], out: TextIO, *, status: bool, airflow_url: str | None = None) -> None:
+def _groups_table(
+    groups: Iterable[FindingGroup], out: TextIO, *, status: bool, airflow_url: str | None = None, cluster: str = ""
+) -> None:
     """The findings of both pages, one row per group (severity, broker, rule, count, where, an example message;
     with ``status``, the audit's new / persisting / unverified / resolved counts), the files behind a disclosure;
     with ``airflow_url``, each repairable group's link to a pre-filled repair."""
@@ -183,7 +185,7 @@ def _groups_table(groups: Iterable[FindingGroup], out: TextIO, *, status: bool, 
             f"<td class='msg'>{e(g.example)}</td>",
             *([f"<td>{shown}</td>"] if status else []),
             f"<td><details><summary>{label}</summary><ul>{files}</ul></details></td>",
-            *([f"<td>{_repair_link(g, airflow_url)}</td>"] if airflow_url else []),
+            *([f"<td>{_repair_link(g, airflow_url, cluster)}</td>"] if airflow_url else []),
         ]
         out.write("<tr>" + "".join(cells) + "</tr>")
     out.write("</table>")
@@ -246,11 +248,11 @@ def svg_history(runs: list[dict[str, Any]], width: int = 640, height: int = 160)
     return "".join(parts)
 
 
-def _airflow_links(airflow_url: str) -> str:
-    """The report's way back into Airflow: the Kafka fleet view and the pending approvals (Airflow's Required
-    Actions of every DAG: the repair's and the restore's)."""
+def _airflow_links(airflow_url: str, cluster: str) -> str:
+    """The report's way back into Airflow: the cluster's page in the Kafka fleet view and the pending approvals
+    (Airflow's Required Actions of every DAG: the repair's and the restore's)."""
     links = [
-        (in_airflow(), "Kafka fleet view"),
+        (in_airflow(cluster_page(cluster)), "Kafka fleet view"),
         ("required_actions", "Pending approvals (Required Actions)"),
     ]
     return (
@@ -290,7 +292,7 @@ def render_audit_html(
     out.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style>")
     out.write(f"</head><body><h1>{e(title)}</h1>")
     if airflow_url:
-        out.write(_airflow_links(airflow_url))
+        out.write(_airflow_links(airflow_url, summary.cluster))
     out.write("<div class='cards'>")
     for s in SEVERITY_ORDER:
         out.write(f"<div class='card'><b class='{s}'>{summary.by_severity[s]}</b>{s}</div>")
@@ -331,7 +333,7 @@ def render_audit_html(
         f"<h2>Findings</h2><p>{len(active)} finding(s) in {len(groups)} group(s) (one broker, one rule, one "
         "cause each); the files behind each.</p>"
     )
-    _groups_table(groups, out, status=True, airflow_url=airflow_url)
+    _groups_table(groups, out, status=True, airflow_url=airflow_url, cluster=summary.cluster)
     resolved = [r for r in rows if r["status"] == FindingStatus.RESOLVED]
     if resolved:
         out.write(f"<h2>Resolved since the previous run</h2><p>{len(resolved)} finding(s).</p>")

@@ -392,7 +392,7 @@ def stage_and_detect(
     own_area = area is not None
     area = area or staging(run_id)
     store.check()
-    inventory = inv.load(settings.inventory)
+    inventory = settings.load_inventory()
     auth = None if inventory.kraft else credentials(inventory)
     discovered = discover(inventory, auth=auth, connect=connect_controller, store=store, area=area)
     errors = []

@@ -1,32 +1,41 @@
 """The Kafka fleet view's FastAPI app, mounted by ``plugins/kafka_fleet_plugin.py`` at ``/kafka-fleet`` in Airflow's
 api-server. Routes (relative to the mount):
 
-- ``GET /``: the fleet page (``?runs=N``: the trend over the last N runs, default 30).
-- ``GET /repair?rule=..&broker=..&topic=..``: the repair DAG's trigger form, pre-filled (repeatable params;
-  also ``include_internal``, ``dry_run``, ``audit_run``). Airflow 3.3.2 has no URL that opens its own Trigger form
-  pre-filled (docs/console.md).
-- ``GET /reports/<run>.html``: a published audit report, read from the store (only runs the history names).
+- ``GET /``: the fleet overview, one row per cluster the user may read (its audit DAG), worst first, and the
+  inventory files that give no cluster.
+- ``GET /clusters/<cluster>/``: the cluster's page (``?runs=N``: the trend over the last N runs, default 30).
+- ``GET /clusters/<cluster>/repair?rule=..&broker=..&topic=..``: the cluster's repair DAG's trigger form,
+  pre-filled (repeatable params; also ``include_internal``, ``dry_run``, ``audit_run``). Airflow 3.3.2 has no URL
+  that opens its own Trigger form pre-filled (docs/console.md).
+- ``GET /clusters/<cluster>/reports/<run>.html``: a published audit report, read from the cluster's store (only
+  runs its history names).
+- ``GET /repair``, ``GET /reports/<run>.html``: the links of reports and alerts made before there were fleets,
+  sent on to the one cluster's page (a fleet of one); with more clusters, a 404 that says to name the cluster.
 
-Airflow does not authenticate a plugin's app: every route depends on ``read`` (the plugin passes Airflow's
-``requires_access_dag``), the repair page also on ``repair``. Every response carries a Content-Security-Policy
-that lets only the page's own nonce'd scripts run."""
+Airflow does not authenticate a plugin's app: a cluster's routes depend on ``read`` (the plugin passes a check that
+the user may read the cluster's audit DAG), its repair page also on ``repair`` (its repair DAG); the overview shows
+the clusters ``readable`` allows. Every response carries a Content-Security-Policy that lets only the page's own
+nonce'd scripts run."""
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
 from collections.abc import Callable, Sequence
-from typing import Any
+from urllib.parse import quote
 
-from fastapi import FastAPI, HTTPException, Query, Request
-from fastapi.params import Depends
-from fastapi.responses import HTMLResponse
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.params import Depends as DependsParam
+from fastapi.responses import HTMLResponse, RedirectResponse
 
 from fleet_doctor import layout
-from fleet_doctor.airflow_links import RepairScope
+from fleet_doctor.airflow_links import RepairScope, audit_dag
 from fleet_doctor.console import render
-from fleet_doctor.console.data import load_view
+from fleet_doctor.console.data import cluster_row, load_view
+from fleet_doctor.fleet_dags import ClusterDags, FleetDags, fleet_clusters
+from fleet_doctor.inventory import InventoryError
 from fleet_doctor.settings import Settings, SettingsError
-from fleet_doctor.store import StoreError
+from fleet_doctor.store import Store, StoreError
 
 # the pages: their own nonce'd scripts and Airflow's REST API (same origin); framed only by Airflow itself
 PAGE_CSP = (
@@ -43,49 +52,86 @@ REPORT_CSP = (
     "allow-popups-to-escape-sandbox"
 )
 HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
+Readable = Callable[[str], bool]  # may the user read this DAG?
 
 
 def _html(text: str, csp: str, status_code: int = 200) -> HTMLResponse:
     return HTMLResponse(text, status_code=status_code, headers={**HEADERS, "Content-Security-Policy": csp})
 
 
+def everyone() -> Readable:
+    """The overview's default check (no Airflow): every cluster is shown."""
+    return lambda dag_id: True
+
+
 def create_app(
     settings: Callable[[], Settings] = Settings.from_env,
-    read: Sequence[Depends] = (),
-    repair: Sequence[Depends] = (),
+    read: Sequence[DependsParam] = (),
+    repair: Sequence[DependsParam] = (),
+    readable: Callable[..., Readable] = everyone,
 ) -> FastAPI:
-    """The app. ``settings`` is called per request (the store's settings may change without a restart);
-    ``read`` guards every route, ``repair`` the repair page as well."""
-    app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None, dependencies=list(read))
+    """The app. ``settings`` is called per request (the store's settings and the inventories may change without a
+    restart); ``read`` guards a cluster's routes, ``repair`` its repair page as well; ``readable``, a dependency,
+    says which clusters' audit DAGs the user may read (the overview lists those)."""
+    app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None)
 
-    def store_of() -> Any:
+    def fleet_of() -> tuple[Settings, FleetDags]:
         try:
-            return settings().store
-        except (SettingsError, StoreError) as err:
-            raise StoreError(f"the audit's data store is not configured: {err}") from err
+            s = settings()
+            return s, fleet_clusters(s)
+        except (SettingsError, InventoryError) as err:
+            raise StoreError(f"the fleet's settings or inventory cannot be read: {err}") from err
+
+    def cluster_of(name: str) -> tuple[ClusterDags, Store]:
+        """The cluster and its store; 404 when the fleet has no such cluster, 503 when the store is unreadable."""
+        try:
+            s, fleet = fleet_of()
+            found = next((c for c in fleet.clusters if c.cluster == name), None)
+            if found is None:
+                raise HTTPException(404, f"no cluster {name!r} in the fleet's inventory ({s.inventory})")
+            return found, s.for_cluster(name).store
+        except StoreError as err:
+            raise HTTPException(503, str(err)) from err
 
     @app.get("/", response_class=HTMLResponse)
-    def fleet(runs: int = Query(30, ge=1, le=30)) -> HTMLResponse:
+    def overview(may_read: Readable = Depends(readable)) -> HTMLResponse:
         nonce = secrets.token_urlsafe(16)
         try:
-            view = load_view(store_of())
+            s, fleet = fleet_of()
         except StoreError as err:
-            return _html(render.error_page(str(err), nonce), PAGE_CSP.format(nonce=nonce), 503)
-        return _html(render.fleet_page(view, nonce, last=runs), PAGE_CSP.format(nonce=nonce))
+            return _html(render.error_page(str(err), nonce), render_csp(nonce), 503)
+        now = dt.datetime.now(dt.UTC)
+        shown = [c for c in fleet.clusters if may_read(audit_dag(c.cluster))]
+        rows = [cluster_row(c.inventory, c.schedule, lambda c=c: s.for_cluster(c.cluster).store, now) for c in shown]
+        page = render.overview_page(rows, fleet.problems, nonce, hidden=len(fleet.clusters) - len(shown), now=now)
+        return _html(page, render_csp(nonce))
 
-    @app.get("/repair", response_class=HTMLResponse, dependencies=list(repair))
-    def repair_form(request: Request) -> HTMLResponse:
+    @app.get("/clusters/{cluster}/", response_class=HTMLResponse, dependencies=list(read))
+    def cluster_page(cluster: str, runs: int = Query(30, ge=1, le=30)) -> HTMLResponse:
+        nonce = secrets.token_urlsafe(16)
+        try:
+            _, store = cluster_of(cluster)
+            view = load_view(store)
+        except (StoreError, HTTPException) as err:
+            message = err.detail if isinstance(err, HTTPException) else str(err)
+            code = err.status_code if isinstance(err, HTTPException) else 503
+            return _html(render.error_page(str(message), nonce, cluster), render_csp(nonce), code)
+        return _html(render.fleet_page(view, nonce, cluster=cluster, last=runs), render_csp(nonce))
+
+    @app.get("/clusters/{cluster}/repair", response_class=HTMLResponse, dependencies=[*read, *repair])
+    def repair_form(cluster: str, request: Request) -> HTMLResponse:
+        cluster_of(cluster)
         nonce = secrets.token_urlsafe(16)
         scope, problems = RepairScope.from_query(request.query_params.multi_items())
-        return _html(render.repair_page(scope, problems, nonce), PAGE_CSP.format(nonce=nonce))
+        return _html(render.repair_page(scope, problems, nonce, cluster=cluster), render_csp(nonce))
 
-    @app.get("/reports/{name}", response_class=HTMLResponse)
-    def report(name: str) -> HTMLResponse:
+    @app.get("/clusters/{cluster}/reports/{name}", response_class=HTMLResponse, dependencies=list(read))
+    def report(cluster: str, name: str) -> HTMLResponse:
         run = name.removesuffix(".html")
         if run == name:
             raise HTTPException(404, f"{name}: not a report (reports/<run>.html)")
+        _, store = cluster_of(cluster)
         try:
-            store = store_of()
             runs = {str(r.get("audit_run")) for r in store.read_jsonl(layout.HISTORY_RUNS)}
             if run not in runs:
                 raise HTTPException(404, f"no audit run {run!r} in {store.url(layout.HISTORY_RUNS)}")
@@ -97,4 +143,30 @@ def create_app(
         nonce = secrets.token_urlsafe(16)  # the report's links into Airflow open in the Airflow window
         return _html(render.with_nav(text, nonce), REPORT_CSP.format(nonce=nonce))
 
+    def the_only_cluster(may_read: Readable) -> str:
+        try:
+            _, fleet = fleet_of()
+        except StoreError as err:
+            raise HTTPException(503, str(err)) from err
+        names = [c.cluster for c in fleet.clusters]
+        if len(names) != 1 or not may_read(audit_dag(names[0])):
+            raise HTTPException(404, "the fleet has several clusters: open the page at clusters/<cluster>/")
+        return names[0]
+
+    @app.get("/repair")
+    def old_repair(request: Request, may_read: Readable = Depends(readable)) -> RedirectResponse:
+        """A repair link from before there were fleets (a report, an alert): the one cluster's repair page."""
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"clusters/{quote(the_only_cluster(may_read), safe='')}/repair{query}", 307)
+
+    @app.get("/reports/{name}")
+    def old_report(name: str, may_read: Readable = Depends(readable)) -> RedirectResponse:
+        return RedirectResponse(
+            f"clusters/{quote(the_only_cluster(may_read), safe='')}/reports/{quote(name, safe='')}", 307
+        )
+
     return app
+
+
+def render_csp(nonce: str) -> str:
+    return PAGE_CSP.format(nonce=nonce)

@@ -1,21 +1,26 @@
 """What the Kafka fleet view shows, read from the published audit only (``fleet_doctor.audit.history.publish``'s
 layout in the store): ``history/runs.jsonl`` (one row per run, oldest first), the latest run's
 ``history/audit_run=<run>/findings.jsonl`` (every finding with its status new / persisting / unverified /
-resolved) and its summary ``reports/<run>.json``. One store holds one deployment's history: its summaries name
-the cluster."""
+resolved) and its summary ``reports/<run>.json``, each cluster from its own store (``layout.cluster_store``); the
+fleet overview adds each cluster's inventory facts."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from croniter import croniter
 
 from fleet_doctor import layout
 from fleet_doctor.audit.summary import STANDING, FindingStatus, RunSummary
 from fleet_doctor.finding_groups import FindingGroup, group_findings
+from fleet_doctor.fleet_dags import cron_of
+from fleet_doctor.inventory import Inventory
 from fleet_doctor.rules import severity_rank
-from fleet_doctor.store import Store
+from fleet_doctor.store import Store, StoreError
 
 
 @dataclass(frozen=True)
@@ -95,3 +100,87 @@ def distinct(values: Iterable[str]) -> list[tuple[str, int]]:
 
 def cluster_name(summary: RunSummary | None) -> str:
     return (summary.cluster if summary else "") or "(unnamed cluster)"
+
+
+# ---- the fleet: one row per cluster
+STALE_GRACE = dt.timedelta(hours=2)  # how long a scheduled audit may take before it counts as missing
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    """One cluster of the fleet overview: its inventory's facts and its latest published audit (or why it could not
+    be read)."""
+
+    cluster: str
+    metadata_mode: str
+    kafka_versions: list[str]
+    brokers: int
+    schedule: str | None
+    view: FleetView | None
+    error: str | None = None  # the cluster's store could not be read
+    stale: bool = False  # the latest audit is older than the schedule allows (or there is none)
+
+    @property
+    def summary(self) -> RunSummary | None:
+        return self.view.summary if self.view else None
+
+    def count(self, severity: str) -> int:
+        s = self.summary
+        return int(s.by_severity.get(severity, 0)) if s else 0
+
+    @property
+    def not_audited(self) -> list[Any]:
+        return list(self.summary.not_audited) if self.summary else []
+
+    def sort_key(self) -> tuple[Any, ...]:
+        """Worst first: unreadable, then by critical, warning findings, brokers not audited, stale, then name."""
+        return (
+            self.error is None,
+            -self.count("critical"),
+            -self.count("warning"),
+            -len(self.not_audited),
+            not self.stale,
+            self.cluster,
+        )
+
+
+def parse_time(text: Any) -> dt.datetime | None:
+    """A summary's time (``2026-11-29T02:00:00Z``), None when it is not one."""
+    try:
+        return dt.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+
+
+def is_stale(schedule: str | None, finished_at: Any, now: dt.datetime) -> bool:
+    """Whether a scheduled audit is missing: the newest one finished before the schedule's last time (less the
+    grace an audit has to finish). An unscheduled cluster is never stale."""
+    if not schedule:
+        return False
+    try:
+        expected = croniter(cron_of(schedule), now - STALE_GRACE).get_prev(dt.datetime)
+    except ValueError:
+        return False
+    when = parse_time(finished_at)
+    return when is None or when < expected
+
+
+def cluster_row(inv: Inventory, schedule: str | None, store: Callable[[], Store], now: dt.datetime) -> ClusterRow:
+    """A cluster's row: its latest audit from its store (``store()``: finding it may read the data root)."""
+    versions = sorted({b.kafka_version for b in inv.brokers})
+    try:
+        view: FleetView | None = load_view(store())
+        error = None
+    except StoreError as err:
+        view, error = None, str(err)
+    finished_at = view.summary.finished_at if view and view.summary else None
+    return ClusterRow(
+        cluster=inv.cluster,
+        metadata_mode=inv.metadata_mode,
+        kafka_versions=versions,
+        brokers=len(inv.brokers),
+        schedule=schedule,
+        view=view,
+        error=error,
+        stale=error is None and is_stale(schedule, finished_at, now),
+    )

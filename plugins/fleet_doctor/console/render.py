@@ -16,11 +16,22 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from fleet_doctor.airflow_links import APPROVAL_DAGS, AUDIT_DAG, REPAIR_DAG, RESTORE_DAG, RepairScope, is_repairable
+from fleet_doctor.airflow_links import (
+    REPAIR_DAG,
+    RESTORE_DAG,
+    SEPARATOR,
+    RepairScope,
+    approval_dags,
+    audit_dag,
+    is_repairable,
+    repair_dag,
+    restore_dag,
+)
 from fleet_doctor.audit.report import registry_notes, svg_history  # one implementation each, the report's
 from fleet_doctor.audit.summary import FindingStatus
-from fleet_doctor.console.data import FleetView, broker_label, cluster_name, distinct, matrix
+from fleet_doctor.console.data import ClusterRow, FleetView, broker_label, distinct, matrix, parse_time
 from fleet_doctor.finding_groups import FindingGroup
+from fleet_doctor.inventory import InventoryProblem
 from fleet_doctor.rules import SEVERITY_ORDER
 
 MAX_FILES = 200  # files listed per group (the count says how many there are)
@@ -70,7 +81,9 @@ pre{background:#f3f5f7;padding:.6rem;max-width:42rem;overflow:auto}
 NAV_JS = """
 (() => {
   "use strict";
-  const airflowBase = new URL("../", document.baseURI);  // these pages live one level under Airflow's root
+  // Airflow's root, relative to this page: the fleet overview lives one level under it (kafka-fleet/), a cluster's
+  // pages three (kafka-fleet/clusters/<cluster>/)
+  const airflowBase = new URL(document.documentElement.dataset.airflowRoot || "../", document.baseURI);
   function open(url) {
     // Airflow shows this page in a sandboxed iframe that may not navigate the top window: push the URL into the
     // Airflow window's history (same origin) and announce it; its router follows popstate like a Back/Forward.
@@ -231,9 +244,14 @@ def _script(nonce: str, code: str, **consts: Any) -> str:
     return f'<script nonce="{e(nonce)}">{body}</script>'
 
 
-def _page(title: str, body: str, nonce: str, scripts: Iterable[str] = ()) -> str:
+OVERVIEW_ROOT = "../"  # Airflow's root seen from the fleet overview (kafka-fleet/)
+CLUSTER_ROOT = "../../../"  # and from a cluster's pages (kafka-fleet/clusters/<cluster>/)
+
+
+def _page(title: str, body: str, nonce: str, scripts: Iterable[str] = (), root: str = CLUSTER_ROOT) -> str:
     return (
-        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(title)}</title>"
+        f"<!doctype html><html lang='en' data-airflow-root='{e(root)}'><head><meta charset='utf-8'>"
+        f"<title>{e(title)}</title>"
         f"<meta name='referrer' content='same-origin'><style>{CSS}</style></head><body>{body}"
         + _script(nonce, NAV_JS)
         + "".join(scripts)
@@ -242,18 +260,23 @@ def _page(title: str, body: str, nonce: str, scripts: Iterable[str] = ()) -> str
 
 
 def with_nav(report: str, nonce: str) -> str:
-    """A stored audit report with the view's link handler, so that its links into Airflow (``data-airflow-link``)
-    open in the Airflow window rather than inside the view's frame."""
+    """A stored audit report with the view's link handler, so that its links into Airflow (``data-airflow-link``,
+    absolute) open in the Airflow window rather than inside the view's frame."""
     head, body_end, tail = report.rpartition("</body>")
     script = _script(nonce, NAV_JS)
     return f"{head}{script}{body_end}{tail}" if body_end else report + script
 
 
-def airflow_link(path: str, text: str, testid: str = "", extra: str = "") -> str:
+def airflow_link(path: str, text: str, testid: str = "", extra: str = "", root: str = CLUSTER_ROOT) -> str:
     """A link to an Airflow UI page (``path`` relative to Airflow's root, already URL-encoded), opened in the
-    Airflow window."""
+    Airflow window; ``root``: Airflow's root relative to the page the link is on."""
     tid = f' data-testid="{e(testid)}"' if testid else ""
-    return f'<a href="../{e(path)}" data-airflow-link{tid}{extra}>{text}</a>'
+    return f'<a href="{e(root)}{e(path)}" data-airflow-link{tid}{extra}>{text}</a>'
+
+
+def dag_path(dag_id: str, page: str = "") -> str:
+    """An Airflow UI path of one DAG (``dags/<id>``, or one of its pages)."""
+    return f"dags/{quote(dag_id, safe='')}" + (f"/{page}" if page else "")
 
 
 def run_path(dag_id: str, run_id: str) -> str:
@@ -261,9 +284,8 @@ def run_path(dag_id: str, run_id: str) -> str:
 
 
 def _age(finished_at: Any, now: dt.datetime) -> str:
-    try:
-        when = dt.datetime.strptime(str(finished_at), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
+    when = parse_time(finished_at)
+    if when is None:
         return ""
     s = int((now - when).total_seconds())
     if s < 0:
@@ -454,37 +476,38 @@ def _trend(view: FleetView, last: int) -> str:
     return "".join(out)
 
 
-def _nav() -> str:
+def _nav(cluster: str) -> str:
     return (
         "<nav>"
+        + "<a href='../../' data-testid='fleet-link'>← Kafka fleet</a>"
         # the repair's and the restore's approvals: Airflow's Required Actions of every DAG (one page lists both)
         + airflow_link("required_actions", "Pending approvals", "required-actions-link")
         + " <span data-testid='required-actions-count' class='muted'></span> "
-        + airflow_link(f"dags/{REPAIR_DAG}", "Repair DAG")
-        + airflow_link(f"dags/{RESTORE_DAG}", "Restore DAG")
-        + airflow_link(f"dags/{AUDIT_DAG}", "Audit DAG")
+        + airflow_link(dag_path(repair_dag(cluster)), "Repair DAG")
+        + airflow_link(dag_path(restore_dag(cluster)), "Restore DAG")
+        + airflow_link(dag_path(audit_dag(cluster)), "Audit DAG")
         + "</nav>"
     )
 
 
-def fleet_page(view: FleetView, nonce: str, *, last: int = 30, now: dt.datetime | None = None) -> str:
-    """The fleet page: the latest audit, its findings grouped, what was resolved, the trend over the last runs."""
+def fleet_page(view: FleetView, nonce: str, *, cluster: str, last: int = 30, now: dt.datetime | None = None) -> str:
+    """A cluster's page: the latest audit, its findings grouped, what was resolved, the trend over the last runs."""
     now = now or dt.datetime.now(dt.UTC)
-    scripts = [_script(nonce, PENDING_JS, DAGS=list(APPROVAL_DAGS))]
+    scripts = [_script(nonce, PENDING_JS, DAGS=list(approval_dags(cluster)))]
     if view.summary is None:
         body = (
-            "<main data-testid='kafka-fleet'><h1>Kafka fleet</h1>"
-            + _nav()
+            f"<main data-testid='kafka-fleet' data-cluster='{e(cluster)}'>"
+            f"<h1>Kafka fleet: cluster <span data-testid='cluster'>{e(cluster)}</span></h1>"
+            + _nav(cluster)
             + f"<p data-testid='no-audit'>No audit has been published in <span class='mono'>{e(view.store_url)}</span>"
-            " yet: run the " + airflow_link(f"dags/{AUDIT_DAG}", AUDIT_DAG) + " DAG.</p></main>"
+            " yet: run the " + airflow_link(dag_path(audit_dag(cluster)), e(audit_dag(cluster))) + " DAG.</p></main>"
         )
-        return _page("Kafka fleet", body, nonce, scripts)
-    cluster = cluster_name(view.summary)
+        return _page(f"Kafka fleet: {cluster}", body, nonce, scripts)
     run = view.summary.audit_run or str(view.latest)
     body = (
         f"<main data-testid='kafka-fleet' data-cluster='{e(cluster)}' data-audit-run='{e(run)}'>"
         f"<h1>Kafka fleet: cluster <span data-testid='cluster'>{e(cluster)}</span></h1>"
-        + _nav()
+        + _nav(cluster)
         + _latest(view, now)
         + _groups(view)
         + _resolved(view)
@@ -494,13 +517,165 @@ def fleet_page(view: FleetView, nonce: str, *, last: int = 30, now: dt.datetime 
     return _page(f"Kafka fleet: {cluster}", body, nonce, scripts)
 
 
-def error_page(message: str, nonce: str) -> str:
+FLEET_PENDING_JS = """
+(() => {
+  "use strict";
+  // every cluster's approvals waiting for a person in one query (the repair and restore DAGs' ids start with the
+  // prefixes below), counted per cluster into its row
+  const found = document.querySelectorAll("[data-testid='pending'][data-cluster]");
+  const cells = new Map([...found].map((c) => [c.dataset.cluster, c]));
+  if (!cells.size) return;
+  const query = "api/v2/dags/~/dagRuns/~/hitlDetails?response_received=false&limit=1000&dag_id_prefix_pattern=";
+  const get = (prefix) =>
+    fetch(kafkaFleet.url(query + encodeURIComponent(prefix)), {
+      credentials: "same-origin",
+      headers: {Accept: "application/json"},
+    }).then((r) => (r.ok ? r.json() : Promise.reject(new Error(`HTTP ${r.status}`))));
+  Promise.all(PREFIXES.map(get)).then((pages) => {
+    const counts = new Map();
+    for (const page of pages) {
+      for (const item of page.hitl_details || []) {
+        const dag = (item.task_instance || {}).dag_id || "";
+        const prefix = PREFIXES.find((p) => dag.startsWith(p));
+        if (prefix) counts.set(dag.slice(prefix.length), (counts.get(dag.slice(prefix.length)) || 0) + 1);
+      }
+    }
+    for (const [cluster, cell] of cells) {
+      const n = counts.get(cluster) || 0;
+      cell.dataset.count = String(n);
+      cell.textContent = String(n);
+    }
+  }).catch((err) => {
+    for (const cell of cells.values()) cell.textContent = "?";
+  });
+})();
+"""
+
+SORT_JS = """
+(() => {
+  "use strict";
+  // a click on a column header sorts the table by it (again: the other way); numbers as numbers
+  const table = document.querySelector("[data-testid='clusters']");
+  if (!table) return;
+  const heads = [...table.querySelectorAll("th[data-sort]")];
+  heads.forEach((th, i) => th.addEventListener("click", () => {
+    const desc = th.dataset.dir !== "desc";
+    heads.forEach((h) => delete h.dataset.dir);
+    th.dataset.dir = desc ? "desc" : "asc";
+    const rows = [...table.querySelectorAll("tr[data-testid='cluster-row']")];
+    const key = (tr) => tr.children[i].dataset.value ?? tr.children[i].textContent;
+    const num = th.dataset.sort === "num";
+    rows.sort((a, b) => {
+      const x = key(a), y = key(b);
+      const c = num ? Number(x) - Number(y) : x.localeCompare(y);
+      return desc ? -c : c;
+    });
+    rows.forEach((tr) => table.tBodies[0].appendChild(tr));
+  }));
+})();
+"""
+
+
+def _spark(runs: list[dict[str, Any]], last: int = 10) -> str:
+    """A small trend: critical and warning findings of the last runs, one bar each (inline SVG)."""
+    runs = runs[-last:]
+    if not runs:
+        return ""
+    counts = [[int((r.get("by_severity") or {}).get(s, 0)) for s in ("critical", "warning")] for r in runs]
+    top = max(sum(c) for c in counts) or 1
+    bars = []
+    for i, (crit, warn) in enumerate(counts):
+        hc, hw = round(16 * crit / top), round(16 * warn / top)
+        bars.append(f"<rect x='{i * 6}' y='{16 - hc - hw}' width='5' height='{hw}' fill='#e67e22'/>")
+        bars.append(f"<rect x='{i * 6}' y='{16 - hc}' width='5' height='{hc}' fill='#c0392b'/>")
+    title = ", ".join(f"{c}/{w}" for c, w in counts)
+    return (
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{len(runs) * 6}' height='16' role='img' "
+        f"data-testid='spark'><title>critical/warning, oldest first: {e(title)}</title>{''.join(bars)}</svg>"
+    )
+
+
+def _cluster_row(row: ClusterRow, now: dt.datetime) -> str:
+    s = row.summary
+    link = f"<a href='clusters/{quote(row.cluster, safe='')}/' data-testid='cluster-link'>{e(row.cluster)}</a>"
+    if row.error:
+        last, state, value = f"<span class='alert'>{e(row.error)}</span>", "unreadable", ""
+    elif s is None:
+        last, state, value = "<span class='muted'>no audit yet</span>", "none", ""
+    else:
+        age = _age(s.finished_at, now)
+        last = f"{e(s.finished_at or '')}" + (f" <span class='muted'>({e(age)})</span>" if age else "")
+        state, value = ("partial" if s.out_of_scope else "ok"), str(s.finished_at or "")
+    if row.stale and row.error is None:
+        state = "stale"
+        last += f" <span class='note' data-testid='stale' title='{e(f'schedule {row.schedule}')}'>stale</span>"
+    runs = row.view.runs if row.view else []
+    return (
+        f"<tr data-testid='cluster-row' data-cluster='{e(row.cluster)}' data-state='{e(state)}'>"
+        f"<td>{link}</td><td>{e(row.metadata_mode)}</td><td>{e(', '.join(row.kafka_versions))}</td>"
+        f"<td class='num'>{row.brokers}</td><td data-value='{e(value)}'>{last}</td>"
+        f"<td class='num critical' data-testid='critical'>{row.count('critical')}</td>"
+        f"<td class='num warning' data-testid='warning'>{row.count('warning')}</td>"
+        f"<td>{_spark(runs)}</td>"
+        f"<td data-testid='not-audited' data-value='{len(row.not_audited)}'>"
+        f"{_brokers(row.not_audited) if row.not_audited else ''}</td>"
+        f"<td class='num' data-testid='pending' data-cluster='{e(row.cluster)}'></td></tr>"
+    )
+
+
+def overview_page(
+    rows: list[ClusterRow],
+    problems: list[InventoryProblem],
+    nonce: str,
+    *,
+    hidden: int = 0,
+    now: dt.datetime | None = None,
+) -> str:
+    """The fleet overview: one row per cluster the user may read, worst first; the inventory files that give no
+    cluster. ``hidden``: clusters not shown (the user may not read their audit DAG)."""
+    now = now or dt.datetime.now(dt.UTC)
+    out = ["<main data-testid='kafka-fleet-overview'><h1>Kafka fleet</h1>"]
+    out.append(
+        "<nav>"
+        + airflow_link("required_actions", "Pending approvals", "required-actions-link", root=OVERVIEW_ROOT)
+        + "</nav>"
+    )
+    for p in problems:
+        out.append(f"<p class='alert' data-testid='inventory-problem' data-path='{e(p.path)}'>{e(p.message)}</p>")
+    if not rows:
+        why = f"{hidden} not readable by you" if hidden else "FLEET_DOCTOR_INVENTORY names none (docs/fleet.md)"
+        out.append(f"<p data-testid='no-clusters'>No cluster to show: {e(why)}.</p></main>")
+        return _page("Kafka fleet", "".join(out), nonce, root=OVERVIEW_ROOT)
+    out.append(
+        f"<p class='muted'>{len(rows)} cluster(s), worst first (critical, then warning findings, then brokers not "
+        "audited, then stale audits); click a column to sort. A cluster's name opens its page."
+        + (f" {hidden} cluster(s) not shown: you may not read their audit DAG." if hidden else "")
+        + "</p>"
+    )
+    out.append(
+        "<table data-testid='clusters'><thead><tr><th data-sort='text'>cluster</th><th data-sort='text'>metadata</th>"
+        "<th data-sort='text'>Kafka</th><th data-sort='num' class='num'>brokers</th>"
+        "<th data-sort='text'>last audit</th><th data-sort='num' class='num'>critical</th>"
+        "<th data-sort='num' class='num'>warning</th><th>trend</th><th data-sort='num'>not audited</th>"
+        "<th data-sort='num' class='num'>pending approvals</th></tr></thead><tbody>"
+    )
+    out += [_cluster_row(r, now) for r in sorted(rows, key=ClusterRow.sort_key)]
+    out.append("</tbody></table></main>")
+    prefixes = [f"{REPAIR_DAG}{SEPARATOR}", f"{RESTORE_DAG}{SEPARATOR}"]
+    scripts = [_script(nonce, FLEET_PENDING_JS, PREFIXES=prefixes), _script(nonce, SORT_JS)]
+    return _page("Kafka fleet", "".join(out), nonce, scripts, root=OVERVIEW_ROOT)
+
+
+def error_page(message: str, nonce: str, cluster: str | None = None) -> str:
+    """An error instead of a page (a cluster's, or the overview's when ``cluster`` is None)."""
     body = (
-        "<main data-testid='kafka-fleet'><h1>Kafka fleet</h1>"
-        + _nav()
+        "<main data-testid='kafka-fleet'><h1>Kafka fleet"
+        + (f": cluster {e(cluster)}" if cluster else "")
+        + "</h1>"
+        + (_nav(cluster) if cluster else "")
         + f"<p class='alert' data-testid='error'>{e(message)}</p></main>"
     )
-    return _page("Kafka fleet", body, nonce)
+    return _page("Kafka fleet", body, nonce, root=CLUSTER_ROOT if cluster else OVERVIEW_ROOT)
 
 
 def _text(name: str, label: str, hint: str, value: str) -> str:
@@ -517,19 +692,22 @@ def _check(name: str, label: str, hint: str, checked: bool) -> str:
     )
 
 
-def repair_page(scope: RepairScope, problems: list[str], nonce: str) -> str:
-    """The repair DAG's trigger form, pre-filled from ``scope``; its script posts the run to Airflow's REST API as
-    the logged-in user and opens the new run."""
+def repair_page(scope: RepairScope, problems: list[str], nonce: str, *, cluster: str) -> str:
+    """The cluster's repair DAG's trigger form, pre-filled from ``scope``; its script posts the run to Airflow's
+    REST API as the logged-in user and opens the new run."""
+    dag = repair_dag(cluster)
     problems_html = "".join(f"<p class='alert'>{e(p)}</p>" for p in problems)
     note = scope.internal_topics_note()
     if note:
         problems_html += f"<p class='alert' data-testid='internal-topics-note'>{e(note)}</p>"
     body = (
         "<main data-testid='kafka-fleet-repair'><p>"
-        + "<a href='./'>← Kafka fleet</a></p>"
-        + f"<h1>Trigger <span class='mono'>{REPAIR_DAG}</span></h1>"
-        + "<p>This starts a repair <b>plan</b> for the scope below. Nothing changes on a broker until a person "
-        "approves the plan in " + airflow_link(f"dags/{REPAIR_DAG}/required_actions", "Required Actions") + ", where "
+        + f"<a href='./'>← Kafka fleet: cluster {e(cluster)}</a></p>"
+        + f"<h1>Trigger <span class='mono' data-testid='repair-dag'>{e(dag)}</span></h1>"
+        + f"<p>This starts a repair <b>plan</b> of cluster <b>{e(cluster)}</b> for the scope below. Nothing changes on "
+        "a broker until a person approves the plan in "
+        + airflow_link(dag_path(dag, "required_actions"), "Required Actions")
+        + ", where "
         "the approval shows exactly which files are backed up and removed and the restart order. Empty fields mean "
         "all (every repairable rule, every broker, every topic).</p>"
         + problems_html
@@ -559,4 +737,4 @@ def repair_page(scope: RepairScope, problems: list[str], nonce: str) -> str:
         "<p><a data-testid='repair-run-link' data-airflow-link hidden>Open the run</a></p>"
         "</form></main>"
     )
-    return _page("Kafka fleet: repair", body, nonce, [_script(nonce, REPAIR_JS, DAG=REPAIR_DAG)])
+    return _page(f"Kafka fleet: repair {cluster}", body, nonce, [_script(nonce, REPAIR_JS, DAG=dag)])

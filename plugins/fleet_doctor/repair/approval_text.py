@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fleet_doctor.airflow_links import restore_dag
 from fleet_doctor.finding_groups import group_findings
 from fleet_doctor.layout import PLAN
 from fleet_doctor.repair.plan import QUARANTINE_DIR, BrokerPlan, Plan
@@ -134,8 +135,8 @@ def _dry_run_lines(plan: Plan) -> list[str]:
 
 def _undo_line(plan: Plan, plan_dir: str) -> str:
     return (
-        f"- **Undo:** trigger `kafka_fleet_restore` with plan `{plan.hash[:16]}`: it puts this plan's backups back "
-        f"(its own approval, the controller last). Full plan: {md_cell(f'{plan_dir}/{PLAN}', table=False)}."
+        f"- **Undo:** trigger `{restore_dag(plan.cluster)}` with plan `{plan.hash[:16]}`: it puts this plan's backups "
+        f"back (its own approval, the controller last). Full plan: {md_cell(f'{plan_dir}/{PLAN}', table=False)}."
     )
 
 

@@ -181,6 +181,7 @@ class Journal:
         if self.data.get("status") != "done" and self.needs_human():
             return (
                 "halted after changing files (or with a broker it stopped left down): the lock stays until a human "
-                "resumes this run (clear its task), restores its backups (kafka_fleet_restore) or releases it by hand"
+                "resumes this run (clear its task), restores its backups (the cluster's kafka_fleet_restore DAG) or "
+                "releases it by hand"
             )
         return None

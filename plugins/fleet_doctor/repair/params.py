@@ -19,9 +19,8 @@ def manual_dag_args() -> dict[str, Any]:
     """What the repair and restore DAGs share: triggered by hand only, one run at a time."""
     import pendulum
 
-    start = pendulum.datetime(2026, 1, 1, tz="UTC")
-    tags = ["kafka", "fleet-doctor", "repair"]
-    return {"schedule": None, "start_date": start, "catchup": False, "max_active_runs": 1, "tags": tags}
+    start = pendulum.datetime(2026, 1, 1, tz="UTC")  # one run per cluster at a time (each cluster has its own DAG)
+    return {"schedule": None, "start_date": start, "catchup": False, "max_active_runs": 1}
 
 
 def _health_gates() -> dict[str, dict[str, Any]]:

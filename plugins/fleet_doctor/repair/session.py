@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory
+from fleet_doctor.airflow_links import audit_dag
 from fleet_doctor.layout import RepairsDir, attempt_name
 from fleet_doctor.remote import airflow_ssh_client
 from fleet_doctor.repair.errors import FenceLost, RepairError
@@ -49,13 +50,13 @@ def repair_inventory(settings: Settings, what: str = "repairs") -> inventory.Inv
     """The cluster's inventory, unless it is a KRaft cluster: the repair's health gates, its cluster lock and the
     topic-ID write all work on ZooKeeper, and a KRaft cluster has none. Refused at the first task of the repair
     and restore DAGs (and again by every task that acts), before anything is read or written."""
-    inv = inventory.load(settings.inventory)
+    inv = settings.load_inventory()
     if inv.kraft:
         raise RepairError(
             f"{what} on KRaft clusters are not supported yet: cluster {inv.cluster} keeps its metadata in its "
             "controllers' __cluster_metadata log (inventory metadata_mode kraft), and the repair's health gates, "
             "cluster lock and topic-ID write need ZooKeeper. Nothing was read or changed. The nightly audit "
-            "(kafka_fleet_audit) does support KRaft: follow its findings' remediation by hand (docs/repair.md)"
+            f"({audit_dag(inv.cluster)}) does support KRaft: follow its findings' remediation by hand (docs/repair.md)"
         )
     return inv
 

@@ -13,7 +13,8 @@ import logging
 import time
 from typing import Any
 
-from fleet_doctor import inventory, layout, spark
+from fleet_doctor import layout, spark
+from fleet_doctor.airflow_links import audit_dag
 from fleet_doctor.audit import steps
 from fleet_doctor.repair import approval_text
 from fleet_doctor.repair.broker import ssh_hosts
@@ -39,7 +40,8 @@ def latest_audit_run(settings: Settings) -> str:
     """The newest audit of the whole fleet (a run of only some brokers is no base for a plan)."""
     runs = [r for r in settings.store.read_jsonl(layout.HISTORY_RUNS) if not r.get("out_of_scope")]
     if not runs:
-        raise RepairError(f"no whole-fleet audit run in {settings.store.url('history')}: run kafka_fleet_audit first")
+        audit = audit_dag(settings.cluster) if settings.cluster else "the audit DAG"
+        raise RepairError(f"no whole-fleet audit run in {settings.store.url('history')}: run {audit} first")
     return runs[-1]["audit_run"]
 
 
@@ -72,7 +74,7 @@ def plan_from(
 ) -> Plan:
     """The plan for ``findings`` of the audit run staged in ``area``, in the scope of the DAG's ``params``: its
     gates recorded (the approver sees them), its risk counted with the brokers' static min ISR."""
-    inv = inventory.load(settings.inventory)
+    inv = settings.load_inventory()
     return build_plan(
         inv.cluster,
         run,
