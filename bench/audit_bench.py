@@ -43,7 +43,7 @@ from fleet_lab import demo, fleet  # noqa: E402
 from fleet_lab.airflow_stack import LiveAirflow  # noqa: E402
 from fleet_lab.broker import running_pid  # noqa: E402
 
-AUDIT = "kafka_fleet_audit"
+AUDIT = "kafka_fleet_audit__lab"  # the lab cluster's
 TARGET = 1.5
 BEGIN, END = "<!-- audit-bench:begin -->", "<!-- audit-bench:end -->"
 PHASES = ("discover", "stage", "snapshot_metadata", "broker_facts", "detect", "publish", "alert")  # the DAG's tasks

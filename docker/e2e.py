@@ -3,13 +3,13 @@ has installed and started Docker and built the images:
 
 1. the fleet lab on the host (3 brokers, seed-004's topic-ID drift) and an env file pointing the stack at it;
 2. the stack up (docker-compose), every container healthy, every socket its processes listen on bound to 127.0.0.1;
-3. ``kafka_fleet_audit`` triggered through the REST API: the scheduler runs it; the stage tasks ran on both Celery
+3. ``kafka_fleet_audit__lab`` triggered through the REST API: the scheduler runs it; the stage tasks ran on both Celery
    workers (their task instances' hostnames), ``detect`` ran on the Spark master with an executor on each spark-worker
    (the master's and the workers' JSON status: the application named after the run); the deployment's first audit
    (the schedule's latest interval, run once at start-up: docs/audit.md) is there too;
-4. ``kafka_fleet_repair`` triggered, approved through the HITL endpoint as the configured approver; afterwards every
-   replica's topic ID equals ZooKeeper's, every partition has its full ISR, each broker restarted once, the controller
-   last (read from the lab, not from Airflow);
+4. ``kafka_fleet_repair__lab`` triggered, approved through the HITL endpoint as the configured approver; afterwards
+   every replica's topic ID equals ZooKeeper's, every partition has its full ISR, each broker restarted once, the
+   controller last (read from the lab, not from Airflow);
 5. a second audit with the scheduler and the worker running a task restarted mid-run: the run still succeeds, and
    the findings history holds each run once and each finding once per run;
 6. ``down -v``: no container, volume or process of the project is left.
@@ -39,6 +39,7 @@ REPO = DOCKER_DIR.parent
 sys.path[:0] = [str(REPO / "lab"), str(REPO / "plugins")]
 
 from fleet_doctor import deploy  # noqa: E402
+from fleet_doctor.airflow_links import audit_dag, repair_dag  # noqa: E402
 from fleet_doctor.layout import safe_run_id  # noqa: E402
 from fleet_lab import fleet  # noqa: E402
 from fleet_lab.airflow_stack import AirflowRest  # noqa: E402
@@ -49,7 +50,7 @@ from fleet_lab.zk_server import free_ports  # noqa: E402
 
 DOCKER = "/usr/bin/docker"
 PROJECT = "fleet-doctor-e2e"
-AUDIT, REPAIR = "kafka_fleet_audit", "kafka_fleet_repair"
+AUDIT, REPAIR = audit_dag(fleet.DEFAULT_CLUSTER), repair_dag(fleet.DEFAULT_CLUSTER)  # the lab cluster's DAGs
 SCENARIO, TOPIC = "seed-004", "payments"
 APPROVER = "approver"
 UID = 50000  # the image's user: it reads the mounted key and files
@@ -381,7 +382,8 @@ def check_history(stack: Stack, runs: list[str]) -> None:
         "-c",
         "import json; from fleet_doctor import layout; from fleet_doctor.store import Store; "
         "from fleet_doctor.audit.history import finding_key; "
-        "s = Store('/opt/fleet-doctor/data'); runs = [r['audit_run'] for r in s.read_jsonl(layout.HISTORY_RUNS)]; "
+        f"s = layout.cluster_store(Store('/opt/fleet-doctor/data'), {fleet.DEFAULT_CLUSTER!r}); "
+        "runs = [r['audit_run'] for r in s.read_jsonl(layout.HISTORY_RUNS)]; "
         "f = {r: [finding_key(x) for x in s.read_jsonl(layout.history_findings(r))] for r in runs}; "
         "print(json.dumps([runs, f]))",
     )

@@ -46,7 +46,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         env = demo.airflow_environ(home, lab_dir, data)
         env["FLEET_DOCTOR_STAGE_RETRY_DELAY"] = "1"
         demo.prepare(env)
-        yield {"state": state, "env": env, "data": data, "home": home}
+        # the lab cluster's store in the data root (layout.cluster_store): clusters/lab/
+        yield {"state": state, "env": env, "data": data, "home": home, "store": Path(demo.store_of(data).base)}
     finally:
         lab.down(lab_dir)
 
@@ -55,7 +56,7 @@ def audit(fleet: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], 
     r = demo.run_audit(fleet["env"], timeout=900)
     summary = demo.latest_summary(fleet["data"])
     assert summary is not None, r.stdout[-3000:] + r.stderr[-3000:]
-    rows_path = fleet["data"] / "history" / f"audit_run={summary['audit_run']}" / "findings.jsonl"
+    rows_path = fleet["store"] / "history" / f"audit_run={summary['audit_run']}" / "findings.jsonl"
     rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
     return summary, rows, r
 
@@ -64,10 +65,10 @@ def task_states(fleet: dict[str, Any]) -> dict[tuple[str, int], tuple[str, int]]
     """(task_id, map_index) -> (state, try_number) of the latest run, read from Airflow's metadata DB."""
     with sqlite3.connect(fleet["home"] / "airflow.db") as db:
         (run_id,) = db.execute(
-            "SELECT run_id FROM dag_run WHERE dag_id = 'kafka_fleet_audit' ORDER BY id DESC LIMIT 1"
+            "SELECT run_id FROM dag_run WHERE dag_id = 'kafka_fleet_audit__lab' ORDER BY id DESC LIMIT 1"
         ).fetchone()
         rows = db.execute(
-            "SELECT task_id, map_index, state, try_number FROM task_instance WHERE dag_id = 'kafka_fleet_audit' "
+            "SELECT task_id, map_index, state, try_number FROM task_instance WHERE dag_id = 'kafka_fleet_audit__lab' "
             "AND run_id = ?",
             (run_id,),
         ).fetchall()
@@ -86,7 +87,7 @@ def test_audit_end_to_end(fleet: dict[str, Any]) -> None:
     assert warning_or_above(rows) == [], rows
     assert summary["audited"] == [1, 2, 3] and summary["not_audited"] == []
     assert Path(summary["report"]).is_file()
-    staged = sorted((fleet["data"] / "staging").glob("*/probe/broker_id=*/probe.jsonl.gz"))
+    staged = sorted((fleet["store"] / "staging").glob("*/probe/broker_id=*/probe.jsonl.gz"))
     assert len(staged) == 3
     # each broker's segment, partition and file records went to Parquet beside its JSON Lines, all of them but
     # the file records holding objects (meta.properties) or offset checkpoints (probe_end counts them)
@@ -139,7 +140,7 @@ def test_unreachable_broker_is_reported_not_audited(fleet: dict[str, Any]) -> No
     state: lab.LabState = fleet["state"]
     victim = state.broker(2)
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "airflow"), "dags", "test", "kafka_fleet_audit"],
+        [str(Path(sys.executable).parent / "airflow"), "dags", "test", "kafka_fleet_audit__lab"],
         env=fleet["env"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -163,7 +164,7 @@ def test_unreachable_broker_is_reported_not_audited(fleet: dict[str, Any]) -> No
     assert "Not audited" in Path(summary["report"]).read_text()
     rows = [
         json.loads(line)
-        for line in (fleet["data"] / "history" / f"audit_run={summary['audit_run']}" / "findings.jsonl")
+        for line in (fleet["store"] / "history" / f"audit_run={summary['audit_run']}" / "findings.jsonl")
         .read_text()
         .splitlines()
     ]

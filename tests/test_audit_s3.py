@@ -41,7 +41,8 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         r = demo.run_audit(env, timeout=900)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
-        store = Store(data, env)
+        store = demo.store_of(data, env)  # the lab cluster's: clusters/lab/ in the bucket's prefix
+        assert store.root == f"{Store(data, env).root}/clusters/lab"
         summary = demo.latest_summary(data, env)
         assert summary is not None and summary["audited"] == [1, 2, 3], summary
         run = summary["audit_run"]
@@ -82,10 +83,11 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
         assert not (default_root / "staging" / run).exists() and not (default_root / "reports" / f"{run}.html").exists()
 
         # the repair DAG's planning step reads the bucket's history and staged probe output
-        settings = Settings.from_env(env)
+        settings = Settings.from_env(env).for_cluster("lab")  # as the lab cluster's repair DAG resolves them
         planned = tasks.make_plan(settings, {"audit_run": "latest"})
         assert planned["audit_run"] == run
-        plan = json.loads((tmp_path / "repairs" / planned["hash"] / "plan.json").read_text())
+        # the remote store's repairs go to FLEET_DOCTOR_REPAIR_DIR, there too each cluster's apart
+        plan = json.loads((tmp_path / "repairs" / "clusters" / "lab" / planned["hash"] / "plan.json").read_text())
         planned_paths = {a["path"] for b in plan["brokers"] for a in b["actions"]}
         kill9 = next(i for i in injected if i.incident == "kill9-untrimmed-index")
         assert planned_paths and planned_paths & set(kill9.paths), (kill9.paths, planned_paths)

@@ -36,7 +36,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         env = demo.airflow_environ(home, lab_dir, data)
         env["FLEET_DOCTOR_STAGE_RETRY_DELAY"] = "1"
         demo.prepare(env)
-        yield {"state": state, "env": env, "data": data, "home": home, "lab_dir": lab_dir}
+        store = Path(demo.store_of(data).base)  # the lab cluster's store: clusters/lab/
+        yield {"state": state, "env": env, "data": data, "home": home, "lab_dir": lab_dir, "store": store}
     finally:
         lab.down(lab_dir)
 
@@ -47,7 +48,7 @@ def audit(fleet: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], 
     assert r.returncode == 0, out
     summary = demo.latest_summary(fleet["data"])
     assert summary is not None, out
-    rows_path = fleet["data"] / "history" / f"audit_run={summary['audit_run']}" / "findings.jsonl"
+    rows_path = fleet["store"] / "history" / f"audit_run={summary['audit_run']}" / "findings.jsonl"
     return summary, [json.loads(line) for line in rows_path.read_text().splitlines()], out
 
 
@@ -69,7 +70,7 @@ def test_kraft_audit_end_to_end(fleet: dict[str, Any]) -> None:
     source = summary["metadata_source"]
     assert source["controller"] in (1, 2, 3) and source["log_end_offset"] > 0, source
     assert open_findings(rows, "critical", "warning", "info") == [], rows
-    staged = fleet["data"] / "staging"
+    staged = fleet["store"] / "staging"
     cluster_files = sorted(staged.glob("*/cluster-metadata.jsonl"))
     assert cluster_files, "no cluster metadata staged"
     records = [json.loads(line) for line in cluster_files[-1].read_text().splitlines()]
@@ -108,8 +109,8 @@ def test_kraft_audit_end_to_end(fleet: dict[str, Any]) -> None:
 
 
 def test_repair_refuses_a_kraft_cluster(fleet: dict[str, Any]) -> None:
-    r = demo.airflow(fleet["env"], "dags", "test", "kafka_fleet_repair", timeout=600, check=False)
+    r = demo.airflow(fleet["env"], "dags", "test", "kafka_fleet_repair__lab", timeout=600, check=False)
     out = r.stdout + r.stderr
     assert "KRaft" in out and "not supported" in out, out[-4000:]
     # nothing was planned: no plan dir under the repairs dir
-    assert not list((fleet["data"] / "repairs").glob("*/plan.json"))
+    assert not list((fleet["store"] / "repairs").glob("*/plan.json"))

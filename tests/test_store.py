@@ -183,5 +183,5 @@ def test_publish_keeps_the_history_in_the_store(store_env: tuple[str, dict[str, 
     assert [r["audit_run"] for r in store.read_jsonl(layout.HISTORY_RUNS)] == ["scheduled__1", "scheduled__2"]
     from fleet_lab import demo
 
-    assert demo.latest_summary(root, env)["audit_run"] == "scheduled__2"
+    assert demo.latest_summary(root, env, cluster=None)["audit_run"] == "scheduled__2"
     assert tasks.latest_audit_run(settings) == "scheduled__2"

@@ -110,7 +110,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         # a REST client of the same Airflow (the same home: its passwords file and the scheduler's log); it starts
         # nothing
         af = LiveAirflow(demo.airflow_environ(home, lab_dir, data, env), port=port)
-        yield {"ui": ui, "af": af, "port": port, "lab": lab_dir, "home": home, "data": data, "root": root, "env": env}
+        store = Path(demo.store_of(data).base)  # the lab cluster's store in the data root: clusters/lab/
+        yield {"ui": ui, "af": af, "port": port, "lab": lab_dir, "home": home, "data": store, "root": root, "env": env}
     finally:
         if ui.proc.poll() is None:
             leftovers = descendants(ui.proc.pid)
@@ -211,13 +212,19 @@ def published_groups(data: Path) -> tuple[str, list[Any]]:
 
 
 def open_fleet_view(page: Any, steps: Steps) -> Any:
-    """Kafka fleet in the nav: the view's iframe (its src is the plugin's app)."""
+    """Kafka fleet in the nav: the view's iframe (its src is the plugin's app), the fleet overview; the lab's row
+    opens the lab cluster's page."""
     from playwright.sync_api import expect
 
     page.get_by_role("link", name="Kafka fleet").click()
     expect(page).to_have_url(re.compile(r"/plugin/kafka-fleet(/kafka-fleet/)?$"))  # Airflow mirrors the frame's path
     expect(page.locator("iframe")).to_have_attribute("src", "kafka-fleet/")
     frame = page.frame_locator("iframe")
+    rows = frame.get_by_test_id("cluster-row")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-cluster", lab.DEFAULT_CLUSTER)
+    steps("kafka-fleet-overview")
+    rows.first.get_by_test_id("cluster-link").click()
     expect(frame.get_by_test_id("kafka-fleet")).to_be_visible()
     steps("kafka-fleet")
     return frame
@@ -409,11 +416,11 @@ def test_home_page_is_green_and_the_fleet_view_shows_the_published_findings(
         frame.get_by_test_id("report-link").click()
         in_report = frame.get_by_test_id("repair-link")
         expect(in_report).to_have_count(sum(g.remediation != "report-only" for g in groups))
-        prefix = f"{stack['af'].base}/plugin/kafka-fleet/kafka-fleet/repair?"
+        prefix = f"{stack['af'].base}/plugin/kafka-fleet/kafka-fleet/clusters/{lab.DEFAULT_CLUSTER}/repair?"
         expect(in_report.first).to_have_attribute("href", re.compile("^" + re.escape(prefix)))
         steps("report")
         in_report.first.click()
-        expect(page).to_have_url(re.compile(r"/plugin/kafka-fleet/kafka-fleet/repair\?rule="))
+        expect(page).to_have_url(re.compile(r"/plugin/kafka-fleet/kafka-fleet/clusters/lab/repair\?rule="))
         expect(page.frame_locator("iframe").get_by_test_id("repair-form")).to_be_visible()
         steps("report-repair-link")
 

@@ -6,10 +6,10 @@ auth manager (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS``, default ``admin:admi
 any Airflow by its URL, e.g. the container deployment's (docker/e2e.py).
 
     with LiveAirflow(env) as af:                       # env: fleet_lab.demo.airflow_environ(...)
-        run = af.trigger("kafka_fleet_repair", {"healthy_polls": 3})
-        af.wait_task("kafka_fleet_repair", run, "approve", {"awaiting_input"})
-        af.approve("kafka_fleet_repair", run, "approve")   # the request's own "Approve: ..." option
-        af.wait_run("kafka_fleet_repair", run)
+        run = af.trigger("kafka_fleet_repair__lab", {"healthy_polls": 3})
+        af.wait_task("kafka_fleet_repair__lab", run, "approve", {"awaiting_input"})
+        af.approve("kafka_fleet_repair__lab", run, "approve")   # the request's own "Approve: ..." option
+        af.wait_run("kafka_fleet_repair__lab", run)
 
 Never ``airflow standalone`` (platform-notes: it binds 0.0.0.0 and survives SIGTERM). Nothing listens beyond
 127.0.0.1: the api-server binds it, and the log server the scheduler and triggerer would start (it binds every

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         help="zookeeper (default) or kraft: no ZooKeeper, every broker a combined KRaft node and voter",
     )
     up.add_argument("--log-dirs-per-broker", type=int, default=1)
-    up.add_argument("--cluster", default="lab", help="cluster name in the inventory and connection ids")
+    up.add_argument("--cluster", default=fleet.DEFAULT_CLUSTER, help="cluster name in the inventory and connection ids")
     up.add_argument(
         "--kafka-user",
         default="",

@@ -29,8 +29,10 @@ from types import FrameType
 from typing import Any
 
 from fleet_doctor import layout
-from fleet_doctor.airflow_links import AUDIT_DAG, REPAIR_DAG
+from fleet_doctor.airflow_links import audit_dag, repair_dag
 from fleet_doctor.settings import Settings
+from fleet_doctor.store import Store
+from fleet_lab.fleet import DEFAULT_CLUSTER
 
 REPO = Path(__file__).resolve().parents[2]
 # ui: a fixed port, so that a bookmark keeps working (8080 is often taken); FLEET_DOCTOR_UI_PORT or --port
@@ -97,20 +99,33 @@ def prepare(env: dict[str, str]) -> None:
     airflow(env, "pools", "set", settings.pool, str(settings.pool_slots), "Fleet Doctor: concurrent broker probes")
 
 
+def lab_cluster(env: dict[str, str]) -> str:
+    """The cluster of the one inventory ``env`` names (FLEET_DOCTOR_INVENTORY: the lab's)."""
+    return Settings.from_env(env).load_inventory().cluster
+
+
 def run_audit(
     env: dict[str, str], run_date: str | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
-    args = ["dags", "test", AUDIT_DAG]
+    """The lab cluster's audit DAG, run with ``airflow dags test``."""
+    args = ["dags", "test", audit_dag(lab_cluster(env))]
     if run_date:
         args.append(run_date)
     return airflow(env, *args, timeout=timeout, check=False)
 
 
-def latest_summary(data: str | Path, environ: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """The summary of the newest audit run in the data store ``data`` (a path or store URL), None if none."""
-    from fleet_doctor.store import Store
+def store_of(data: str | Path, environ: dict[str, str] | None = None, cluster: str = DEFAULT_CLUSTER) -> Store:
+    """The cluster's store in the data root ``data`` (a path or store URL): ``clusters/<cluster>/``
+    (``layout.cluster_store``)."""
+    return layout.cluster_store(Store(data, environ), cluster)
 
-    store = Store(data, environ)
+
+def latest_summary(
+    data: str | Path, environ: dict[str, str] | None = None, cluster: str | None = DEFAULT_CLUSTER
+) -> dict[str, Any] | None:
+    """The summary of the cluster's newest audit run in the data root ``data`` (a path or store URL; ``cluster``
+    None: the data root's own history), None if none."""
+    store = store_of(data, environ, cluster) if cluster else Store(data, environ)
     runs = store.read_jsonl(layout.HISTORY_RUNS)
     if not runs:
         return None
@@ -150,10 +165,13 @@ def inject_demo_incidents(state: Any, tag: str = "demo") -> None:
 def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) -> int:
     inject_demo_incidents(state)
     env = airflow_environ(home, lab_dir, data)
-    print(f"[demo] Airflow home {home} (SQLite); running the {AUDIT_DAG} DAG with `airflow dags test`", flush=True)
+    print(
+        f"[demo] Airflow home {home} (SQLite); running the {audit_dag(state.cluster)} DAG with `airflow dags test`",
+        flush=True,
+    )
     prepare(env)
     r = run_audit(env)
-    summary = latest_summary(data)
+    summary = latest_summary(data, cluster=state.cluster)
     if r.returncode != 0 or summary is None:
         print(r.stdout[-4000:], r.stderr[-4000:], sep="\n", file=sys.stderr)
         print("[demo] the audit DAG failed", file=sys.stderr)
@@ -164,26 +182,27 @@ def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) ->
     return 0
 
 
-def first_audit(af: Any, timeout: float = 900) -> tuple[str, str]:
+def first_audit(af: Any, cluster: str = DEFAULT_CLUSTER, timeout: float = 900) -> tuple[str, str]:
     """One audit through the scheduler: the audit DAG is unpaused at creation, so the scheduler runs its latest
     nightly interval right away (what a fresh deployment does); when it has not within a minute, one is triggered.
     Returns the run id and its final state, once no other audit run is still going (a manual one and the nightly
     one may both run)."""
     from fleet_lab.airflow_stack import AirflowLiveError
 
-    af.wait_dag(AUDIT_DAG)
+    dag = audit_dag(cluster)
+    af.wait_dag(dag)
     deadline = time.monotonic() + 60
     runs: list[dict[str, Any]] = []
     while time.monotonic() < deadline and not runs:
-        runs = af.runs(AUDIT_DAG)
+        runs = af.runs(dag)
         if not runs:
             time.sleep(2)
-    run = str(runs[0]["dag_run_id"]) if runs else af.trigger(AUDIT_DAG)
+    run = str(runs[0]["dag_run_id"]) if runs else af.trigger(dag)
     deadline = time.monotonic() + timeout
-    state = af.wait_run(AUDIT_DAG, run, timeout)
-    while going := [r["dag_run_id"] for r in af.runs(AUDIT_DAG) if r["state"] not in ("success", "failed")]:
+    state = af.wait_run(dag, run, timeout)
+    while going := [r["dag_run_id"] for r in af.runs(dag) if r["state"] not in ("success", "failed")]:
         if time.monotonic() > deadline:
-            raise AirflowLiveError(f"{AUDIT_DAG} runs {going} still not finished after {timeout:.0f} s")
+            raise AirflowLiveError(f"{dag} runs {going} still not finished after {timeout:.0f} s")
         time.sleep(2)
     return run, state
 
@@ -284,12 +303,17 @@ def _ui(home: Path, lab_dir: Path, data: Path, scenario: str, port: int, passwor
         print(f"[ui] starting Airflow ({', '.join(UI_COMPONENTS)}) on {af.base}, home {home}", flush=True)
         try:
             af.start()
-            print(f"[ui] Airflow is healthy; the {AUDIT_DAG} DAG audits the lab (about a minute)", flush=True)
-            run, audit_state = first_audit(af)
+            print(
+                f"[ui] Airflow is healthy; the {audit_dag(state.cluster)} DAG audits the lab (about a minute)",
+                flush=True,
+            )
+            run, audit_state = first_audit(af, state.cluster)
         except AirflowLiveError as e:
             print(f"[ui] {e}\n[ui] logs: {home}/*.out", file=sys.stderr)
             return 1
-        _say_ready(af, user, password is not None, run, audit_state, data, lab_dir, time.monotonic() - t0)
+        _say_ready(
+            af, user, password is not None, run, audit_state, data, lab_dir, state.cluster, time.monotonic() - t0
+        )
         return _stay_up(af)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
@@ -302,14 +326,14 @@ def _ui(home: Path, lab_dir: Path, data: Path, scenario: str, port: int, passwor
 
 
 def _say_ready(
-    af: Any, user: str, chosen: bool, run: str, audit_state: str, data: Path, lab_dir: Path, took: float
+    af: Any, user: str, chosen: bool, run: str, audit_state: str, data: Path, lab_dir: Path, cluster: str, took: float
 ) -> None:
     from fleet_doctor.settings import Settings
 
     approvers = Settings.from_env(af.env).approvers
     where = "FLEET_DOCTOR_UI_PASSWORD" if chosen else f"{af.passwords_file} (JSON: user -> password)"
     audit = f"audit {run}: {audit_state}"
-    summary = latest_summary(data) if audit_state == "success" else None
+    summary = latest_summary(data, cluster=cluster) if audit_state == "success" else None
     if summary:
         audit += f"; report {summary['report']}"
     lines = [
@@ -324,8 +348,10 @@ def _say_ready(
             else f"any signed-in user, {user} included, on runs they triggered too (FLEET_DOCTOR_APPROVERS unset)"
         ),
         "What to click:",
-        "  1. Kafka fleet (in the nav): the latest audit's findings, one row per broker, rule and cause",
-        f"  2. Repair... on a group: the {REPAIR_DAG} DAG's trigger form, pre-filled; Trigger starts the repair run",
+        f"  1. Kafka fleet (in the nav): the fleet, one row per cluster; {cluster} opens its latest audit's findings,",
+        "     one row per broker, rule and cause",
+        f"  2. Repair... on a group: the {repair_dag(cluster)} DAG's trigger form, pre-filled; Trigger starts the "
+        "repair run",
         "  3. Browse -> Required Actions: open the request, read the plan (summary, hash, backups), click Approve",
         f"  4. the run's grid shows the repair progress; check the lab: bin/fleet-lab status --dir {lab_dir}",
         "Stop with Ctrl-C: stops Airflow and the fleet lab.",
@@ -388,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     prepare(env)
     r = run_audit(env)
-    summary = latest_summary(data)
+    summary = latest_summary(data, cluster=lab_cluster(env))
     if r.returncode != 0 or summary is None:
         print(r.stdout[-4000:], r.stderr[-4000:], sep="\n", file=sys.stderr)
         return 1

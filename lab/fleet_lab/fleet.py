@@ -69,6 +69,8 @@ from fleet_lab.kafka_files import (
 )
 from fleet_lab.zk_server import ZooKeeperServer, free_ports, pid_alive, process_mentions
 
+DEFAULT_CLUSTER = "lab"  # the lab cluster's name (its inventory, its DAGs kafka_fleet_<kind>__lab)
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("FLEET_DOCTOR_CORPUS", REPO.parent / "shared" / "kafka-real-data"))
 DEFAULT_DIR = REPO / ".lab"
@@ -843,7 +845,7 @@ def up(
     brokers: int = 3,
     kafka_version: str | None = None,
     log_dirs_per_broker: int = 1,
-    cluster: str = "lab",
+    cluster: str = DEFAULT_CLUSTER,
     metadata: str = "zookeeper",
     ssh_user: str = "",
     kafka_user: str = "",

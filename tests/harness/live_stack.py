@@ -9,14 +9,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.airflow_links import AUDIT_DAG, REPAIR_DAG, RESTORE_DAG
+from fleet_doctor.airflow_links import audit_dag, repair_dag, restore_dag
 from fleet_doctor.layout import attempt_name
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_lab import fleet
 from fleet_lab.fleet import broker_events as events  # the live tests import it from here
 from fleet_lab.fleet import zk_json  # noqa: F401  (the live tests import it from here)
 
-AUDIT, REPAIR, RESTORE = AUDIT_DAG, REPAIR_DAG, RESTORE_DAG
+LAB_CLUSTER = "lab"  # the lab's cluster (fleet_lab.fleet's default name): its DAGs
+AUDIT, REPAIR, RESTORE = audit_dag(LAB_CLUSTER), repair_dag(LAB_CLUSTER), restore_dag(LAB_CLUSTER)
 FAST = {"healthy_polls": 2, "poll_interval_s": 1, "pause_between_brokers_s": 0, "isr_timeout_s": 120}
 REPAIRABLE = ("partition.metadata", "leader-epoch-checkpoint")
 

@@ -31,12 +31,13 @@ from fleet_doctor.settings import Settings
 from fleet_lab import demo, fleet
 from fleet_lab.airflow_stack import AirflowLiveError, LiveAirflow
 from fleet_lab.incidents import controller_failover, run_scenario
+from harness.live_stack import AUDIT, REPAIR, RESTORE
 from harness.ssh import ssh_connect
 
 AUDIT_RUN = "run1"  # the snapshot's audit run (the repair's "latest")
 USERS = "admin:admin,alice:admin,bob:admin"  # admin triggers (the first), alice approves, bob is anyone else
 APPROVER = "alice"
-DAGS = ("kafka_fleet_audit", "kafka_fleet_repair", "kafka_fleet_restore")
+DAGS = (AUDIT, REPAIR, RESTORE)  # the lab cluster's
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,7 @@ def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: 
     runs.append(
         {
             "audit_run": run,
+            "cluster": summary.cluster,
             "finished_at": summary.finished_at,
             "by_severity": summary.by_severity,
             "by_status": summary.by_status,
