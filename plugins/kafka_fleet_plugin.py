@@ -18,7 +18,15 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, Request
 
-from fleet_doctor.airflow_links import PREFIX, audit_dag, repair_dag
+from fleet_doctor.airflow_links import (
+    PREFIX,
+    REPAIR_DAG,
+    RESTORE_DAG,
+    SEPARATOR,
+    audit_dag,
+    cluster_of,
+    repair_dag,
+)
 from fleet_doctor.console.app import create_app
 
 
@@ -38,10 +46,44 @@ def readable(user: GetUserDep) -> Callable[[str], bool]:
     return lambda dag_id: dag_id in allowed
 
 
+def pending_approvals() -> dict[str, int]:
+    """Per cluster, the approvals of its repair and restore DAGs waiting for a person: Airflow's human-in-the-loop
+    requests without a response whose task still waits for one (one query)."""
+    from airflow.models.hitl import HITLDetail
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import func, or_, select
+
+    waiting = (TaskInstanceState.DEFERRED, TaskInstanceState.AWAITING_INPUT)
+    query = (
+        select(TaskInstance.dag_id, func.count())
+        .join(HITLDetail, HITLDetail.ti_id == TaskInstance.id)
+        .where(HITLDetail.responded_at.is_(None), TaskInstance.state.in_(waiting))
+        .where(
+            or_(
+                *(
+                    TaskInstance.dag_id.startswith(f"{kind}{SEPARATOR}", autoescape=True)
+                    for kind in (REPAIR_DAG, RESTORE_DAG)
+                )
+            )
+        )
+        .group_by(TaskInstance.dag_id)
+    )
+    out: dict[str, int] = {}
+    with create_session() as session:
+        for dag_id, n in session.execute(query):
+            named = cluster_of(dag_id)
+            if named:
+                out[named[1]] = out.get(named[1], 0) + int(n)
+    return out
+
+
 app = create_app(
     read=[Depends(may_get(audit_dag))],
     repair=[Depends(may_get(repair_dag))],
     readable=readable,
+    pending_approvals=pending_approvals,
 )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from fleet_lab.airflow_stack import AirflowLiveError
-from harness.live_stack import FAST, REPAIR, fleet_snapshot, plan_dir
+from harness.live_stack import FAST, LAB_CLUSTER, REPAIR, fleet_snapshot, plan_dir, scrape
 from harness.shared import live
 
 pytestmark = pytest.mark.timeout(1800)
@@ -51,6 +51,9 @@ def test_only_an_approver_can_answer_and_execute_records_who(fleet: dict[str, An
     run = af.trigger(REPAIR, {**FAST, "dry_run": True, "brokers": [1]}, user="bob")
     request = af.wait_for_approval(REPAIR, run, "approve")  # the request was created: no TypeError any more
     assert request["assigned_users"] == [{"id": "alice", "name": "alice"}]
+    # the fleet's metrics count it (Airflow's own record, read by the plugin), scraped with a bearer token
+    pending = (("cluster", LAB_CLUSTER),)
+    assert scrape(af, "bob")["kafka_fleet_pending_approvals"] == {pending: 1}
     plan_hash = plan_dir(fleet["data"], request).name
     # the buttons say what approving does, for this plan; the text says it is a dry run, above everything else
     option = f"Approve dry run: 1 broker, nothing written (plan {plan_hash[:12]})"
@@ -67,6 +70,7 @@ def test_only_an_approver_can_answer_and_execute_records_who(fleet: dict[str, An
     assert af.task_states(REPAIR, run)["execute"] is None  # the plan does not run
     assert af.approve(REPAIR, run, "approve", user="alice") == option
     assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
+    assert scrape(af)["kafka_fleet_pending_approvals"] == {pending: 0}
     approvals = [a for j in journals(fleet["data"]) for a in j.get("approvals", [])]
     assert [(a["by"]["id"], a["plan_hash"], a["triggered_by"], a["option"]) for a in approvals] == [
         ("alice", plan_hash, "bob", option)

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from fleet_doctor.audit.summary import RunSummary
 from fleet_doctor.staging import STAGED_KINDS
 from fleet_lab import demo
 from fleet_lab import fleet as lab
@@ -87,6 +88,8 @@ def test_audit_end_to_end(fleet: dict[str, Any]) -> None:
     assert warning_or_above(rows) == [], rows
     assert summary["audited"] == [1, 2, 3] and summary["not_audited"] == []
     assert Path(summary["report"]).is_file()
+    # the run's start (discover's) and its end: its duration (the fleet metrics' last_audit_duration_seconds)
+    assert summary["cluster"] == "lab" and 0 < RunSummary.from_dict(summary).duration_s < 900
     staged = sorted((fleet["store"] / "staging").glob("*/probe/broker_id=*/probe.jsonl.gz"))
     assert len(staged) == 3
     # each broker's segment, partition and file records went to Parquet beside its JSON Lines, all of them but

@@ -33,7 +33,7 @@ from fleet_doctor.settings import Settings
 from harness import inventories
 from harness.dags import ZK_CLUSTER, dag, dag_bag, form
 from harness.findings import finding
-from harness.live_stack import LAB_CLUSTER, REPAIR
+from harness.live_stack import LAB_CLUSTER, REPAIR, scrape
 
 DATA = Path(__file__).parent / "data" / "detection-findings"
 HOSTILE_TOPIC = "<img src=x onerror=alert(1)>"
@@ -186,6 +186,16 @@ def test_the_page_shows_the_published_findings_grouped_with_repair_links(
         assert set(q.get("topic", [])) <= {r["topic"] for r in mine if r.get("topic")}
         assert "include_internal" not in q  # only a person ticks it, never a link (PRODUCT.md)
     assert {(a["href"].split("rule=")[1].split("&")[0]) for a in links} == {r["rule"] for r in repairable}
+    # beside them, each repairable rule's repair across every broker it was found on, as one plan (no broker named)
+    rule_links = {a["href"]: a for a in p.named("a") if a.get("data-testid") == "rule-repair-link"}
+    assert len(rule_links) == len({r["rule"] for r in repairable})
+    for href in rule_links:
+        q = parse_qs(urlsplit(href).query)
+        (rule,) = q["rule"]
+        assert "broker" not in q
+        mine = [r for r in repairable if r["rule"] == rule]
+        if all(r.get("topic") for r in mine):
+            assert set(q["topic"]) == {r["topic"] for r in mine}
     # a group on an internal topic (the corpus's __consumer_offsets drift): its repair page leaves the box unticked
     # and says what the repair does with that topic
     internal = [a["href"] for a in links if "topic=__consumer_offsets" in a["href"]]
@@ -476,7 +486,14 @@ def test_live_plugin_listed_auth_enforced_and_page_rendered(live: Any) -> None:
         "nav",
     )
     lab = f"/kafka-fleet/{cluster_page(LAB_CLUSTER)}"
-    routes = ("/kafka-fleet/", lab, f"{lab}repair?rule=index-untrimmed", f"{lab}reports/x.html", "/kafka-fleet/repair")
+    routes = (
+        "/kafka-fleet/",
+        lab,
+        f"{lab}repair?rule=index-untrimmed",
+        f"{lab}reports/x.html",
+        "/kafka-fleet/repair",
+        "/kafka-fleet/metrics",
+    )
     for path in routes:
         assert get(live.base + path)[0] == 401, path  # no credential
         assert get(live.base + path, "not-a-jwt")[0] in (401, 403), path
@@ -493,6 +510,13 @@ def test_live_plugin_listed_auth_enforced_and_page_rendered(live: Any) -> None:
     assert get(live.base + f"{lab}repair?rule=index-untrimmed", viewer)[0] == 200
     assert get(live.base + f"{lab}reports/scheduled__2026-11-05T02_00_00_00_00.html", viewer)[0] == 200
     assert get(live.base + f"/kafka-fleet/{cluster_page('elsewhere')}", viewer)[0] == 404
+    # the metrics, scraped with a viewer's bearer token (as Prometheus' authorization setting sends it)
+    m = scrape(live, "fleet_doctor_reader")
+    cluster = (("cluster", LAB_CLUSTER),)
+    assert m["kafka_fleet_store_up"] == {cluster: 1} and m["kafka_fleet_pending_approvals"] == {cluster: 0}
+    assert m["kafka_fleet_findings"] == {
+        (*cluster, ("rule", "index-untrimmed"), ("severity", "warning"), ("status", "new")): 1
+    }
     # a link from before there were fleets: the fleet of one's repair page
     status, text = get(live.base + "/kafka-fleet/repair?rule=index-untrimmed", viewer)
     assert status == 200 and Page(text).find("repair-form")

@@ -9,7 +9,8 @@ order:
 2. log in through Airflow's login page; the home page shows no red health badge; the Kafka fleet view shows the
    published findings (read from the store here, grouped by broker, rule and cause); the run's HTML report, opened
    from the view, links each repairable group to the pre-filled repair inside Airflow;
-3. from the view's topic-id-mismatch group: Repair… opens the pre-filled trigger form, it is submitted; Browse ->
+3. from the view's topic-id-mismatch rule: its repair across every broker opens the pre-filled trigger form (the rule,
+   the topic, no broker: nothing typed), it is submitted; Browse ->
    Required Actions -> the request shows the plan's summary and full hash; Reject -> nothing changed on the lab;
 4. the same with Approve -> the run succeeds and the lab, read from ZooKeeper and the files, is repaired: every
    replica's partition.metadata holds ZooKeeper's topic ID, every partition has its full ISR, the controller was
@@ -231,23 +232,24 @@ def open_fleet_view(page: Any, steps: Steps) -> Any:
 
 
 def trigger_from_view(page: Any, stack: dict[str, Any], steps: Steps) -> str:
-    """The topic-id-mismatch group's Repair… link -> the pre-filled form (checked against the group) -> its broker
-    field cleared (seed-004's stale IDs are on every broker; the group is one broker's) -> Trigger. Returns the run."""
+    """seed-004's drift is on every replica of the topic, so the repair is the rule's across every broker: its link
+    beside the groups' -> the form pre-filled with the rule and the topic, no broker named, nothing typed (checked
+    against the groups) -> Trigger. Returns the run."""
     from playwright.sync_api import expect
 
     _, groups = published_groups(stack["data"])
-    group = next(g for g in groups if g.rule == RULE)
+    drift = [g for g in groups if g.rule == RULE]
+    assert len({g.broker_id for g in drift}) == 3, drift  # one group per broker: every replica of the topic
     frame = open_fleet_view(page, steps)
-    row = frame.locator(f"[data-testid=finding-group][data-rule='{RULE}'][data-broker='{group.broker_id}']")
-    row.get_by_test_id("repair-link").click()
+    frame.locator(f"[data-testid=rule-repair][data-rule='{RULE}']").get_by_test_id("rule-repair-link").click()
     form = frame.get_by_test_id("repair-form")
     expect(form).to_be_visible()
     expect(form.locator("[name=rules]")).to_have_value(RULE)
-    expect(form.locator("[name=brokers]")).to_have_value(str(group.broker_id))
-    expect(form.locator("[name=topics]")).to_have_value(", ".join(group.topics))
+    expect(form.locator("[name=brokers]")).to_have_value("")
+    topics = sorted({t for g in drift for t in g.topics})
+    expect(form.locator("[name=topics]")).to_have_value(", ".join(topics))
     expect(form.locator("[name=dry_run]")).not_to_be_checked()
     steps("repair-form")
-    form.locator("[name=brokers]").fill("")
     sent: list[dict[str, Any]] = []
 
     def shorter_waits(route: Any) -> None:
@@ -268,7 +270,7 @@ def trigger_from_view(page: Any, stack: dict[str, Any], steps: Steps) -> str:
     assert {k: body["conf"][k] for k in ("rules", "brokers", "topics", "dry_run")} == {
         "rules": [RULE],
         "brokers": [],
-        "topics": list(group.topics),
+        "topics": topics,
         "dry_run": False,
     }
     run = str(got.value.json()["dag_run_id"])

@@ -91,6 +91,15 @@ class RepairScope:
         )
 
     @classmethod
+    def of_rule(cls, groups: Iterable[FindingGroup]) -> RepairScope:
+        """One rule's repair across every broker it was found on (``groups``: that rule's), as one plan: the topics
+        of its findings when every group names some, else every topic."""
+        groups = list(groups)
+        rules = tuple(dict.fromkeys(g.rule for g in groups))
+        topics = sorted({t for g in groups for t in g.topics}) if all(g.topics for g in groups) else []
+        return cls(rules=rules, topics=tuple(topics))
+
+    @classmethod
     def from_query(cls, query: Iterable[tuple[str, str]]) -> tuple[RepairScope, list[str]]:
         """The scope in a repair page's query (repeatable ``rule``, ``broker``, ``topic``; ``include_internal``,
         ``dry_run``, ``audit_run``) and what in it was not usable (a broker id that is not a number)."""

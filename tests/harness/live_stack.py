@@ -63,3 +63,22 @@ def fleet_snapshot(state: fleet.LabState) -> dict[str, Any]:
         "stops": {b: sum(e["event"] in ("stop-requested", "kill-requested") for e in es) for b, es in ev.items()},
         "registrations": regs,
     }
+
+
+def scrape(af: Any, user: str | None = None) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """The Kafka fleet view's /metrics as Prometheus scrapes it (a bearer token: ``user``'s JWT), parsed by Prometheus'
+    own parser: metric name -> {sorted labels: value}."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    req = urllib.request.Request(
+        f"{af.base}/kafka-fleet/metrics", headers={"Authorization": f"Bearer {af.token(user)}"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = r.read().decode()
+    return {
+        f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+        for f in text_string_to_metric_families(text)
+    }

@@ -12,7 +12,7 @@ from typing import Any
 
 from fleet_doctor import layout
 from fleet_doctor.audit.report import render_audit_html
-from fleet_doctor.audit.summary import FindingStatus, RunSummary
+from fleet_doctor.audit.summary import TIME_FORMAT, FindingStatus, RunSummary
 from fleet_doctor.layout import safe_run_id
 from fleet_doctor.rules import SEVERITY_ORDER
 from fleet_doctor.settings import Settings
@@ -98,7 +98,7 @@ def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: 
     summary = RunSummary(
         audit_run=run,
         cluster=discovered["cluster"],
-        finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        finished_at=time.strftime(TIME_FORMAT, time.gmtime()),
         findings=sum(by_severity.values()),
         by_severity={s: by_severity.get(s, 0) for s in SEVERITY_ORDER},
         by_status={s.value: status_counts.get(s.value, 0) for s in FindingStatus},
@@ -114,6 +114,7 @@ def publish(settings: Settings, run_id: str, discovered: dict[str, Any], facts: 
         report=store.url(layout.report_html(run)),
         findings_dataset=store.url(layout.findings_dataset(run)),
         previous_run=previous,
+        started_at=str(discovered.get("started_at") or ""),
     )
     runs.append(
         {

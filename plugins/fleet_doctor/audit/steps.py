@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from fleet_doctor import inventory as inv
 from fleet_doctor.audit import detection, history, kraft
+from fleet_doctor.audit.summary import TIME_FORMAT
 from fleet_doctor.identity import verify_identity
 from fleet_doctor.layout import RunArea, staging
 from fleet_doctor.remote import Remote, as_user, lowest_priority
@@ -114,6 +116,7 @@ def discover(
     only_in_metadata = sorted(set(registered) - known)
     return {
         "cluster": inventory.cluster,
+        "started_at": time.strftime(TIME_FORMAT, time.gmtime()),  # the run's start (its summary's duration)
         "metadata_mode": inventory.metadata_mode,  # decided once, by the inventory: passed on from here
         "zookeeper": zk_connect,
         "controllers": endpoints,

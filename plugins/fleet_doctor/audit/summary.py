@@ -8,6 +8,7 @@ type. Its JSON is an interface: fields are added, never renamed (a renamed one k
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -29,6 +30,15 @@ class FindingStatus(enum.StrEnum):
 
 
 STANDING = tuple(s.value for s in FindingStatus if s.standing)
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # a summary's times (UTC)
+
+
+def parse_time(text: Any) -> dt.datetime | None:
+    """A summary's time (``2026-11-29T02:00:00Z``), None when it is not one."""
+    try:
+        return dt.datetime.strptime(str(text), TIME_FORMAT).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,13 @@ class RunSummary:
     metadata_error: str | None = None
     controller_errors: list[dict[str, Any]] = field(default_factory=list)
     rules_skipped: dict[str, str] = field(default_factory=dict)  # rule -> why the detection app did not evaluate it
+    started_at: str = ""  # when the run's discover began ("" in a summary written before it was recorded)
+
+    @property
+    def duration_s(self) -> float | None:
+        """From the run's start to its publication (None when either time is unknown)."""
+        start, end = parse_time(self.started_at), parse_time(self.finished_at)
+        return (end - start).total_seconds() if start and end else None
 
     @property
     def kraft(self) -> bool:

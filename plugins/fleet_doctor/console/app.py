@@ -9,6 +9,7 @@ api-server. Routes (relative to the mount):
   that opens its own Trigger form pre-filled (docs/console.md).
 - ``GET /clusters/<cluster>/reports/<run>.html``: a published audit report, read from the cluster's store (only
   runs its history names).
+- ``GET /metrics``: the fleet's health in Prometheus' text format (``console.metrics``), the readable clusters'.
 - ``GET /repair``, ``GET /reports/<run>.html``: the links of reports and alerts made before there were fleets,
   sent on to the one cluster's page (a fleet of one); with more clusters, a 404 that says to name the cluster.
 
@@ -21,17 +22,18 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.params import Depends as DependsParam
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 
 from fleet_doctor import layout
 from fleet_doctor.airflow_links import RepairScope, audit_dag
 from fleet_doctor.console import render
-from fleet_doctor.console.data import cluster_row, load_view
+from fleet_doctor.console.data import ClusterRow, cluster_row, load_view
+from fleet_doctor.console.metrics import CONTENT_TYPE, render_metrics
 from fleet_doctor.fleet_dags import ClusterDags, FleetDags, fleet_clusters
 from fleet_doctor.inventory import InventoryError
 from fleet_doctor.settings import Settings, SettingsError
@@ -69,10 +71,13 @@ def create_app(
     read: Sequence[DependsParam] = (),
     repair: Sequence[DependsParam] = (),
     readable: Callable[..., Readable] = everyone,
+    pending_approvals: Callable[[], Mapping[str, int]] | None = None,
 ) -> FastAPI:
     """The app. ``settings`` is called per request (the store's settings and the inventories may change without a
     restart); ``read`` guards a cluster's routes, ``repair`` its repair page as well; ``readable``, a dependency,
-    says which clusters' audit DAGs the user may read (the overview lists those)."""
+    says which clusters' audit DAGs the user may read (the overview and the metrics show those);
+    ``pending_approvals()``: the approvals waiting for a person, per cluster (the metrics; the plugin reads Airflow's
+    database)."""
     app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None)
 
     def fleet_of() -> tuple[Settings, FleetDags]:
@@ -93,18 +98,35 @@ def create_app(
         except StoreError as err:
             raise HTTPException(503, str(err)) from err
 
+    def fleet_rows(may_read: Readable, now: dt.datetime) -> tuple[list[ClusterRow], FleetDags, int]:
+        """The rows of the clusters the user may read, the fleet, and how many clusters were left out."""
+        s, fleet = fleet_of()
+        shown = [c for c in fleet.clusters if may_read(audit_dag(c.cluster))]
+        rows = [cluster_row(c.inventory, c.schedule, lambda c=c: s.for_cluster(c.cluster).store, now) for c in shown]
+        return rows, fleet, len(fleet.clusters) - len(shown)
+
     @app.get("/", response_class=HTMLResponse)
     def overview(may_read: Readable = Depends(readable)) -> HTMLResponse:
         nonce = secrets.token_urlsafe(16)
+        now = dt.datetime.now(dt.UTC)
         try:
-            s, fleet = fleet_of()
+            rows, fleet, hidden = fleet_rows(may_read, now)
         except StoreError as err:
             return _html(render.error_page(str(err), nonce), render_csp(nonce), 503)
-        now = dt.datetime.now(dt.UTC)
-        shown = [c for c in fleet.clusters if may_read(audit_dag(c.cluster))]
-        rows = [cluster_row(c.inventory, c.schedule, lambda c=c: s.for_cluster(c.cluster).store, now) for c in shown]
-        page = render.overview_page(rows, fleet.problems, nonce, hidden=len(fleet.clusters) - len(shown), now=now)
+        page = render.overview_page(rows, fleet.problems, nonce, hidden=hidden, now=now)
         return _html(page, render_csp(nonce))
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics(may_read: Readable = Depends(readable)) -> PlainTextResponse:
+        """The fleet's health in Prometheus' text format, for the clusters the caller may read (a scrape
+        authenticates with a bearer token, as Airflow's API does: docs/fleet.md, "Metrics")."""
+        try:
+            rows, fleet, _ = fleet_rows(may_read, dt.datetime.now(dt.UTC))
+        except StoreError as err:
+            raise HTTPException(503, str(err)) from err
+        waiting = pending_approvals() if pending_approvals else None
+        text = render_metrics(rows, fleet.problems, waiting)
+        return PlainTextResponse(text, media_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})
 
     @app.get("/clusters/{cluster}/", response_class=HTMLResponse, dependencies=list(read))
     def cluster_page(cluster: str, runs: int = Query(30, ge=1, le=30)) -> HTMLResponse:

@@ -15,7 +15,7 @@ from typing import Any
 from croniter import croniter
 
 from fleet_doctor import layout
-from fleet_doctor.audit.summary import STANDING, FindingStatus, RunSummary
+from fleet_doctor.audit.summary import STANDING, FindingStatus, RunSummary, parse_time
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.fleet_dags import cron_of
 from fleet_doctor.inventory import Inventory
@@ -142,14 +142,6 @@ class ClusterRow:
             not self.stale,
             self.cluster,
         )
-
-
-def parse_time(text: Any) -> dt.datetime | None:
-    """A summary's time (``2026-11-29T02:00:00Z``), None when it is not one."""
-    try:
-        return dt.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
 
 
 def is_stale(schedule: str | None, finished_at: Any, now: dt.datetime) -> bool:

@@ -411,6 +411,35 @@ def _group_rows(groups: list[FindingGroup], *, actions: bool) -> str:
     return "".join(rows)
 
 
+def _rule_repairs(groups: list[FindingGroup]) -> str:
+    """Each repairable rule's repair across every broker it was found on: one plan for a cluster-wide incident
+    (seed-004's drift is on every replica of the topic), beside the per-group links."""
+    by_rule: dict[str, list[FindingGroup]] = {}
+    for g in groups:
+        if is_repairable(g):
+            by_rule.setdefault(g.rule, []).append(g)
+    if not by_rule:
+        return ""
+    items = []
+    for rule, gs in by_rule.items():
+        brokers = sorted({broker_label(g.broker_id) for g in gs}, key=lambda b: (b == "cluster", b.zfill(12)))
+        scope = RepairScope.of_rule(gs)
+        where = f"{len(brokers)} broker(s): {', '.join(brokers)}" if brokers != ["cluster"] else "the cluster"
+        topics = f"; topics {', '.join(scope.topics[:MAX_TOPICS])}" if scope.topics else ""
+        more = f" and {len(scope.topics) - MAX_TOPICS} more" if len(scope.topics) > MAX_TOPICS else ""
+        items.append(
+            f"<li data-testid='rule-repair' data-rule='{e(rule)}'><a href='repair?{e(scope.query())}' "
+            f"data-testid='rule-repair-link'>Repair {e(rule)} on every broker…</a> "
+            f"<span class='muted'>{sum(g.count for g in gs)} finding(s) on {e(where)}{e(topics)}{e(more)}: one plan, "
+            "the controller restarted last</span></li>"
+        )
+    return (
+        "<p>A rule's findings across the cluster, as one repair:</p><ul data-testid='rule-repairs'>"
+        + "".join(items)
+        + "</ul>"
+    )
+
+
 def _groups(view: FleetView) -> str:
     groups = view.groups
     out = ["<section id='findings'><h2>Findings</h2>"]
@@ -423,6 +452,7 @@ def _groups(view: FleetView) -> str:
         "the files behind each. <i>Repair…</i> opens the repair DAG's trigger, pre-filled with the group's rule, "
         "broker and topics; nothing changes on a broker before a person approves the plan.</p>"
     )
+    out.append(_rule_repairs(groups))
     out.append(f"<table data-testid='finding-groups'><tr>{GROUP_HEADER}<th></th></tr>")
     out.append(_group_rows(groups, actions=True))
     out.append("</table></section>")

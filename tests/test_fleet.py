@@ -1,0 +1,328 @@
+"""A fleet of clusters in one deployment (docs/fleet.md): each cluster's store kept apart under ``clusters/<cluster>/``
+(the data root's own single-cluster store read in place), its settings, repairs dir and inventory; the nightly
+audits spread over a window; alerts naming the cluster, with its own notifiers; the Kafka fleet view's overview,
+worst first, with stale audits and the inventories that give no cluster. Run against real stores (a local directory;
+the S3 layout in test_console and test_audit_s3) and the real publisher."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fleet_doctor import layout
+from fleet_doctor.audit import alerts, history
+from fleet_doctor.audit.summary import RunSummary
+from fleet_doctor.console.app import create_app
+from fleet_doctor.console.data import is_stale
+from fleet_doctor.fleet_dags import cron_of, fair_share, fleet_clusters, spread
+from fleet_doctor.inventory import InventoryError
+from fleet_doctor.settings import Settings
+from fleet_doctor.store import Store
+from harness import inventories
+from harness.findings import finding
+
+
+def fleet_of(tmp_path: Path, *clusters: dict[str, Any], **env: str) -> Settings:
+    inv = inventories.fleet_dir(tmp_path / "inventories", *clusters)
+    return Settings.from_env({"FLEET_DOCTOR_INVENTORY": str(inv), "FLEET_DOCTOR_DATA": str(tmp_path / "data"), **env})
+
+
+def publish(
+    settings: Settings, run: str, rows: list[dict[str, Any]], cluster: str, not_audited: list[int] = ()
+) -> dict:
+    """One audit run published by the real publisher into ``settings``' store."""
+    area = layout.staging(run)
+    settings.store.write_jsonl(area.findings_json, rows)
+    settings.store.write_text(area.summary, json.dumps({"rules_skipped": {}}))
+    discovered = {"cluster": cluster, "only_in_inventory": [], "only_in_zookeeper": []}
+    audited = [b for b in (1, 2, 3) if b not in not_audited]
+    return history.publish(settings, run, discovered, {"audited": audited, "not_audited": list(not_audited)})
+
+
+CRITICAL = {**finding("topic-id-mismatch", 1, "/k/orders-0/partition.metadata", "critical")}
+WARNING = {**finding("index-untrimmed", 2, "/k/orders-0/00000000000000000000.index", "warning")}
+
+
+# ---- the store
+def test_each_cluster_has_its_own_store_and_repairs(tmp_path: Path) -> None:
+    s = fleet_of(tmp_path, inventories.inventory("prod-eu"), inventories.inventory("prod-us"))
+    eu, us = s.for_cluster("prod-eu"), s.for_cluster("prod-us")
+    assert eu.store.root == str(tmp_path / "data" / "clusters" / "prod-eu")
+    assert us.store.root == str(tmp_path / "data" / "clusters" / "prod-us")
+    assert eu.repairs == tmp_path / "data" / "clusters" / "prod-eu" / "repairs"
+    publish(eu, "scheduled__1", [CRITICAL], "prod-eu")
+    publish(us, "scheduled__1", [], "prod-us")
+    assert [r["cluster"] for r in eu.store.read_jsonl(layout.HISTORY_RUNS)] == ["prod-eu"]  # the row names it
+    assert us.store.read_jsonl(layout.history_findings("scheduled__1")) == []  # not the other's findings
+    assert not (tmp_path / "data" / "history").exists()  # nothing at the root
+    # the findings Asset's URI is made without reading the store (the DAG files make it when they are parsed);
+    # a remote store's repairs go to FLEET_DOCTOR_REPAIR_DIR, each cluster apart there too (test_audit_s3)
+    remote = Settings.from_env({"FLEET_DOCTOR_DATA": "s3a://bucket/fd"})
+    assert remote.for_cluster("prod-eu").findings_asset_uri() == "s3://bucket/fd/clusters/prod-eu/findings"
+
+
+def test_a_single_cluster_store_at_the_root_is_read_in_place_by_its_cluster(tmp_path: Path) -> None:
+    """A store written before there were fleets: its runs, findings and repairs at the data root. Its cluster keeps
+    reading and writing them there (the history goes on: a finding of the old run persists); any other cluster of
+    the fleet gets clusters/<name>/."""
+    s = fleet_of(tmp_path, inventories.inventory("prod-eu"), inventories.inventory("prod-us"))
+    root = Store(tmp_path / "data")
+    old = publish(s, "scheduled__1", [CRITICAL], "prod-eu")  # settings of no cluster: the data root itself
+    assert root.is_file(layout.HISTORY_RUNS) and old["cluster"] == "prod-eu"
+    # rows written before they named the cluster: the run's summary says which
+    rows = root.read_jsonl(layout.HISTORY_RUNS)
+    root.write_jsonl(layout.HISTORY_RUNS, [{k: v for k, v in r.items() if k != "cluster"} for r in rows])
+    assert layout.root_cluster(root) == "prod-eu"
+
+    eu, us = s.for_cluster("prod-eu"), s.for_cluster("prod-us")
+    assert eu.store.root == root.root and eu.repairs == tmp_path / "data" / "repairs"
+    assert us.store.root == f"{root.root}/clusters/prod-us"
+    new = publish(eu, "scheduled__2", [CRITICAL], "prod-eu")
+    assert new["previous_run"] == "scheduled__1" and new["by_status"]["persisting"] == 1
+    assert [r["audit_run"] for r in root.read_jsonl(layout.HISTORY_RUNS)] == ["scheduled__1", "scheduled__2"]
+    # once moved under clusters/<name>/ (docs/audit.md "Data store"), the cluster reads it there
+    (tmp_path / "data" / "clusters" / "prod-eu").mkdir(parents=True)
+    for name in ("history", "reports", "staging", "findings", "repairs"):
+        if (tmp_path / "data" / name).exists():
+            (tmp_path / "data" / name).rename(tmp_path / "data" / "clusters" / "prod-eu" / name)
+    moved = s.for_cluster("prod-eu")
+    assert moved.store.root == f"{root.root}/clusters/prod-eu"
+    assert moved.store.read_jsonl(layout.HISTORY_RUNS)[-1]["audit_run"] == "scheduled__2"
+
+
+def test_a_cluster_name_never_leaves_its_place_in_the_store(tmp_path: Path) -> None:
+    for bad in ("..", ".hidden", "a/b", ""):
+        with pytest.raises(ValueError):
+            layout.cluster_root(bad)
+    for bad in ("..", ".", ".hidden"):
+        inventories.write(tmp_path / "x.json", inventories.inventory(bad))
+        with pytest.raises(InventoryError, match=r"must match .* and not start with '\.'"):
+            Settings.from_env({"FLEET_DOCTOR_INVENTORY": str(tmp_path / "x.json")}).load_inventory()
+
+
+# ---- the settings of one cluster
+def test_a_cluster_reads_its_own_inventory_and_a_broken_one_says_why(tmp_path: Path) -> None:
+    s = fleet_of(tmp_path, inventories.inventory("prod-eu", brokers=3), inventories.inventory("k", kraft=True))
+    assert s.for_cluster("k").load_inventory().kraft and len(s.for_cluster("prod-eu").load_inventory().brokers) == 3
+    with pytest.raises(InventoryError, match="2 clusters: name the one meant"):
+        s.load_inventory()
+    inventories.write(tmp_path / "inventories" / "broken.json", "{")
+    with pytest.raises(InventoryError, match=r"no usable inventory of cluster 'gone'.*broken.json: not JSON"):
+        s.for_cluster("gone").load_inventory()
+    assert s.for_cluster("k").load_inventory().cluster == "k"  # the broken file hides no other cluster
+
+
+# ---- the schedules
+@pytest.mark.parametrize(
+    "schedule,index,count,window,expected",
+    [
+        ("0 2 * * *", 0, 3, 120, "0 2 * * *"),
+        ("0 2 * * *", 1, 3, 120, "40 2 * * *"),
+        ("0 2 * * *", 2, 3, 120, "20 3 * * *"),
+        ("@daily", 1, 2, 120, "0 1 * * *"),
+        ("30 23 * * *", 1, 2, 120, "30 0 * * *"),  # past midnight: every day, so the same day's early hours
+        ("30 23 * * 1-5", 1, 2, 120, "59 23 * * 1-5"),  # weekdays only: it stops at 23:59, the day stays true
+        ("0 */4 * * *", 1, 2, 120, "0 */4 * * *"),  # several hours a day: kept
+        ("0 2 * * *", 5, 6, 0, "0 2 * * *"),  # no window
+    ],
+)
+def test_the_fleets_schedule_is_spread_over_the_window(
+    schedule: str, index: int, count: int, window: int, expected: str
+) -> None:
+    assert spread(schedule, index, count, window) == expected
+
+
+def test_an_inventory_schedule_is_checked_and_a_bad_one_is_a_problem_of_its_own(tmp_path: Path) -> None:
+    assert cron_of("@weekly") == "0 0 * * 0"
+    for bad in ("at two", "@sometimes", "0 2 * *", "61 2 * * *"):
+        with pytest.raises(ValueError):
+            cron_of(bad)
+    s = fleet_of(tmp_path, inventories.inventory("a", schedule="15 1 * * *"), inventories.inventory("b", schedule="x"))
+    fleet = fleet_clusters(s)
+    assert [(c.cluster, c.schedule) for c in fleet.clusters] == [("a", "15 1 * * *")]
+    (problem,) = fleet.problems
+    assert problem.path.endswith("b.json") and "schedule" in problem.message and "'x'" in problem.message
+    with pytest.raises(InventoryError, match="schedule must be"):
+        inventories.write(tmp_path / "c.json", inventories.inventory("c", schedule=""))
+        Settings.from_env({"FLEET_DOCTOR_INVENTORY": str(tmp_path / "c.json")}).load_inventory()
+
+
+def test_each_cluster_stages_at_most_its_share_of_the_one_pool() -> None:
+    assert [fair_share(32, n) for n in (1, 2, 3, 8, 16, 50, 500)] == [32, 32, 21, 8, 4, 4, 4]
+    assert fair_share(2, 50) == 2  # never more than the pool
+
+
+def test_a_cluster_may_set_its_share(tmp_path: Path) -> None:
+    s = fleet_of(tmp_path, inventories.inventory("a"), FLEET_DOCTOR_AUDIT_CLUSTER_SLOTS="6")
+    assert fleet_clusters(s).clusters[0].stage_slots == 6
+
+
+# ---- alerts
+def test_an_alert_names_the_cluster_and_goes_to_its_own_notifiers_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = tmp_path / "sent.jsonl"
+    mine = [{"class": "harness.notify.FileNotifier", "kwargs": {"path": str(sent), "text": "prod-eu: {message}"}}]
+    fleet = [{"class": "harness.notify.FileNotifier", "kwargs": {"path": str(sent), "text": "fleet: {report}"}}]
+    s = fleet_of(
+        tmp_path,
+        inventories.inventory("prod-eu", notifiers=mine),
+        inventories.inventory("prod-us"),
+        FLEET_DOCTOR_NOTIFIERS=json.dumps(fleet),
+        FLEET_DOCTOR_REPORT_BASE_URL="https://reports.example/{cluster}/",
+    ).for_cluster("prod-eu")
+    summary = publish(s, "scheduled__1", [CRITICAL], "prod-eu")
+    with caplog.at_level(logging.WARNING):
+        message = alerts.send_alert(s, summary)
+    assert message and message.startswith("Kafka Fleet Doctor, cluster prod-eu, audit scheduled__1:")
+    lines = [json.loads(line)["text"] for line in sent.read_text().splitlines()]
+    assert lines == ["fleet: https://reports.example/prod-eu/scheduled__1.html", f"prod-eu: {message}"]
+    # the other cluster has no notifiers of its own: only the fleet's
+    us = s.for_cluster("prod-us")
+    sent.unlink()
+    alerts.send_alert(us, publish(us, "scheduled__1", [CRITICAL], "prod-us"))
+    assert [json.loads(line)["text"] for line in sent.read_text().splitlines()] == [
+        "fleet: https://reports.example/prod-us/scheduled__1.html"
+    ]
+    assert alerts.report_url(RunSummary.from_dict(summary)) == summary["report"]
+
+
+# ---- the overview
+def overview(s: Settings) -> str:
+    r = TestClient(create_app(lambda: s)).get("/")
+    assert r.status_code == 200, r.text[:500]
+    return r.text
+
+
+def rows_of(text: str) -> list[tuple[str, str]]:
+    import re
+
+    return re.findall(r"data-testid='cluster-row' data-cluster='([^']+)' data-state='([^']+)'", text)
+
+
+def test_the_overview_lists_every_cluster_worst_first(tmp_path: Path) -> None:
+    zk = [inventories.inventory(n, brokers=3) for n in ("calm", "critical", "warned", "fresh", "unreached")]
+    s = fleet_of(tmp_path, *zk, inventories.inventory("k", brokers=3, kraft=True))
+    inventories.write(tmp_path / "inventories" / "broken.json", {"cluster": "x"})
+    publish(s.for_cluster("calm"), "scheduled__1", [], "calm")
+    publish(s.for_cluster("critical"), "scheduled__1", [CRITICAL, WARNING], "critical")
+    publish(s.for_cluster("warned"), "scheduled__1", [WARNING], "warned")
+    publish(s.for_cluster("unreached"), "scheduled__1", [], "unreached", not_audited=[2])
+    publish(s.for_cluster("k"), "scheduled__1", [WARNING, WARNING | {"path": "/k/o-1/0.index"}], "k")
+    text = overview(s)
+    shown = rows_of(text)
+    # critical first, then by warnings (k has two), then brokers not audited; the ones never audited are stale
+    assert [c for c, _ in shown] == ["critical", "k", "warned", "unreached", "fresh", "calm"]
+    assert dict(shown)["fresh"] == "stale" and dict(shown)["calm"] == "ok"
+    assert "broken.json" in text and "inventory-problem" in text  # the file that gives no cluster, said
+    assert "kraft" in text and "3.9.0" in text
+    assert "href='clusters/critical/'" in text
+
+
+def test_an_audit_older_than_its_schedule_allows_is_stale() -> None:
+    now = dt.datetime(2026, 11, 29, 5, 0, tzinfo=dt.UTC)
+    assert not is_stale("0 2 * * *", "2026-11-29T02:20:00Z", now)
+    assert is_stale("0 2 * * *", "2026-11-28T02:20:00Z", now)  # last night's is missing
+    assert not is_stale("0 4 * * *", "2026-11-28T04:20:00Z", now)  # tonight's may still be running (2 h grace)
+    assert is_stale("0 2 * * *", None, now) and not is_stale(None, None, now)
+
+
+def test_the_overview_reads_a_single_cluster_store_in_place(tmp_path: Path) -> None:
+    s = fleet_of(tmp_path, inventories.inventory("prod-eu"), inventories.inventory("prod-us"))
+    publish(s, "scheduled__1", [CRITICAL], "prod-eu")  # at the data root, as before fleets
+    shown = dict(rows_of(overview(s)))
+    assert shown["prod-eu"] in ("ok", "stale") and shown["prod-us"] == "stale"
+    page = TestClient(create_app(lambda: s)).get("/clusters/prod-eu/").text
+    assert "data-testid='finding-group'" in page
+
+
+def test_old_links_reach_the_one_cluster_and_say_so_with_more(tmp_path: Path) -> None:
+    one = fleet_of(tmp_path / "one", inventories.inventory("prod-eu"))
+    c = TestClient(create_app(lambda: one), follow_redirects=False)
+    r = c.get("/repair?rule=index-untrimmed&broker=1")
+    assert r.status_code == 307 and r.headers["location"] == "clusters/prod-eu/repair?rule=index-untrimmed&broker=1"
+    assert c.get("/reports/r1.html").headers["location"] == "clusters/prod-eu/reports/r1.html"
+    two = fleet_of(tmp_path / "two", inventories.inventory("a"), inventories.inventory("b"))
+    r = TestClient(create_app(lambda: two)).get("/repair?rule=x")
+    assert r.status_code == 404 and "clusters/<cluster>/" in r.json()["detail"]
+
+
+# ---- the metrics
+def scrape(s: Settings, **app: Any) -> dict[str, list[Any]]:
+    """GET /metrics parsed by Prometheus' own parser: metric name -> its samples."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = TestClient(create_app(lambda: s, **app)).get("/metrics")
+    assert r.status_code == 200, r.text[:500]
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = list(text_string_to_metric_families(r.text))
+    assert all(f.type == "gauge" and f.documentation for f in families)
+    return {f.name: f.samples for f in families}
+
+
+def value(samples: list[Any], **labels: str) -> float:
+    (found,) = [s.value for s in samples if all(s.labels.get(k) == v for k, v in labels.items())]
+    return found
+
+
+def test_the_metrics_say_per_cluster_what_the_overview_says(tmp_path: Path) -> None:
+    s = fleet_of(
+        tmp_path,
+        inventories.inventory("prod-eu", brokers=3),
+        inventories.inventory("k", brokers=3, kraft=True),
+        inventories.inventory("never", brokers=4),
+    )
+    inventories.write(tmp_path / "inventories" / "broken.json", "{")
+    eu = s.for_cluster("prod-eu")
+    publish(eu, "scheduled__1", [CRITICAL], "prod-eu")
+    summary = publish(eu, "scheduled__2", [CRITICAL, WARNING], "prod-eu", not_audited=[3])
+    publish(s.for_cluster("k"), "scheduled__1", [WARNING], "k")
+    m = scrape(s, pending_approvals=lambda: {"prod-eu": 2})
+
+    assert {x.labels["cluster"]: x.labels["metadata_mode"] for x in m["kafka_fleet_cluster_info"]} == {
+        "prod-eu": "zookeeper",
+        "k": "kraft",
+        "never": "zookeeper",
+    }
+    findings = m["kafka_fleet_findings"]
+    # prod-eu: the critical one persisting on broker 1, the warning new on broker 2; broker 3 not audited
+    assert value(findings, cluster="prod-eu", rule="topic-id-mismatch", severity="critical", status="persisting") == 1
+    assert value(findings, cluster="prod-eu", rule="index-untrimmed", severity="warning", status="new") == 1
+    assert value(findings, cluster="k", severity="warning", status="new") == 1
+    assert not [x for x in findings if x.labels["cluster"] == "never"]
+    brokers = m["kafka_fleet_brokers"]
+    assert value(brokers, cluster="prod-eu", state="inventory") == 3
+    assert value(brokers, cluster="prod-eu", state="audited") == 2
+    assert value(brokers, cluster="prod-eu", state="not_audited") == 1
+    assert value(brokers, cluster="never", state="inventory") == 4
+    assert not [x for x in brokers if x.labels["cluster"] == "never" and x.labels["state"] == "audited"]
+    end = value(m["kafka_fleet_last_audit_end_timestamp_seconds"], cluster="prod-eu")
+    assert dt.datetime.fromtimestamp(end, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") == summary["finished_at"]
+    assert value(m["kafka_fleet_audit_stale"], cluster="never") == 1
+    assert value(m["kafka_fleet_pending_approvals"], cluster="prod-eu") == 2
+    assert value(m["kafka_fleet_pending_approvals"], cluster="k") == 0
+    assert value(m["kafka_fleet_inventory_problems"]) == 1
+    assert value(m["kafka_fleet_store_up"], cluster="k") == 1
+    # a cluster the caller may not read is not in them at all
+    only = scrape(s, readable=lambda: lambda dag_id: dag_id == "kafka_fleet_audit__k")
+    assert {x.labels["cluster"] for x in only["kafka_fleet_cluster_info"]} == {"k"}
+
+
+def test_the_metrics_give_a_runs_duration_and_escape_what_they_quote(tmp_path: Path) -> None:
+    s = fleet_of(tmp_path, inventories.inventory("prod-eu", brokers=3)).for_cluster("prod-eu")
+    discovered = {"cluster": "prod-eu", "only_in_inventory": [], "only_in_zookeeper": []}
+    discovered["started_at"] = "2026-11-29T01:59:00Z"
+    area = layout.staging("scheduled__1")
+    odd = {**WARNING, "rule": 'index-"odd"\\\nrule'}
+    s.store.write_jsonl(area.findings_json, [odd])
+    s.store.write_text(area.summary, "{}")
+    summary = history.publish(s, "scheduled__1", discovered, {"audited": [1, 2, 3], "not_audited": []})
+    took = value(scrape(s)["kafka_fleet_last_audit_duration_seconds"], cluster="prod-eu")
+    assert took == RunSummary.from_dict(summary).duration_s > 0
+    assert value(scrape(s)["kafka_fleet_findings"], rule='index-"odd"\\\nrule') == 1
