@@ -56,8 +56,8 @@ def test_audit_and_repair_plan_on_an_s3_store(s3: Any, tmp_path: Path) -> None:
             ]
         staged = set(store.list(f"staging/{run}"))
         assert {"brokers.jsonl", "cluster-metadata.jsonl", "summary.json", "findings.jsonl"} <= staged
-        assert summary["report"] == f"{data}/reports/{run}.html"
-        assert summary["findings_dataset"] == f"{data}/findings/audit_run={run}"
+        assert summary["report"] == f"{data}/clusters/lab/reports/{run}.html"
+        assert summary["findings_dataset"] == f"{data}/clusters/lab/findings/audit_run={run}"
 
         # the findings dataset Spark wrote through s3a://, read back with another S3 client
         parts = [n for n in store.list(f"findings/audit_run={run}") if n.endswith(".parquet")]

@@ -267,7 +267,7 @@ def test_connections_command_writes_what_init_imports(
 
     monkeypatch.setenv("FLEET_DOCTOR_INVENTORY", str(tmp_path / "missing.json"))
     assert deploy.main(["connections", "--out", str(out)]) == 1
-    assert f"{tmp_path / 'missing.json'}: cannot read inventory" in capsys.readouterr().err
+    assert f"{tmp_path / 'missing.json'}: no such inventory file or directory" in capsys.readouterr().err
 
 
 def test_a_missing_key_file_is_named(tmp_path: Path, lab: fleet.LabState) -> None:
@@ -454,3 +454,23 @@ def test_inventory_errors_name_the_file(tmp_path: Path, lab: fleet.LabState) -> 
     bad.write_text("{}")
     with pytest.raises(InventoryError, match=f"{bad}: missing field 'inventory_version'"):
         deploy.environ_connections(env | {"FLEET_DOCTOR_INVENTORY": str(bad)})
+
+
+def test_a_fleets_connections_are_every_clusters_a_broken_inventory_said(
+    tmp_path: Path, lab: fleet.LabState, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A directory of inventories: every cluster's connections (the lab's and a second cluster's), and a broken file
+    named on stderr without hiding the others."""
+    from harness import inventories
+
+    env = deployment(tmp_path, lab)
+    deploy.step_passwords(env)
+    fleet_dir = tmp_path / "fleet"
+    fleet_dir.mkdir()
+    (fleet_dir / "lab.json").symlink_to(Path(lab.dir) / "inventory.json")
+    inventories.write(fleet_dir / "other.json", inventories.inventory("other", brokers=2))
+    inventories.write(fleet_dir / "broken.json", "{")
+    conns = deploy.environ_connections(env | {"FLEET_DOCTOR_INVENTORY": str(fleet_dir)})
+    assert {f"kafka_ssh_lab_{b.id}" for b in lab.brokers} | {"kafka_ssh_other_1", "kafka_ssh_other_2"} <= set(conns)
+    assert {c["extra"]["key_file"] for k, c in conns.items() if k.startswith("kafka_ssh_")} == {env[deploy.SSH_KEY]}
+    assert f"no connections for {fleet_dir / 'broken.json'}: not JSON" in capsys.readouterr().err

@@ -322,11 +322,14 @@ class LiveAirflow(AirflowRest):
         components: tuple[str, ...] = COMPONENTS,
         passwords: dict[str, str] | None = None,
         approver: str | None = None,
+        bin_dir: Path | None = None,
     ) -> None:
+        """``bin_dir``: where the ``airflow`` command is (default: this interpreter's, the repository's venv)."""
         unknown = sorted(set(components) - set(HEALTH_KEYS))
         if unknown:
             raise AirflowLiveError(f"unknown Airflow component(s) {unknown}: known {sorted(HEALTH_KEYS)}")
         self.components = components
+        self.airflow_exe = str((bin_dir or Path(sys.executable).parent) / "airflow")
         self.port = port or free_port()
         base = f"http://127.0.0.1:{self.port}"
         self.env = dict(env)
@@ -380,8 +383,7 @@ class LiveAirflow(AirflowRest):
         return self
 
     def start_component(self, name: str) -> None:
-        exe = str(Path(sys.executable).parent / "airflow")
-        args = [exe, name]
+        args = [self.airflow_exe, name]
         if name == "api-server":
             args += ["--host", "127.0.0.1", "--port", str(self.port)]
         elif name in SERVES_LOGS:

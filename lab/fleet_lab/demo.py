@@ -49,6 +49,13 @@ DEMO_INCIDENTS: list[tuple[str, dict[str, Any]]] = [
     ("stray-dir", {"broker": 2, "topic": "orders"}),
     ("kill9-untrimmed-index", {"broker": 3}),
 ]
+DEMO_KRAFT_INCIDENTS: list[tuple[str, dict[str, Any]]] = [
+    # the KRaft cluster's own: a 3.7 stray replica, a diverged quorum-state, a drifted topic ID, a bad index
+    ("kraft-stray-replica", {"topic": "clickstream"}),
+    ("quorum-state-divergent", {"broker": 3}),
+    ("topic-id-mismatch", {"broker": 2, "topic": "payments"}),
+    ("index-bad-size", {"broker": 1, "topic": "orders"}),
+]
 
 
 def airflow_environ(home: Path, lab_dir: Path, data: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -105,10 +112,10 @@ def lab_cluster(env: dict[str, str]) -> str:
 
 
 def run_audit(
-    env: dict[str, str], run_date: str | None = None, timeout: float = 900
+    env: dict[str, str], run_date: str | None = None, timeout: float = 900, cluster: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The lab cluster's audit DAG, run with ``airflow dags test``."""
-    args = ["dags", "test", audit_dag(lab_cluster(env))]
+    """A cluster's audit DAG (default: the one cluster of ``env``'s inventory), run with ``airflow dags test``."""
+    args = ["dags", "test", audit_dag(cluster or lab_cluster(env))]
     if run_date:
         args.append(run_date)
     return airflow(env, *args, timeout=timeout, check=False)
@@ -132,20 +139,34 @@ def latest_summary(
     return store.read_json(layout.report_json(runs[-1]["audit_run"]))
 
 
+def kraft_lab_dir(lab_dir: Path) -> Path:
+    """The demo's second lab, the KRaft cluster's: beside the first (``.lab`` -> ``.lab-kraft``)."""
+    return lab_dir.with_name(f"{lab_dir.name}-kraft")
+
+
 def demo(home: Path, lab_dir: Path, data: Path, keep_lab: bool = False) -> int:
+    """Two lab clusters, a ZooKeeper one with ``DEMO_INCIDENTS`` and a KRaft one with ``DEMO_KRAFT_INCIDENTS``, one
+    fleet (a directory of their two inventories), each cluster's audit DAG run once."""
     from fleet_lab import fleet
 
     t0 = time.monotonic()
-    if fleet.is_up(lab_dir):
-        fleet.down(lab_dir)
-    print(f"[demo] bringing up the fleet lab (3 brokers, Kafka {fleet.DEFAULT_VERSION}) in {lab_dir}", flush=True)
-    state = fleet.up(lab_dir, brokers=3)
+    kraft_dir = kraft_lab_dir(lab_dir)
+    for d in (lab_dir, kraft_dir):
+        if fleet.is_up(d):
+            fleet.down(d)
+    print(f"[demo] bringing up the fleet lab (3 brokers, Kafka {fleet.DEFAULT_VERSION}, ZooKeeper) in {lab_dir}")
+    print(f"[demo] and a KRaft lab (3 brokers, Kafka {fleet.DEFAULT_KRAFT_VERSION}) in {kraft_dir}", flush=True)
+    started = []
     try:
-        return _demo_audit(state, home, lab_dir, data, t0)
+        started.append(fleet.up(lab_dir, brokers=3))
+        started.append(fleet.up(kraft_dir, brokers=3, metadata="kraft", cluster=f"{DEFAULT_CLUSTER}-kraft"))
+        return _demo_audit(started, home, [lab_dir, kraft_dir], data, t0)
     finally:
         if not keep_lab:
-            fleet.down(lab_dir)
-            print(f"[demo] fleet lab stopped (keep it up with --keep-lab; then: bin/fleet-lab status --dir {lab_dir})")
+            for state in started:
+                fleet.down(state.dir)
+            dirs = " and ".join(str(s.dir) for s in started)
+            print(f"[demo] fleet labs stopped (keep them up with --keep-lab; then: bin/fleet-lab status --dir {dirs})")
 
 
 def inject_demo_incidents(state: Any, tag: str = "demo") -> None:
@@ -162,22 +183,52 @@ def inject_demo_incidents(state: Any, tag: str = "demo") -> None:
         print(f"[{tag}] injected {name} ({where}) -> rule {done.rule}", flush=True)
 
 
-def _demo_audit(state: Any, home: Path, lab_dir: Path, data: Path, t0: float) -> int:
-    inject_demo_incidents(state)
-    env = airflow_environ(home, lab_dir, data)
-    print(
-        f"[demo] Airflow home {home} (SQLite); running the {audit_dag(state.cluster)} DAG with `airflow dags test`",
-        flush=True,
-    )
+def fleet_environ(home: Path, lab_dirs: list[Path], data: Path, fleet_dir: Path) -> dict[str, str]:
+    """``airflow_environ`` for a fleet of labs: ``FLEET_DOCTOR_INVENTORY`` a directory of their inventories (made in
+    ``fleet_dir``, one link per lab, named after its cluster), every lab's Airflow connections."""
+    fleet_dir.mkdir(parents=True, exist_ok=True)
+    for old in fleet_dir.glob("*.json"):
+        old.unlink()
+    env = airflow_environ(home, lab_dirs[0], data)
+    for d in lab_dirs:
+        cluster = Settings.from_env({"FLEET_DOCTOR_INVENTORY": str(d / "inventory.json")}).load_inventory().cluster
+        (fleet_dir / f"{cluster}.json").symlink_to(d / "inventory.json")
+        for cid, c in json.loads((d / "airflow-connections.json").read_text()).items():
+            env[f"AIRFLOW_CONN_{cid.upper()}"] = json.dumps(c)
+    env["FLEET_DOCTOR_INVENTORY"] = str(fleet_dir)
+    return env
+
+
+def _demo_audit(states: list[Any], home: Path, lab_dirs: list[Path], data: Path, t0: float) -> int:
+    from fleet_lab.incidents import inject
+
+    zk, kraft = states
+    inject_demo_incidents(zk)
+    for name, opts in DEMO_KRAFT_INCIDENTS:
+        done = inject(kraft, name, **opts)
+        print(f"[demo] {kraft.cluster}: injected {name} -> rule {done.rule}", flush=True)
+    env = fleet_environ(home, lab_dirs, data, home / "fleet")
+    print(f"[demo] Airflow home {home} (SQLite); the fleet's inventories: {env['FLEET_DOCTOR_INVENTORY']}", flush=True)
     prepare(env)
-    r = run_audit(env)
-    summary = latest_summary(data, cluster=state.cluster)
-    if r.returncode != 0 or summary is None:
-        print(r.stdout[-4000:], r.stderr[-4000:], sep="\n", file=sys.stderr)
-        print("[demo] the audit DAG failed", file=sys.stderr)
-        return 1
-    print(json.dumps(summary, indent=2))
-    print(f"[demo] report: {summary['report']}")
+    summaries = []
+    for state in states:
+        print(f"[demo] running the {audit_dag(state.cluster)} DAG with `airflow dags test`", flush=True)
+        r = run_audit(env, cluster=state.cluster)
+        summary = latest_summary(data, cluster=state.cluster)
+        if r.returncode != 0 or summary is None:
+            print(r.stdout[-4000:], r.stderr[-4000:], sep="\n", file=sys.stderr)
+            print(f"[demo] the {audit_dag(state.cluster)} DAG failed", file=sys.stderr)
+            return 1
+        print(json.dumps(summary, indent=2), flush=True)
+        summaries.append(summary)
+    for summary in summaries:
+        counts = ", ".join(f"{n} {sev}" for sev, n in summary["by_severity"].items())
+        print(f"[demo] cluster {summary['cluster']} ({summary.get('metadata_mode')}): {counts}")
+        print(f"[demo]   report: {summary['report']}")
+    print(
+        "[demo] the Kafka fleet page (every cluster, then each one's findings and repairs): `bin/dev ui`, then Kafka "
+        "fleet in Airflow's nav; in a deployment, <airflow>/kafka-fleet/ (docs/fleet.md)"
+    )
     print(f"[demo] done in {time.monotonic() - t0:.0f} s")
     return 0
 

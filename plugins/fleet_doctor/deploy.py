@@ -313,6 +313,8 @@ def environ_connections(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     except (SettingsError, ValueError) as e:
         raise DeployError(str(e)) from e
     fleet = inv.load_fleet(settings.inventory)
+    if fleet.problems and not fleet.clusters:  # nothing to deploy: say why
+        raise inv.InventoryError("; ".join(p.message for p in fleet.problems))
     for problem in fleet.problems:  # the other clusters' connections still go in (the fleet page shows it too)
         print(f"fleet-doctor deploy: no connections for {problem.message}", file=sys.stderr)
     return connections(fleet.clusters.values(), str(key), master, base, settings.airflow_api_conn, reader)

@@ -112,7 +112,9 @@ class Remote:
                     while chan.recv_stderr_ready():
                         err += chan.recv_stderr(1 << 16)
                         progressed = True
-                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    # done once the exit status and the end of the output are both in (the status may come first)
+                    drained = not chan.recv_ready() and not chan.recv_stderr_ready()
+                    if chan.exit_status_ready() and chan.eof_received and drained:
                         break
                     if not progressed and chan.closed:
                         break

@@ -23,6 +23,8 @@ from fleet_doctor.inventory import Inventory, InventoryError
 from fleet_doctor.store import Store, s3_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
+# the default data root: the checkout's .fleet-doctor/, or for an installed wheel $AIRFLOW_HOME/fleet-doctor
+IN_CHECKOUT = (REPO / "plugins" / "fleet_doctor").is_dir()
 DEFAULT_INVENTORY = "/etc/kafka-fleet-doctor/inventory.json"
 SECRET_SETTING_WORDS = ("access.key", "secret", "session.token", "password")
 
@@ -101,7 +103,10 @@ class Settings:
                 f"FLEET_DOCTOR_S3_ENDPOINT / AWS_ENDPOINT_URL: no credentials in the endpoint URL "
                 f"({endpoint.scheme}://{endpoint.hostname}...): use the AWS_* variables"
             )
-        data = env.get("FLEET_DOCTOR_DATA") or str(REPO / ".fleet-doctor")
+        airflow_home = Path(env.get("AIRFLOW_HOME") or Path.home() / "airflow")
+        data = env.get("FLEET_DOCTOR_DATA") or str(
+            REPO / ".fleet-doctor" if IN_CHECKOUT else airflow_home / "fleet-doctor"
+        )
         approvers = (env.get("FLEET_DOCTOR_APPROVERS") or "").split(",")
         return cls(
             inventory=Path(env.get("FLEET_DOCTOR_INVENTORY") or DEFAULT_INVENTORY),

@@ -41,7 +41,11 @@ from fleet_doctor import spark_auth
 from fleet_doctor.store import atomic_file, temporary_name
 
 PACKAGE = Path(__file__).resolve().parent
-DETECT_APP = PACKAGE.parents[1] / "spark_apps" / "detect.py"
+# the detection app: in a checkout spark_apps/detect.py, in an installed wheel its package data (pyproject.toml)
+DETECT_APP = next(
+    (p for p in (PACKAGE / "spark_apps" / "detect.py", PACKAGE.parents[1] / "spark_apps" / "detect.py") if p.is_file()),
+    PACKAGE.parents[1] / "spark_apps" / "detect.py",
+)
 LOG = logging.getLogger(__name__)
 
 PROFILES: dict[str, dict[str, str]] = {

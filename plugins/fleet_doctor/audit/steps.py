@@ -191,11 +191,14 @@ def run_probe(remote: Remote, command: str, sink: Callable[[bytes], None], timeo
         tail = (tail + data)[-4096:]
 
     done = remote.stream(command, PROBE_SOURCE.read_bytes(), keep_tail, timeout)
-    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
-    end = json.loads(last) if last.startswith(b"{") else {}
     if done.exit_status != 0:
         raise StageError(f"{remote.who}: the probe exited {done.exit_status}: {done.stderr.strip()[-500:]}")
-    if end.get("kind") != "probe_end" or not end.get("complete"):
+    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    try:
+        end = json.loads(last) if last.startswith(b"{") else {}
+    except ValueError:  # a last line cut short: the output did not end with its probe_end record
+        end = {}
+    if not isinstance(end, dict) or end.get("kind") != "probe_end" or not end.get("complete"):
         raise StageError(f"{remote.who}: the probe output ends without a complete probe_end record")
     end["stderr"] = done.stderr
     return end
