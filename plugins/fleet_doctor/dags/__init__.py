@@ -23,12 +23,14 @@ def every_cluster(kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
     """Every cluster's DAGs of ``kinds``, by DAG id, made now from the settings in this process's environment."""
     import importlib
 
+    from fleet_doctor.fleet_dags import fleet_clusters
     from fleet_doctor.settings import Settings
 
     parsed = Settings.from_env()  # what shapes the DAGs; every task resolves its own settings, for its cluster
+    clusters = fleet_clusters(parsed).clusters
     out: dict[str, Any] = {}
     for kind in kinds:
-        out.update(importlib.import_module(f"fleet_doctor.dags.{kind}").every_cluster(parsed))
+        out.update(importlib.import_module(f"fleet_doctor.dags.{kind}").every_cluster(parsed, clusters))
     return out
 
 

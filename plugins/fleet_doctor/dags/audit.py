@@ -37,14 +37,14 @@ from airflow.sdk import DAG, Asset, Param, dag, get_current_context, task
 from fleet_doctor import layout, zookeeper
 from fleet_doctor.audit import alerts, history, steps
 from fleet_doctor.audit.detect_task import DetectOperator
-from fleet_doctor.fleet_dags import ClusterDags, fleet_clusters
+from fleet_doctor.fleet_dags import ClusterDags
 from fleet_doctor.remote import airflow_ssh_client
 from fleet_doctor.settings import Settings
 
 
-def every_cluster(parsed: Settings) -> dict[str, DAG]:
-    """Each cluster's audit DAG, by id (``parsed``: the settings that shape the DAGs, read when the file is parsed)."""
-    return {c.audit: kafka_fleet_audit(c, parsed) for c in fleet_clusters(parsed).clusters}
+def every_cluster(parsed: Settings, clusters: list[ClusterDags]) -> dict[str, DAG]:
+    """Each cluster's audit DAG, by id (``parsed``: the settings read when the DAG file is parsed)."""
+    return {c.audit: kafka_fleet_audit(c, parsed) for c in clusters}
 
 
 def kafka_fleet_audit(cluster: ClusterDags, parsed: Settings) -> DAG:

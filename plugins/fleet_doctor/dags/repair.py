@@ -40,16 +40,16 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
-from fleet_doctor.fleet_dags import ClusterDags, fleet_clusters
+from fleet_doctor.fleet_dags import ClusterDags
 from fleet_doctor.repair import approval, tasks
 from fleet_doctor.repair.hitl import PlanApprovalOperator
 from fleet_doctor.repair.params import manual_dag_args, repair_gates
 from fleet_doctor.settings import Settings
 
 
-def every_cluster(parsed: Settings) -> dict[str, DAG]:
-    """Each cluster's repair DAG, by id (``parsed``: the settings read when the file is parsed)."""
-    return {c.repair: kafka_fleet_repair(c, parsed) for c in fleet_clusters(parsed).clusters}
+def every_cluster(parsed: Settings, clusters: list[ClusterDags]) -> dict[str, DAG]:
+    """Each cluster's repair DAG, by id (``parsed``: the settings read when the DAG file is parsed)."""
+    return {c.repair: kafka_fleet_repair(c, parsed) for c in clusters}
 
 
 def approval_of(task_id: str, subject: str, body: str, option: str, parsed: Settings) -> PlanApprovalOperator:

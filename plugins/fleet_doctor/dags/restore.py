@@ -31,16 +31,16 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, dag, get_current_context, task
 
-from fleet_doctor.fleet_dags import ClusterDags, fleet_clusters
+from fleet_doctor.fleet_dags import ClusterDags
 from fleet_doctor.repair import approval, restore_tasks
 from fleet_doctor.repair.hitl import PlanApprovalOperator
 from fleet_doctor.repair.params import manual_dag_args, restore_gates
 from fleet_doctor.settings import Settings
 
 
-def every_cluster(parsed: Settings) -> dict[str, DAG]:
-    """Each cluster's restore DAG, by id (``parsed``: the settings read when the file is parsed)."""
-    return {c.restore: kafka_fleet_restore(c, parsed) for c in fleet_clusters(parsed).clusters}
+def every_cluster(parsed: Settings, clusters: list[ClusterDags]) -> dict[str, DAG]:
+    """Each cluster's restore DAG, by id (``parsed``: the settings read when the DAG file is parsed)."""
+    return {c.restore: kafka_fleet_restore(c, parsed) for c in clusters}
 
 
 def kafka_fleet_restore(cluster: ClusterDags, parsed: Settings) -> DAG:
