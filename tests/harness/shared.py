@@ -28,6 +28,7 @@ from typing import Any
 from fleet_doctor import inventory
 from fleet_doctor.audit import steps
 from fleet_doctor.settings import Settings
+from fleet_doctor.store import write_atomic
 from fleet_lab import demo, fleet
 from fleet_lab.airflow_stack import AirflowLiveError, LiveAirflow
 from fleet_lab.incidents import controller_failover, run_scenario
@@ -117,14 +118,28 @@ class SharedLabs:
         snap.replay(state)
         if self.airflow is not None and self.current != snap.name:
             self.airflow.set_connections(json.loads((self.lab_dir / "airflow-connections.json").read_text()))
+            self.publish_inventory()
         self.current = snap.name
         return state
+
+    @property
+    def fleet_dir(self) -> Path:
+        """The live Airflow's FLEET_DOCTOR_INVENTORY: a fleet directory holding the lab's inventory, kept outside the
+        lab dir (a restore replaces that dir: the DAG files, parsed every few seconds, must never find no inventory,
+        or the lab's DAGs would leave Airflow until the next parse), and rewritten atomically after each restore."""
+        return self.root / "fleet"
+
+    def publish_inventory(self) -> None:
+        self.fleet_dir.mkdir(exist_ok=True)
+        write_atomic(self.fleet_dir / "lab.json", (self.lab_dir / "inventory.json").read_bytes())
 
     def live_airflow(self) -> LiveAirflow:
         """The session's live Airflow over the lab path, its data root ``<root>/data``: started on first use."""
         if self.airflow is None:
             home = self.root / "airflow"
             env = demo.airflow_environ(home, self.lab_dir, self.data)
+            self.publish_inventory()
+            env["FLEET_DOCTOR_INVENTORY"] = str(self.fleet_dir)
             env = {k: v for k, v in env.items() if not k.startswith("AIRFLOW_CONN_KAFKA_")}  # set through the API
             # a killed worker's task instances are reset within 5 s of its scheduler job counting as dead rather than
             # within 300 s (a dead scheduler job is one without a heartbeat for scheduler_health_check_threshold,
