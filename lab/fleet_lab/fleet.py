@@ -1149,6 +1149,32 @@ def _wait_registered(
     )
 
 
+def wait_in_sync(state: LabState, timeout: float = 60.0) -> None:
+    """Until every partition's ISR is all of its replicas (a ZooKeeper lab): a lab just brought up, before a
+    snapshot records its ISR as the state every restore must reach again (a replica still catching up when it is
+    taken would never be out of ISR again after a restore)."""
+    zk = state.zk_client()
+    lagging: dict[str, Any] = {}
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            replicas = {}
+            for topic in zk.get_children("/brokers/topics"):
+                assignment = json.loads(zk.get(f"/brokers/topics/{topic}")[0]).get("partitions", {})
+                replicas.update({f"{topic}-{p}": sorted(r) for p, r in assignment.items()})
+            isr = {k: sorted(v) for k, v in _isr(zk).items()}
+            lagging = {k: (isr.get(k), r) for k, r in replicas.items() if isr.get(k) != r}
+            if not lagging:
+                return
+            time.sleep(0.05)
+    finally:
+        zk.stop()
+        zk.close()
+    raise LabError(
+        f"not every replica in ISR within {timeout:.0f} s (ISR / replicas): {dict(list(lagging.items())[:5])}"
+    )
+
+
 def _isr(zk: Any) -> dict[str, list[int]]:
     """``topic-partition`` -> its ISR, as ZooKeeper holds it now."""
     out: dict[str, list[int]] = {}

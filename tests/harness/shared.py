@@ -91,7 +91,7 @@ class SharedLabs:
         if (self.lab_dir / "lab.json").is_file():
             fleet.down(self.lab_dir)
         where = self.root / "snapshots" / name
-        fleet.up(self.lab_dir, brokers=3, kafka_version=version)
+        fleet.wait_in_sync(fleet.up(self.lab_dir, brokers=3, kafka_version=version))  # healthy when taken
         try:
             lab = fleet.snapshot(self.lab_dir, where / "lab")
             snap = Snapshot(name, lab, where / "data", scenario, after_start)
