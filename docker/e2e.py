@@ -6,7 +6,8 @@ has installed and started Docker and built the images:
 3. ``kafka_fleet_audit__lab`` triggered through the REST API: the scheduler runs it; the stage tasks ran on both Celery
    workers (their task instances' hostnames), ``detect`` ran on the Spark master with an executor on each spark-worker
    (the master's and the workers' JSON status: the application named after the run); the deployment's first audit
-   (the schedule's latest interval, run once at start-up: docs/audit.md) is there too;
+   (the schedule's latest interval, run once at start-up: docs/audit.md) is there too; the Kafka fleet page and its
+   metrics list the cluster, audited;
 4. ``kafka_fleet_repair__lab`` triggered, approved through the HITL endpoint as the configured approver; afterwards
    every replica's topic ID equals ZooKeeper's, every partition has its full ISR, each broker restarted once, the
    controller last (read from the lab, not from Airflow);
@@ -298,6 +299,24 @@ def check_first_audit(af: ComposeAirflow) -> None:
     check(len(scheduled) == 1, f"the deployment's first audit: one scheduled run of {AUDIT} ({scheduled})")
 
 
+def check_fleet_page(af: ComposeAirflow) -> None:
+    """The Kafka fleet page and its metrics, served by the api-server from the inventory it mounts: the lab's
+    cluster, audited (docs/fleet.md)."""
+    bearer = {"Authorization": f"Bearer {af.token()}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{af.base}/kafka-fleet/", headers=bearer), timeout=30) as r:
+        page = r.read().decode()
+    row = f"data-testid='cluster-row' data-cluster='{fleet.DEFAULT_CLUSTER}' data-state='ok'"
+    check(row in page, f"the fleet page lists cluster {fleet.DEFAULT_CLUSTER}, audited")
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{af.base}/kafka-fleet/metrics", headers=bearer), timeout=30
+    ) as r:
+        metrics = r.read().decode()
+    check(
+        f'kafka_fleet_store_up{{cluster="{fleet.DEFAULT_CLUSTER}"}} 1' in metrics,
+        "the metrics read the cluster's store",
+    )
+
+
 def check_detect_on_spark(values: dict[str, str], run: str) -> None:
     """The audit run ``run``'s detection ran on the Spark master, with an executor on each worker. Told apart from
     any other run's (the first audit's, which may start before or after ``run`` was triggered) by its application
@@ -438,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         check_spread(af, first)
         check_detect_on_spark(values, first)
         check_first_audit(af)
+        check_fleet_page(af)
         repair(af, state, timings)
         second = audit_through_restarts(af, stack, timings)
         check_history(stack, [first, second])
