@@ -669,7 +669,7 @@ class Cluster:
             SPARK_LOCAL_IP=self.image["SPARK_LOCAL_IP"],
             SPARK_LOG_DIR=str(self.work),
             PYSPARK_PYTHON=sys.executable,  # the image's venv python
-            PYTHONPATH=str(REPO / "plugins"),  # the image's
+            PYTHONPATH=str(REPO / "plugins"),  # the image installs the package (its wheel); here, the checkout's
             **{k: str(v) for k, v in (svc.get("environment") or {}).items()},
         )
         assert env[SECRET_ENV] == SPARK_SECRET_MOUNT and self.mounts_secret(name), name
