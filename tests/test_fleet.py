@@ -79,6 +79,10 @@ def test_a_single_cluster_store_at_the_root_is_read_in_place_by_its_cluster(tmp_
     rows = root.read_jsonl(layout.HISTORY_RUNS)
     root.write_jsonl(layout.HISTORY_RUNS, [{k: v for k, v in r.items() if k != "cluster"} for r in rows])
     assert layout.root_cluster(root) == "prod-eu"
+    # a newer row whose summary was never written (its publication cut short) does not hide whose store it is
+    root.write_jsonl(layout.HISTORY_RUNS, [*root.read_jsonl(layout.HISTORY_RUNS), {"audit_run": "scheduled__0"}])
+    assert layout.root_cluster(root) == "prod-eu"
+    root.write_jsonl(layout.HISTORY_RUNS, root.read_jsonl(layout.HISTORY_RUNS)[:-1])
 
     eu, us = s.for_cluster("prod-eu"), s.for_cluster("prod-us")
     assert eu.store.root == root.root and eu.repairs == tmp_path / "data" / "repairs"
@@ -96,13 +100,23 @@ def test_a_single_cluster_store_at_the_root_is_read_in_place_by_its_cluster(tmp_
     assert moved.store.read_jsonl(layout.HISTORY_RUNS)[-1]["audit_run"] == "scheduled__2"
 
 
+def test_a_cluster_name_is_short_enough_for_its_dags(tmp_path: Path) -> None:
+    """The DAGs' tag cluster:<name> may have 100 characters: a longer name is its file's problem, never an import
+    error that takes every cluster's DAGs with it."""
+    inventories.write(tmp_path / "long.json", inventories.inventory("x" * 65))
+    with pytest.raises(InventoryError, match="at most 64 characters"):
+        Settings.from_env({"FLEET_DOCTOR_INVENTORY": str(tmp_path / "long.json")}).load_inventory()
+    s = fleet_of(tmp_path / "f", inventories.inventory("x" * 64), inventories.inventory("y" * 65))
+    assert [c.cluster for c in fleet_clusters(s).clusters] == ["x" * 64]
+
+
 def test_a_cluster_name_never_leaves_its_place_in_the_store(tmp_path: Path) -> None:
     for bad in ("..", ".hidden", "a/b", ""):
         with pytest.raises(ValueError):
             layout.cluster_root(bad)
     for bad in ("..", ".", ".hidden"):
         inventories.write(tmp_path / "x.json", inventories.inventory(bad))
-        with pytest.raises(InventoryError, match=r"must match .* and not start with '\.'"):
+        with pytest.raises(InventoryError, match=r"must match .*, not start with '\.'"):
             Settings.from_env({"FLEET_DOCTOR_INVENTORY": str(tmp_path / "x.json")}).load_inventory()
 
 
@@ -193,6 +207,22 @@ def test_an_alert_names_the_cluster_and_goes_to_its_own_notifiers_too(
     assert alerts.report_url(RunSummary.from_dict(summary)) == summary["report"]
 
 
+def test_an_inventory_may_name_airflow_notifiers_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An inventory is edited by more people than the deployment: a class it names that is not an Airflow notifier
+    is never built (the workers that would build it hold every broker's SSH key); the fleet's notifiers still run."""
+    built, sent = tmp_path / "built", tmp_path / "sent.jsonl"
+    hostile = [{"class": "harness.notify.NotANotifier", "kwargs": {"path": str(built)}}]
+    fleet = [{"class": "harness.notify.FileNotifier", "kwargs": {"path": str(sent), "text": "{message}"}}]
+    s = fleet_of(
+        tmp_path, inventories.inventory("prod-eu", notifiers=hostile), FLEET_DOCTOR_NOTIFIERS=json.dumps(fleet)
+    ).for_cluster("prod-eu")
+    with caplog.at_level(logging.ERROR):
+        assert alerts.send_alert(s, publish(s, "scheduled__1", [CRITICAL], "prod-eu"))
+    assert not built.exists()
+    assert "harness.notify.NotANotifier is not an Airflow notifier (BaseNotifier): not used" in caplog.text
+    assert len(sent.read_text().splitlines()) == 1
+
+
 # ---- the overview
 def overview(s: Settings) -> str:
     r = TestClient(create_app(lambda: s)).get("/")
@@ -247,7 +277,13 @@ def test_old_links_reach_the_one_cluster_and_say_so_with_more(tmp_path: Path) ->
     c = TestClient(create_app(lambda: one), follow_redirects=False)
     r = c.get("/repair?rule=index-untrimmed&broker=1")
     assert r.status_code == 307 and r.headers["location"] == "clusters/prod-eu/repair?rule=index-untrimmed&broker=1"
-    assert c.get("/reports/r1.html").headers["location"] == "clusters/prod-eu/reports/r1.html"
+    assert c.get("/reports/r1.html").headers["location"] == "../clusters/prod-eu/reports/r1.html"
+    # followed as a browser follows them (relative to the old page), they reach the cluster's pages
+    publish(one.for_cluster("prod-eu"), "scheduled__1", [CRITICAL], "prod-eu")
+    follow = TestClient(create_app(lambda: one))
+    assert follow.get("/reports/scheduled__1.html").url.path == "/clusters/prod-eu/reports/scheduled__1.html"
+    assert follow.get("/reports/scheduled__1.html").status_code == 200
+    assert follow.get("/repair?rule=x").url.path == "/clusters/prod-eu/repair"
     two = fleet_of(tmp_path / "two", inventories.inventory("a"), inventories.inventory("b"))
     r = TestClient(create_app(lambda: two)).get("/repair?rule=x")
     assert r.status_code == 404 and "clusters/<cluster>/" in r.json()["detail"]

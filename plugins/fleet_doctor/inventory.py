@@ -29,6 +29,7 @@ CLUSTER_METADATA_DIR = "__cluster_metadata-0"  # the metadata log's partition di
 SSH_FIELDS = ("host", "ssh_port", "ssh_user", "ssh_key_file", "host_key")
 _HOST_RE = re.compile(r"[A-Za-z0-9._:-]+")  # names and keys: fullmatch ($ lets "x\n" through)
 _CLUSTER_RE = re.compile(r"[A-Za-z0-9_.-]+")
+MAX_CLUSTER_NAME = 64  # the DAGs' tag cluster:<name> may have 100 characters, their ids 250
 _CLUSTER_ID_RE = re.compile(r"[A-Za-z0-9_-]{22}")  # a Kafka Uuid, base64url without padding
 _USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _TMP_DIR_RE = re.compile(r"/[A-Za-z0-9._/-]*")
@@ -304,10 +305,11 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
     if _req(data, "inventory_version", int, source) != INVENTORY_VERSION:
         raise InventoryError(f"{source}: unsupported inventory_version {data['inventory_version']}")
     cluster = _req(data, "cluster", str, source)
-    if not _CLUSTER_RE.fullmatch(cluster) or cluster.startswith("."):
+    if not _CLUSTER_RE.fullmatch(cluster) or cluster.startswith(".") or len(cluster) > MAX_CLUSTER_NAME:
         raise InventoryError(
-            f"{source}: cluster name {cluster!r} must match {_CLUSTER_RE.pattern} and not start with '.' (it names "
-            "the cluster's DAGs, Airflow connections and its place in the data store)"
+            f"{source}: cluster name {cluster!r} must match {_CLUSTER_RE.pattern}, not start with '.' and have at most "
+            f"{MAX_CLUSTER_NAME} characters (it names the cluster's DAGs and their tag, its Airflow connections and "
+            "its place in the data store)"
         )
     brokers = []
     seen = set()

@@ -78,18 +78,20 @@ def cluster_root(cluster: str) -> str:
     return f"{CLUSTERS}/{cluster}"
 
 
+ROOT_CLUSTER_LOOKBACK = 30  # runs read back for one that names its cluster (a publish cut short leaves no summary)
+
+
 def root_cluster(root: Any) -> str | None:
     """The cluster a single-cluster store at the data root ``root`` (a ``Store``) belongs to: the cluster its newest
-    published run names (its history row, or the run's summary for a row written before rows named it); None when
-    the root holds no published run."""
-    runs = root.read_jsonl(HISTORY_RUNS)
-    if not runs:
-        return None
-    newest = runs[-1]
-    if newest.get("cluster"):
-        return str(newest["cluster"])
-    summary = root.read_json(report_json(str(newest.get("audit_run"))))
-    return str(summary["cluster"]) if isinstance(summary, dict) and summary.get("cluster") else None
+    published run names (its history row, or the run's summary for a row written before rows named it; a run whose
+    summary is missing, its publication cut short, is passed over); None when no run says."""
+    for row in reversed(root.read_jsonl(HISTORY_RUNS)[-ROOT_CLUSTER_LOOKBACK:]):  # newest first
+        if row.get("cluster"):
+            return str(row["cluster"])
+        summary = root.read_json(report_json(str(row.get("audit_run"))))  # a row from before rows named it
+        if isinstance(summary, dict) and summary.get("cluster"):
+            return str(summary["cluster"])
+    return None
 
 
 def cluster_store(root: Any, cluster: str) -> Any:

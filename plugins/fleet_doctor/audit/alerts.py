@@ -57,6 +57,12 @@ def alert_message(summary: RunSummary, report_url: str | None = None) -> str | N
     return " ".join(parts)
 
 
+def _is_notifier(cls: Any) -> bool:
+    from airflow.sdk import BaseNotifier
+
+    return isinstance(cls, type) and issubclass(cls, BaseNotifier)
+
+
 def cluster_notifiers(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
     """The cluster's own notifiers (its inventory's ``notifiers``), besides the fleet's."""
     if settings.cluster is None:
@@ -82,10 +88,18 @@ def send_alert(
         LOG.info("no critical finding and every broker audited: no alert")
         return None
     LOG.warning("ALERT %s", message)
-    for dotted, kwargs in settings.notifier_specs() + cluster_notifiers(settings):
+    fleet_wide = [(True, spec) for spec in settings.notifier_specs()]
+    for from_deployment, (dotted, kwargs) in fleet_wide + [(False, spec) for spec in cluster_notifiers(settings)]:
         module, _, name = dotted.rpartition(".")
         try:
             cls = getattr(importlib.import_module(module), name)
+            if not from_deployment and not _is_notifier(cls):
+                # an inventory is edited by more people than the deployment: it may name Airflow notifiers only,
+                # never any class the workers (which hold every broker's SSH key) would build and call
+                LOG.error(
+                    "cluster %s: %s is not an Airflow notifier (BaseNotifier): not used", settings.cluster, dotted
+                )
+                continue
             filled = {k: v.format(message=message, report=url) if isinstance(v, str) else v for k, v in kwargs.items()}
             notifier = cls(**filled)
             notifier.notify(context or {})

@@ -183,8 +183,9 @@ def create_app(
 
     @app.get("/reports/{name}")
     def old_report(name: str, may_read: Readable = Depends(readable)) -> RedirectResponse:
+        # relative to /kafka-fleet/reports/: one level up is the mount
         return RedirectResponse(
-            f"clusters/{quote(the_only_cluster(may_read), safe='')}/reports/{quote(name, safe='')}", 307
+            f"../clusters/{quote(the_only_cluster(may_read), safe='')}/reports/{quote(name, safe='')}", 307
         )
 
     return app
