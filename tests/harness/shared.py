@@ -138,6 +138,8 @@ class SharedLabs:
         if self.airflow is None:
             home = self.root / "airflow"
             env = demo.airflow_environ(home, self.lab_dir, self.data)
+            if not (self.lab_dir / "inventory.json").is_file():  # the lab cluster's DAGs need its inventory
+                self.restore(self.snapshot(None), self.data)
             self.publish_inventory()
             env["FLEET_DOCTOR_INVENTORY"] = str(self.fleet_dir)
             env = {k: v for k, v in env.items() if not k.startswith("AIRFLOW_CONN_KAFKA_")}  # set through the API
