@@ -98,10 +98,6 @@ def distinct(values: Iterable[str]) -> list[tuple[str, int]]:
     return list(seen.items())
 
 
-def cluster_name(summary: RunSummary | None) -> str:
-    return (summary.cluster if summary else "") or "(unnamed cluster)"
-
-
 # ---- the fleet: one row per cluster
 STALE_GRACE = dt.timedelta(hours=2)  # how long a scheduled audit may take before it counts as missing
 

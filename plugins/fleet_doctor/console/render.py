@@ -28,8 +28,8 @@ from fleet_doctor.airflow_links import (
     restore_dag,
 )
 from fleet_doctor.audit.report import registry_notes, svg_history  # one implementation each, the report's
-from fleet_doctor.audit.summary import FindingStatus
-from fleet_doctor.console.data import ClusterRow, FleetView, broker_label, distinct, matrix, parse_time
+from fleet_doctor.audit.summary import FindingStatus, parse_time
+from fleet_doctor.console.data import ClusterRow, FleetView, broker_label, distinct, matrix
 from fleet_doctor.finding_groups import FindingGroup
 from fleet_doctor.inventory import InventoryProblem
 from fleet_doctor.rules import SEVERITY_ORDER
