@@ -70,7 +70,12 @@ def test_only_an_approver_can_answer_and_execute_records_who(fleet: dict[str, An
     assert af.task_states(REPAIR, run)["execute"] is None  # the plan does not run
     assert af.approve(REPAIR, run, "approve", user="alice") == option
     assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
-    assert scrape(af)["kafka_fleet_pending_approvals"] == {pending: 0}
+    m = scrape(af)
+    assert m["kafka_fleet_pending_approvals"] == {pending: 0}
+    # the repair showed its lock to the fleet page, taken and released (a dry run takes it too)
+    assert m["kafka_fleet_repair_lock_held"] == {pending: 0} and m["kafka_fleet_repair_lock_needs_human"] == {
+        pending: 0
+    }
     approvals = [a for j in journals(fleet["data"]) for a in j.get("approvals", [])]
     assert [(a["by"]["id"], a["plan_hash"], a["triggered_by"], a["option"]) for a in approvals] == [
         ("alice", plan_hash, "bob", option)

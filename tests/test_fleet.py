@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from fleet_doctor import layout
+from fleet_doctor import layout, lock_state
 from fleet_doctor.audit import alerts, history
 from fleet_doctor.audit.summary import RunSummary
 from fleet_doctor.console.app import create_app
 from fleet_doctor.console.data import is_stale
 from fleet_doctor.fleet_dags import cron_of, fair_share, fleet_clusters, spread
 from fleet_doctor.inventory import InventoryError
+from fleet_doctor.lock_state import LockState
 from fleet_doctor.settings import Settings
 from fleet_doctor.store import Store
 from harness import inventories
@@ -255,6 +256,65 @@ def test_the_overview_lists_every_cluster_worst_first(tmp_path: Path) -> None:
     assert "href='clusters/critical/'" in text
 
 
+def lock_cells(text: str) -> dict[str, str]:
+    """cluster -> the state its row's repair-lock cell shows."""
+    import re
+
+    rows = re.findall(r"<tr data-testid='cluster-row' data-cluster='([^']+)'.*?</tr>", text)
+    cells = re.findall(r"<tr data-testid='cluster-row'.*?data-testid='repair-lock' data-state='([^']+)'", text)
+    return dict(zip(rows, cells, strict=True))
+
+
+HALTED = {"plan_hash": "b" * 64, "step": "brokers", "run_id": "manual__1", "since": 1_790_000_000, "cluster": "held"}
+
+
+def test_the_overview_and_a_clusters_page_show_the_repair_lock(tmp_path: Path) -> None:
+    """As the repair or the audit last saw it (``lock_state``): a lock left for a person ranks its cluster above a
+    calm one; one never seen says so; a mirror that is not JSON is named, the rest of the row still shown."""
+    names = ("calm", "held", "executing", "never", "garbled")
+    s = fleet_of(tmp_path, *(inventories.inventory(n, brokers=3) for n in names))
+    for n in names:
+        publish(s.for_cluster(n), "scheduled__1", [], n)
+    now = 1_790_000_100.0
+    lock_state.record(s.for_cluster("calm").store, LockState(False, now, "audit"))
+    lock_state.record(s.for_cluster("held").store, LockState(True, now, "repair", HALTED, False, "files changed"))
+    lock_state.record(s.for_cluster("executing").store, LockState(True, now, "repair", HALTED, True))
+    s.for_cluster("garbled").store.write_text(layout.REPAIR_LOCK, "{not json")
+    text = overview(s)
+    assert lock_cells(text) == {
+        "calm": "free",
+        "held": "needs-human",
+        "executing": "held",
+        "never": "unknown",
+        "garbled": "unreadable",
+    }
+    assert rows_of(text)[0][0] == "held"  # the only row worse than the calm ones
+    assert "held by run manual__1 (plan bbbbbbbbbbbb, step brokers, since 2026-09-21T" in text
+    assert "kept: files changed" in text and "repair-lock.json" in text
+    page = TestClient(create_app(lambda: s)).get("/clusters/held/")
+    assert page.status_code == 200 and "data-testid='repair-lock' data-state='needs-human'" in page.text
+
+
+def test_the_lock_mirror_keeps_the_newest_state_and_the_reason_it_was_kept(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    kept = LockState(True, 10.0, "repair", HALTED, False, "a broker was left stopped")
+    lock_state.record(store, kept)
+    lock_state.record(store, LockState(True, 5.0, "audit", HALTED, True))  # older: ignored
+    assert lock_state.read(store) == kept
+    audit = LockState(True, 20.0, "audit", HALTED, False)  # the same holder, seen later: the reason stays
+    lock_state.record(store, audit)
+    assert lock_state.read(store) == LockState(True, 20.0, "audit", HALTED, False, "a broker was left stopped")
+    other = LockState(True, 30.0, "audit", {**HALTED, "run_id": "manual__2"}, False)
+    lock_state.record(store, other)
+    assert lock_state.read(store) == other  # another holder: the old reason is not its
+    for junk in ([], {"held": "yes", "observed_at": 1}, {"held": True}, {"held": True, "observed_at": "x"}):
+        assert LockState.from_json(junk) is None
+    store.write_text(layout.REPAIR_LOCK, json.dumps({"held": 1}))
+    assert lock_state.read(store) is None  # not a state: none, logged
+    (tmp_path / "a-file").write_text("x")
+    lock_state.record(Store(tmp_path / "a-file"), kept)  # cannot be written (its root is a file): logged, no raise
+
+
 def test_an_audit_older_than_its_schedule_allows_is_stale() -> None:
     now = dt.datetime(2026, 11, 29, 5, 0, tzinfo=dt.UTC)
     assert not is_stale("0 2 * * *", "2026-11-29T02:20:00Z", now)
@@ -345,6 +405,16 @@ def test_the_metrics_say_per_cluster_what_the_overview_says(tmp_path: Path) -> N
     assert value(m["kafka_fleet_pending_approvals"], cluster="k") == 0
     assert value(m["kafka_fleet_inventory_problems"]) == 1
     assert value(m["kafka_fleet_store_up"], cluster="k") == 1
+    # the repair lock as last seen: no sample for a cluster whose lock was never seen
+    assert not m["kafka_fleet_repair_lock_held"]
+    lock_state.record(eu.store, LockState(True, 1_790_000_000.0, "repair", HALTED, False, "a broker left stopped"))
+    lock_state.record(s.for_cluster("k").store, LockState(False, 1_790_000_001.0, "audit"))
+    m = scrape(s)
+    assert value(m["kafka_fleet_repair_lock_held"], cluster="prod-eu") == 1
+    assert value(m["kafka_fleet_repair_lock_needs_human"], cluster="prod-eu") == 1
+    assert value(m["kafka_fleet_repair_lock_held"], cluster="k") == 0
+    assert value(m["kafka_fleet_repair_lock_seen_timestamp_seconds"], cluster="k") == 1_790_000_001
+    assert not [x for x in m["kafka_fleet_repair_lock_held"] if x.labels["cluster"] == "never"]
     # a cluster the caller may not read is not in them at all
     only = scrape(s, readable=lambda: lambda dag_id: dag_id == "kafka_fleet_audit__k")
     assert {x.labels["cluster"] for x in only["kafka_fleet_cluster_info"]} == {"k"}

@@ -29,8 +29,10 @@ from typing import Any
 
 import pytest
 
-from fleet_doctor import layout
+from fleet_doctor import layout, lock_state
+from fleet_doctor.audit import steps
 from fleet_doctor.layout import RepairsDir
+from fleet_doctor.lock_state import LockState
 from fleet_doctor.repair import approval_text, restore_tasks, tasks
 from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
 from fleet_doctor.repair.errors import RepairError
@@ -40,7 +42,7 @@ from fleet_doctor.repair.journal import Journal, State
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, controller_last
 from fleet_doctor.repair.session import cluster_for, holding
 from fleet_doctor.zookeeper.cluster import Cluster
-from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, lock_holder, release_lock
+from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, lock_holder, release_active, release_lock
 from fleet_lab import fleet
 from fleet_lab.fleet import run_service
 from harness.repair_lab import FAST, plan_of
@@ -260,7 +262,11 @@ def halted(lab: dict[str, Any]) -> dict[str, Any]:
     ex = executor(lab, plan, "halted", StartFails)
     owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": "halted"}
     report: dict[str, Any] = {}
-    with pytest.raises(RepairError, match="did not come back"), holding(lab["zk"], lab["inv"], owner, report) as lock:
+    mirror = lab["settings"].store  # the fleet page's view of the lock
+    with (
+        pytest.raises(RepairError, match="did not come back"),
+        holding(lab["zk"], lab["inv"], owner, report, mirror=mirror) as lock,
+    ):
         lock.keep_when(ex.journal.keeps_lock)
         ex.run()
     return {"plan": plan, "bid": bid, "ex": ex, "report": report, "originals": originals, "index": index}
@@ -276,6 +282,10 @@ def test_a_halt_after_a_change_keeps_the_lock_and_the_broker_as_it_is(
     assert not report["lock_released"] and "lock_kept" in report
     holder = lock_holder(lab["zk"], lab["state"].cluster_id)
     assert holder is not None and holder["run_id"] == "halted"
+    # the fleet page and the metrics show it: held, no worker executing it, and why it was kept
+    shown = lock_state.read(lab["settings"].store)
+    assert shown is not None and shown.seen_by == "repair" and shown.holder == holder
+    assert shown.needs_human and shown.kept == report["lock_kept"]
     # another plan cannot start; another run of this very plan neither (it would start a new attempt)
     with pytest.raises(LockHeld), lab["state"].zk_session() as other:
         acquire_lock(other, lab["state"].cluster_id, {"plan_hash": "f" * 64, "step": "brokers"})
@@ -336,6 +346,9 @@ def test_a_restore_that_fails_hands_the_lock_back_to_the_halted_repair(
         restore_tasks.restore_backup(s, planned, {"timeout_s": 60}, "restore-0", unreachable)
     holder = lock_holder(lab["zk"], lab["state"].cluster_id)
     assert holder is not None and holder["run_id"] == "halted" and holder["step"] == "brokers"
+    shown = lock_state.read(s.store)
+    assert shown is not None and shown.seen_by == "restore" and shown.needs_human and shown.holder == holder
+    assert shown.kept is not None and "still need a human" in shown.kept
 
 
 def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
@@ -370,6 +383,8 @@ def test_the_restore_puts_the_backup_back_gated_and_owned_as_the_partition_dir(
     healthy = [h["detail"] for h in rj["brokers"][str(bid)]["history"] if h["state"] == "healthy"]
     assert healthy == ["2 consecutive healthy polls"]  # the approved gate, not the form's weaker one
     assert running(state, bid) and lock_holder(lab["zk"], lab["state"].cluster_id) is None
+    shown = lock_state.read(s.store)
+    assert shown is not None and not shown.held and shown.seen_by == "restore" and shown.describe() == "free"
     repair = json.loads((RepairsDir(s.repairs).attempt(halted["plan"].hash, "halted") / "journal.json").read_text())
     assert repair["status"] == "restored" and repair["brokers"][str(bid)]["state"] == "pending"
 
@@ -406,6 +421,31 @@ def test_a_resume_without_its_journal_keeps_the_lock(lab: dict[str, Any]) -> Non
             acquire_lock(other, lab["state"].cluster_id, {**owner, "run_id": "another"})
     finally:
         release_lock(lab["zk"], lab["state"].cluster_id, owner)
+
+
+def test_an_audit_shows_the_repair_lock_as_zookeeper_holds_it(lab: dict[str, Any]) -> None:
+    """What the fleet page shows of the lock: each audit's discover reads it (a lock taken, left by a worker that
+    is gone, released by hand), and a newer observation replaces the mirror, never an older one."""
+    store, key = lab["settings"].store, lab["state"].cluster_id
+    owner = {"plan_hash": "a" * 64, "step": "brokers", "run_id": "by-hand", "since": 1_790_000_000}
+    acquire_lock(lab["zk"], key, owner)
+    try:
+        executing = LockState.from_json(steps.discover(lab["inv"])["repair_lock"])
+        assert executing is not None and executing.seen_by == "audit"
+        assert executing.held and executing.worker_alive and executing.holder == owner and not executing.needs_human
+        assert executing.describe().startswith("held by run by-hand (plan aaaaaaaaaaaa, step brokers, since 2026-")
+        release_active(lab["zk"], key)  # the worker is gone, its lock stays
+        left = LockState.from_json(steps.discover(lab["inv"])["repair_lock"])
+        assert left is not None and left.needs_human and "a person must" in left.describe()
+        lock_state.record(store, left)
+    finally:
+        release_lock(lab["zk"], key, owner)  # by hand
+    free = LockState.from_json(steps.discover(lab["inv"])["repair_lock"])
+    assert free is not None and not free.held and free.worker_alive is None
+    lock_state.record(store, free)
+    assert lock_state.read(store) == free
+    lock_state.record(store, executing)  # seen before: never replaces a newer state
+    assert lock_state.read(store) == free
 
 
 def test_the_gates_are_part_of_the_plan(lab: dict[str, Any]) -> None:

@@ -23,6 +23,8 @@ before there were fleets holds one cluster's keys at the root: that cluster keep
     history/runs.jsonl                    one row per published run, oldest first
     history/audit_run=<run>/findings.jsonl   every finding of the run with its status (new / persisting / ...)
     reports/<run>.html, reports/<run>.json   the report and the run's summary
+    repair-lock.json                      the repair lock as a repair or an audit last saw it (``lock_state``): what
+                                          the fleet page and the metrics show
 
 A local work dir (``fleet-doctor scan``, the repair's post-verify) is a run area at the root of a local store: the
 detection app reads every run area the same way (``audit.detection``).
@@ -64,6 +66,7 @@ SUMMARY = "summary.json"
 FINDINGS_JSON = "findings.jsonl"
 STAGE_ERRORS = "stage-errors.txt"
 METADATA_ERROR = "metadata-error.txt"
+REPAIR_LOCK = "repair-lock.json"  # the cluster's repair lock as last seen (``fleet_doctor.lock_state``)
 
 
 def safe_run_id(run_id: str) -> str:

@@ -17,6 +17,7 @@ Where each step keeps what it stages: ``fleet_doctor.layout`` (one run's staging
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 import time
 from collections.abc import Callable, Iterable
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory as inv
+from fleet_doctor import lock_state
 from fleet_doctor.audit import detection, history, kraft
 from fleet_doctor.audit.summary import TIME_FORMAT
 from fleet_doctor.identity import verify_identity
@@ -35,6 +37,8 @@ from fleet_doctor.staging import StagingError, stage_probe, staged_brokers
 from fleet_doctor.store import Store
 from fleet_doctor.zookeeper import ZkAuth, credentials, session
 from fleet_doctor.zookeeper.cluster import Cluster
+
+LOG = logging.getLogger(__name__)
 
 PROBE_SOURCE = Path(__file__).resolve().parents[1] / "probe.py"
 # what a worker takes from one broker's probe: its records are short lines (a segment's is under 1 KiB) and about
@@ -78,6 +82,7 @@ def discover(
     source: dict[str, Any] | None = None
     controller_errors: list[dict[str, Any]] = []
     fenced: list[int] = []
+    repair_lock: dict[str, Any] | None = None
     zk_connect: str | None = zookeeper or inventory.zookeeper
     endpoints = [inventory.controller_endpoint(c.id) for c in inventory.controllers]
     if inventory.kraft:
@@ -95,6 +100,7 @@ def discover(
                 auth = credentials(inventory)
             with session(zk_connect, timeout=timeout, read_only=True, auth=auth) as zk:
                 registered = Cluster(zk).registrations()
+                repair_lock = _repair_lock(zk)
         except Exception as e:  # kazoo's timeouts and connection errors have no common base
             zk_error = f"ZooKeeper {zk_connect}: {type(e).__name__}: {e}"
     unknown = zk_error is not None or metadata_error is not None
@@ -131,7 +137,19 @@ def discover(
         "metadata_error": metadata_error,
         "controller_errors": controller_errors,
         "out_of_scope": sorted(known - scope) if scope else [],
+        "repair_lock": repair_lock,  # ZooKeeper: the repair lock as seen now (``lock_state``), None when unread
     }
+
+
+def _repair_lock(zk: Any) -> dict[str, Any] | None:
+    """The cluster's repair lock (keyed by its ``/cluster/id``) as this session sees it, for the fleet page; None
+    when it cannot be read (logged: the audit goes on)."""
+    try:
+        key = Cluster(zk).cluster_id()
+        return None if key is None else lock_state.seen_in_zookeeper(zk, key, "audit").to_json()
+    except Exception as e:
+        LOG.warning("the repair lock could not be read (the fleet page shows an older state): %s", e)
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,4 +461,5 @@ def run_local(
     """A whole audit run in this process (tests, ad-hoc runs): ``stage_and_detect``, then publish. Returns the
     published summary (``audit.summary.RunSummary.to_dict``)."""
     run = stage_and_detect(settings, run_id, connect, master=master, connect_controller=connect_controller)
+    lock_state.record(settings.store, lock_state.LockState.from_json(run.discovered.get("repair_lock")))
     return history.publish(settings, run_id, run.discovered, run.facts)

@@ -32,7 +32,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from fleet_doctor import layout
 from fleet_doctor.airflow_links import RepairScope, audit_dag
 from fleet_doctor.console import render
-from fleet_doctor.console.data import ClusterRow, cluster_row, load_view
+from fleet_doctor.console.data import ClusterRow, cluster_row, load_view, read_lock
 from fleet_doctor.console.metrics import CONTENT_TYPE, render_metrics
 from fleet_doctor.fleet_dags import ClusterDags, FleetDags, fleet_clusters
 from fleet_doctor.inventory import InventoryError
@@ -138,7 +138,9 @@ def create_app(
             message = err.detail if isinstance(err, HTTPException) else str(err)
             code = err.status_code if isinstance(err, HTTPException) else 503
             return _html(render.error_page(str(message), nonce, cluster), render_csp(nonce), code)
-        return _html(render.fleet_page(view, nonce, cluster=cluster, last=runs), render_csp(nonce))
+        lock, lock_error = read_lock(store)
+        page = render.fleet_page(view, nonce, cluster=cluster, last=runs, lock=lock, lock_error=lock_error)
+        return _html(page, render_csp(nonce))
 
     @app.get("/clusters/{cluster}/repair", response_class=HTMLResponse, dependencies=[*read, *repair])
     def repair_form(cluster: str, request: Request) -> HTMLResponse:

@@ -2,7 +2,7 @@
 layout in the store): ``history/runs.jsonl`` (one row per run, oldest first), the latest run's
 ``history/audit_run=<run>/findings.jsonl`` (every finding with its status new / persisting / unverified /
 resolved) and its summary ``reports/<run>.json``, each cluster from its own store (``layout.cluster_store``); the
-fleet overview adds each cluster's inventory facts."""
+fleet overview adds each cluster's inventory facts and its repair lock as last seen (``lock_state``)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from typing import Any
 
 from croniter import croniter
 
-from fleet_doctor import layout
+from fleet_doctor import layout, lock_state
 from fleet_doctor.audit.summary import STANDING, FindingStatus, RunSummary, parse_time
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.fleet_dags import cron_of
 from fleet_doctor.inventory import Inventory
+from fleet_doctor.lock_state import LockState
 from fleet_doctor.rules import severity_rank
 from fleet_doctor.store import Store, StoreError
 
@@ -115,6 +116,8 @@ class ClusterRow:
     view: FleetView | None
     error: str | None = None  # the cluster's store could not be read
     stale: bool = False  # the latest audit is older than the schedule allows (or there is none)
+    lock: LockState | None = None  # the repair lock as last seen (``lock_state``); None: never seen
+    lock_error: str | None = None  # its mirror could not be read
 
     @property
     def summary(self) -> RunSummary | None:
@@ -129,12 +132,14 @@ class ClusterRow:
         return list(self.summary.not_audited) if self.summary else []
 
     def sort_key(self) -> tuple[Any, ...]:
-        """Worst first: unreadable, then by critical, warning findings, brokers not audited, stale, then name."""
+        """Worst first: unreadable, then by critical, warning findings, brokers not audited, a repair lock left for a
+        person, stale, then name."""
         return (
             self.error is None,
             -self.count("critical"),
             -self.count("warning"),
             -len(self.not_audited),
+            not (self.lock is not None and self.lock.needs_human),
             not self.stale,
             self.cluster,
         )
@@ -153,14 +158,26 @@ def is_stale(schedule: str | None, finished_at: Any, now: dt.datetime) -> bool:
     return when is None or when < expected
 
 
+def read_lock(store: Store) -> tuple[LockState | None, str | None]:
+    """The cluster's repair lock as last seen, or why its mirror could not be read."""
+    try:
+        return lock_state.read(store), None
+    except StoreError as err:
+        return None, str(err)
+
+
 def cluster_row(inv: Inventory, schedule: str | None, store: Callable[[], Store], now: dt.datetime) -> ClusterRow:
     """A cluster's row: its latest audit from its store (``store()``: finding it may read the data root)."""
     versions = sorted({b.kafka_version for b in inv.brokers})
+    lock = lock_error = None
     try:
-        view: FleetView | None = load_view(store())
+        cluster_store = store()
+        view: FleetView | None = load_view(cluster_store)
         error = None
     except StoreError as err:
         view, error = None, str(err)
+    else:
+        lock, lock_error = read_lock(cluster_store)
     finished_at = view.summary.finished_at if view and view.summary else None
     return ClusterRow(
         cluster=inv.cluster,
@@ -171,4 +188,6 @@ def cluster_row(inv: Inventory, schedule: str | None, store: Callable[[], Store]
         view=view,
         error=error,
         stale=error is None and is_stale(schedule, finished_at, now),
+        lock=lock,
+        lock_error=lock_error,
     )

@@ -27,6 +27,12 @@ METRICS: dict[str, str] = {  # name (without the prefix) -> help
     "last_audit_duration_seconds": "How long the cluster's latest audit took, from its start to its publication",
     "audit_stale": "Whether the cluster's latest audit is older than its schedule allows (1) or not (0)",
     "pending_approvals": "Repair and restore approvals of the cluster waiting for a person",
+    "repair_lock_held": "Whether the cluster's repair lock was held (1) or free (0) when last seen (no sample: never "
+    "seen)",
+    "repair_lock_needs_human": "Whether the cluster's repair lock was held with no worker executing the repair (1): a "
+    "halted repair waits for a person",
+    "repair_lock_seen_timestamp_seconds": "When the cluster's repair lock was last seen, by a repair or an audit (Unix "
+    "time)",
     "inventory_problems": "Inventory files of the fleet that give no cluster (each is named on the fleet page)",
 }
 
@@ -82,6 +88,12 @@ def render_metrics(
         samples["audit_stale"].append(_sample("audit_stale", c, int(row.stale)))
         if pending is not None:
             samples["pending_approvals"].append(_sample("pending_approvals", c, pending.get(row.cluster, 0)))
+        if row.lock is not None:
+            samples["repair_lock_held"].append(_sample("repair_lock_held", c, int(row.lock.held)))
+            samples["repair_lock_needs_human"].append(_sample("repair_lock_needs_human", c, int(row.lock.needs_human)))
+            samples["repair_lock_seen_timestamp_seconds"].append(
+                _sample("repair_lock_seen_timestamp_seconds", c, row.lock.observed_at)
+            )
     samples["inventory_problems"].append(_sample("inventory_problems", {}, len(problems)))
     out = []
     for name, help_text in METRICS.items():

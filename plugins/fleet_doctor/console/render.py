@@ -32,6 +32,7 @@ from fleet_doctor.audit.summary import FindingStatus, parse_time
 from fleet_doctor.console.data import ClusterRow, FleetView, broker_label, distinct, matrix
 from fleet_doctor.finding_groups import FindingGroup
 from fleet_doctor.inventory import InventoryProblem
+from fleet_doctor.lock_state import LockState
 from fleet_doctor.rules import SEVERITY_ORDER
 
 MAX_FILES = 200  # files listed per group (the count says how many there are)
@@ -299,6 +300,22 @@ def _age(finished_at: Any, now: dt.datetime) -> str:
     return f"{s // 86400} days ago"
 
 
+def repair_lock(lock: LockState | None, error: str | None, now: dt.datetime) -> str:
+    """The repair lock as last seen (``lock_state``): its state, who holds it, when and by whom it was seen."""
+    if error:
+        return f"<span class='alert' data-testid='repair-lock' data-state='unreadable'>{e(error)}</span>"
+    if lock is None:
+        return "<span class='muted' data-testid='repair-lock' data-state='unknown'>not seen yet</span>"
+    seen = dt.datetime.fromtimestamp(lock.observed_at, dt.UTC)
+    age = _age(seen.strftime("%Y-%m-%dT%H:%M:%SZ"), now)
+    state = "needs-human" if lock.needs_human else "held" if lock.held else "free"
+    style = {"needs-human": "alert", "held": "note", "free": ""}[state]
+    return (
+        f"<span class='{style}' data-testid='repair-lock' data-state='{state}'>{e(lock.describe())}</span> "
+        f"<span class='muted'>(seen by {e(lock.seen_by)}{f', {e(age)}' if age else ''})</span>"
+    )
+
+
 def _brokers(ids: Any) -> str:
     return ", ".join(e(str(b)) for b in ids or []) or "none"
 
@@ -520,15 +537,27 @@ def _nav(cluster: str) -> str:
     )
 
 
-def fleet_page(view: FleetView, nonce: str, *, cluster: str, last: int = 30, now: dt.datetime | None = None) -> str:
-    """A cluster's page: the latest audit, its findings grouped, what was resolved, the trend over the last runs."""
+def fleet_page(
+    view: FleetView,
+    nonce: str,
+    *,
+    cluster: str,
+    last: int = 30,
+    now: dt.datetime | None = None,
+    lock: LockState | None = None,
+    lock_error: str | None = None,
+) -> str:
+    """A cluster's page: the repair lock, the latest audit, its findings grouped, what was resolved, the trend over
+    the last runs."""
     now = now or dt.datetime.now(dt.UTC)
+    lock_line = f"<p>Repair lock: {repair_lock(lock, lock_error, now)}</p>"
     scripts = [_script(nonce, PENDING_JS, DAGS=list(approval_dags(cluster)))]
     if view.summary is None:
         body = (
             f"<main data-testid='kafka-fleet' data-cluster='{e(cluster)}'>"
             f"<h1>Kafka fleet: cluster <span data-testid='cluster'>{e(cluster)}</span></h1>"
             + _nav(cluster)
+            + lock_line
             + f"<p data-testid='no-audit'>No audit has been published in <span class='mono'>{e(view.store_url)}</span>"
             " yet: run the " + airflow_link(dag_path(audit_dag(cluster)), e(audit_dag(cluster))) + " DAG.</p></main>"
         )
@@ -538,6 +567,7 @@ def fleet_page(view: FleetView, nonce: str, *, cluster: str, last: int = 30, now
         f"<main data-testid='kafka-fleet' data-cluster='{e(cluster)}' data-audit-run='{e(run)}'>"
         f"<h1>Kafka fleet: cluster <span data-testid='cluster'>{e(cluster)}</span></h1>"
         + _nav(cluster)
+        + lock_line
         + _latest(view, now)
         + _groups(view)
         + _resolved(view)
@@ -625,6 +655,15 @@ def _spark(runs: list[dict[str, Any]], last: int = 10) -> str:
     )
 
 
+def _lock_rank(row: ClusterRow) -> int:
+    """The lock column's sort value: left for a person, held, unreadable, not seen, free."""
+    if row.lock_error:
+        return 2
+    if row.lock is None:
+        return 1
+    return 4 if row.lock.needs_human else 3 if row.lock.held else 0
+
+
 def _cluster_row(row: ClusterRow, now: dt.datetime) -> str:
     s = row.summary
     link = f"<a href='clusters/{quote(row.cluster, safe='')}/' data-testid='cluster-link'>{e(row.cluster)}</a>"
@@ -649,7 +688,8 @@ def _cluster_row(row: ClusterRow, now: dt.datetime) -> str:
         f"<td>{_spark(runs)}</td>"
         f"<td data-testid='not-audited' data-value='{len(row.not_audited)}'>"
         f"{_brokers(row.not_audited) if row.not_audited else ''}</td>"
-        f"<td class='num' data-testid='pending' data-cluster='{e(row.cluster)}'></td></tr>"
+        f"<td class='num' data-testid='pending' data-cluster='{e(row.cluster)}'></td>"
+        f"<td data-value='{_lock_rank(row)}'>{repair_lock(row.lock, row.lock_error, now)}</td></tr>"
     )
 
 
@@ -678,7 +718,8 @@ def overview_page(
         return _page("Kafka fleet", "".join(out), nonce, root=OVERVIEW_ROOT)
     out.append(
         f"<p class='muted'>{len(rows)} cluster(s), worst first (critical, then warning findings, then brokers not "
-        "audited, then stale audits); click a column to sort. A cluster's name opens its page."
+        "audited, then a repair lock left for a person, then stale audits); click a column to sort. A cluster's "
+        "name opens its page."
         + (f" {hidden} cluster(s) not shown: you may not read their audit DAG." if hidden else "")
         + "</p>"
     )
@@ -687,7 +728,8 @@ def overview_page(
         "<th data-sort='text'>Kafka</th><th data-sort='num' class='num'>brokers</th>"
         "<th data-sort='text'>last audit</th><th data-sort='num' class='num'>critical</th>"
         "<th data-sort='num' class='num'>warning</th><th>trend</th><th data-sort='num'>not audited</th>"
-        "<th data-sort='num' class='num'>pending approvals</th></tr></thead><tbody>"
+        "<th data-sort='num' class='num'>pending approvals</th><th data-sort='num'>repair lock</th></tr></thead>"
+        "<tbody>"
     )
     out += [_cluster_row(r, now) for r in sorted(rows, key=ClusterRow.sort_key)]
     out.append("</tbody></table></main>")

@@ -13,7 +13,7 @@ from fleet_doctor.repair.gates import RESTORE_GATE_PARAMS, Gates, approved_gates
 from fleet_doctor.repair.journal import Journal, State
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.restore import RestoreExecutor, find_plan, restore_plan, still_needs_human, stored_restore_plan
-from fleet_doctor.repair.session import cluster_lock, repair_inventory, repairs_dir, ssh_connect
+from fleet_doctor.repair.session import cluster_lock, lock_mirror, repair_inventory, repairs_dir, ssh_connect
 from fleet_doctor.settings import Settings
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper import cluster_session
@@ -112,6 +112,7 @@ def restore_backup(
         take_over=(plan_dir.name, p.scope["attempt"]),
         before_result=outcome,
         cluster_id=repair.scope.get("cluster_id"),
+        mirror=lock_mirror(settings),
     ) as lock:
         lock.hand_back_when(left_for_human)  # the halted repair still needs a human: its lock stays
         lock.keep_when(lambda: journal.keeps_lock() if journal else None)

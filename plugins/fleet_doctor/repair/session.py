@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor import inventory
+from fleet_doctor import inventory, lock_state
 from fleet_doctor.airflow_links import audit_dag
 from fleet_doctor.layout import RepairsDir, attempt_name
 from fleet_doctor.remote import airflow_ssh_client
@@ -67,6 +67,16 @@ def repairs_dir(settings: Settings) -> RepairsDir:
         return RepairsDir(settings.repairs)
     except SettingsError as e:  # a remote data root without FLEET_DOCTOR_REPAIR_DIR
         raise RepairError(str(e)) from e
+
+
+def lock_mirror(settings: Settings) -> Any:
+    """The cluster's store, where the repair lock's state is shown to the fleet page (``lock_state``); None (logged)
+    when it cannot be reached: the fleet page then shows an older state, the repair goes on."""
+    try:
+        return settings.store
+    except Exception as e:
+        LOG.warning("the data store cannot be reached: the fleet page will not show this repair's lock: %s", e)
+        return None
 
 
 def ssh_connect(inv: inventory.Inventory) -> Callable[[int], Any]:
@@ -152,6 +162,7 @@ class LockedCluster:
     report: dict[str, Any]
     key: str  # the lock's key: the cluster's id (``lock_key``)
     taken_over: dict[str, Any] | None = None  # the halted attempt's holder a restore took the lock over from
+    mirror: Any = None  # the cluster's store, where the lock's state is mirrored for the fleet page (``lock_state``)
     fenced: bool = False
     _keep: list[Why] = field(default_factory=list)
     _hand_back: Why | None = None
@@ -165,6 +176,21 @@ class LockedCluster:
 
     def cluster(self, params: dict[str, Any]) -> Cluster:
         return cluster_for(self.zk, self.inventory, params)
+
+    def show(self, kept: str | None = None) -> None:
+        """Mirror the lock as ZooKeeper holds it now in the cluster's store (best effort: never raises)."""
+        if self.mirror is None:
+            return
+        try:
+            state = lock_state.seen_in_zookeeper(
+                self.zk, self.key, "restore" if self.owner["step"] == "restore" else "repair", kept
+            )
+        except Exception as e:
+            LOG.warning(
+                "repair %s: the lock could not be read back for the fleet page: %s", self.owner["plan_hash"][:12], e
+            )
+            return
+        lock_state.record(self.mirror, state)
 
     def keep_when(self, why: Why) -> None:
         """At the end, whatever happened: when ``why()`` says something, the lock stays (that is why)."""
@@ -198,6 +224,7 @@ class LockedCluster:
             hand_back(self.zk, self.key, self.owner)
             report["lock_kept"] = f"handed back to {self.taken_over.get('run_id')}: {back}"  # type: ignore[union-attr]
             report["lock_released"] = False
+            self.show(kept=back)
             return
         why = next((w for w in (keep() for keep in self._keep) if w), None)
         if why:
@@ -209,6 +236,7 @@ class LockedCluster:
             release_lock(self.zk, self.key, self.owner)
         with contextlib.suppress(Exception):
             report["lock_released"] = lock_holder(self.zk, self.key) is None
+        self.show(kept=why)
 
 
 @contextlib.contextmanager
@@ -223,6 +251,7 @@ def holding(
     check_holder: Callable[[dict[str, Any] | None], None] | None = None,
     take_over: tuple[str, str] | None = None,
     cluster_id: str | None = None,
+    mirror: Any = None,
 ) -> Iterator[LockedCluster]:
     """Hold the cluster's repair lock in the session ``zk`` as ``owner`` ({plan_hash, step, run_id, since}) around
     the block, then release it, keep it or hand it back (``LockedCluster.release``; the report says which).
@@ -230,16 +259,18 @@ def holding(
     same attempt to be gone (``zookeeper.lock.acquire_lock``); ``check_holder``: called with the current holder
     before the lock is taken (raises to refuse); ``take_over``: (plan hash, attempt) of a halted repair attempt a
     restore puts back, whose lock it takes over; ``cluster_id``: the id of the cluster the plan was made on
-    (``lock_key``)."""
+    (``lock_key``); ``mirror``: the cluster's store, where the lock's state is shown to the fleet page once taken
+    and again at the end (``lock_state``)."""
     key = lock_key(Cluster(zk), inv, cluster_id)
     owner = {**owner, "cluster": inv.cluster}  # the inventory's name, for whoever reads the lock
-    lock = LockedCluster(zk, inv, owner, report, key)
+    lock = LockedCluster(zk, inv, owner, report, key, mirror=mirror)
     report["lock"] = key
     if check_holder is not None:
         check_holder(lock_holder(zk, key))
     if take_over is not None:
         lock.taken_over = _take_over(zk, key, *take_over, owner)
     acquire_lock(zk, key, owner, wait_s=wait_s, live_wait_s=live_wait_s)
+    lock.show()
     try:
         yield lock
     except FenceLost:

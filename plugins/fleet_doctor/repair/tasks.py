@@ -25,7 +25,7 @@ from fleet_doctor.repair.journal import Journal
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.planner import FleetFacts, build_plan
 from fleet_doctor.repair.progress import heartbeat
-from fleet_doctor.repair.session import cluster_lock, repair_inventory, repairs_dir, ssh_connect
+from fleet_doctor.repair.session import cluster_lock, lock_mirror, repair_inventory, repairs_dir, ssh_connect
 from fleet_doctor.repair.topic_ids import restore_topic_ids
 from fleet_doctor.settings import Settings
 from fleet_doctor.store import write_atomic
@@ -223,6 +223,7 @@ def execute(
             check_holder=check_holder,
             before_result=outcome,
             cluster_id=approved.scope.get("cluster_id"),
+            mirror=lock_mirror(settings),
         ) as lock,
         spark.warm_drivers(),
     ):  # the re-verify's detection driver serves every broker's post-verify
@@ -283,7 +284,15 @@ def restore_zookeeper(
     record: dict[str, Any] = {"run_id": run_id, "approval": approval, "done": done, "error": None}
     result = repairs_dir(settings).attempt(approved.hash, run_id) / layout.ZOOKEEPER_RESULT
     wait = Gates.from_params(gated).isr_timeout_s * 4
-    with cluster_lock(inv, owner, record, result, wait_s=wait, cluster_id=approved.scope.get("cluster_id")) as lock:
+    with cluster_lock(
+        inv,
+        owner,
+        record,
+        result,
+        wait_s=wait,
+        cluster_id=approved.scope.get("cluster_id"),
+        mirror=lock_mirror(settings),
+    ) as lock:
         # a partial write: a human looks first
         lock.keep_when(
             lambda: (
