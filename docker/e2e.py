@@ -1,16 +1,20 @@
 """The deployment's end-to-end proof on the fleet lab (docker/README.md, "End-to-end run"). Run by docker/e2e, which
 has installed and started Docker and built the images:
 
-1. the fleet lab on the host (3 brokers, seed-004's topic-ID drift) and an env file pointing the stack at it;
+1. a fleet of two lab clusters on the host: a ZooKeeper one (3 brokers, seed-004's topic-ID drift) and a KRaft one
+   (3 combined nodes, the demo's KRaft incidents), both accepting the one SSH key the deployment mounts; an env
+   file pointing the stack at them (a directory with one inventory per cluster);
 2. the stack up (docker-compose), every container healthy, every socket its processes listen on bound to 127.0.0.1;
-3. ``kafka_fleet_audit__lab`` triggered through the REST API: the scheduler runs it; the stage tasks ran on both Celery
-   workers (their task instances' hostnames), ``detect`` ran on the Spark master with an executor on each spark-worker
-   (the master's and the workers' JSON status: the application named after the run); the deployment's first audit
-   (the schedule's latest interval, run once at start-up: docs/audit.md) is there too; the Kafka fleet page and its
-   metrics list the cluster, audited;
+3. ``kafka_fleet_audit__lab`` and ``kafka_fleet_audit__lab-kraft`` triggered through the REST API: the scheduler runs
+   both; the ZooKeeper cluster's stage tasks ran on both Celery workers (their task instances' hostnames), each
+   run's ``detect`` ran on the Spark master with an executor on each spark-worker (the master's and the workers'
+   JSON status: the application named after the run); each cluster's first audit (the schedule's latest interval,
+   run once at start-up: docs/audit.md) is there too; the Kafka fleet page and its metrics list both clusters,
+   audited, with their metadata modes and findings;
 4. ``kafka_fleet_repair__lab`` triggered, approved through the HITL endpoint as the configured approver; afterwards
    every replica's topic ID equals ZooKeeper's, every partition has its full ISR, each broker restarted once, the
-   controller last (read from the lab, not from Airflow);
+   controller last (read from the lab, not from Airflow); the fleet page's metrics show the repair lock free, as
+   the repair left it;
 5. a second audit with the scheduler and the worker running a task restarted mid-run: the run still succeeds, and
    the findings history holds each run once and each finding once per run;
 6. ``down -v``: no container, volume or process of the project is left.
@@ -44,14 +48,17 @@ from fleet_doctor.airflow_links import audit_dag, repair_dag  # noqa: E402
 from fleet_doctor.layout import safe_run_id  # noqa: E402
 from fleet_lab import fleet  # noqa: E402
 from fleet_lab.airflow_stack import AirflowRest  # noqa: E402
+from fleet_lab.demo import DEMO_KRAFT_INCIDENTS  # noqa: E402
 from fleet_lab.fleet import LOOPBACK, descendants, listening_sockets, zk_json  # noqa: E402
 from fleet_lab.fleet import broker_events as events  # noqa: E402
-from fleet_lab.incidents import SCENARIOS, run_scenario  # noqa: E402
+from fleet_lab.incidents import SCENARIOS, inject, run_scenario  # noqa: E402
 from fleet_lab.zk_server import free_ports  # noqa: E402
 
 DOCKER = "/usr/bin/docker"
 PROJECT = "fleet-doctor-e2e"
 AUDIT, REPAIR = audit_dag(fleet.DEFAULT_CLUSTER), repair_dag(fleet.DEFAULT_CLUSTER)  # the lab cluster's DAGs
+KRAFT = f"{fleet.DEFAULT_CLUSTER}-kraft"  # the fleet's second cluster, a KRaft one
+KRAFT_AUDIT = audit_dag(KRAFT)
 SCENARIO, TOPIC = "seed-004", "payments"
 APPROVER = "approver"
 UID = 50000  # the image's user: it reads the mounted key and files
@@ -104,9 +111,32 @@ def owned_copy(src: Path, dst: Path, mode: int) -> Path:
     return dst
 
 
-def write_env(work: Path, state: fleet.LabState, tag: str) -> tuple[Path, dict[str, str], dict[str, str]]:
-    """docker/.env.example with fresh secrets, free ports and the lab's inventory and key; returns (file, values,
-    passwords)."""
+def kraft_lab(work: Path, key_from: fleet.LabState) -> fleet.LabState:
+    """The fleet's KRaft cluster: 3 combined nodes with the demo's KRaft incidents, accepting ``key_from``'s SSH key
+    as well as its own (a deployment mounts one key for every broker and controller: docker/README.md)."""
+    state = fleet.up(work / "lab-kraft", brokers=3, metadata="kraft", cluster=KRAFT)
+    for name, opts in DEMO_KRAFT_INCIDENTS:
+        done = inject(state, name, **opts)
+        say(f"{KRAFT}: injected {name} -> rule {done.rule}")
+    pub = (key_from.path / "ssh" / "id_ed25519.pub").read_text().strip()
+    with (state.path / "ssh" / "authorized_keys").open("a") as f:
+        f.write(pub + "\n")
+    return state
+
+
+def inventory_dir(work: Path, states: list[fleet.LabState]) -> Path:
+    """The fleet's inventories as the stack mounts them: one ``<cluster>.json`` per lab, readable by its user."""
+    d = work / "inventory.d"
+    d.mkdir(mode=0o755)
+    for st in states:
+        owned_copy(st.path / "inventory.json", d / f"{st.cluster}.json", 0o444)
+    return d
+
+
+def write_env(work: Path, states: list[fleet.LabState], tag: str) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """docker/.env.example with fresh secrets, free ports, the labs' inventories and the first lab's key (every lab
+    accepts it); returns (file, values, passwords)."""
+    state = states[0]
     values: dict[str, str] = {}
     for line in (DOCKER_DIR / ".env.example").read_text().splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
@@ -127,9 +157,7 @@ def write_env(work: Path, state: fleet.LabState, tag: str) -> tuple[Path, dict[s
             "AIRFLOW_USERS": f"admin:admin,{APPROVER}:op",
             "AIRFLOW_PASSWORDS_FILE": str(pw_file),
             "FLEET_DOCTOR_APPROVERS": APPROVER,
-            "FLEET_DOCTOR_INVENTORY_FILE": str(
-                owned_copy(state.path / "inventory.json", work / "inventory.json", 0o444)
-            ),
+            "FLEET_DOCTOR_INVENTORY_PATH": str(inventory_dir(work, states)),
             "FLEET_DOCTOR_SSH_KEY_FILE": str(owned_copy(state.path / "ssh" / "id_ed25519", work / "id_key", 0o400)),
             # two task slots per worker: the four tasks after discover (3 stage, snapshot) must use both workers
             "WORKER_CONCURRENCY": "2",
@@ -273,12 +301,14 @@ def check_no_bridge_traffic() -> None:
     check(networks == [], "compose created no network (no bridge, no private-range address)")
 
 
-def audit(af: ComposeAirflow, timings: dict[str, float], name: str) -> str:
+def audit(af: ComposeAirflow, timings: dict[str, float], name: str, dags: tuple[str, ...] = (AUDIT,)) -> list[str]:
+    """Each of ``dags`` triggered at once, then every run waited for: their run ids."""
     with timed(timings, name):
-        run = af.trigger(AUDIT)
-        state = af.wait_run(AUDIT, run, timeout=900)
-    check(state == "success", f"{AUDIT} run {run} {state}: {af.task_states(AUDIT, run)}")
-    return run
+        runs = [af.trigger(dag) for dag in dags]
+        states = [af.wait_run(dag, run, timeout=900) for dag, run in zip(dags, runs, strict=True)]
+    for dag, run, state in zip(dags, runs, states, strict=True):
+        check(state == "success", f"{dag} run {run} {state}: {af.task_states(dag, run)}")
+    return runs
 
 
 def check_spread(af: ComposeAirflow, run: str) -> None:
@@ -293,28 +323,57 @@ def check_spread(af: ComposeAirflow, run: str) -> None:
 
 
 def check_first_audit(af: ComposeAirflow) -> None:
-    """The deployment's first audit (docs/audit.md, "The first audit"): unpaused at creation with catchup off, the
-    audit DAG runs its schedule's latest interval once, at start-up."""
-    scheduled = [r["dag_run_id"] for r in af.runs(AUDIT) if r["run_type"] == "scheduled"]
-    check(len(scheduled) == 1, f"the deployment's first audit: one scheduled run of {AUDIT} ({scheduled})")
+    """The deployment's first audit (docs/audit.md, "The first audit"): unpaused at creation with catchup off, each
+    cluster's audit DAG runs its schedule's latest interval once, at start-up."""
+    for dag in (AUDIT, KRAFT_AUDIT):
+        scheduled = [r["dag_run_id"] for r in af.runs(dag) if r["run_type"] == "scheduled"]
+        check(len(scheduled) == 1, f"the deployment's first audit: one scheduled run of {dag} ({scheduled})")
+
+
+def fleet_get(af: ComposeAirflow, path: str) -> str:
+    bearer = {"Authorization": f"Bearer {af.token()}"}
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{af.base}/kafka-fleet/{path}", headers=bearer), timeout=30
+    ) as r:
+        return str(r.read().decode())
+
+
+def metrics(af: ComposeAirflow) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """The fleet's metrics, parsed by Prometheus' own parser: name -> {labels: value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(fleet_get(af, "metrics")):
+        for x in family.samples:
+            out.setdefault(x.name, {})[tuple(sorted(x.labels.items()))] = x.value
+    return out
 
 
 def check_fleet_page(af: ComposeAirflow) -> None:
-    """The Kafka fleet page and its metrics, served by the api-server from the inventory it mounts: the lab's
-    cluster, audited (docs/fleet.md)."""
-    bearer = {"Authorization": f"Bearer {af.token()}"}
-    with urllib.request.urlopen(urllib.request.Request(f"{af.base}/kafka-fleet/", headers=bearer), timeout=30) as r:
-        page = r.read().decode()
-    row = f"data-testid='cluster-row' data-cluster='{fleet.DEFAULT_CLUSTER}' data-state='ok'"
-    check(row in page, f"the fleet page lists cluster {fleet.DEFAULT_CLUSTER}, audited")
-    with urllib.request.urlopen(
-        urllib.request.Request(f"{af.base}/kafka-fleet/metrics", headers=bearer), timeout=30
-    ) as r:
-        metrics = r.read().decode()
+    """The Kafka fleet page and its metrics, served by the api-server from the inventories it mounts: both clusters,
+    audited, with their metadata modes and their findings (docs/fleet.md)."""
+    page = fleet_get(af, "")
+    for cluster in (fleet.DEFAULT_CLUSTER, KRAFT):
+        row = f"data-testid='cluster-row' data-cluster='{cluster}' data-state='ok'"
+        check(row in page, f"the fleet page lists cluster {cluster}, audited")
+    m = metrics(af)
+    up = {dict(k)["cluster"]: v for k, v in m["kafka_fleet_store_up"].items()}
+    check(up == {fleet.DEFAULT_CLUSTER: 1, KRAFT: 1}, f"the metrics read both clusters' stores ({up})")
+    modes = {dict(k)["cluster"]: dict(k)["metadata_mode"] for k in m["kafka_fleet_cluster_info"]}
+    check(modes == {fleet.DEFAULT_CLUSTER: "zookeeper", KRAFT: "kraft"}, f"one ZooKeeper, one KRaft cluster ({modes})")
+    rules: dict[str, set[str]] = {}
+    for k in m.get("kafka_fleet_findings", {}):
+        rules.setdefault(dict(k)["cluster"], set()).add(dict(k)["rule"])
     check(
-        f'kafka_fleet_store_up{{cluster="{fleet.DEFAULT_CLUSTER}"}} 1' in metrics,
-        "the metrics read the cluster's store",
+        "topic-id-mismatch" in rules.get(fleet.DEFAULT_CLUSTER, set()), f"{fleet.DEFAULT_CLUSTER}'s findings: {rules}"
     )
+    check({"stray-replica", "topic-id-mismatch"} <= rules.get(KRAFT, set()), f"{KRAFT}'s findings: {rules}")
+
+
+def check_lock_shown(af: ComposeAirflow) -> None:
+    """After the repair: the fleet page's view of the lab cluster's repair lock is free, as the repair left it."""
+    held = {dict(k)["cluster"]: v for k, v in metrics(af).get("kafka_fleet_repair_lock_held", {}).items()}
+    check(held.get(fleet.DEFAULT_CLUSTER) == 0, f"the metrics show {fleet.DEFAULT_CLUSTER}'s repair lock free ({held})")
 
 
 def check_detect_on_spark(values: dict[str, str], run: str) -> None:
@@ -444,7 +503,9 @@ def main(argv: list[str] | None = None) -> int:
         for step in run_scenario(state, SCENARIO):
             if not step.ok:
                 raise E2EError(f"{SCENARIO}: {step.step}: not as reported")
-        env_file, values, passwords = write_env(work, state, args.tag)
+        say(f"and a KRaft lab: 3 combined nodes, Kafka {fleet.DEFAULT_KRAFT_VERSION}, cluster {KRAFT}")
+        kraft = kraft_lab(work, state)
+        env_file, values, passwords = write_env(work, [state, kraft], args.tag)
         stack = Stack(env_file)
         with timed(timings, "stack up to healthy"):
             stack.run("up", "-d")
@@ -453,12 +514,14 @@ def main(argv: list[str] | None = None) -> int:
         check_no_bridge_traffic()
         check_secrets_kept(stack, work / "secrets")
         af = ComposeAirflow(stack, f"http://127.0.0.1:{values['AIRFLOW_API_PORT']}", passwords)
-        first = audit(af, timings, "audit")
+        first, first_kraft = audit(af, timings, "audit (2 clusters)", (AUDIT, KRAFT_AUDIT))
         check_spread(af, first)
         check_detect_on_spark(values, first)
+        check_detect_on_spark(values, first_kraft)
         check_first_audit(af)
         check_fleet_page(af)
         repair(af, state, timings)
+        check_lock_shown(af)
         second = audit_through_restarts(af, stack, timings)
         check_history(stack, [first, second])
         ok = True
@@ -478,8 +541,9 @@ def main(argv: list[str] | None = None) -> int:
                     except E2EError as e:
                         say(f"FAILED: {e}")
                         ok = False
-            if fleet.is_up(lab_dir):
-                fleet.down(lab_dir)
+            for d in (lab_dir, work / "lab-kraft"):
+                if fleet.is_up(d):
+                    fleet.down(d)
             shutil.rmtree(work, ignore_errors=True)
     print("\n| step | seconds |\n|---|---|")
     for name, seconds in timings.items():

@@ -89,14 +89,14 @@ _TOKEN = re.compile(r"\$\$|\$\{([^}]*)\}|\$")
 
 
 def interpolate(text: str, env: Mapping[str, str], where: str, used: set[str] | None = None) -> str:
-    """``${VAR}`` from ``env`` and ``$$`` -> ``$``; anything else after a ``$`` (a bare ``$VAR``, a default, an
-    unknown variable) is a ComposeError naming the variable and ``where``."""
+    """``${VAR}`` (or ``${VAR:?message}``) from ``env`` and ``$$`` -> ``$``; anything else after a ``$`` (a bare
+    ``$VAR``, a default, an unknown variable) is a ComposeError naming the variable and ``where``."""
 
     def one(m: re.Match[str]) -> str:
         if m.group(0) == "$$":
             return "$"
-        name = m.group(1)
-        if name is None or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        name, required, message = (m.group(1) or "").partition(":?")  # ${VAR:?message}: VAR must be set
+        if m.group(1) is None or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or (required and not message):
             raise ComposeError(f"{where}: write ${{VAR}} (or $$ for a literal $), not {text[m.start() :][:20]!r}")
         if name not in env:
             raise ComposeError(f"{where}: variable {name} is not defined in the env file")

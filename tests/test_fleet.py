@@ -432,3 +432,24 @@ def test_the_metrics_give_a_runs_duration_and_escape_what_they_quote(tmp_path: P
     took = value(scrape(s)["kafka_fleet_last_audit_duration_seconds"], cluster="prod-eu")
     assert took == RunSummary.from_dict(summary).duration_s > 0
     assert value(scrape(s)["kafka_fleet_findings"], rule='index-"odd"\\\nrule') == 1
+
+
+def test_counts_a_damaged_store_holds_are_taken_as_zero_not_a_server_error(tmp_path: Path) -> None:
+    """A history row or a summary whose counts are not numbers (a hand-edited or damaged store): the overview, the
+    cluster's page and the metrics still answer, those counts taken as 0."""
+    s = fleet_of(tmp_path, inventories.inventory("a", brokers=3))
+    a = s.for_cluster("a")
+    publish(a, "scheduled__1", [CRITICAL], "a")
+    rows = a.store.read_jsonl(layout.HISTORY_RUNS)
+    rows[0].update(by_severity={"critical": "many", "warning": None}, by_status={"new": [1]})
+    a.store.write_jsonl(layout.HISTORY_RUNS, rows)
+    report = layout.report_json(rows[0]["audit_run"])
+    a.store.write_text(report, json.dumps({**a.store.read_json(report), "by_severity": {"critical": "x"}}))
+    client = TestClient(create_app(lambda: s))
+    for path in ("/", "/clusters/a/", "/metrics"):
+        assert client.get(path).status_code == 200, path
+    assert RunSummary.from_dict({"by_severity": {"critical": "3", "warning": -1, "info": 2.0}}).by_severity == {
+        "critical": 3,
+        "warning": 0,
+        "info": 2,
+    }

@@ -1,12 +1,13 @@
 """The Airflow UI as the operator's console, in a real browser: Playwright (PyPI) drives Debian's Chromium
 (/usr/bin/chromium, installed by bin/dev; Playwright downloads no browser) against the stack ``bin/dev ui
 --scenario seed-004`` brings up. The module starts that command's Python entry (``python -m fleet_lab.demo ui``)
-once, in a subprocess: a 3-broker fleet lab (real sshd, ZooKeeper 3.8) with the seed-004 scenario, a live Airflow
-(api-server, scheduler, dag-processor, triggerer as processes) on 127.0.0.1 and the nightly audit done. In file
-order:
+once, in a subprocess: a fleet of two lab clusters, a 3-broker ZooKeeper lab (real sshd, ZooKeeper 3.8) with the
+seed-004 scenario and a 3-node KRaft lab with the demo's KRaft incidents, a live Airflow (api-server, scheduler,
+dag-processor, triggerer as processes) on 127.0.0.1 and each cluster's nightly audit done. In file order:
 
 1. the command says where the UI is, who logs in and where the password is; every component is healthy;
-2. log in through Airflow's login page; the home page shows no red health badge; the Kafka fleet view shows the
+2. log in through Airflow's login page; the home page shows no red health badge; the Kafka fleet overview lists both
+   clusters, audited (the KRaft one as kraft, with its findings); the ZooKeeper cluster's page shows the
    published findings (read from the store here, grouped by broker, rule and cause); the run's HTML report, opened
    from the view, links each repairable group to the pre-filled repair inside Airflow;
 3. from the view's topic-id-mismatch rule: its repair across every broker opens the pre-filled trigger form (the rule,
@@ -15,7 +16,7 @@ order:
 4. the same with Approve -> the run succeeds and the lab, read from ZooKeeper and the files, is repaired: every
    replica's partition.metadata holds ZooKeeper's topic ID, every partition has its full ISR, the controller was
    restarted last;
-5. SIGINT (Ctrl-C) stops every process the command started (by PID: Airflow's and the lab's).
+5. SIGINT (Ctrl-C) stops every process the command started (by PID: Airflow's and both labs').
 
 The pre-filled form keeps the repair DAG's timing defaults (60 s between brokers, three health polls 10 s apart);
 the tests shorten only those on the request the page sends (asserting the rest is what the form says), as an
@@ -58,6 +59,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts" / "ui-browser"
 TOPIC, RULE = "seed-004", "topic-id-mismatch"
+KRAFT = f"{lab.DEFAULT_CLUSTER}-kraft"  # the fleet's second cluster, beside the lab (bin/dev ui)
 ACTIVE = ("new", "persisting", "unverified")  # the statuses of findings still standing (the view's groups)
 TIMING = {k: v for k, v in FAST.items() if k != "isr_timeout_s"}  # pauses and polls; the ISR timeout kept
 
@@ -125,8 +127,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             for pid in leftovers:
                 if pid_alive(pid):
                     os.kill(pid, signal.SIGKILL)
-        if lab.is_up(lab_dir):
-            lab.down(lab_dir)
+        for d in (lab_dir, demo.kraft_lab_dir(lab_dir)):
+            if lab.is_up(d):
+                lab.down(d)
 
 
 @pytest.fixture(scope="module")
@@ -222,10 +225,17 @@ def open_fleet_view(page: Any, steps: Steps) -> Any:
     expect(page.locator("iframe")).to_have_attribute("src", "kafka-fleet/")
     frame = page.frame_locator("iframe")
     rows = frame.get_by_test_id("cluster-row")
-    expect(rows).to_have_count(1)
-    expect(rows.first).to_have_attribute("data-cluster", lab.DEFAULT_CLUSTER)
+    expect(rows).to_have_count(2)
+    kraft = frame.locator(f"[data-testid=cluster-row][data-cluster='{KRAFT}']")
+    expect(kraft).to_have_attribute("data-state", "ok")  # audited by the scheduler beside the ZooKeeper one
+    expect(kraft.locator("td").nth(1)).to_have_text("kraft")
+    expect(kraft.get_by_test_id("critical")).not_to_have_text("0")  # the demo's KRaft incidents, found
+    expect(kraft.get_by_test_id("repair-lock")).to_have_attribute("data-state", "unknown")  # no lock on KRaft yet
+    ours = frame.locator(f"[data-testid=cluster-row][data-cluster='{lab.DEFAULT_CLUSTER}']")
+    expect(ours).to_have_attribute("data-state", "ok")
+    expect(ours.get_by_test_id("repair-lock")).to_have_attribute("data-state", "free")  # its audit saw it
     steps("kafka-fleet-overview")
-    rows.first.get_by_test_id("cluster-link").click()
+    ours.get_by_test_id("cluster-link").click()
     expect(frame.get_by_test_id("kafka-fleet")).to_be_visible()
     steps("kafka-fleet")
     return frame
@@ -367,11 +377,13 @@ def test_ui_says_where_and_who_and_every_component_is_healthy(stack: dict[str, A
     }
     assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1 only
     # nothing ui started listens beyond loopback: Airflow's components and what they forked, the lab's processes
-    state = lab.LabState.load(stack["lab"])
-    started = [stack["ui"].proc.pid, *descendants(stack["ui"].proc.pid), state.zk_pid or 0]
-    started += [b.sshd_pid or 0 for b in state.brokers] + [b["pid"] for b in lab.status(stack["lab"])["brokers"]]
+    started = [stack["ui"].proc.pid, *descendants(stack["ui"].proc.pid)]
+    for d in (stack["lab"], demo.kraft_lab_dir(stack["lab"])):
+        state = lab.LabState.load(d)
+        started += [state.zk_pid or 0, *(b.sshd_pid or 0 for b in state.brokers)]
+        started += [b["pid"] for b in lab.status(d)["brokers"]]
     sockets = listening_sockets([p for p in started if p])
-    assert (("0100007F", port)) in sockets and len(sockets) >= 5, sockets  # the api-server, ZooKeeper, 3 sshd
+    assert (("0100007F", port)) in sockets and len(sockets) >= 8, sockets  # the api-server, ZooKeeper, 6 sshd
     assert {k: v for k, v in sockets.items() if k[0] not in LOOPBACK} == {}
 
 
@@ -496,12 +508,16 @@ def test_ctrl_c_stops_every_process_ui_started(stack: dict[str, Any]) -> None:
     assert ui.proc.poll() is None, ui.output
     status = lab.status(stack["lab"])
     state = lab.LabState.load(stack["lab"])
+    kraft_dir = demo.kraft_lab_dir(stack["lab"])
+    kraft = lab.LabState.load(kraft_dir)
     started = {
         "ui's children (Airflow and what it forked, ZooKeeper, sshd)": descendants(ui.proc.pid),
         "lab": [state.zk_pid or 0, *(b.sshd_pid or 0 for b in state.brokers)]
         + [b["pid"] for b in status["brokers"] if b["pid"]],
+        "KRaft lab": [b.sshd_pid or 0 for b in kraft.brokers] + [b["pid"] for b in lab.status(kraft_dir)["brokers"]],
     }
     assert len(started["lab"]) == 7 and all(started["lab"]), status  # ZooKeeper, 3 sshd, 3 brokers
+    assert len(started["KRaft lab"]) == 6 and all(started["KRaft lab"])  # 3 sshd, 3 combined nodes
     assert len(started["ui's children (Airflow and what it forked, ZooKeeper, sshd)"]) >= 4
     ui.proc.send_signal(signal.SIGINT)
     assert ui.proc.wait(timeout=180) == 0, ui.output
@@ -509,7 +525,7 @@ def test_ctrl_c_stops_every_process_ui_started(stack: dict[str, Any]) -> None:
     left = {what: [p for p in pids if pid_alive(p)] for what, pids in started.items()}
     assert left == {what: [] for what in started}, ui.output[-3000:]
     assert not listening_addresses(port)
-    assert not lab.is_up(stack["lab"])
+    assert not lab.is_up(stack["lab"]) and not lab.is_up(kraft_dir)
 
 
 def test_chosen_password_is_written_for_the_simple_auth_manager(tmp_path: Path) -> None:

@@ -1,13 +1,15 @@
 """The embedded default: Airflow (SQLite) + the fleet lab + Spark local, for the demo and the end-to-end tests.
 
     python -m fleet_lab.demo demo|env|audit [--home DIR] [--lab DIR] [--data DIR]
-    python -m fleet_lab.demo ui [--scenario demo|seed-004|seed-000] [--port N] [--home DIR] [--lab DIR] [--data DIR]
+    python -m fleet_lab.demo ui [--scenario demo|seed-004|seed-000] [--no-kraft] [--port N] [--home DIR] [--lab DIR]
+        [--data DIR]
 
-``demo`` brings up a 3-broker lab, injects incidents on different brokers, runs the audit DAG once with
-``airflow dags test`` and prints the summary and where the report is. ``ui`` (``bin/dev ui``) brings up the same lab
-(or a seed report's scenario), a live Airflow on 127.0.0.1 (api-server, scheduler, dag-processor, triggerer), runs
-one audit through the scheduler, prints the URL, the user and where the password is, and stays up until Ctrl-C
-(SIGINT or SIGTERM), then stops every process it started. ``airflow_environ()`` is the process
+``demo`` brings up a fleet of two 3-broker labs (ZooKeeper and KRaft), injects incidents on different brokers, runs
+each cluster's audit DAG once with ``airflow dags test`` and prints the summaries and where the reports are. ``ui``
+(``bin/dev ui``) brings up the same fleet (the ZooKeeper lab with a seed report's scenario, or the demo's incidents;
+``--no-kraft``: that lab alone), a live Airflow on 127.0.0.1 (api-server, scheduler, dag-processor, triggerer), has
+the scheduler audit each cluster once, prints the URL, the user and where the password is, and stays up until
+Ctrl-C (SIGINT or SIGTERM), then stops every process it started. ``airflow_environ()`` is the process
 environment every ``airflow`` command here runs with: its own AIRFLOW_HOME, the repo's dags/ and plugins/,
 SQLite, the lab's SSH and ZooKeeper connections, ``spark_default`` on ``local[2]``, the audit settings.
 """
@@ -296,11 +298,13 @@ def ui(
     port: int = UI_PORT,
     password: str | None = None,
     afresh: bool = False,
+    kraft: bool = True,
 ) -> int:
-    """``bin/dev ui``: the lab with ``scenario``'s incidents, a live Airflow on 127.0.0.1:``port`` with one audit
-    done, until SIGINT or SIGTERM; then every process it started is stopped (Airflow's by PID, then the lab's).
-    ``password``: the first user's (else generated, in the simple auth manager's passwords file). ``afresh``:
-    empty ``home`` and ``data`` first (ui's own default dirs)."""
+    """``bin/dev ui``: a fleet of two lab clusters, the ZooKeeper lab with ``scenario``'s incidents and (``kraft``) a
+    KRaft lab beside it with ``DEMO_KRAFT_INCIDENTS``, a live Airflow on 127.0.0.1:``port`` with each cluster's
+    first audit done, until SIGINT or SIGTERM; then every process it started is stopped (Airflow's by PID, then the
+    labs'). ``password``: the first user's (else generated, in the simple auth manager's passwords file).
+    ``afresh``: empty ``home`` and ``data`` first (ui's own default dirs)."""
     if scenario not in UI_SCENARIOS:
         print(f"[ui] unknown scenario {scenario!r}: one of {', '.join(UI_SCENARIOS)}", file=sys.stderr)
         return 2
@@ -313,7 +317,7 @@ def ui(
         return 2
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _ui(home, lab_dir, data, scenario, port, password, afresh)
+        return _ui(home, lab_dir, data, scenario, port, password, afresh, kraft)
     except _Stop as e:
         print(f"[ui] {e}: stopped", flush=True)
         return 0
@@ -322,24 +326,36 @@ def ui(
             signal.signal(sig, handler)
 
 
-def _ui(home: Path, lab_dir: Path, data: Path, scenario: str, port: int, password: str | None, afresh: bool) -> int:
+def _ui(
+    home: Path,
+    lab_dir: Path,
+    data: Path,
+    scenario: str,
+    port: int,
+    password: str | None,
+    afresh: bool,
+    kraft: bool,
+) -> int:
     from fleet_lab import fleet
     from fleet_lab.airflow_stack import UI_COMPONENTS, AirflowLiveError, LiveAirflow
-    from fleet_lab.incidents import SCENARIOS, run_scenario
+    from fleet_lab.incidents import SCENARIOS, inject, run_scenario
 
     t0 = time.monotonic()
-    if fleet.is_up(lab_dir):  # someone's lab (a kept demo, another ui): not ours to stop
-        print(
-            f"[ui] a fleet lab is already up in {lab_dir}: stop it first (bin/fleet-lab down --dir {lab_dir}) or give "
-            "--lab another directory",
-            file=sys.stderr,
-        )
-        return 2
+    kraft_dir = kraft_lab_dir(lab_dir)
+    for d in (lab_dir, kraft_dir) if kraft else (lab_dir,):
+        if fleet.is_up(d):  # someone's lab (a kept demo, another ui): not ours to stop
+            print(
+                f"[ui] a fleet lab is already up in {d}: stop it first (bin/fleet-lab down --dir {d}) or give --lab "
+                "another directory",
+                file=sys.stderr,
+            )
+            return 2
     if afresh:
         _start_afresh(home, data)
     version = SCENARIOS[scenario][0] if scenario in SCENARIOS else fleet.DEFAULT_VERSION
-    print(f"[ui] bringing up the fleet lab (3 brokers, Kafka {version}) in {lab_dir}", flush=True)
-    state = fleet.up(lab_dir, brokers=3, kafka_version=version)
+    print(f"[ui] bringing up the fleet lab (3 brokers, Kafka {version}, ZooKeeper) in {lab_dir}", flush=True)
+    started = [fleet.up(lab_dir, brokers=3, kafka_version=version)]
+    state = started[0]
     af: LiveAirflow | None = None
     try:
         if scenario == "demo":
@@ -347,51 +363,58 @@ def _ui(home: Path, lab_dir: Path, data: Path, scenario: str, port: int, passwor
         else:
             for step in run_scenario(state, scenario):
                 print(f"[ui] {scenario}: {step.step}: {'as reported' if step.ok else 'NOT as reported'}", flush=True)
-        env = airflow_environ(home, lab_dir, data)
+        if kraft:
+            print(
+                f"[ui] and a KRaft lab (3 combined nodes, Kafka {fleet.DEFAULT_KRAFT_VERSION}) in {kraft_dir}",
+                flush=True,
+            )
+            started.append(fleet.up(kraft_dir, brokers=3, metadata="kraft", cluster=f"{DEFAULT_CLUSTER}-kraft"))
+            for name, opts in DEMO_KRAFT_INCIDENTS:
+                inject(started[1], name, **opts)
+        env = fleet_environ(home, [s.dir for s in started], data, home / "fleet")
         prepare(env)
         user = (env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS") or "admin:admin").split(",")[0].split(":")[0]
         af = LiveAirflow(env, port, UI_COMPONENTS, {user: password} if password else None)
         print(f"[ui] starting Airflow ({', '.join(UI_COMPONENTS)}) on {af.base}, home {home}", flush=True)
         try:
             af.start()
-            print(
-                f"[ui] Airflow is healthy; the {audit_dag(state.cluster)} DAG audits the lab (about a minute)",
-                flush=True,
-            )
-            run, audit_state = first_audit(af, state.cluster)
+            dags = ", ".join(audit_dag(s.cluster) for s in started)
+            print(f"[ui] Airflow is healthy; {dags} audit the labs (about a minute)", flush=True)
+            audits = [(s.cluster, *first_audit(af, s.cluster)) for s in started]
         except AirflowLiveError as e:
             print(f"[ui] {e}\n[ui] logs: {home}/*.out", file=sys.stderr)
             return 1
-        _say_ready(
-            af, user, password is not None, run, audit_state, data, lab_dir, state.cluster, time.monotonic() - t0
-        )
+        _say_ready(af, user, password is not None, audits, data, lab_dir, time.monotonic() - t0)
         return _stay_up(af)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
             signal.signal(sig, signal.SIG_IGN)
-        print("[ui] stopping Airflow and the fleet lab", flush=True)
+        print("[ui] stopping Airflow and the fleet labs", flush=True)
         if af is not None:
             af.stop()
-        fleet.down(lab_dir)
+        for s in started:
+            fleet.down(s.dir)
         print("[ui] every process started is stopped", flush=True)
 
 
 def _say_ready(
-    af: Any, user: str, chosen: bool, run: str, audit_state: str, data: Path, lab_dir: Path, cluster: str, took: float
+    af: Any, user: str, chosen: bool, audits: list[tuple[str, str, str]], data: Path, lab_dir: Path, took: float
 ) -> None:
+    """Where the UI is, who logs in, each cluster's first audit ((cluster, run, state) in ``audits``, the lab's
+    first) and what to click."""
     from fleet_doctor.settings import Settings
 
     approvers = Settings.from_env(af.env).approvers
     where = "FLEET_DOCTOR_UI_PASSWORD" if chosen else f"{af.passwords_file} (JSON: user -> password)"
-    audit = f"audit {run}: {audit_state}"
-    summary = latest_summary(data, cluster=cluster) if audit_state == "success" else None
-    if summary:
-        audit += f"; report {summary['report']}"
-    lines = [
-        f"Airflow UI: {af.base}/",
-        f"  user:     {user}",
-        f"  password: {where}",
-        f"  {audit}" + ("" if audit_state == "success" else " (open the run's task logs in the UI)"),
+    cluster = audits[0][0]
+    lines = [f"Airflow UI: {af.base}/", f"  user:     {user}", f"  password: {where}"]
+    for name, run, audit_state in audits:
+        audit = f"cluster {name}: audit {run}: {audit_state}"
+        summary = latest_summary(data, cluster=name) if audit_state == "success" else None
+        if summary:
+            audit += f"; report {summary['report']}"
+        lines.append(f"  {audit}" + ("" if audit_state == "success" else " (open the run's task logs in the UI)"))
+    lines += [
         "  approvals: "
         + (
             f"only {', '.join(approvers)} (FLEET_DOCTOR_APPROVERS), never on a run they triggered"
@@ -405,7 +428,7 @@ def _say_ready(
         "repair run",
         "  3. Browse -> Required Actions: open the request, read the plan (summary, hash, backups), click Approve",
         f"  4. the run's grid shows the repair progress; check the lab: bin/fleet-lab status --dir {lab_dir}",
-        "Stop with Ctrl-C: stops Airflow and the fleet lab.",
+        "Stop with Ctrl-C: stops Airflow and the fleet labs.",
     ]
     print("\n".join(f"[ui] {line}" for line in lines), flush=True)
     print(f"[ui] ready in {took:.0f} s: {af.base}/", flush=True)
@@ -442,6 +465,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-lab", action="store_true", help="demo: leave the fleet lab running afterwards")
     p.add_argument("--scenario", choices=UI_SCENARIOS, default="demo", help="ui: the demo's incidents or a seed report")
     p.add_argument(
+        "--no-kraft",
+        action="store_true",
+        help="ui: the ZooKeeper lab cluster only (by default a KRaft lab cluster runs beside it: a fleet of two)",
+    )
+    p.add_argument(
         "--port",
         type=int,
         default=int(os.environ.get("FLEET_DOCTOR_UI_PORT") or UI_PORT),
@@ -454,7 +482,16 @@ def main(argv: list[str] | None = None) -> int:
     lab_dir = Path(args.lab).resolve()
     if ui_cmd:
         password = os.environ.get("FLEET_DOCTOR_UI_PASSWORD") or None
-        return ui(home, lab_dir, data, args.scenario, args.port, password, afresh=not (args.home or args.data))
+        return ui(
+            home,
+            lab_dir,
+            data,
+            args.scenario,
+            args.port,
+            password,
+            afresh=not (args.home or args.data),
+            kraft=not args.no_kraft,
+        )
     if args.command == "demo":
         return demo(home, lab_dir, data, keep_lab=args.keep_lab)
     env = airflow_environ(home, lab_dir, data)

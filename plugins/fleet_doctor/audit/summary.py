@@ -41,6 +41,24 @@ def parse_time(text: Any) -> dt.datetime | None:
         return None
 
 
+def count(value: Any) -> int:
+    """A stored count as a number: what is not a whole non-negative number (a hand-edited or damaged store) is 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, float) and value.is_integer():
+        return max(int(value), 0)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return 0
+
+
+def counts(value: Any) -> dict[str, int]:
+    """A stored map of counts (``by_severity``, ...) as names -> numbers (``count``); not a map: empty."""
+    return {str(k): count(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """One published audit run (``history.publish``)."""
@@ -102,8 +120,9 @@ class RunSummary:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values.setdefault("only_in_cluster_metadata", list(data.get("only_in_zookeeper") or []))
-        for name in ("findings", "by_severity", "by_status", "by_rule"):
-            values.setdefault(name, 0 if name == "findings" else {})
+        for name in ("by_severity", "by_status", "by_rule"):
+            values[name] = counts(values.get(name))
+        values["findings"] = count(values.get("findings"))
         for name in ("audited", "not_audited", "out_of_scope", "only_in_inventory"):
             values.setdefault(name, [])
         for name in ("audit_run", "cluster", "finished_at", "report", "findings_dataset"):

@@ -15,7 +15,7 @@ from typing import Any
 from croniter import croniter
 
 from fleet_doctor import layout, lock_state
-from fleet_doctor.audit.summary import STANDING, FindingStatus, RunSummary, parse_time
+from fleet_doctor.audit.summary import STANDING, FindingStatus, RunSummary, counts, parse_time
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.fleet_dags import cron_of
 from fleet_doctor.inventory import Inventory
@@ -54,7 +54,11 @@ class FleetView:
 
 def load_view(store: Store) -> FleetView:
     """The store's latest audit. Raises ``StoreError`` (naming the object) when it cannot be read."""
-    runs = [r for r in store.read_jsonl(layout.HISTORY_RUNS) if r.get("audit_run")]
+    runs = [
+        {**r, "by_severity": counts(r.get("by_severity")), "by_status": counts(r.get("by_status"))}
+        for r in store.read_jsonl(layout.HISTORY_RUNS)
+        if r.get("audit_run")
+    ]
     if not runs:
         return FleetView(store.url(), [], None)
     latest = str(runs[-1]["audit_run"])
