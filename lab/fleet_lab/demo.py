@@ -371,7 +371,7 @@ def _ui(
             started.append(fleet.up(kraft_dir, brokers=3, metadata="kraft", cluster=f"{DEFAULT_CLUSTER}-kraft"))
             for name, opts in DEMO_KRAFT_INCIDENTS:
                 inject(started[1], name, **opts)
-        env = fleet_environ(home, [s.dir for s in started], data, home / "fleet")
+        env = fleet_environ(home, [s.path for s in started], data, home / "fleet")
         prepare(env)
         user = (env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS") or "admin:admin").split(",")[0].split(":")[0]
         af = LiveAirflow(env, port, UI_COMPONENTS, {user: password} if password else None)
