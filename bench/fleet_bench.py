@@ -11,8 +11,9 @@ Cases:
                      baseline, in the same run): the parse a dag-processor repeats every refresh, after Airflow and
                      the library are imported (what its pre-import gives it), and a cold process's whole time
     fleet overview   GET /kafka-fleet/ (the FastAPI app, through its TestClient) with N clusters of 30 published
-                     audit runs each (the real publisher, 20 findings a run), against one such cluster; a
-                     cluster's page of the same store; and GET /kafka-fleet/metrics of both fleets
+                     audit runs each (the real publisher, 20 findings a run) and its repair lock as last seen, against
+                     one such cluster; a cluster's page of the same store; and GET /kafka-fleet/metrics of both
+                     fleets
 
 Targets (issue 29): a DAG file with 50 inventories of 20 brokers parsed in under 2 s (Airflow's default import
 timeout is 30 s); the overview of 50 clusters x 30 runs served in under 500 ms, the metrics likewise.
@@ -85,7 +86,7 @@ def parse_times(inventory: Path, home: Path, repeat: int) -> dict[str, Any]:
 def publish_runs(settings: Any, cluster: str, runs: int, findings: int) -> None:
     """``runs`` audit runs of ``cluster`` published by the real publisher, ``findings`` findings each (a few move
     from run to run: new, persisting and resolved ones)."""
-    from fleet_doctor import layout
+    from fleet_doctor import layout, lock_state
     from fleet_doctor.audit import history
     from harness.findings import finding
 
@@ -103,6 +104,8 @@ def publish_runs(settings: Any, cluster: str, runs: int, findings: int) -> None:
         settings.store.write_text(area.summary, json.dumps({"rules_skipped": {}}))
         discovered = {"cluster": cluster, "only_in_inventory": [], "only_in_zookeeper": []}
         history.publish(settings, run, discovered, {"audited": [1, 2, 3], "not_audited": []})
+    # the repair lock as the audit saw it: one more object the page and the metrics read per cluster
+    lock_state.record(settings.store, lock_state.LockState(False, time.time(), "audit"))
 
 
 def page_times(settings: Any, path: str, repeat: int) -> dict[str, float]:
