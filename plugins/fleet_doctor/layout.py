@@ -29,7 +29,9 @@ before there were fleets holds one cluster's keys at the root: that cluster keep
 A local work dir (``fleet-doctor scan``, the repair's post-verify) is a run area at the root of a local store: the
 detection app reads every run area the same way (``audit.detection``).
 
-The repairs dir (``FLEET_DOCTOR_REPAIR_DIR``, a local directory every repair task sees; ``RepairsDir``)::
+The repairs dir (``FLEET_DOCTOR_REPAIR_DIR``, a local directory every repair task sees; ``RepairsDir``) holds, at
+its root, ``locks/<cluster id>.{json,active,token,guard}``: the repair lock of a cluster without ZooKeeper
+(``repair.dir_lock``; ``locks/`` in the data root when it is local and there is no repairs dir); and per cluster::
 
     <plan hash>/plan.json, plan.md                       the plan (what runs) and its text (what people read)
     <plan hash>/attempts/<run>/journal.json               one attempt (an Airflow run) at the plan: its journal,
@@ -51,6 +53,7 @@ from typing import Any
 
 # ---- the data root
 CLUSTERS = "clusters"  # clusters/<cluster>/: one cluster's store
+LOCKS = "locks"  # locks/<cluster id>.*: the repair lock of clusters without ZooKeeper (repair.dir_lock)
 STAGING = "staging"
 VERIFY = "verify"
 FINDINGS = "findings"  # the findings dataset of every published run (the audit DAG's Asset)

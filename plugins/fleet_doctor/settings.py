@@ -206,6 +206,20 @@ class Settings:
             )
         return Path(self.store.base) / "repairs"
 
+    @property
+    def lock_dir(self) -> Path:
+        """Where the repair lock of a cluster without ZooKeeper lives (``repair.dir_lock``): ``locks/`` in
+        FLEET_DOCTOR_REPAIR_DIR, or in a local data root; one dir for the whole fleet, since the lock is keyed by
+        the Kafka cluster's id (two inventories of one cluster take one lock)."""
+        if self.repair_dir is not None:
+            return self.repair_dir / layout.LOCKS
+        if not self.data_store.is_local:
+            raise SettingsError(
+                f"the data root {self.data_store.root} is remote: set FLEET_DOCTOR_REPAIR_DIR to a directory that "
+                "every task of the repair DAGs sees (the repair lock of a KRaft cluster lives there)"
+            )
+        return Path(self.data_store.base) / layout.LOCKS
+
     def notifier_specs(self) -> list[tuple[str, dict[str, Any]]]:
         """FLEET_DOCTOR_NOTIFIERS as (dotted class path, kwargs) pairs, parsed when an alert is sent (a broken value
         fails the alert task, not the DAG's parsing)."""

@@ -71,7 +71,7 @@ def _ensure_root(zk: Any, root: str, acl: list[Any] | None) -> None:
                 ) from None
 
 
-def _same_owner(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_owner(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """The same plan, step and (when both name one) Airflow run: another run of the same plan is another holder (a
     halted attempt keeps the lock for a human; a second run must not slip in behind it)."""
     same_run = a.get("run_id") is None or b.get("run_id") is None or a.get("run_id") == b.get("run_id")
@@ -105,7 +105,7 @@ def acquire_lock(zk: Any, cluster: str, owner: dict[str, Any], wait_s: float = 0
                 held = json.loads(zk.get(path)[0])
             except NoNodeError:
                 continue  # released in between
-            if _same_owner(held, owner):
+            if same_owner(held, owner):
                 break
             if held.get("plan_hash") != owner.get("plan_hash") or time.monotonic() > deadline:
                 raise LockHeld(f"cluster {cluster} is locked by another repair: {held}") from None
@@ -132,7 +132,7 @@ def release_lock(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
 
     path = f"{LOCK_ROOT}/{cluster}"
     try:
-        if _same_owner(json.loads(zk.get(path)[0]), owner):
+        if same_owner(json.loads(zk.get(path)[0]), owner):
             zk.delete(path)
     except NoNodeError:
         pass
@@ -168,7 +168,7 @@ def hand_back(zk: Any, cluster: str, owner: dict[str, Any]) -> None:
     path = f"{LOCK_ROOT}/{cluster}"
     raw, stat = zk.get(path)
     current = json.loads(raw)
-    if _same_owner(current, owner) and current.get("taken_over_from"):
+    if same_owner(current, owner) and current.get("taken_over_from"):
         zk.set(path, json.dumps(current["taken_over_from"]).encode(), version=stat.version)
     release_active(zk, cluster)
 
