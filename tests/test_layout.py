@@ -194,7 +194,7 @@ ONE_WAY = {
 # approval text / executor / session -> errors)
 REPAIR_LAYERS = (
     ("errors", "on_broker"),  # on_broker runs on a broker: it imports nothing of the product
-    ("plan", "progress", "backups", "dir_lock"),
+    ("plan", "progress", "backups", "dir_lock", "quorum"),
     ("gates", "journal", "approval_text", "planner", "broker", "verify", "topic_ids"),
     ("approval", "params", "executor", "session"),
     ("hitl", "restore"),

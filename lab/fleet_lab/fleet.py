@@ -81,6 +81,7 @@ METADATA_MODES = ("zookeeper", "kraft")
 # KiB, so that a lab's metadata log has several segments), metadata.log.max.record.bytes.between.snapshots (20 MiB)
 METADATA_SEGMENT_BYTES = 4096
 METADATA_SNAPSHOT_BYTES = 8192
+METADATA_IDLE_INTERVAL_MS = 500  # metadata.max.idle.interval.ms, Kafka's default: the leader's NoOpRecord (3.3+)
 CHROOT = "/kafka"
 SSHD = "/usr/sbin/sshd"
 SYSTEM_PYTHON = "/usr/bin/python3"  # a broker host's python3: what a lab broker run as the Kafka user runs on
@@ -923,6 +924,7 @@ def _up_kraft(lab_dir: Path, n: int, kafka_version: str, log_dirs_per_broker: in
                     "segment_bytes": METADATA_SEGMENT_BYTES,
                     "snapshot_bytes": METADATA_SNAPSHOT_BYTES,
                     "session_timeout_ms": int(BROKER_SESSION_TIMEOUT_S * 1000),
+                    "idle_interval_ms": METADATA_IDLE_INTERVAL_MS,
                 },
             ).save(b.config_path)
         _start_brokers(state)

@@ -23,7 +23,8 @@ which only ever hold what Kafka writes):
 - the active controller (``fleet_lab.kraft.Controller``): registers each broker incarnation (fenced, broker epoch =
   the record's offset), unfences it once its metadata log holds its registration and its logs are loaded, moves
   leaders and ISRs off a broker in controlled shutdown or whose session expired (``broker.session.timeout.ms``
-  after its process went without a controlled shutdown), adds a caught-up broker back to the ISRs, and writes a
+  after its process went without a controlled shutdown), adds a caught-up broker back to the ISRs, writes a
+  NoOpRecord when it has written nothing for ``metadata.max.idle.interval.ms`` (3.3+, KIP-835), and writes a
   snapshot every ``metadata.log.max.record.bytes.between.snapshots``. Followers take the leader's snapshot files
   as FetchSnapshot would hand them over (a real node writes its own, with the same records).
 """
@@ -128,6 +129,12 @@ class QuorumNode:
         self.log_dir_ids: list[str] = list(kraft["directory_ids"].values())
         self.session_timeout_s = kraft["session_timeout_ms"] / 1000.0
         self.snapshot_bytes = kraft["snapshot_bytes"]
+        # KIP-835 (3.3+): the active controller writes a NoOpRecord when it has written nothing for
+        # metadata.max.idle.interval.ms, so that every voter's log end keeps moving (what tells a voter that stopped
+        # fetching from one that is caught up on an idle cluster)
+        idle_ms = int(kraft.get("idle_interval_ms") or 0) if features.at_least("3.3") else 0
+        self.idle_interval_s = idle_ms / 1000.0
+        self.last_write = 0.0
         self.state = "starting"
         self.offline: list[list[Any]] = []
         self.leader_id = -1
@@ -512,6 +519,7 @@ class QuorumNode:
         assert self.log is not None
         h = self.log.append(data_batch(self.log.next_offset, self.epoch, [r.encode() for r in records], now_ms()))
         self.bytes_since_snapshot += h.size
+        self.last_write = time.monotonic()
 
     def _lead(self, alive: dict[int, dict[str, Any]]) -> None:
         ctl = self.controller
@@ -562,6 +570,8 @@ class QuorumNode:
                         b,
                         "controlled shutdown" if reg["InControlledShutdown"] else "session expired",
                     )
+        if self.idle_interval_s and time.monotonic() - self.last_write >= self.idle_interval_s:
+            self._append([MetadataRecord("NoOpRecord", 0)])
         if self.bytes_since_snapshot >= self.snapshot_bytes:
             self._snapshot()
 

@@ -1684,6 +1684,70 @@ def _records(head, img, rp):
     )
 
 
+def metadata_position(metadata_dir):
+    """Where a node's metadata log ends and whom its ``quorum-state`` follows, without replaying it (the quorum gate's
+    cheap poll): the newest segment's batch headers walked (no record decoded, no CRC read), else the newest snapshot's
+    end offset. One ``metadata_position`` record; ClusterMetadataError when the dir cannot be read at all."""
+    taken_at_ms = int(time.time() * 1000)
+    mdir, logdir = resolve_metadata_dir(metadata_dir)
+    try:
+        names = os.listdir(mdir)
+    except OSError as e:
+        raise ClusterMetadataError("%s cannot be listed: %s" % (mdir, probe._err(e)))
+    out = {
+        "kind": "metadata_position",
+        "schema_version": SCHEMA_VERSION,
+        "dir": mdir,
+        "node_id": None,
+        "cluster_id": None,
+        "log_end_offset": None,
+        "log_max_epoch": None,
+        "log_torn_tail": False,
+        "quorum_leader_id": None,
+        "quorum_leader_epoch": None,
+        "quorum_voters": None,
+        "taken_at_ms": taken_at_ms,
+        "error": None,
+    }
+    errors = []
+    mp = os.path.join(logdir, probe.META_PROPERTIES)
+    try:
+        meta = probe.parse_meta_properties(probe._read_small(mp), mp)
+        out["node_id"], out["cluster_id"] = meta["broker_id"], meta["cluster_id"]
+    except (OSError, ValueError) as e:
+        errors.append("%s cannot be read: %s" % (mp, probe._err(e)) if isinstance(e, OSError) else str(e))
+    try:
+        qs = read_quorum_state(os.path.join(mdir, probe.QUORUM_STATE))
+    except ValueError as e:
+        qs = None
+        errors.append(str(e))
+    out["error"] = "; ".join(errors) or None
+    if qs is not None:
+        out["quorum_leader_id"], out["quorum_leader_epoch"] = qs["leader_id"], qs["leader_epoch"]
+        out["quorum_voters"] = qs["voters"]
+    segments = log_segments(names)
+    snapshots = snapshot_files(names)
+    if segments:
+        base, name = segments[-1]
+        path = os.path.join(mdir, name)
+        try:
+            res = probe.walk_log(path, base_offset=base)
+        except (OSError, ValueError) as e:
+            raise ClusterMetadataError("%s cannot be read: %s" % (path, probe._err(e) if isinstance(e, OSError) else e))
+        out["log_end_offset"] = res["next_offset"] if res["next_offset"] is not None else base
+        out["log_max_epoch"] = res["max_leader_epoch"]
+        out["log_torn_tail"] = bool(res["torn_tail"])
+    if snapshots:
+        end_offset, epoch, _name = snapshots[-1]
+        if out["log_end_offset"] is None or end_offset > out["log_end_offset"]:
+            out["log_end_offset"] = end_offset
+        if out["log_max_epoch"] is None:
+            out["log_max_epoch"] = epoch
+    if out["log_end_offset"] is None:
+        raise ClusterMetadataError("%s holds neither a metadata snapshot (.checkpoint) nor a log segment (.log)" % mdir)
+    return out
+
+
 def log_position(header):
     """How far a node's metadata goes, from its ``cluster_metadata`` header, to choose the freshest of several nodes:
     (whole, epoch, end offset), compared as a tuple. Whole first: an image that misses records (``image_complete``
@@ -1702,8 +1766,9 @@ def format_records(records):
 
 
 USAGE = (
-    "usage: cluster_metadata.py [--max-memory-mib N] [--max-cpu-s N] METADATA_DIR  (a __cluster_metadata-0 dir, or "
-    "a log dir holding one)"
+    "usage: cluster_metadata.py [--max-memory-mib N] [--max-cpu-s N] [--position] METADATA_DIR  (a "
+    "__cluster_metadata-0 dir, or a log dir holding one; --position: only where its log ends and whom its "
+    "quorum-state follows)"
 )
 
 
@@ -1737,34 +1802,40 @@ def _limit(max_memory_mib, max_cpu_s):
 
 
 def _options(argv):
-    """(metadata dir, max memory MiB, max CPU s) of the command line, or None when it is not a valid one."""
+    """(metadata dir, max memory MiB, max CPU s, position only) of the command line, or None when it is not a valid
+    one."""
     limits = {"--max-memory-mib": 0, "--max-cpu-s": 0}
     args = list(argv)
-    while len(args) >= 2 and args[0] in limits:
+    position = False
+    while args and (args[0] == "--position" or (len(args) >= 2 and args[0] in limits)):
+        if args[0] == "--position":
+            position, args = True, args[1:]
+            continue
         if not args[1].isdigit() or int(args[1]) < 1:
             return None
         limits[args[0]] = int(args[1])
         args = args[2:]
     if len(args) != 1 or args[0].startswith("-"):
         return None
-    return args[0], limits["--max-memory-mib"], limits["--max-cpu-s"]
+    return args[0], limits["--max-memory-mib"], limits["--max-cpu-s"], position
 
 
 def main(argv=None):
-    """python3 - [--max-memory-mib N] [--max-cpu-s N] DIR: print the records as JSON Lines; exit 0, or 2 with one
-    error line on stderr (3: the decoder hit its memory or CPU limit)."""
+    """python3 - [--max-memory-mib N] [--max-cpu-s N] [--position] DIR: print the records (or only the log's position:
+    ``metadata_position``) as JSON Lines; exit 0, or 2 with one error line on stderr (3: the decoder hit its memory or
+    CPU limit)."""
     opts = _options(sys.argv[1:] if argv is None else argv)
     if opts is None:
         sys.stderr.write(USAGE + "\n")
         return 2
-    path, max_memory_mib, max_cpu_s = opts
+    path, max_memory_mib, max_cpu_s, position = opts
     try:
         _limit(max_memory_mib, max_cpu_s)
     except (ImportError, ValueError, OSError) as e:
         sys.stderr.write("cluster-metadata: error: cannot limit the decoder's memory and CPU: %s\n" % e)
         return 2
     try:
-        records = iter_cluster_metadata(path)
+        records = iter([metadata_position(path)]) if position else iter_cluster_metadata(path)
         out = getattr(sys.stdout, "buffer", None)
         while True:  # in slices of records: the text of a big cluster is never all in memory
             chunk = list(itertools.islice(records, 1000))

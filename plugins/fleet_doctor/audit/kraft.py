@@ -9,8 +9,9 @@ dir's ``meta.properties``). Every controller of the inventory is read, in its or
 ``MetadataReadError`` naming it, and the others are read all the same.
 
 The cluster's facts are taken from the most up-to-date metadata log read, as Raft compares logs (the epoch of the
-newest batch, then the log end offset), the inventory's order breaking ties: in a healthy quorum every log ends
-alike and the first controller is used; a controller that was stopped (its host still up) or cut off has a log that
+newest batch, then the log end offset), the inventory's order breaking ties: in a healthy quorum the logs differ by
+the last few batches at most (on 3.3+ the leader writes a NoOpRecord every ``metadata.max.idle.interval.ms``, so the
+controller read last is often a batch ahead) and any of them gives the same facts; a controller that was stopped (its host still up) or cut off has a log that
 stopped where it left the quorum, and its registrations would say that brokers started since are not there. A log
 whose image misses records (a snapshot gap, a batch failing its CRC) is used only when no whole one was read.
 """
@@ -50,13 +51,19 @@ def airflow_connect(endpoint: dict[str, Any]) -> Any:
 
 
 def decode_command(
-    metadata_log_dir: str, max_memory_mib: int = DECODE_MEMORY_MIB, max_cpu_s: int = DECODE_CPU_S
+    metadata_log_dir: str,
+    max_memory_mib: int = DECODE_MEMORY_MIB,
+    max_cpu_s: int = DECODE_CPU_S,
+    *,
+    position: bool = False,
 ) -> str:
     """The remote command: the decoder read from stdin by python3, at the lowest CPU and I/O priority the host offers
     (as the probe), within ``max_memory_mib`` of address space and ``max_cpu_s`` of CPU (it exits 3 saying which it
-    hit). The path is shell-quoted."""
+    hit); ``position``: only where the log ends (``cluster_metadata.metadata_position``). The path is
+    shell-quoted."""
     limits = f"--max-memory-mib {int(max_memory_mib)} --max-cpu-s {int(max_cpu_s)}"
-    return lowest_priority(f"python3 - {limits} {shlex.quote(metadata_log_dir)}")
+    mode = " --position" if position else ""
+    return lowest_priority(f"python3 - {limits}{mode} {shlex.quote(metadata_log_dir)}")
 
 
 def decoder_program() -> bytes:
@@ -185,17 +192,10 @@ def _parse(who: str, out: Any, nbytes: int) -> tuple[list[bytes], list[dict[str,
     return lines, kept
 
 
-def read_controller(
-    client: Any,
-    endpoint: dict[str, Any],
-    *,
-    timeout: float = DECODE_TIMEOUT_S,
-    program: bytes | None = None,
-    max_bytes: int = MAX_OUTPUT_BYTES,
-) -> ControllerRead:
-    """Decode the metadata log of the controller ``endpoint`` (``Inventory.controller_endpoint``) over the open SSH
-    connection ``client``, after checking it is that controller. ``program``: what runs on the controller (default
-    the decoder's bundle). MetadataReadError naming the controller when anything is wrong."""
+def _verified(client: Any, endpoint: dict[str, Any]) -> tuple[int, str, Remote, dict[str, Any]]:
+    """(controller id, who it is for messages, its ``Remote``, its identity) once the host behind ``client`` is shown
+    to be the controller ``endpoint`` names (pinned host key, ``node.id`` in its metadata log dir's
+    ``meta.properties``); MetadataReadError naming it otherwise."""
     cid = int(endpoint["controller_id"])
     where = f"{endpoint.get('host')}:{endpoint.get('ssh_port')}"
     who = f"controller {cid} ({where}, {endpoint['metadata_log_dir']})"
@@ -209,6 +209,61 @@ def read_controller(
         )
     except Exception as e:  # IdentityError, or the connection went away
         raise MetadataReadError(f"{who}: not shown to be controller {cid}: {e}") from e
+    return cid, who, remote, identity
+
+
+POSITION_TIMEOUT_S = 30.0
+POSITION_MAX_BYTES = 64 << 10
+
+
+def read_position(
+    client: Any, endpoint: dict[str, Any], *, timeout: float = POSITION_TIMEOUT_S, program: bytes | None = None
+) -> dict[str, Any]:
+    """Where the metadata log of the controller ``endpoint`` ends and whom its ``quorum-state`` follows (the
+    decoder's ``--position``: a walk of the newest segment's batch headers, no record decoded), over the open SSH
+    connection ``client``, after checking it is that controller. MetadataReadError naming it when anything is
+    wrong."""
+    cid, who, remote, _identity = _verified(client, endpoint)
+    out = bytearray()
+
+    def sink(data: bytes) -> None:
+        out.extend(data)
+        if len(out) > POSITION_MAX_BYTES:
+            raise MetadataReadError(f"{who}: the decoder printed more than {POSITION_MAX_BYTES} bytes for --position")
+
+    command = decode_command(endpoint["metadata_log_dir"], position=True)
+    try:
+        done = remote.stream(command, decoder_program() if program is None else program, sink, timeout)
+    except Exception as e:  # RemoteError: a dropped session, a timeout, the size limit
+        raise MetadataReadError(f"{who}: the decoder could not run: {e}") from e
+    if done.exit_status != 0:
+        said = done.stderr.strip()[-500:] or "(nothing on stderr)"
+        raise MetadataReadError(f"{who}: the decoder exited {done.exit_status}: {said}")
+    try:
+        (record,) = [json.loads(line) for line in bytes(out).decode("utf-8").splitlines() if line.strip()]
+    except ValueError as e:
+        raise MetadataReadError(f"{who}: the decoder's --position output is not one JSON record: {e}") from None
+    if not isinstance(record, dict) or record.get("kind") != "metadata_position":
+        raise MetadataReadError(f"{who}: the decoder's --position output is not a metadata_position record")
+    if record.get("node_id") not in (None, cid):
+        raise MetadataReadError(
+            f"{who}: the metadata log dir belongs to node {record['node_id']}, not controller {cid}"
+        )
+    return record
+
+
+def read_controller(
+    client: Any,
+    endpoint: dict[str, Any],
+    *,
+    timeout: float = DECODE_TIMEOUT_S,
+    program: bytes | None = None,
+    max_bytes: int = MAX_OUTPUT_BYTES,
+) -> ControllerRead:
+    """Decode the metadata log of the controller ``endpoint`` (``Inventory.controller_endpoint``) over the open SSH
+    connection ``client``, after checking it is that controller. ``program``: what runs on the controller (default
+    the decoder's bundle). MetadataReadError naming the controller when anything is wrong."""
+    cid, who, remote, identity = _verified(client, endpoint)
     nbytes = 0
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, mode="w+b") as out:
 

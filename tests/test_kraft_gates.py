@@ -1,0 +1,131 @@
+"""The KRaft quorum gate (``repair.quorum``) on the live KRaft lab: 3 combined nodes (real sshd per node, the lab's
+quorum with its leader's NoOpRecords every 500 ms), each voter read over SSH as the repair reads it (the decoder's
+``--position``, identity checked). In file order:
+
+1. a healthy quorum: the leader the gate sees is the lab's, and any one voter may go;
+2. a voter stopped (controlled shutdown; its host still answers): its log end stops while the leader's NoOps move
+   the others', so it falls behind within seconds; then no other voter may go, while the stopped one itself may;
+   started again, it catches up and every voter may go again;
+3. a voter whose host is gone (its sshd killed): it cannot be read, and the gate holds every other voter, naming it;
+4. the active controller stopped: the others elect a new leader, which the gate follows.
+The rule itself, on every quorum size: tests/test_quorum_gate.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fleet_doctor import inventory as inv
+from fleet_doctor.repair.quorum import QuorumView, read_quorum, restart_refusal
+from fleet_lab import fleet
+
+pytestmark = pytest.mark.timeout(600)
+VOTERS = (1, 2, 3)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("kraft-gates")
+    state = fleet.up(root / "lab", brokers=3, metadata="kraft")
+    try:
+        i = inv.load(state.inventory_path)
+        yield {"state": state, "endpoints": [i.controller_endpoint(c.id) for c in i.controllers]}
+    finally:
+        fleet.down(root / "lab")
+
+
+def connect(endpoint: dict[str, Any]) -> Any:
+    from harness.ssh import ssh_client
+
+    return ssh_client(SimpleNamespace(**{k: endpoint[k] for k in inv.SSH_FIELDS}))  # type: ignore[arg-type]
+
+
+def observe(lab: dict[str, Any]) -> tuple[QuorumView, QuorumView]:
+    """Two reads of every voter, one after the other (the second judged with the first: "caught up" within the
+    fetch timeout)."""
+    earlier = read_quorum(lab["endpoints"], connect)
+    return earlier, read_quorum(lab["endpoints"], connect)
+
+
+def until(what: str, ok: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(0.2)
+
+
+def refusals(lab: dict[str, Any]) -> dict[int, str | None]:
+    earlier, view = observe(lab)
+    return {t: restart_refusal(view, t, earlier) for t in VOTERS}
+
+
+def test_a_healthy_quorum_lets_any_one_voter_go(lab: dict[str, Any]) -> None:
+    fleet.wait_healthy(lab["state"], timeout=60)
+    until("every voter may go", lambda: set(refusals(lab).values()) == {None})
+    earlier, view = observe(lab)
+    assert view.leader == fleet.quorum_leader(lab["state"])[0]  # type: ignore[index]
+    assert view.problems == () and view.high_watermark is not None
+    assert (view.high_watermark or 0) > (earlier.high_watermark or 0)  # the leader's NoOps: the log never idles
+
+
+def test_a_stopped_voter_falls_behind_and_holds_every_other(lab: dict[str, Any]) -> None:
+    state = lab["state"]
+    leader = fleet.quorum_leader(state)[0]  # type: ignore[index]
+    down = next(v for v in VOTERS if v != leader)
+    assert fleet.run_service(state.broker(down), "stop").returncode == 0
+    try:
+        until(f"node {down} behind", lambda: refusals(lab)[leader] is not None, timeout=30)
+        found = refusals(lab)
+        assert found[down] is None  # the stopped one itself may go: the two others are caught up
+        for t in set(VOTERS) - {down}:
+            assert found[t] is not None and f"node {down}: log end" in found[t], found  # type: ignore[operator]
+    finally:
+        assert fleet.run_service(state.broker(down), "start").returncode == 0
+    fleet.wait_healthy(state, timeout=60)
+    until("every voter may go again", lambda: set(refusals(lab).values()) == {None})
+
+
+def test_a_voter_that_cannot_be_read_holds_every_other(lab: dict[str, Any]) -> None:
+    state = lab["state"]
+    fleet.kill_sshd(state, 2)
+    try:
+        found = refusals(lab)
+    finally:
+        fleet.start_sshd(state, 2)
+    assert found[2] is None
+    for t in (1, 3):
+        assert found[t] is not None and "node 2: controller 2: cannot connect" in found[t], found  # type: ignore[operator]
+    until("every voter may go again", lambda: set(refusals(lab).values()) == {None})
+
+
+def test_after_the_active_controller_stops_the_gate_follows_the_new_leader(lab: dict[str, Any]) -> None:
+    state = lab["state"]
+    old = fleet.quorum_leader(state)[0]  # type: ignore[index]
+    assert fleet.run_service(state.broker(old), "stop").returncode == 0
+    try:
+        until("a new leader", lambda: (fleet.quorum_leader(state) or (old,))[0] != old, timeout=30)
+        new = fleet.quorum_leader(state)[0]  # type: ignore[index]
+        until("the gate sees the new leader", lambda: observe(lab)[1].leader == new, timeout=30)
+    finally:
+        assert fleet.run_service(state.broker(old), "start").returncode == 0
+    fleet.wait_healthy(state, timeout=60)
+    until("every voter may go again", lambda: set(refusals(lab).values()) == {None})
+
+
+def test_the_position_read_is_one_small_record(lab: dict[str, Any], tmp_path: Path) -> None:
+    from fleet_doctor.audit import kraft
+
+    endpoint = lab["endpoints"][0]
+    client = connect(endpoint)
+    try:
+        pos = kraft.read_position(client, endpoint)
+    finally:
+        client.close()
+    assert pos["kind"] == "metadata_position" and pos["node_id"] == 1 and pos["error"] is None
+    assert pos["cluster_id"] == lab["state"].cluster_id and pos["log_end_offset"] > 0

@@ -1,0 +1,129 @@
+"""The KRaft quorum gate's rule (``repair.quorum``), on quorums of 1 to 5 voters: a leader known, the caught-up voters
+other than the target at least (N + 2) // 2 (both others of 3, 3 of the 4 others of 5), a high watermark only a
+majority makes (an uncommitted tail moves nothing), the fetch timeout's window for "caught up", and fewer than 3
+voters refused unless the quorum's loss is accepted. The same gate on the live KRaft lab: tests/test_kraft_gates.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleet_doctor.repair.quorum import QuorumView, Voter, caught_up, restart_refusal
+
+
+def view(ends: dict[int, int | None], leader: int | None = 1, epoch: int = 5, at: float = 100.0) -> QuorumView:
+    return QuorumView(
+        tuple(
+            Voter(n, end, leader if end is not None else None, epoch if end is not None else None, None)
+            for n, end in ends.items()
+        ),
+        at,
+    )
+
+
+def test_a_healthy_quorum_of_three_lets_any_one_voter_go() -> None:
+    v = view({1: 120, 2: 120, 3: 120})
+    assert v.high_watermark == 120 and v.leader == 1
+    assert [restart_refusal(v, t) for t in (1, 2, 3)] == [None, None, None]
+
+
+def test_with_one_voter_of_three_down_no_other_may_go() -> None:
+    v = view({1: 120, 2: 120, 3: None})
+    assert restart_refusal(v, 3) is None  # the one that is down itself: the others are both caught up
+    why = restart_refusal(v, 2)
+    assert (
+        why is not None and "1 of the other 2 voter(s) caught up ([1]), 2 needed" in why and "node 3: not read" in why
+    )
+
+
+def test_a_voter_behind_the_high_watermark_is_not_caught_up_and_an_uncommitted_tail_moves_nothing() -> None:
+    v = view({1: 130, 2: 100, 3: 120})  # leader 1 wrote 130, only it holds 121-130: the quorum committed 120
+    assert v.high_watermark == 120
+    assert caught_up(v) == {1, 3}
+    assert restart_refusal(v, 3) is not None and "node 2: log end 100, high watermark 120" in restart_refusal(v, 3)
+    assert restart_refusal(v, 2) is None  # the one behind may go: 1 and 3 hold everything committed
+
+
+def test_caught_up_means_reaching_a_high_watermark_seen_within_the_fetch_timeout() -> None:
+    earlier = view({1: 100, 2: 100, 3: 100}, at=100.0)
+    busy = view({1: 140, 2: 140, 3: 110}, at=101.5)  # node 3 one fetch behind, past what was committed 1.5 s ago
+    assert caught_up(busy) == {1, 2}
+    assert caught_up(busy, earlier) == {1, 2, 3}
+    assert restart_refusal(busy, 2, earlier) is None
+    stale = view({1: 100, 2: 100, 3: 100}, at=90.0)  # seen 11.5 s before: too long ago to say 3 is caught up
+    assert caught_up(busy, stale) == {1, 2}
+
+
+def test_five_voters_need_three_of_the_four_others() -> None:
+    v = view({1: 50, 2: 50, 3: 50, 4: None, 5: 50})
+    assert restart_refusal(v, 2) is None  # 1, 3, 5 caught up: 3 of the 4 others
+    v = view({1: 50, 2: 50, 3: 50, 4: None, 5: 10})
+    why = restart_refusal(v, 2)
+    assert why is not None and "2 of the other 4 voter(s) caught up ([1, 3]), 3 needed" in why
+
+
+def test_no_known_leader_holds_every_stop() -> None:
+    split = QuorumView((Voter(1, 10, 1, 7), Voter(2, 10, 2, 7), Voter(3, 10, 1, 7)), 0.0)  # two leaders, one epoch
+    assert split.leader is None
+    assert "no quorum leader known" in (restart_refusal(split, 2) or "")
+    leader_down = view({1: None, 2: 10, 3: 10}, leader=1)
+    assert leader_down.leader is None and "unreadable: {1: 'not read'}" in (restart_refusal(leader_down, 2) or "")
+    newer = QuorumView((Voter(1, 10, 1, 7), Voter(2, 12, 2, 8), Voter(3, 12, 2, 8)), 0.0)  # 1 has not heard yet
+    assert newer.leader == 2 and restart_refusal(newer, 1) is None
+
+
+def test_fewer_than_three_voters_are_refused_unless_the_quorums_loss_is_accepted() -> None:
+    for ends in ({1: 10}, {1: 10, 2: 10}):
+        v = view(ends)
+        why = restart_refusal(v, 1)
+        assert why is not None and "loses it" in why and "allow_quorum_loss" in why
+        assert restart_refusal(v, 1, allow_quorum_loss=True) is None
+    with pytest.raises(ValueError, match="not a voter"):
+        restart_refusal(view({1: 1, 2: 1, 3: 1}), 9)
+    assert view({1: None, 2: None, 3: 5}).high_watermark is None  # no majority read: nothing committed is known
+
+
+REAL_METADATA_DIRS = (
+    "kraft-3.2-3broker-replicated-nurlan/kafka1",
+    "kraft-3.2-3broker-replicated-nurlan/kafka3",
+    "kraft-3.5-3broker-greenlemon/kafka1",
+    "kraft-3.5-3broker-greenlemon/kafka2",
+    "kraft-3.7-ldipoc/kraft-combined-logs",
+    "kraft-4.0-multiseg-kscan/kafka-1",
+)
+
+
+@pytest.mark.parametrize("rel", REAL_METADATA_DIRS)
+def test_the_position_read_agrees_with_the_full_replay_on_real_metadata_logs(corpus: Path, rel: str) -> None:
+    """The gate's cheap poll (``--position``: the newest segment's batch headers) gives the log end, its newest
+    epoch and the quorum-state's leader exactly as the audit's full replay does, on genuine Kafka metadata logs."""
+    from fleet_doctor.cluster_metadata import metadata_position, read_cluster_metadata
+
+    path = corpus / rel
+    head = read_cluster_metadata(str(path))[0]
+    pos = metadata_position(str(path))
+    assert pos["kind"] == "metadata_position" and pos["error"] is None
+    assert (pos["node_id"], pos["cluster_id"]) == (head["node_id"], head["cluster_id"])
+    assert pos["log_end_offset"] == max(head["log_end_offset"] or 0, head["snapshot_end_offset"] or 0)
+    assert pos["log_max_epoch"] == (
+        head["log_max_epoch"] if head["log_max_epoch"] is not None else head["snapshot_epoch"]
+    )
+    assert (pos["quorum_leader_id"], pos["quorum_leader_epoch"]) == (
+        head["quorum_leader_id"],
+        head["quorum_leader_epoch"],
+    )
+
+
+def test_the_position_read_names_what_it_cannot_read(tmp_path: Path) -> None:
+    from fleet_doctor.cluster_metadata import ClusterMetadataError, main, metadata_position
+
+    mdir = tmp_path / "__cluster_metadata-0"
+    mdir.mkdir()
+    with pytest.raises(ClusterMetadataError, match="neither a metadata snapshot"):
+        metadata_position(str(mdir))
+    (mdir / "quorum-state").write_text("{torn")
+    (mdir / "00000000000000000000.log").write_bytes(b"")
+    pos = metadata_position(str(mdir))
+    assert pos["log_end_offset"] == 0 and "quorum-state is not JSON" in pos["error"]
+    assert main(["--position", "--bogus", str(mdir)]) == 2
