@@ -11,9 +11,10 @@ dir's ``meta.properties``). Every controller of the inventory is read, in its or
 The cluster's facts are taken from the most up-to-date metadata log read, as Raft compares logs (the epoch of the
 newest batch, then the log end offset), the inventory's order breaking ties: in a healthy quorum the logs differ by
 the last few batches at most (on 3.3+ the leader writes a NoOpRecord every ``metadata.max.idle.interval.ms``, so the
-controller read last is often a batch ahead) and any of them gives the same facts; a controller that was stopped (its host still up) or cut off has a log that
-stopped where it left the quorum, and its registrations would say that brokers started since are not there. A log
-whose image misses records (a snapshot gap, a batch failing its CRC) is used only when no whole one was read.
+controller read last is often a batch ahead) and any of them gives the same facts; a controller that was stopped
+(its host still up) or cut off has a log that stopped where it left the quorum, and its registrations would say that
+brokers started since are not there. A log whose image misses records (a snapshot gap, a batch failing its CRC) is
+used only when no whole one was read.
 """
 
 from __future__ import annotations
