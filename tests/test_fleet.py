@@ -252,6 +252,12 @@ def test_the_overview_lists_every_cluster_worst_first(tmp_path: Path) -> None:
     assert [c for c, _ in shown] == ["critical", "k", "warned", "unreached", "fresh", "calm"]
     assert dict(shown)["fresh"] == "stale" and dict(shown)["calm"] == "ok"
     assert "broken.json" in text and "inventory-problem" in text  # the file that gives no cluster, said
+    # to someone who may read only some clusters: how many files are broken, not which or why (another team's)
+    r = TestClient(create_app(lambda: s, readable=lambda: lambda dag_id: dag_id.endswith("__calm"))).get("/")
+    assert r.status_code == 200 and rows_of(r.text) == [("calm", "ok")]
+    assert "broken.json" not in r.text and "1 inventory file(s) of the fleet give no cluster" in r.text
+    missing = TestClient(create_app(lambda: s)).get("/clusters/elsewhere/")
+    assert missing.status_code == 404 and "inventories" not in missing.text  # no host path in the answer
     assert "kraft" in text and "3.9.0" in text
     assert "href='clusters/critical/'" in text
 

@@ -93,7 +93,7 @@ def create_app(
             s, fleet = fleet_of()
             found = next((c for c in fleet.clusters if c.cluster == name), None)
             if found is None:
-                raise HTTPException(404, f"no cluster {name!r} in the fleet's inventory ({s.inventory})")
+                raise HTTPException(404, f"no cluster {name!r} in the fleet")
             return found, s.for_cluster(name).store
         except StoreError as err:
             raise HTTPException(503, str(err)) from err

@@ -710,7 +710,12 @@ def overview_page(
         + airflow_link("required_actions", "Pending approvals", "required-actions-link", root=OVERVIEW_ROOT)
         + "</nav>"
     )
-    for p in problems:
+    if hidden and problems:  # a broken file may be another team's cluster: its paths and fields are not theirs to see
+        out.append(
+            f"<p class='alert' data-testid='inventory-problems-hidden'>{len(problems)} inventory file(s) of the fleet "
+            "give no cluster; someone who may read every cluster's audit DAG sees which and why.</p>"
+        )
+    for p in problems if not hidden else ():
         out.append(f"<p class='alert' data-testid='inventory-problem' data-path='{e(p.path)}'>{e(p.message)}</p>")
     if not rows:
         why = f"{hidden} not readable by you" if hidden else "FLEET_DOCTOR_INVENTORY names none (docs/fleet.md)"
