@@ -276,45 +276,83 @@ HALTED = {"plan_hash": "b" * 64, "step": "brokers", "run_id": "manual__1", "sinc
 
 def test_the_overview_and_a_clusters_page_show_the_repair_lock(tmp_path: Path) -> None:
     """As the repair or the audit last saw it (``lock_state``): a lock left for a person ranks its cluster above a
-    calm one; one never seen says so; a mirror that is not JSON is named, the rest of the row still shown."""
-    names = ("calm", "held", "executing", "never", "garbled")
-    s = fleet_of(tmp_path, *(inventories.inventory(n, brokers=3) for n in names))
-    for n in names:
+    calm one; one never seen says so, a KRaft cluster has none; a mirror that is not JSON is named, one whose numbers
+    are absurd is ignored, the rest of the row still shown; a cluster whose history cannot be read still shows it."""
+    names = ("calm", "held", "executing", "never", "garbled", "absurd", "nan", "no-history")
+    s = fleet_of(
+        tmp_path,
+        *(inventories.inventory(n, brokers=3) for n in names),
+        inventories.inventory("k", brokers=3, kraft=True),
+    )
+    for n in (*names, "k"):
         publish(s.for_cluster(n), "scheduled__1", [], n)
     now = 1_790_000_100.0
     lock_state.record(s.for_cluster("calm").store, LockState(False, now, "audit"))
     lock_state.record(s.for_cluster("held").store, LockState(True, now, "repair", HALTED, False, "files changed"))
     lock_state.record(s.for_cluster("executing").store, LockState(True, now, "repair", HALTED, True))
     s.for_cluster("garbled").store.write_text(layout.REPAIR_LOCK, "{not json")
+    s.for_cluster("absurd").store.write_text(layout.REPAIR_LOCK, json.dumps({"held": False, "observed_at": 1e300}))
+    s.for_cluster("nan").store.write_text(layout.REPAIR_LOCK, '{"held": true, "observed_at": NaN}')
+    no_history = s.for_cluster("no-history").store
+    lock_state.record(no_history, LockState(True, now, "repair", HALTED, False))
+    no_history.write_text(layout.HISTORY_RUNS, "{torn\n")
     text = overview(s)
     assert lock_cells(text) == {
+        "no-history": "needs-human",  # its row says the store cannot be read, and still what holds the lock
         "calm": "free",
         "held": "needs-human",
         "executing": "held",
         "never": "unknown",
         "garbled": "unreadable",
+        "absurd": "unknown",
+        "nan": "unknown",
+        "k": "none",
     }
-    assert rows_of(text)[0][0] == "held"  # the only row worse than the calm ones
+    assert dict(rows_of(text))["no-history"] == "unreadable"
+    assert rows_of(text)[1][0] == "held"  # after the unreadable one, the only row worse than the calm ones
     assert "held by run manual__1 (plan bbbbbbbbbbbb, step brokers, since 2026-09-21T" in text
     assert "kept: files changed" in text and "repair-lock.json" in text
     page = TestClient(create_app(lambda: s)).get("/clusters/held/")
     assert page.status_code == 200 and "data-testid='repair-lock' data-state='needs-human'" in page.text
+    assert TestClient(create_app(lambda: s)).get("/clusters/absurd/").status_code == 200
 
 
-def test_the_lock_mirror_keeps_the_newest_state_and_the_reason_it_was_kept(tmp_path: Path) -> None:
+T0 = 1_790_000_000.0
+
+
+def test_the_lock_mirror_keeps_the_newest_state_by_zookeepers_order_and_the_reason_it_was_kept(tmp_path: Path) -> None:
     store = Store(tmp_path)
-    kept = LockState(True, 10.0, "repair", HALTED, False, "a broker was left stopped")
+    kept = LockState(True, T0 + 10, "repair", HALTED, False, "a broker was left stopped", zxid=100)
     lock_state.record(store, kept)
-    lock_state.record(store, LockState(True, 5.0, "audit", HALTED, True))  # older: ignored
+    # a read of an older zxid (a lagging server, a writer that lost the race) never replaces it, whatever its clock
+    lock_state.record(store, LockState(True, T0 + 99, "audit", HALTED, True, zxid=90))
     assert lock_state.read(store) == kept
-    audit = LockState(True, 20.0, "audit", HALTED, False)  # the same holder, seen later: the reason stays
-    lock_state.record(store, audit)
-    assert lock_state.read(store) == LockState(True, 20.0, "audit", HALTED, False, "a broker was left stopped")
-    other = LockState(True, 30.0, "audit", {**HALTED, "run_id": "manual__2"}, False)
+    # the same holder seen later, still without a worker: the reason stays
+    lock_state.record(store, LockState(True, T0 + 20, "audit", HALTED, False, zxid=100))
+    assert lock_state.read(store) == LockState(True, T0 + 20, "audit", HALTED, False, kept.kept, zxid=100)
+    # resumed (the same run): executing, and the old reason goes with the halt it was about
+    lock_state.record(store, LockState(True, T0 + 30, "repair", HALTED, True, zxid=120))
+    lock_state.record(store, LockState(True, T0 + 40, "audit", HALTED, False, zxid=121))  # its worker killed
+    assert lock_state.read(store).kept is None  # type: ignore[union-attr]
+    other = LockState(True, T0 + 50, "audit", {**HALTED, "run_id": "manual__2"}, False, zxid=130)
     lock_state.record(store, other)
-    assert lock_state.read(store) == other  # another holder: the old reason is not its
-    for junk in ([], {"held": "yes", "observed_at": 1}, {"held": True}, {"held": True, "observed_at": "x"}):
+    assert lock_state.read(store) == other  # another holder: no reason of the old one
+    # without zxids (a mirror written before them): the observers' clocks
+    lock_state.record(store, LockState(False, T0 + 60, "audit"))
+    plain = Store(tmp_path / "plain")
+    lock_state.record(plain, LockState(False, T0 + 60, "audit"))
+    lock_state.record(plain, LockState(True, T0 + 1, "audit", HALTED, True))
+    assert lock_state.read(plain) == LockState(False, T0 + 60, "audit")
+    for junk in (
+        [],
+        {"held": "yes", "observed_at": T0},
+        {"held": True},
+        {"held": True, "observed_at": "x"},
+        {"held": True, "observed_at": 5.0},
+        {"held": True, "observed_at": T0, "zxid": "7"},
+    ):
         assert LockState.from_json(junk) is None
+    assert "since" not in LockState(True, T0, "audit", {**HALTED, "since": float("inf")}).describe()
     store.write_text(layout.REPAIR_LOCK, json.dumps({"held": 1}))
     assert lock_state.read(store) is None  # not a state: none, logged
     (tmp_path / "a-file").write_text("x")
@@ -413,7 +451,7 @@ def test_the_metrics_say_per_cluster_what_the_overview_says(tmp_path: Path) -> N
     assert value(m["kafka_fleet_store_up"], cluster="k") == 1
     # the repair lock as last seen: no sample for a cluster whose lock was never seen
     assert not m["kafka_fleet_repair_lock_held"]
-    lock_state.record(eu.store, LockState(True, 1_790_000_000.0, "repair", HALTED, False, "a broker left stopped"))
+    lock_state.record(eu.store, LockState(True, T0, "repair", HALTED, False, "a broker left stopped"))
     lock_state.record(s.for_cluster("k").store, LockState(False, 1_790_000_001.0, "audit"))
     m = scrape(s)
     assert value(m["kafka_fleet_repair_lock_held"], cluster="prod-eu") == 1
@@ -454,8 +492,6 @@ def test_counts_a_damaged_store_holds_are_taken_as_zero_not_a_server_error(tmp_p
     client = TestClient(create_app(lambda: s))
     for path in ("/", "/clusters/a/", "/metrics"):
         assert client.get(path).status_code == 200, path
-    assert RunSummary.from_dict({"by_severity": {"critical": "3", "warning": -1, "info": 2.0}}).by_severity == {
-        "critical": 3,
-        "warning": 0,
-        "info": 2,
-    }
+    assert RunSummary.from_dict(
+        {"by_severity": {"critical": "3", "warning": -1, "info": 2.0, "x": "\u00b3", "y": "\u0663"}}
+    ).by_severity == {"critical": 3, "warning": 0, "info": 2, "x": 0, "y": 3}

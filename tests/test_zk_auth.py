@@ -18,11 +18,12 @@ import pytest
 from kazoo.exceptions import NoAuthError
 from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Permissions
 
-from fleet_doctor import inventory
+from fleet_doctor import inventory, lock_state
 from fleet_doctor.audit import steps
 from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.session import holding
 from fleet_doctor.settings import Settings
+from fleet_doctor.store import Store
 from fleet_doctor.zookeeper import ZkAuth, ZkAuthError, cluster_session, credentials, session
 from fleet_doctor.zookeeper.auth import from_connection
 from fleet_doctor.zookeeper.lock import (
@@ -265,17 +266,26 @@ def _expire(server: ZooKeeperServer, zk: Any) -> None:
     zk_session.expire(server.connect, zk)
 
 
-def test_a_lock_whose_session_expired_is_not_released_through_the_new_one(server: ZooKeeperServer) -> None:
+def test_a_lock_whose_session_expired_is_not_released_through_the_new_one(
+    server: ZooKeeperServer, tmp_path: Path
+) -> None:
     """Issue 28 item 4: the session the lock was taken in expires while the repair waits (kazoo reconnects with a new
-    one); at the end the worker leaves the lock alone instead of deleting it through the new session."""
+    one); at the end the worker leaves the lock alone instead of deleting it through the new session. The fleet
+    page's mirror (``lock_state``) says so too: executing while it held the lock, left for a person after."""
     inv = _inv(server, "/fence-a", "expiring")
     report: dict[str, Any] = {}
+    mirror = Store(tmp_path)
     with session(server.connect + _open_chroot(server, "/fence-a"), auth=DOCTOR) as zk:
-        with holding(zk, inv, OWNER, report):
+        with holding(zk, inv, OWNER, report, mirror=mirror):
+            executing = lock_state.read(mirror)
+            assert executing is not None and executing.state == "held" and executing.worker_alive
             _expire(server, zk)
         assert report["lock_released"] is False and "lost its ZooKeeper session" in report["lock_kept"]
         assert lock_holder(zk, report["lock"]) is not None  # still there for a human (docs/repair.md)
         assert zk.exists(f"{ACTIVE_ROOT}/{report['lock']}") is None  # the dead session's liveness node went with it
+        left = lock_state.read(mirror)
+        assert left is not None and left.state == "needs-human" and left.seen_by == "repair"
+        assert left.zxid is not None and executing.zxid is not None and left.zxid > executing.zxid
 
 
 def test_a_session_lost_inside_the_act_is_a_fallen_fence(server: ZooKeeperServer) -> None:

@@ -6,33 +6,48 @@ ensemble of the fleet, and the api-server may not reach the ensembles at all (th
 lock says what it saw:
 
 - a repair or a restore when it has taken the lock, and again when it is done with it (released, kept for a human
-  and why, or handed back), read back from ZooKeeper (``repair.session``);
+  and why, handed back, or left alone after its session was lost), read back from ZooKeeper (``repair.session``);
 - every audit of a ZooKeeper cluster, from the session it reads the brokers' registrations in (so a lock released
   by hand shows as free after the next audit).
 
-A newer observation replaces an older one, never the reverse; an audit that sees the very holder a repair said it
-kept keeps the repair's reason. Best effort: a mirror that cannot be written is logged, never fails a repair or an
-audit; what the page shows says when, and by whom, the lock was seen.
+Which observation is newer is ZooKeeper's to say, not the writers' clocks (workers' clocks differ, and a read-only
+session may read a lagging server): each carries ``zxid``, the newest transaction that changed the lock (the lock
+znode's ``mzxid``, the ``pzxid`` of its two parents: a holder created, rewritten, handed over or deleted, a liveness
+node come or gone). A mirror is replaced only by an observation of a zxid at least as new; an older one (a stale read,
+a writer that lost the race) leaves it. An audit that sees the very holder a repair said it kept, still without a
+worker, keeps the repair's reason. Best effort: a mirror that cannot be written is logged, never fails a repair or an
+audit, and two writers at the same instant may lose one write until the next observation; what the page shows says
+when, and by whom, the lock was seen.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fleet_doctor.audit.summary import TIME_FORMAT
 from fleet_doctor.layout import REPAIR_LOCK
-from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, lock_holder
+from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LOCK_ROOT, lock_holder
 
 LOG = logging.getLogger(__name__)
+FREE, HELD, NEEDS_HUMAN = "free", "held", "needs-human"
+
+
+def _unix_time(value: Any) -> float | None:
+    """A plausible Unix time (2001 to 5138), else None: a damaged mirror must not take a page down."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and 1e9 <= value < 1e11 else None
 
 
 @dataclass(frozen=True)
 class LockState:
     """The cluster's repair lock as seen at ``observed_at`` (Unix time) by ``seen_by`` (``audit``, ``repair``,
-    ``restore``)."""
+    ``restore``); ``zxid``: the newest ZooKeeper transaction that changed it (what orders observations)."""
 
     held: bool
     observed_at: float
@@ -40,6 +55,7 @@ class LockState:
     holder: dict[str, Any] | None = None  # plan_hash, step, run_id, since, cluster (zookeeper.lock)
     worker_alive: bool | None = None  # the holder's liveness node: a worker is executing the repair now
     kept: str | None = None  # why the lock stays for a human (the repair that kept it said so)
+    zxid: int | None = None
 
     @property
     def needs_human(self) -> bool:
@@ -47,16 +63,20 @@ class LockState:
         (docs/repair.md, "After a halt")."""
         return self.held and self.worker_alive is False
 
+    @property
+    def state(self) -> str:
+        """``free``, ``held`` (a worker executing, or not known) or ``needs-human``."""
+        return NEEDS_HUMAN if self.needs_human else HELD if self.held else FREE
+
     def describe(self) -> str:
         """One line for people: who holds it, since when, and whether a human must act."""
         if not self.held:
             return "free"
         h = self.holder or {}
         plan = str(h.get("plan_hash") or "")[:12]
-        since = h.get("since")
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(since))) if isinstance(since, int | float) else ""
-        text = f"held by run {h.get('run_id')} (plan {plan}, step {h.get('step')}" + (f", since {when}" if when else "")
-        text += ")"
+        since = _unix_time(h.get("since"))
+        when = f", since {time.strftime(TIME_FORMAT, time.gmtime(since))}" if since is not None else ""
+        text = f"held by run {h.get('run_id')} (plan {plan}, step {h.get('step')}{when})"
         if self.worker_alive:
             return text + ": executing"
         if self.worker_alive is False:
@@ -71,9 +91,9 @@ class LockState:
         """The state in ``data`` (a mirror's or a discovery's JSON), None when it is not one."""
         if not isinstance(data, dict) or not isinstance(data.get("held"), bool):
             return None
-        try:
-            observed = float(data["observed_at"])
-        except (KeyError, TypeError, ValueError):
+        observed = _unix_time(data.get("observed_at"))
+        zxid = data.get("zxid")
+        if observed is None or not (zxid is None or (isinstance(zxid, int) and not isinstance(zxid, bool))):
             return None
         holder = data.get("holder")
         alive = data.get("worker_alive")
@@ -84,21 +104,34 @@ class LockState:
             holder=dict(holder) if isinstance(holder, dict) else None,
             worker_alive=alive if isinstance(alive, bool) else None,
             kept=str(data["kept"]) if data.get("kept") else None,
+            zxid=zxid,
         )
 
 
 def seen_in_zookeeper(zk: Any, key: str, seen_by: str, kept: str | None = None) -> LockState:
     """The lock of the cluster whose id is ``key`` as the kazoo session ``zk`` sees it now (``kept``: why the one
-    who saw it keeps it)."""
+    who saw it keeps it), with the zxid of the newest change to it."""
     observed = time.time()
-    holder = lock_holder(zk, key)
+    zxids = [stat.pzxid for stat in (zk.exists(LOCK_ROOT), zk.exists(ACTIVE_ROOT)) if stat is not None]
+    lock = zk.exists(f"{LOCK_ROOT}/{key}")
+    holder = lock_holder(zk, key) if lock is not None else None
+    if lock is not None:
+        zxids.append(lock.mzxid)
     alive = zk.exists(f"{ACTIVE_ROOT}/{key}") is not None if holder is not None else None
-    return LockState(holder is not None, observed, seen_by, holder, alive, kept if holder is not None else None)
+    held = holder is not None
+    return LockState(held, observed, seen_by, holder, alive, kept if held else None, max(zxids) if zxids else 0)
 
 
 def _same_holder(a: LockState, b: LockState) -> bool:
     ha, hb = a.holder or {}, b.holder or {}
     return a.held and b.held and (ha.get("plan_hash"), ha.get("run_id")) == (hb.get("plan_hash"), hb.get("run_id"))
+
+
+def _older(new: LockState, old: LockState) -> bool:
+    """Whether ``new`` was seen before ``old``: by zxid when both carry one, else by the observers' clocks."""
+    if new.zxid is not None and old.zxid is not None:
+        return new.zxid < old.zxid
+    return new.observed_at < old.observed_at
 
 
 def read(store: Any) -> LockState | None:
@@ -120,9 +153,9 @@ def record(store: Any, state: LockState | None) -> None:
             old = read(store)
         except Exception:  # an unreadable mirror: this observation replaces it
             old = None
-        if old is not None and old.observed_at > state.observed_at:
+        if old is not None and _older(state, old):
             return
-        if old is not None and old.kept and not state.kept and _same_holder(old, state):
+        if old is not None and old.kept and not state.kept and state.needs_human and _same_holder(old, state):
             state = LockState(**{**state.to_json(), "kept": old.kept})
         store.write_text(REPAIR_LOCK, json.dumps(state.to_json(), indent=2, default=str) + "\n")
     except Exception as e:

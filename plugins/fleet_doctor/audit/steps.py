@@ -141,6 +141,11 @@ def discover(
     }
 
 
+def show_repair_lock(store: Store, discovered: dict[str, Any]) -> None:
+    """The repair lock as ``discover`` saw it, mirrored in the cluster's store for the fleet page (``lock_state``)."""
+    lock_state.record(store, lock_state.LockState.from_json(discovered.get("repair_lock")))
+
+
 def _repair_lock(zk: Any) -> dict[str, Any] | None:
     """The cluster's repair lock (keyed by its ``/cluster/id``) as this session sees it, for the fleet page; None
     when it cannot be read (logged: the audit goes on)."""
@@ -461,5 +466,5 @@ def run_local(
     """A whole audit run in this process (tests, ad-hoc runs): ``stage_and_detect``, then publish. Returns the
     published summary (``audit.summary.RunSummary.to_dict``)."""
     run = stage_and_detect(settings, run_id, connect, master=master, connect_controller=connect_controller)
-    lock_state.record(settings.store, lock_state.LockState.from_json(run.discovered.get("repair_lock")))
+    show_repair_lock(settings.store, run.discovered)
     return history.publish(settings, run_id, run.discovered, run.facts)

@@ -49,8 +49,11 @@ def count(value: Any) -> int:
         return max(value, 0)
     if isinstance(value, float) and value.is_integer():
         return max(int(value), 0)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
+    if isinstance(value, str) and value.strip().isdecimal():
+        try:
+            return int(value)
+        except ValueError:  # decimal digits of another script that int() still refuses
+            return 0
     return 0
 
 

@@ -19,7 +19,7 @@ from fleet_doctor.audit.summary import STANDING, FindingStatus, RunSummary, coun
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.fleet_dags import cron_of
 from fleet_doctor.inventory import Inventory
-from fleet_doctor.lock_state import LockState
+from fleet_doctor.lock_state import NEEDS_HUMAN, LockState
 from fleet_doctor.rules import severity_rank
 from fleet_doctor.store import Store, StoreError
 
@@ -143,7 +143,7 @@ class ClusterRow:
             -self.count("critical"),
             -self.count("warning"),
             -len(self.not_audited),
-            not (self.lock is not None and self.lock.needs_human),
+            not (self.lock is not None and self.lock.state == NEEDS_HUMAN),
             not self.stale,
             self.cluster,
         )
@@ -173,15 +173,18 @@ def read_lock(store: Store) -> tuple[LockState | None, str | None]:
 def cluster_row(inv: Inventory, schedule: str | None, store: Callable[[], Store], now: dt.datetime) -> ClusterRow:
     """A cluster's row: its latest audit from its store (``store()``: finding it may read the data root)."""
     versions = sorted({b.kafka_version for b in inv.brokers})
-    lock = lock_error = None
+    lock, lock_error = None, "the cluster's store cannot be read"
     try:
         cluster_store = store()
-        view: FleetView | None = load_view(cluster_store)
-        error = None
     except StoreError as err:
-        view, error = None, str(err)
+        view: FleetView | None = None
+        error: str | None = str(err)
     else:
-        lock, lock_error = read_lock(cluster_store)
+        lock, lock_error = read_lock(cluster_store)  # shown even when the history cannot be read
+        try:
+            view, error = load_view(cluster_store), None
+        except StoreError as err:
+            view, error = None, str(err)
     finished_at = view.summary.finished_at if view and view.summary else None
     return ClusterRow(
         cluster=inv.cluster,

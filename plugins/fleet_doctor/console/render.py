@@ -28,11 +28,11 @@ from fleet_doctor.airflow_links import (
     restore_dag,
 )
 from fleet_doctor.audit.report import registry_notes, svg_history  # one implementation each, the report's
-from fleet_doctor.audit.summary import FindingStatus, parse_time
+from fleet_doctor.audit.summary import TIME_FORMAT, FindingStatus, parse_time
 from fleet_doctor.console.data import ClusterRow, FleetView, broker_label, distinct, matrix
 from fleet_doctor.finding_groups import FindingGroup
 from fleet_doctor.inventory import InventoryProblem
-from fleet_doctor.lock_state import LockState
+from fleet_doctor.lock_state import FREE, HELD, NEEDS_HUMAN, LockState
 from fleet_doctor.rules import SEVERITY_ORDER
 
 MAX_FILES = 200  # files listed per group (the count says how many there are)
@@ -300,16 +300,17 @@ def _age(finished_at: Any, now: dt.datetime) -> str:
     return f"{s // 86400} days ago"
 
 
-def repair_lock(lock: LockState | None, error: str | None, now: dt.datetime) -> str:
+def repair_lock(lock: LockState | None, error: str | None, now: dt.datetime, metadata_mode: str = "zookeeper") -> str:
     """The repair lock as last seen (``lock_state``): its state, who holds it, when and by whom it was seen."""
     if error:
         return f"<span class='alert' data-testid='repair-lock' data-state='unreadable'>{e(error)}</span>"
+    if lock is None and metadata_mode == "kraft":
+        return "<span class='muted' data-testid='repair-lock' data-state='none'>none: KRaft repairs are refused</span>"
     if lock is None:
         return "<span class='muted' data-testid='repair-lock' data-state='unknown'>not seen yet</span>"
-    seen = dt.datetime.fromtimestamp(lock.observed_at, dt.UTC)
-    age = _age(seen.strftime("%Y-%m-%dT%H:%M:%SZ"), now)
-    state = "needs-human" if lock.needs_human else "held" if lock.held else "free"
-    style = {"needs-human": "alert", "held": "note", "free": ""}[state]
+    age = _age(dt.datetime.fromtimestamp(lock.observed_at, dt.UTC).strftime(TIME_FORMAT), now)
+    state = lock.state
+    style = {NEEDS_HUMAN: "alert", HELD: "note", FREE: ""}[state]
     return (
         f"<span class='{style}' data-testid='repair-lock' data-state='{state}'>{e(lock.describe())}</span> "
         f"<span class='muted'>(seen by {e(lock.seen_by)}{f', {e(age)}' if age else ''})</span>"
@@ -661,7 +662,7 @@ def _lock_rank(row: ClusterRow) -> int:
         return 2
     if row.lock is None:
         return 1
-    return 4 if row.lock.needs_human else 3 if row.lock.held else 0
+    return {NEEDS_HUMAN: 4, HELD: 3, FREE: 0}[row.lock.state]
 
 
 def _cluster_row(row: ClusterRow, now: dt.datetime) -> str:
@@ -689,7 +690,7 @@ def _cluster_row(row: ClusterRow, now: dt.datetime) -> str:
         f"<td data-testid='not-audited' data-value='{len(row.not_audited)}'>"
         f"{_brokers(row.not_audited) if row.not_audited else ''}</td>"
         f"<td class='num' data-testid='pending' data-cluster='{e(row.cluster)}'></td>"
-        f"<td data-value='{_lock_rank(row)}'>{repair_lock(row.lock, row.lock_error, now)}</td></tr>"
+        f"<td data-value='{_lock_rank(row)}'>{repair_lock(row.lock, row.lock_error, now, row.metadata_mode)}</td></tr>"
     )
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Asset, Param, dag, get_current_context, task
 
-from fleet_doctor import layout, lock_state, zookeeper
+from fleet_doctor import layout, zookeeper
 from fleet_doctor.audit import alerts, history, steps
 from fleet_doctor.audit.detect_task import DetectOperator
 from fleet_doctor.fleet_dags import ClusterDags
@@ -80,7 +80,7 @@ def kafka_fleet_audit(cluster: ClusterDags, parsed: Settings) -> DAG:
                 store=here.store,  # KRaft: the controllers' metadata, read once for the run, staged here
                 area=layout.staging(context["run_id"]),
             )
-            lock_state.record(here.store, lock_state.LockState.from_json(discovered["repair_lock"]))  # the fleet page's
+            steps.show_repair_lock(here.store, discovered)  # the fleet page's view of the repair lock
             context["ti"].xcom_push(key="fleet", value=discovered)
             return discovered["brokers"]
 

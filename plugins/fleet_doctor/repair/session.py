@@ -218,6 +218,7 @@ class LockedCluster:
             report["lock_kept"] = "this worker lost its ZooKeeper session: it left the lock and the journal alone"
             report["lock_released"] = False
             LOG.error("repair %s: %s", who, report["lock_kept"])
+            self.show()  # read only: the page must not go on saying "executing" (a dead session just fails, logged)
             return
         back = self._hand_back() if self.taken_over is not None and self._hand_back else None
         if back:
