@@ -1,6 +1,7 @@
 """The KRaft quorum gate's rule (``repair.quorum``), on quorums of 1 to 5 voters: a leader known, the caught-up voters
 other than the target at least (N + 2) // 2 (both others of 3, 3 of the 4 others of 5), a high watermark only a
-majority makes (an uncommitted tail moves nothing), the fetch timeout's window for "caught up", and fewer than 3
+majority makes (an uncommitted tail moves nothing), "caught up" as holding what was committed a round earlier and
+still fetching (a voter stopped right at the high watermark is not), and fewer than 3
 voters refused unless the quorum's loss is accepted. The same gate on the live KRaft lab: tests/test_kraft_gates.py."""
 
 from __future__ import annotations
@@ -38,21 +39,36 @@ def test_with_one_voter_of_three_down_no_other_may_go() -> None:
 
 
 def test_a_voter_behind_the_high_watermark_is_not_caught_up_and_an_uncommitted_tail_moves_nothing() -> None:
-    v = view({1: 130, 2: 100, 3: 120})  # leader 1 wrote 130, only it holds 121-130: the quorum committed 120
+    earlier = view({1: 110, 2: 95, 3: 110}, at=100.0)
+    v = view({1: 130, 2: 100, 3: 120}, at=101.0)  # leader 1 wrote 130, only it holds 121-130: the quorum committed 120
     assert v.high_watermark == 120
-    assert caught_up(v) == {1, 3}
-    assert restart_refusal(v, 3) is not None and "node 2: log end 100, high watermark 120" in restart_refusal(v, 3)
-    assert restart_refusal(v, 2) is None  # the one behind may go: 1 and 3 hold everything committed
+    assert caught_up(v, earlier) == {1, 3}  # 3 holds what was committed a round ago and moved; 2 is behind it
+    assert caught_up(v) == {1}  # one round only: just the voters at the leader's log end
+    why = restart_refusal(v, 3, earlier)
+    assert why is not None and "node 2: log end 100, high watermark 120" in why
+    assert restart_refusal(v, 2, earlier) is None  # the one behind may go: 1 and 3 hold everything committed
 
 
-def test_caught_up_means_reaching_a_high_watermark_seen_within_the_fetch_timeout() -> None:
+def test_caught_up_means_holding_what_was_committed_a_round_earlier_and_still_fetching() -> None:
     earlier = view({1: 100, 2: 100, 3: 100}, at=100.0)
-    busy = view({1: 140, 2: 140, 3: 110}, at=101.5)  # node 3 one fetch behind, past what was committed 1.5 s ago
+    busy = view({1: 140, 2: 140, 3: 110}, at=101.5)  # node 3 one fetch behind, past what was committed before
     assert caught_up(busy) == {1, 2}
     assert caught_up(busy, earlier) == {1, 2, 3}
     assert restart_refusal(busy, 2, earlier) is None
-    stale = view({1: 100, 2: 100, 3: 100}, at=90.0)  # seen 11.5 s before: too long ago to say 3 is caught up
+    stale = view({1: 100, 2: 100, 3: 100}, at=90.0)  # a round 11.5 s before: too long ago to compare with
     assert caught_up(busy, stale) == {1, 2}
+
+
+def test_a_voter_that_stopped_right_at_the_high_watermark_is_not_caught_up() -> None:
+    """Node 2 stopped just after reaching the high watermark; node 3 is behind: the high watermark is node 2's end,
+    so "at the high watermark" alone would count it. It did not move while the leader's NoOps did: not caught up,
+    and node 3 may not go (the quorum would be left with one live voter)."""
+    earlier = view({1: 100, 2: 100, 3: 90}, at=100.0)
+    now = view({1: 105, 2: 100, 3: 95}, at=101.0)
+    assert now.high_watermark == 100
+    assert caught_up(now, earlier) == {1}
+    why = restart_refusal(now, 3, earlier)
+    assert why is not None and "1 of the other 2 voter(s) caught up ([1]), 2 needed" in why
 
 
 def test_five_voters_need_three_of_the_four_others() -> None:

@@ -1296,13 +1296,19 @@ def _replay(metadata_dir):
         return _replay_once(metadata_dir, last_try=True)
 
 
-def _replay_once(metadata_dir, last_try):
-    taken_at_ms = int(time.time() * 1000)
+def _listed(metadata_dir):
+    """(the __cluster_metadata-0 dir, the log dir holding it, the names in it); ClusterMetadataError naming the dir
+    when it cannot be listed."""
     mdir, logdir = resolve_metadata_dir(metadata_dir)
     try:
-        names = os.listdir(mdir)
+        return mdir, logdir, os.listdir(mdir)
     except OSError as e:
         raise ClusterMetadataError("%s cannot be listed: %s" % (mdir, probe._err(e)))
+
+
+def _replay_once(metadata_dir, last_try):
+    taken_at_ms = int(time.time() * 1000)
+    mdir, logdir, names = _listed(metadata_dir)
     snapshots = snapshot_files(names)
     segments = log_segments(names)
     if not snapshots and not segments:
@@ -1689,11 +1695,7 @@ def metadata_position(metadata_dir):
     cheap poll): the newest segment's batch headers walked (no record decoded, no CRC read), else the newest snapshot's
     end offset. One ``metadata_position`` record; ClusterMetadataError when the dir cannot be read at all."""
     taken_at_ms = int(time.time() * 1000)
-    mdir, logdir = resolve_metadata_dir(metadata_dir)
-    try:
-        names = os.listdir(mdir)
-    except OSError as e:
-        raise ClusterMetadataError("%s cannot be listed: %s" % (mdir, probe._err(e)))
+    mdir, logdir, names = _listed(metadata_dir)
     out = {
         "kind": "metadata_position",
         "schema_version": SCHEMA_VERSION,

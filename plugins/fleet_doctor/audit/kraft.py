@@ -291,6 +291,16 @@ def read_controller(
     return ControllerRead(endpoint, lines, identity, done.stderr, kept)
 
 
+def connected(endpoint: dict[str, Any], connect: Connect) -> Any:
+    """``connect(endpoint)``: an SSH client to the controller, or MetadataReadError naming it and why not."""
+    try:
+        return connect(endpoint)
+    except Exception as e:  # paramiko's and the SSH hook's errors have no common base
+        where = f"{endpoint.get('host')}:{endpoint.get('ssh_port')}"
+        cid = endpoint.get("controller_id")
+        raise MetadataReadError(f"controller {cid} ({where}): cannot connect: {type(e).__name__}: {e}") from e
+
+
 def read_controllers(
     endpoints: Iterable[dict[str, Any]],
     connect: Connect | None = None,
@@ -313,11 +323,7 @@ def read_controllers(
     for endpoint in endpoints_seen:
         cid = int(endpoint["controller_id"])
         try:
-            try:
-                client = connect(endpoint)
-            except Exception as e:  # paramiko's and the SSH hook's errors have no common base
-                where = f"{endpoint.get('host')}:{endpoint.get('ssh_port')}"
-                raise MetadataReadError(f"controller {cid} ({where}): cannot connect: {type(e).__name__}: {e}") from e
+            client = connected(endpoint, connect)
             try:
                 read = read_controller(client, endpoint, timeout=timeout, program=program)
             finally:

@@ -6,10 +6,13 @@ voters (both others of 3, 3 of the 4 others of 5), so that the quorum keeps a ca
 while the target is down. Fewer than 3 voters: refused unless the approver accepted
 that the cluster loses its quorum while the node is down.
 
-"Caught up" without Kafka's DescribeQuorum: the high watermark is the log end offset a majority of the voters have
-reached (what Raft commits); a voter is caught up when its log end offset has reached a high watermark seen at most
-``controller.quorum.fetch.timeout.ms`` ago (Strimzi: its last caught-up time within that timeout of the leader's).
-With one observation only, the high watermark of that very observation. Only committed metadata counts: a tail one
+"Caught up" without Kafka's DescribeQuorum (Strimzi: a voter's last caught-up time within
+``controller.quorum.fetch.timeout.ms`` of the leader's): every voter is read at once (in parallel, over SSH), twice;
+the high watermark is the log end offset a majority of the voters have reached (what Raft commits); a voter is caught
+up when it holds what was committed at the first round and it is fetching: its log end moved between the rounds, or
+it is at the leader's log end. Timestamps taken over SSH would measure the reads more than the voters; the moving
+log end measures the voter (on 3.3+ the leader writes a NoOpRecord every 500 ms, so a voter that stopped falls
+behind at once, and a slow read never makes a live voter look stopped). Only committed metadata counts: a tail one
 controller wrote that the majority does not hold yet is above the high watermark, so it moves nothing here.
 """
 
@@ -17,10 +20,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-FETCH_TIMEOUT_S = 2.0  # controller.quorum.fetch.timeout.ms, Kafka's default 2000
+MAX_ROUND_GAP_S = 10.0  # two rounds of reads further apart than this are not compared
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,13 @@ class QuorumView:
     """Every voter at one moment (``at``: seconds on the reader's monotonic clock)."""
 
     voters: tuple[Voter, ...]
-    at: float
+    at: float  # when the reads ended
     problems: tuple[str, ...] = ()  # what makes the view itself untrustworthy (voters that disagree on the quorum)
+    started: float = -1.0  # when the reads began (default: ``at``)
+
+    def __post_init__(self) -> None:
+        if self.started < 0:
+            object.__setattr__(self, "started", self.at)
 
     @property
     def majority(self) -> int:
@@ -67,17 +76,32 @@ class QuorumView:
         return leader if leader in readable else None
 
 
-def caught_up(
-    view: QuorumView, earlier: QuorumView | None = None, fetch_timeout_s: float = FETCH_TIMEOUT_S
-) -> set[int]:
-    """The voters whose log end offset reached a high watermark seen at most ``fetch_timeout_s`` before ``view``
-    (``earlier``, when recent enough and known; else ``view``'s own)."""
+def caught_up(view: QuorumView, earlier: QuorumView | None = None, max_gap_s: float = MAX_ROUND_GAP_S) -> set[int]:
+    """The voters caught up in ``view``, judged with ``earlier`` (the round of reads just before, when it ended at
+    most ``max_gap_s`` before ``view`` began): a voter is caught up when it holds what the quorum had committed by the
+    earlier round (its log end at least that high watermark) and it is fetching: its log end moved since that round,
+    or it has nothing to fetch (it reached the leader's log end). A voter that stopped just after reaching the high
+    watermark does not move while the leader's NoOpRecords do (3.3+), so it is not counted. Without an earlier round:
+    only the voters at the leader's log end."""
     hw = view.high_watermark
-    if earlier is not None and view.at - earlier.at <= fetch_timeout_s and earlier.high_watermark is not None:
-        hw = earlier.high_watermark if hw is None else min(hw, earlier.high_watermark)
     if hw is None:
         return set()
-    return {v.node_id for v in view.voters if v.log_end_offset is not None and v.log_end_offset >= hw}
+    before = {v.node_id: v.log_end_offset for v in earlier.voters} if earlier is not None else {}
+    recent = earlier is not None and view.started - earlier.at <= max_gap_s and earlier.high_watermark is not None
+    committed = min(hw, earlier.high_watermark) if recent and earlier is not None else hw  # type: ignore[type-var]
+    ends = {v.node_id: v.log_end_offset for v in view.voters}
+    leader_end = ends.get(view.leader) if view.leader is not None else None
+    out = set()
+    for v in view.voters:
+        end = v.log_end_offset
+        if end is None or end < committed:
+            continue
+        prev = before.get(v.node_id) if recent else None
+        moving = prev is not None and end > prev
+        idle = leader_end is not None and end >= leader_end
+        if moving or idle or v.node_id == view.leader:
+            out.add(v.node_id)
+    return out
 
 
 def restart_refusal(
@@ -86,7 +110,6 @@ def restart_refusal(
     earlier: QuorumView | None = None,
     *,
     allow_quorum_loss: bool = False,
-    fetch_timeout_s: float = FETCH_TIMEOUT_S,
 ) -> str | None:
     """Why ``target`` may not be stopped now (None: it may). Fails closed: a voter that cannot be read is not caught
     up, a leader that cannot be told is no leader."""
@@ -106,7 +129,7 @@ def restart_refusal(
         why = f"; unreadable: {unread}" if unread else ""
         return f"no quorum leader known (an election going on, or the leader is down){why}: node {target} waits"
     others = [i for i in ids if i != target]
-    up = caught_up(view, earlier, fetch_timeout_s) - {target}
+    up = caught_up(view, earlier) - {target}
     need = (n + 2) // 2 if n >= 3 else 0
     behind = sorted(set(others) - up)
     if len(up) < need:
@@ -138,27 +161,27 @@ def read_quorum(
     endpoints = list(endpoints)
     ids = sorted(int(e["controller_id"]) for e in endpoints)
     program = kraft.decoder_program()
-    read: dict[int, dict[str, Any]] = {}
-    voters: list[Voter] = []
-    for endpoint in endpoints:
+    extra = {} if timeout is None else {"timeout": timeout}
+
+    def one(endpoint: dict[str, Any]) -> tuple[Voter, dict[str, Any] | None]:
         cid = int(endpoint["controller_id"])
         try:
+            client = kraft.connected(endpoint, connect)
             try:
-                client = connect(endpoint)
-            except Exception as e:  # paramiko's and the SSH hook's errors have no common base
-                raise kraft.MetadataReadError(f"controller {cid}: cannot connect: {type(e).__name__}: {e}") from e
-            try:
-                extra = {} if timeout is None else {"timeout": timeout}
                 pos = kraft.read_position(client, endpoint, program=program, **extra)
             finally:
                 client.close()
         except kraft.MetadataReadError as e:
-            voters.append(Voter(cid, None, error=str(e)))
-            continue
-        read[cid] = pos
+            return Voter(cid, None, error=str(e)), None
         leader = pos.get("quorum_leader_id")
         leader = leader if isinstance(leader, int) and leader >= 0 else None  # -1: no leader known to it
-        voters.append(Voter(cid, pos["log_end_offset"], leader, pos.get("quorum_leader_epoch")))
+        return Voter(cid, pos["log_end_offset"], leader, pos.get("quorum_leader_epoch")), pos
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, len(endpoints)), thread_name_prefix="quorum-read") as pool:
+        results = list(pool.map(one, endpoints))  # every voter at about the same moment: their ends compare
+    voters = [v for v, _ in results]
+    read = {v.node_id: pos for v, pos in results if pos is not None}
     problems = []
     clusters = [p.get("cluster_id") for p in read.values()]
     if clusters:
@@ -170,4 +193,4 @@ def read_quorum(
         named = p.get("quorum_voters")
         if isinstance(named, list) and named and sorted(int(v) for v in named) != ids:
             problems.append(f"the quorum-state of controller {cid} names voters {sorted(named)}, the inventory {ids}")
-    return QuorumView(tuple(voters), time.monotonic(), tuple(problems))
+    return QuorumView(tuple(voters), time.monotonic(), tuple(problems), started)
