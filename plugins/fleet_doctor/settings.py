@@ -199,26 +199,25 @@ class Settings:
         in_place = self.cluster is None or self.store.root == self.data_store.root
         if self.repair_dir is not None:
             return self.repair_dir if in_place else self.repair_dir / layout.cluster_root(str(self.cluster))
-        if not self.store.is_local:
+        self._local_data_root()
+        return Path(self.store.base) / "repairs"
+
+    def _local_data_root(self) -> Path:
+        """The data root's directory, where the repair DAGs keep their files when FLEET_DOCTOR_REPAIR_DIR is not set;
+        SettingsError when the data root is remote."""
+        if not self.data_store.is_local:
             raise SettingsError(
                 f"the data root {self.data_store.root} is remote: set FLEET_DOCTOR_REPAIR_DIR to a directory that "
                 "every task of the repair DAGs sees (a shared volume, or one worker's disk with the DAGs on one queue)"
             )
-        return Path(self.store.base) / "repairs"
+        return Path(self.data_store.base)
 
     @property
     def lock_dir(self) -> Path:
         """Where the repair lock of a cluster without ZooKeeper lives (``repair.dir_lock``): ``locks/`` in
         FLEET_DOCTOR_REPAIR_DIR, or in a local data root; one dir for the whole fleet, since the lock is keyed by
         the Kafka cluster's id (two inventories of one cluster take one lock)."""
-        if self.repair_dir is not None:
-            return self.repair_dir / layout.LOCKS
-        if not self.data_store.is_local:
-            raise SettingsError(
-                f"the data root {self.data_store.root} is remote: set FLEET_DOCTOR_REPAIR_DIR to a directory that "
-                "every task of the repair DAGs sees (the repair lock of a KRaft cluster lives there)"
-            )
-        return Path(self.data_store.base) / layout.LOCKS
+        return (self.repair_dir or self._local_data_root()) / layout.LOCKS
 
     def notifier_specs(self) -> list[tuple[str, dict[str, Any]]]:
         """FLEET_DOCTOR_NOTIFIERS as (dotted class path, kwargs) pairs, parsed when an alert is sent (a broken value

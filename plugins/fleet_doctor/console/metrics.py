@@ -33,7 +33,8 @@ METRICS: dict[str, str] = {  # name (without the prefix) -> help
     "halted repair waits for a person",
     "repair_lock_seen_timestamp_seconds": "When the cluster's repair lock was last seen, by a repair or an audit (Unix "
     "time)",
-    "inventory_problems": "Inventory files of the fleet that give no cluster (each is named on the fleet page)",
+    "inventory_problems": "Inventory files of the fleet that give no cluster (named on the fleet page to users who may "
+    "read every cluster)",
 }
 
 

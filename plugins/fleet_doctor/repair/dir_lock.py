@@ -108,6 +108,7 @@ class DirLock:
         self._stop = threading.Event()
         self._renewed = 0.0  # monotonic time of our last successful renewal
         self._lost: str | None = None
+        self._checked = False  # check_dir done (the mount does not change under a running worker)
 
     # ---- reading
     def _read(self, path: Path) -> dict[str, Any] | None:
@@ -134,8 +135,10 @@ class DirLock:
     # ---- the guard
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        check_dir(self.root)
+        if not self._checked:
+            self.root.mkdir(parents=True, exist_ok=True)
+            check_dir(self.root)
+            self._checked = True
         with _IN_PROCESS_LOCK:
             mutex = _IN_PROCESS.setdefault(str(self.guard_path), threading.Lock())
         with mutex:

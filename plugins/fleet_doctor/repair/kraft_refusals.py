@@ -26,14 +26,11 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable
 
+from fleet_doctor.cluster_metadata import METADATA_DIR_NAME as METADATA_DIR
+from fleet_doctor.probe import CLEAN_SHUTDOWN_FILE as CLEAN_SHUTDOWN
+from fleet_doctor.probe import META_PROPERTIES, PARTITION_METADATA, QUORUM_STATE
 from fleet_doctor.repair.plan import FileAction
 from fleet_doctor.repair.quorum import QuorumView, caught_up
-
-METADATA_DIR = "__cluster_metadata-0"
-PARTITION_METADATA = "partition.metadata"
-QUORUM_STATE = "quorum-state"
-CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
-META_PROPERTIES = "meta.properties"
 
 
 def _in_metadata_dir(path: str) -> bool:

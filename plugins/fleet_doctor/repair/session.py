@@ -177,20 +177,19 @@ class LockedCluster:
     def cluster(self, params: dict[str, Any]) -> Cluster:
         return cluster_for(self.zk, self.inventory, params)
 
-    def show(self, kept: str | None = None) -> None:
-        """Mirror the lock as ZooKeeper holds it now in the cluster's store (best effort: never raises)."""
-        if self.mirror is None:
-            return
+    def show(self, kept: str | None = None) -> lock_state.LockState | None:
+        """The lock as ZooKeeper holds it now, mirrored in the cluster's store when there is one (best effort: None,
+        logged, when it cannot be read)."""
         try:
             state = lock_state.seen_in_zookeeper(
                 self.zk, self.key, "restore" if self.owner["step"] == "restore" else "repair", kept
             )
         except Exception as e:
-            LOG.warning(
-                "repair %s: the lock could not be read back for the fleet page: %s", self.owner["plan_hash"][:12], e
-            )
-            return
-        lock_state.record(self.mirror, state)
+            LOG.warning("repair %s: the lock could not be read back: %s", self.owner["plan_hash"][:12], e)
+            return None
+        if self.mirror is not None:
+            lock_state.record(self.mirror, state)
+        return state
 
     def keep_when(self, why: Why) -> None:
         """At the end, whatever happened: when ``why()`` says something, the lock stays (that is why)."""
@@ -235,9 +234,9 @@ class LockedCluster:
                 release_active(self.zk, self.key)
         else:
             release_lock(self.zk, self.key, self.owner)
-        with contextlib.suppress(Exception):
-            report["lock_released"] = lock_holder(self.zk, self.key) is None
-        self.show(kept=why)
+        state = self.show(kept=why)  # one read of the lock: the report's and the fleet page's
+        if state is not None:
+            report["lock_released"] = not state.held
 
 
 @contextlib.contextmanager
