@@ -130,3 +130,75 @@ def test_the_position_read_is_one_small_record(lab: dict[str, Any], tmp_path: Pa
         client.close()
     assert pos["kind"] == "metadata_position" and pos["node_id"] == 1 and pos["error"] is None
     assert pos["cluster_id"] == lab["state"].cluster_id and pos["log_end_offset"] > 0
+
+
+# ---- the partition gates' view (repair.kraft_cluster): the committed image, followed
+def kraft_cluster(lab: dict[str, Any]) -> Any:
+    from fleet_doctor.repair.kraft_cluster import KraftCluster
+
+    return KraftCluster(inv.load(lab["state"].inventory_path), connect)
+
+
+def lab_image(lab: dict[str, Any]) -> dict[tuple[str, int], tuple[list[int], list[int], int]]:
+    """(topic, partition) -> (replicas, isr, leader) as the lab's own leader holds them (its metadata log replayed by
+    the lab, not by the follower)."""
+    return {
+        (r["topic"], r["partition"]): (r["replicas"], r["isr"], r["leader"])
+        for r in fleet.read_metadata(lab["state"])
+        if r.get("kind") == "partition_state"
+    }
+
+
+def view_of(cluster: Any) -> dict[tuple[str, int], tuple[list[int], list[int], int]]:
+    return {(p["topic"], p["partition"]): (p["replicas"], p["isr"], p["leader"]) for p in cluster.partitions()}
+
+
+def test_the_cluster_view_follows_the_committed_image_a_few_records_at_a_time(lab: dict[str, Any]) -> None:
+    state = lab["state"]
+    fleet.wait_healthy(state, timeout=60)
+    cluster = kraft_cluster(lab)
+    assert cluster.registered() == set(VOTERS) and cluster.controller() == fleet.quorum_leader(state)[0]  # type: ignore[index]
+    assert cluster.cluster_id() == state.cluster_id
+    until("the view is the lab's image", lambda: view_of(cluster) == lab_image(lab))
+    assert all(p["min_isr"] >= 1 and p["min_isr_source"] for p in cluster.partitions())
+    follower = cluster.follower
+    first = follower.records
+    reads = follower.reads
+    for _ in range(5):  # the leader's NoOps move the high watermark: each poll reads only what is new
+        cluster.refresh()
+    assert follower.reads > reads and follower.image is not None
+    assert follower.records - first <= 10, "a poll re-read the image instead of following it"
+    assert follower.resume is not None  # the next read starts at the byte the last one stopped
+
+    down = next(v for v in VOTERS if v != cluster.controller())
+    assert fleet.run_service(state.broker(down), "stop").returncode == 0  # controlled shutdown
+    try:
+        until(f"broker {down} fenced", lambda: down not in cluster.registered(), timeout=30)
+        assert down in cluster.fenced()
+        parts = cluster.partitions()
+        assert not any(down in p["isr"] for p in parts if len(p["replicas"]) > 1), "the stop shrinks the ISR"
+        problems = cluster.problems(set(VOTERS))
+        assert f"broker {down} not registered" in problems
+        assert cluster.problems(set(VOTERS), frozenset({down})) == []  # the broker being repaired is tolerated
+        assert cluster.restart_refusal(down) is None or "caught up" in str(cluster.restart_refusal(down))
+    finally:
+        assert fleet.run_service(state.broker(down), "start").returncode == 0
+    until(f"broker {down} unfenced and back in ISR", lambda: cluster.problems(set(VOTERS)) == [], timeout=60)
+    until("the view is the lab's image again", lambda: view_of(cluster) == lab_image(lab))
+    assert follower.records - first < 200  # the whole run followed the log: never the image again
+
+
+def test_the_cluster_view_fails_closed_when_no_majority_can_be_read(lab: dict[str, Any]) -> None:
+    from fleet_doctor.repair.kraft_cluster import GateUnreadable
+
+    state = lab["state"]
+    cluster = kraft_cluster(lab)
+    fleet.kill_sshd(state, 2)
+    fleet.kill_sshd(state, 3)
+    try:
+        with pytest.raises(GateUnreadable, match="fewer than a majority of the 3 voters could be read"):
+            cluster.registered()
+    finally:
+        fleet.start_sshd(state, 2)
+        fleet.start_sshd(state, 3)
+    assert cluster.registered() == set(VOTERS)

@@ -881,6 +881,25 @@ class Image:
     def replay_ZkMigrationStateRecord(self, r):
         self.zk_migration_state = r["ZkMigrationState"]
 
+    def records(self):
+        """(record name, fields) that replayed into an empty Image give this one back: what a follower of the log
+        starts from (``metadata_records``), as a snapshot holds the image."""
+        for name, level in sorted(self.features.items()):
+            yield "FeatureLevelRecord", {"Name": name, "FeatureLevel": level}
+        if self.zk_migration_state is not None:
+            yield "ZkMigrationStateRecord", {"ZkMigrationState": self.zk_migration_state}
+        for _cid, c in sorted(self.controllers.items()):
+            yield "RegisterControllerRecord", c
+        for _bid, b in sorted(self.brokers.items()):
+            yield "RegisterBrokerRecord", b
+        for topic_id, t in sorted(self.topics.items()):
+            yield "TopicRecord", {"Name": t["name"], "TopicId": topic_id}
+            for _pid, p in sorted(t["partitions"].items()):
+                yield "PartitionRecord", p
+        for (rtype, rname), conf in sorted(self.configs.items()):
+            for name, value in sorted(conf.items()):
+                yield "ConfigRecord", {"ResourceType": rtype, "ResourceName": rname, "Name": name, "Value": value}
+
     def replay_ClearElrRecord(self, r):
         """Every partition of the named topic (every topic for ""): no ELR, no last known ELR. Only the partitions
         that have either are visited (``_with_elr``)."""
@@ -964,6 +983,9 @@ class _Replay:
         self.kraft_version = None
         self.log_next = None  # the offset after the last log batch read: offsets only go up
         self.batches_cut_short = 0  # batches whose records after BATCH_UNDECODABLE_MAX undecodable ones were skipped
+        self.stop_at = None  # records at or past this offset are not applied (the committed end: metadata_records)
+        self.collect = None  # a follower's read: [(offset, name, fields)] the records applied, the image untouched
+        self.spans = None  # with stop_at: (log segment path, [(position, first, last, size)] of its batches walked)
 
     def problem(self, path, offset, position, kind, message):
         assert kind in PROBLEM_KINDS, kind
@@ -989,6 +1011,8 @@ class _Replay:
         )
 
     def apply(self, offset, name, fields_, path, position):
+        if self.stop_at is not None and offset >= self.stop_at:
+            return
         if name == "BeginTransactionRecord":
             if self.txn is not None:
                 self.problem(
@@ -1018,6 +1042,12 @@ class _Replay:
         self._apply_now(offset, name, fields_, path, position)
 
     def _apply_now(self, offset, name, fields_, path, position):
+        if self.collect is not None:  # a follower replays it in its own image; only what an Image replays is kept
+            if hasattr(Image, "replay_" + name):
+                self.collect.append((offset, name, fields_))
+            self.records_replayed += 1
+            self.last_applied_offset = offset
+            return
         try:
             err = self.image.replay(name, fields_)
         except (KeyError, TypeError, ValueError, IndexError) as e:  # a record of a shape the image cannot take
@@ -1028,6 +1058,8 @@ class _Replay:
         self.last_applied_offset = offset
 
     def control(self, offset, ctype_name, fields_, epoch):
+        if self.stop_at is not None and offset >= self.stop_at:
+            return
         if ctype_name == "LEADER_CHANGE":
             self.leader_change = (fields_["LeaderId"], epoch)
         elif ctype_name == "KRAFT_VOTERS":
@@ -1060,6 +1092,8 @@ class _FileWalk:
         if self.first_offset is None:
             self.first_offset = first
         rp = self.replay
+        if rp.stop_at is not None and first >= rp.stop_at:
+            return probe.WALK_STOP  # past the committed end: nothing more is read
         if not self.snapshot:
             if rp.log_next is not None and first < rp.log_next:
                 msg = "batch offsets %d..%d go back below %d, where the log already is; skipped"
@@ -1068,9 +1102,12 @@ class _FileWalk:
                 return
             rp.log_next = last + 1
         self.next_offset = last + 1
+        if rp.spans is not None and not self.snapshot:
+            rp.spans[1].append((position, first, last, size))
         if last < self.min_offset:
-            self._before_snapshot(position, size)
-            return
+            if rp.collect is None:
+                self._before_snapshot(position, size)
+            return None
         if size > MAX_BATCH_BYTES:
             rp.problem(
                 self.path,
@@ -1184,12 +1221,15 @@ def _snapshot_intact(rp, path, res, fw):
     return intact
 
 
-def _walk_file(replay, path, min_offset, snapshot):
-    """Walk one file; returns (walk_log result, _FileWalk) or (None, None) when it cannot be read (a problem)."""
+def _walk_file(replay, path, min_offset, snapshot, start=0):
+    """Walk one file (from the batch at byte ``start``); returns (walk_log result, _FileWalk) or (None, None) when it
+    cannot be read (a problem)."""
+    if replay.stop_at is not None and not snapshot:
+        replay.spans = (path, [])
     try:
         with open(probe._open_regular(path), "rb", buffering=0, closefd=True) as f:
             fw = _FileWalk(replay, path, f, min_offset, snapshot)
-            res = probe.walk_log(path, verify_crc=True, on_batch=fw.on_batch)
+            res = probe.walk_log(path, verify_crc=True, on_batch=fw.on_batch, start=start)
     except (OSError, ValueError) as e:
         replay.problem(path, None, None, "unreadable", "cannot be read: %s" % probe._err(e))
         return None, None
@@ -1286,14 +1326,14 @@ class _SegmentVanished(Exception):
     """A segment the replay needs was listed but is gone when opened: Kafka renamed it ``.deleted`` meanwhile."""
 
 
-def _replay(metadata_dir):
+def _replay(metadata_dir, stop_at=None):
     """(the cluster_metadata header, the Image, the _Replay with its problems) of a metadata dir. Kafka deletes the
     segments a new snapshot covers (renamed ``.deleted`` first): when a segment the replay needs is gone by the time it
     is opened, the dir is listed and read once more; when it is gone again, the image says it is not whole."""
     try:
-        return _replay_once(metadata_dir, last_try=False)
+        return _replay_once(metadata_dir, last_try=False, stop_at=stop_at)
     except _SegmentVanished:
-        return _replay_once(metadata_dir, last_try=True)
+        return _replay_once(metadata_dir, last_try=True, stop_at=stop_at)
 
 
 def _listed(metadata_dir):
@@ -1306,7 +1346,7 @@ def _listed(metadata_dir):
         raise ClusterMetadataError("%s cannot be listed: %s" % (mdir, probe._err(e)))
 
 
-def _replay_once(metadata_dir, last_try):
+def _replay_once(metadata_dir, last_try, stop_at=None):
     taken_at_ms = int(time.time() * 1000)
     mdir, logdir, names = _listed(metadata_dir)
     snapshots = snapshot_files(names)
@@ -1425,6 +1465,7 @@ def _replay_once(metadata_dir, last_try):
     # A segment wholly below the snapshot's end offset (the next one starts at or below it) holds nothing the image
     # needs: it is not opened (Kafka deletes such segments after a snapshot, maybe while they are read).
     log_first = segments[0][0] if segments else None
+    rp.stop_at = stop_at  # a log offset: snapshot records are numbered from 0 in their own file
     for i, (base, name) in enumerate(segments):
         if i + 1 < len(segments) and segments[i + 1][0] <= snapshot_end:
             continue
@@ -1712,12 +1753,9 @@ def metadata_position(metadata_dir):
         "error": None,
     }
     errors = []
-    mp = os.path.join(logdir, probe.META_PROPERTIES)
-    try:
-        meta = probe.parse_meta_properties(probe._read_small(mp), mp)
-        out["node_id"], out["cluster_id"] = meta["broker_id"], meta["cluster_id"]
-    except (OSError, ValueError) as e:
-        errors.append("%s cannot be read: %s" % (mp, probe._err(e)) if isinstance(e, OSError) else str(e))
+    out["node_id"], out["cluster_id"], error = _node(logdir)
+    if error:
+        errors.append(error)
     try:
         qs = read_quorum_state(os.path.join(mdir, probe.QUORUM_STATE))
     except ValueError as e:
@@ -1750,6 +1788,118 @@ def metadata_position(metadata_dir):
     return out
 
 
+END_OF_LOG = 1 << 63  # an offset past any log's end
+
+
+def metadata_records(metadata_dir, from_offset=0, to_offset=None, resume=None):
+    """The metadata records of a node's log for a follower that keeps its own Image (the repair's health gates:
+    repair/kraft_cluster.py), as JSON-ready dicts: a ``metadata_records`` header, one ``metadata_record`` per record
+    an Image replays ({offset, name, fields}, transactions applied whole), a ``metadata_records_end``.
+
+    Only records below ``to_offset`` (the quorum's high watermark: what a majority holds) are read: an uncommitted
+    tail is not a fact. From ``from_offset`` (the follower's next offset) when this log still holds it: only the
+    batches from there are decoded, from byte ``resume[1]`` of the segment whose base offset is ``resume[0]`` (the
+    previous call's end record) when a batch at or before ``from_offset`` starts there. Otherwise (``from_offset``
+    0, or before the log's start since a snapshot let Kafka delete segments) the image from the newest snapshot and
+    the log, as the records that rebuild it (``Image.records``), with ``reset`` true: the follower starts a new
+    image. The end record's ``next_offset`` and ``resume`` are the next call's ``from_offset`` and ``resume``."""
+    taken_at_ms = int(time.time() * 1000)
+    mdir, logdir, names = _listed(metadata_dir)
+    segments = log_segments(names)
+    follow = from_offset > 0 and bool(segments) and segments[0][0] <= from_offset
+    stop_at = to_offset if to_offset is not None else END_OF_LOG
+    head = {
+        "kind": "metadata_records",
+        "schema_version": SCHEMA_VERSION,
+        "dir": mdir,
+        "node_id": None,
+        "cluster_id": None,
+        "from_offset": from_offset if follow else 0,
+        "to_offset": to_offset,
+        "reset": not follow,
+        "snapshot": None,
+        "taken_at_ms": taken_at_ms,
+        "error": None,
+    }
+    head["node_id"], head["cluster_id"], head["error"] = _node(logdir)
+    if follow:
+        rp = _Replay()
+        rp.stop_at, rp.collect, rp.last_applied_offset = stop_at, [], from_offset - 1
+        for i, (base, name) in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1][0] <= from_offset:
+                continue  # wholly before from_offset
+            if base >= stop_at:
+                break
+            path = os.path.join(mdir, name)
+            start = _resume_position(path, base, from_offset, resume)
+            res, _fw = _walk_file(rp, path, from_offset, snapshot=False, start=start)
+            if res is None or res["crc_errors"] or (res["torn_tail"] and i + 1 < len(segments)):
+                break  # a problem names it; what follows is not read (Kafka's recovery truncates there)
+        records = ((o, n, f) for o, n, f in rp.collect)
+        complete = not rp.problems
+    else:
+        h, img, rp = _replay(metadata_dir, stop_at=stop_at)
+        head["snapshot"] = h["snapshot"]
+        records = ((rp.last_applied_offset, n, f) for n, f in img.records())
+        complete = h["image_complete"] and not h["error"]
+    yield head
+    n = 0
+    for offset, name, fields_ in records:
+        n += 1
+        yield {"kind": "metadata_record", "offset": offset, "name": name, "fields": fields_}
+    next_offset = (rp.last_applied_offset + 1) if rp.last_applied_offset is not None else from_offset
+    yield {
+        "kind": "metadata_records_end",
+        "complete": True,
+        "records": n,
+        "next_offset": next_offset,
+        "resume": _resume_after(rp.spans, next_offset),
+        "image_complete": complete,
+        "problems": [p["message"] for p in rp.problems],
+    }
+
+
+def _resume_position(path, base, from_offset, resume):
+    """Where a follower's walk of the segment ``path`` (base offset ``base``) begins: byte ``resume[1]`` when the
+    previous read ended in this segment and a batch starting at or before ``from_offset`` is there, else 0."""
+    if not resume or resume[0] != base or not isinstance(resume[1], int) or resume[1] <= 0:
+        return 0
+    try:
+        with open(probe._open_regular(path), "rb", buffering=0, closefd=True) as f:
+            f.seek(resume[1])
+            raw = f.read(probe.LOG_OVERHEAD.size)
+    except (OSError, ValueError):
+        return 0
+    if len(raw) < probe.LOG_OVERHEAD.size:
+        return 0
+    batch_base, _length = probe.LOG_OVERHEAD.unpack(raw)
+    return resume[1] if base <= batch_base <= from_offset else 0
+
+
+def _resume_after(spans, next_offset):
+    """[segment base offset, byte position] of the batch holding ``next_offset`` in the last segment walked (or
+    just past its last batch), for the next ``metadata_records``; None when it is not there."""
+    if not spans or not spans[1]:
+        return None
+    path, walked = spans
+    base = int(os.path.basename(path).split(".")[0])
+    for position, first, last, _size in walked:
+        if first <= next_offset <= last:
+            return [base, position]
+    position, _first, last, size = walked[-1]
+    return [base, position + size] if next_offset == last + 1 else None
+
+
+def _node(logdir):
+    """(node id, cluster id, error) of the ``meta.properties`` of the log dir holding a metadata dir."""
+    mp = os.path.join(logdir, probe.META_PROPERTIES)
+    try:
+        meta = probe.parse_meta_properties(probe._read_small(mp), mp)
+    except (OSError, ValueError) as e:
+        return None, None, "%s cannot be read: %s" % (mp, probe._err(e)) if isinstance(e, OSError) else str(e)
+    return meta["broker_id"], meta["cluster_id"], None
+
+
 def log_position(header):
     """How far a node's metadata goes, from its ``cluster_metadata`` header, to choose the freshest of several nodes:
     (whole, epoch, end offset), compared as a tuple. Whole first: an image that misses records (``image_complete``
@@ -1768,9 +1918,10 @@ def format_records(records):
 
 
 USAGE = (
-    "usage: cluster_metadata.py [--max-memory-mib N] [--max-cpu-s N] [--position] METADATA_DIR  (a "
-    "__cluster_metadata-0 dir, or a log dir holding one; --position: only where its log ends and whom its "
-    "quorum-state follows)"
+    "usage: cluster_metadata.py [--max-memory-mib N] [--max-cpu-s N] [--position | --records-from N "
+    "[--records-to N] [--resume BASE:POSITION]] METADATA_DIR  (a __cluster_metadata-0 dir, or a log dir holding one; "
+    "--position: only where its log ends and whom its quorum-state follows; --records-from: the records a follower "
+    "of the log replays, from that offset up to --records-to: metadata_records)"
 )
 
 
@@ -1804,40 +1955,64 @@ def _limit(max_memory_mib, max_cpu_s):
 
 
 def _options(argv):
-    """(metadata dir, max memory MiB, max CPU s, position only) of the command line, or None when it is not a valid
-    one."""
+    """(metadata dir, max memory MiB, max CPU s, mode) of the command line, or None when it is not a valid one.
+    mode: None (the records), "position", or (from offset, to offset or None, resume or None) for --records-from."""
     limits = {"--max-memory-mib": 0, "--max-cpu-s": 0}
+    offsets = {"--records-from": None, "--records-to": None}
+    resume = None
     args = list(argv)
     position = False
-    while args and (args[0] == "--position" or (len(args) >= 2 and args[0] in limits)):
+    while args and (args[0] == "--position" or (len(args) >= 2 and args[0].startswith("--"))):
         if args[0] == "--position":
             position, args = True, args[1:]
             continue
-        if not args[1].isdigit() or int(args[1]) < 1:
-            return None
-        limits[args[0]] = int(args[1])
+        name, value = args[0], args[1]
         args = args[2:]
+        if name == "--resume":
+            base, _, pos = value.partition(":")
+            if not base.isdigit() or not pos.isdigit():
+                return None
+            resume = [int(base), int(pos)]
+        elif name in offsets and value.isdigit():
+            offsets[name] = int(value)
+        elif name in limits and value.isdigit() and int(value) >= 1:
+            limits[name] = int(value)
+        else:
+            return None
     if len(args) != 1 or args[0].startswith("-"):
         return None
-    return args[0], limits["--max-memory-mib"], limits["--max-cpu-s"], position
+    if offsets["--records-from"] is None:
+        if offsets["--records-to"] is not None or resume is not None:
+            return None
+        mode = "position" if position else None
+    elif position:
+        return None
+    else:
+        mode = (offsets["--records-from"], offsets["--records-to"], resume)
+    return args[0], limits["--max-memory-mib"], limits["--max-cpu-s"], mode
 
 
 def main(argv=None):
-    """python3 - [--max-memory-mib N] [--max-cpu-s N] [--position] DIR: print the records (or only the log's position:
-    ``metadata_position``) as JSON Lines; exit 0, or 2 with one error line on stderr (3: the decoder hit its memory or
-    CPU limit)."""
+    """python3 - [--max-memory-mib N] [--max-cpu-s N] [--position | --records-from N ...] DIR: print the records
+    (or only the log's position: ``metadata_position``; or a follower's records: ``metadata_records``) as JSON
+    Lines; exit 0, or 2 with one error line on stderr (3: the decoder hit its memory or CPU limit)."""
     opts = _options(sys.argv[1:] if argv is None else argv)
     if opts is None:
         sys.stderr.write(USAGE + "\n")
         return 2
-    path, max_memory_mib, max_cpu_s, position = opts
+    path, max_memory_mib, max_cpu_s, mode = opts
     try:
         _limit(max_memory_mib, max_cpu_s)
     except (ImportError, ValueError, OSError) as e:
         sys.stderr.write("cluster-metadata: error: cannot limit the decoder's memory and CPU: %s\n" % e)
         return 2
     try:
-        records = iter([metadata_position(path)]) if position else iter_cluster_metadata(path)
+        if mode == "position":
+            records = iter([metadata_position(path)])
+        elif mode is None:
+            records = iter_cluster_metadata(path)
+        else:
+            records = metadata_records(path, *mode)
         out = getattr(sys.stdout, "buffer", None)
         while True:  # in slices of records: the text of a big cluster is never all in memory
             chunk = list(itertools.islice(records, 1000))

@@ -1145,13 +1145,18 @@ def _reader(f, start, size):
     return read_at
 
 
-def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
+WALK_STOP = "stop"  # what an on_batch callback of walk_log returns to end the walk there
+
+
+def walk_log(path, base_offset=None, verify_crc=False, on_batch=None, start=0):
     """Walk a .log from header to header without loading it. Mirrors FileLogInputStream.nextBatch
     and LogSegment.recover (S/log/LogSegment.java): stops cleanly on a batch that extends past EOF
     or when fewer than 17 bytes remain, with an error on a too-small size, a bad magic or a CRC
     failure. Everything after valid_bytes is what recovery would truncate.
 
-    on_batch(position, first_offset, last_offset, size) is called for each valid batch. A compressed v0/v1
+    on_batch(position, first_offset, last_offset, size) is called for each valid batch; when it returns WALK_STOP
+    the walk ends after that batch. ``start``: the byte position of a batch to begin at (a follower of the log that
+    read up to there before). A compressed v0/v1
     wrapper whose records could not be counted within LEGACY_INFLATED_MAX adds a message naming the file to the
     result's "errors" (a key present only then).
     """
@@ -1160,7 +1165,7 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
     codecs = set()
     with os.fdopen(_open_regular(path), "rb", 65536) as f:
         size = os.fstat(f.fileno()).st_size
-        pos = 0
+        pos = start
         prev_last = None
         while True:
             remaining = size - pos
@@ -1270,9 +1275,10 @@ def walk_log(path, base_offset=None, verify_crc=False, on_batch=None):
             res["last_offset"] = last
             if max_ts is not None and max_ts >= 0 and (res["max_timestamp"] is None or max_ts > res["max_timestamp"]):
                 res["max_timestamp"] = max_ts
-            if on_batch is not None:
-                on_batch(pos, first, last, bsize)
             prev_last = last
+            if on_batch is not None and on_batch(pos, first, last, bsize) == WALK_STOP:
+                pos += bsize
+                break
             pos += bsize
         res["valid_bytes"] = pos
     if res["last_offset"] is not None:

@@ -57,13 +57,19 @@ def decode_command(
     max_cpu_s: int = DECODE_CPU_S,
     *,
     position: bool = False,
+    records: tuple[int, int | None, list[int] | None] | None = None,
 ) -> str:
     """The remote command: the decoder read from stdin by python3, at the lowest CPU and I/O priority the host offers
     (as the probe), within ``max_memory_mib`` of address space and ``max_cpu_s`` of CPU (it exits 3 saying which it
-    hit); ``position``: only where the log ends (``cluster_metadata.metadata_position``). The path is
-    shell-quoted."""
+    hit); ``position``: only where the log ends (``cluster_metadata.metadata_position``); ``records``: (from offset,
+    to offset, resume) of a follower's read (``cluster_metadata.metadata_records``). The path is shell-quoted."""
     limits = f"--max-memory-mib {int(max_memory_mib)} --max-cpu-s {int(max_cpu_s)}"
     mode = " --position" if position else ""
+    if records is not None:
+        start, end, resume = records
+        mode = f" --records-from {int(start)}"
+        mode += f" --records-to {int(end)}" if end is not None else ""
+        mode += f" --resume {int(resume[0])}:{int(resume[1])}" if resume else ""
     return lowest_priority(f"python3 - {limits}{mode} {shlex.quote(metadata_log_dir)}")
 
 
@@ -251,6 +257,80 @@ def read_position(
             f"{who}: the metadata log dir belongs to node {record['node_id']}, not controller {cid}"
         )
     return record
+
+
+RECORDS_TIMEOUT_S = DECODE_TIMEOUT_S
+RECORD, RECORDS_HEADER, RECORDS_END = "metadata_record", "metadata_records", "metadata_records_end"
+
+
+def read_records(
+    client: Any,
+    endpoint: dict[str, Any],
+    from_offset: int,
+    to_offset: int | None,
+    on_record: Callable[[dict[str, Any]], None],
+    *,
+    resume: list[int] | None = None,
+    timeout: float = RECORDS_TIMEOUT_S,
+    program: bytes | None = None,
+    max_bytes: int = MAX_OUTPUT_BYTES,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A follower's read of the metadata log of the controller ``endpoint`` (``cluster_metadata.metadata_records``:
+    the records from ``from_offset`` up to ``to_offset``, or the whole image when the log no longer holds
+    ``from_offset``), over the open SSH connection ``client``, after checking it is that controller. Each
+    ``metadata_record`` goes to ``on_record`` as it arrives (a big image is never all in memory here); returns the
+    header and the end record. MetadataReadError naming the controller when anything is wrong (then ``on_record``
+    may have seen part of the records: the caller starts again)."""
+    cid, who, remote, _identity = _verified(client, endpoint)
+    state: dict[str, Any] = {"nbytes": 0, "partial": b"", "head": None, "end": None, "n": 0}
+
+    def line(raw: bytes) -> None:
+        state["n"] += 1
+        try:
+            record = json.loads(raw)
+        except ValueError as e:
+            raise MetadataReadError(f"{who}: the decoder's output line {state['n']} is not JSON: {e}") from None
+        kind = record.get("kind") if isinstance(record, dict) else None
+        if state["head"] is None:
+            if kind != RECORDS_HEADER:
+                raise MetadataReadError(f"{who}: the decoder's output does not start with a {RECORDS_HEADER} record")
+            state["head"] = record
+        elif state["end"] is not None:
+            raise MetadataReadError(f"{who}: the decoder printed more after its {RECORDS_END} record")
+        elif kind == RECORD:
+            on_record(record)
+        elif kind == RECORDS_END:
+            state["end"] = record
+        else:
+            raise MetadataReadError(f"{who}: the decoder's output line {state['n']} is not a {RECORD}: {kind!r}")
+
+    def sink(data: bytes) -> None:
+        state["nbytes"] += len(data)
+        if state["nbytes"] > max_bytes:
+            raise MetadataReadError(f"{who}: the decoder printed more than {max_bytes} bytes: not its output")
+        *done, state["partial"] = (state["partial"] + data).split(b"\n")
+        for raw in done:
+            if raw.strip():
+                line(raw)
+
+    command = decode_command(endpoint["metadata_log_dir"], records=(from_offset, to_offset, resume))
+    try:
+        done = remote.stream(command, decoder_program() if program is None else program, sink, timeout)
+    except MetadataReadError:
+        raise
+    except Exception as e:  # RemoteError: a dropped session, a timeout, the size limit
+        raise MetadataReadError(f"{who}: the decoder could not run: {e}") from e
+    if done.exit_status != 0:
+        said = done.stderr.strip()[-500:] or "(nothing on stderr)"
+        raise MetadataReadError(f"{who}: the decoder exited {done.exit_status}: {said}")
+    if state["partial"].strip():
+        line(state["partial"])
+    head, end = state["head"], state["end"]
+    if head is None or end is None or end.get("complete") is not True:
+        raise MetadataReadError(f"{who}: the decoder's output ends without a complete {RECORDS_END} record (cut off?)")
+    if head.get("node_id") not in (None, cid):
+        raise MetadataReadError(f"{who}: the metadata log dir belongs to node {head['node_id']}, not controller {cid}")
+    return head, end
 
 
 def read_controller(

@@ -30,7 +30,9 @@ from fleet_doctor.cluster_metadata import METADATA_DIR_NAME as METADATA_DIR
 from fleet_doctor.probe import CLEAN_SHUTDOWN_FILE as CLEAN_SHUTDOWN
 from fleet_doctor.probe import META_PROPERTIES, PARTITION_METADATA, QUORUM_STATE
 from fleet_doctor.repair.plan import FileAction
-from fleet_doctor.repair.quorum import QuorumView, caught_up
+from fleet_doctor.repair.quorum import impaired_refusal
+
+__all__ = ["action_refusal", "impaired_refusal", "plan_refusals", "zookeeper_write_refusal"]
 
 
 def _in_metadata_dir(path: str) -> bool:
@@ -82,25 +84,6 @@ def zookeeper_write_refusal(cluster: str) -> str:
     return (
         f"cluster {cluster} is a KRaft cluster: it has no ZooKeeper, and its topic IDs are the metadata log's; the "
         "ZooKeeper topic-ID write (rule topic-id-mismatch's ZooKeeper step) does not apply. Nothing was written"
-    )
-
-
-def impaired_refusal(view: QuorumView, earlier: QuorumView | None = None) -> str | None:
-    """Refuse every change when more than one voter is impaired (not readable, or not caught up with the quorum's
-    high watermark)."""
-    ok = caught_up(view, earlier)
-    impaired = sorted(v.node_id for v in view.voters if v.node_id not in ok)
-    if len(impaired) <= 1:
-        return None
-    why = "; ".join(
-        f"node {v.node_id}: {v.error or f'log end {v.log_end_offset}, high watermark {view.high_watermark}'}"
-        for v in view.voters
-        if v.node_id in impaired
-    )
-    return (
-        f"{len(impaired)} voters of {len(view.voters)} are impaired ({why}): Apache Kafka has no supported procedure "
-        "with more than one voter impaired, and a restart needs the quorum; nothing is planned or changed until at "
-        "most one is"
     )
 
 

@@ -141,6 +141,25 @@ def restart_refusal(
     return None
 
 
+def impaired_refusal(view: QuorumView, earlier: QuorumView | None = None) -> str | None:
+    """Refuse every change when more than one voter is impaired (not readable, or not caught up with the quorum's
+    high watermark)."""
+    ok = caught_up(view, earlier)
+    impaired = sorted(v.node_id for v in view.voters if v.node_id not in ok)
+    if len(impaired) <= 1:
+        return None
+    why = "; ".join(
+        f"node {v.node_id}: {v.error or f'log end {v.log_end_offset}, high watermark {view.high_watermark}'}"
+        for v in view.voters
+        if v.node_id in impaired
+    )
+    return (
+        f"{len(impaired)} voters of {len(view.voters)} are impaired ({why}): Apache Kafka has no supported procedure "
+        "with more than one voter impaired, and a restart needs the quorum; nothing is planned or changed until at "
+        "most one is"
+    )
+
+
 def _lag(view: QuorumView, node_id: int) -> str:
     v = next(v for v in view.voters if v.node_id == node_id)
     hw = view.high_watermark

@@ -1,17 +1,11 @@
 """What the repair reads from and writes to Kafka's ZooKeeper metadata while it acts (znodes: kafka-reference.md §5).
 
 ``Cluster`` wraps a started kazoo client (``fleet_doctor.zookeeper.session``) whose hosts string carries Kafka's
-chroot: the health gates between restarts (registered brokers, controller, partition state, min ISR) and the one
-write a repair makes to Kafka's znodes, a topic's lost ``topic_id`` put back with a version-checked ``set``.
-
-A partition's ``min.insync.replicas`` is resolved as Kafka resolves a topic's log config (``LogConfig`` over the
-broker defaults): the topic's override in ``/config/topics/<topic>``, else the dynamic cluster-wide default in
-``/config/brokers/<default>`` (``ConfigEntityName.Default``), else the static default of the brokers'
-``server.properties`` (which ZooKeeper does not hold: the caller passes it, from the inventory or a DAG param), else
-Kafka's built-in 1. A broker's own dynamic value (``/config/brokers/<id>``: ``min.insync.replicas`` is a cluster-wide
-config that Kafka also accepts per broker) stands above the cluster-wide default for that broker; the leader enforces
-its own, and a stop moves leadership to another replica, so a partition without a topic override takes the strictest
-value among its replicas' brokers.
+chroot: the health gates between restarts (``fleet_doctor.cluster_health``: registered brokers, controller, partition
+state, min ISR), read here from ZooKeeper, and the one write a repair makes to Kafka's znodes, a topic's lost
+``topic_id`` put back with a version-checked ``set``. A topic's ``min.insync.replicas`` override is in
+``/config/topics/<topic>``, a broker's in ``/config/brokers/<id>``, the dynamic cluster-wide default in
+``/config/brokers/<default>`` (``ConfigEntityName.Default``).
 """
 
 from __future__ import annotations
@@ -19,9 +13,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fleet_doctor.cluster_health import KAFKA_DEFAULT_MIN_ISR, MIN_ISR, ClusterHealth
+from fleet_doctor.cluster_health import min_isr_value as _min_isr_value
+
+__all__ = ["CLUSTER_DEFAULT_PATH", "DEFAULT_ENTITY", "KAFKA_DEFAULT_MIN_ISR", "MIN_ISR", "Cluster", "topic_path"]
+
 DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default: the cluster-wide dynamic broker config
-MIN_ISR = "min.insync.replicas"
-KAFKA_DEFAULT_MIN_ISR = 1  # ServerLogConfigs.MIN_IN_SYNC_REPLICAS_DEFAULT
 CLUSTER_DEFAULT_PATH = f"/config/brokers/{DEFAULT_ENTITY}"  # the cluster-wide dynamic broker config
 
 
@@ -29,18 +26,7 @@ def topic_path(topic: str) -> str:
     return f"/brokers/topics/{topic}"
 
 
-def _min_isr_value(raw: Any, where: str) -> int:
-    """A ``min.insync.replicas`` value as Kafka stores it (a string): an int of at least 1, else ValueError."""
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{where}: min.insync.replicas {raw!r} is not a positive integer: fix the config")
-    return value
-
-
-class Cluster:
+class Cluster(ClusterHealth):
     """What the health gates read from ZooKeeper (kazoo client, chroot in its hosts string)."""
 
     def __init__(self, zk: Any, default_min_isr: int | None = None) -> None:
@@ -64,42 +50,12 @@ class Cluster:
         except (ValueError, AttributeError, TypeError) as e:
             raise ValueError(f"{path}: not a Kafka config znode ({e}): fix it before a repair") from None
 
-    def cluster_min_isr(self) -> tuple[int, str]:
-        """The ``min.insync.replicas`` of a topic without an override, and where it comes from."""
-        path = CLUSTER_DEFAULT_PATH
-        cfg = self._config(path)
-        if MIN_ISR in cfg:
-            return _min_isr_value(cfg[MIN_ISR], path), path
-        if self.default_min_isr is not None:
-            return self.default_min_isr, "the brokers' static default (inventory or parameter)"
-        return KAFKA_DEFAULT_MIN_ISR, "Kafka's default"
-
-    def topic_min_isr(self, topic: str) -> tuple[int, str] | None:
-        """A topic's own ``min.insync.replicas`` override and its znode; None when it has none."""
-        path = f"/config/topics/{topic}"
-        cfg = self._config(path)
-        if MIN_ISR in cfg:
-            return _min_isr_value(cfg[MIN_ISR], path), path
-        return None
-
-    def broker_min_isr(self, broker_id: int, cluster_default: tuple[int, str]) -> tuple[int, str]:
-        """A broker's ``min.insync.replicas`` for topics without an override: its own dynamic value
-        (``/config/brokers/<id>``), else ``cluster_default`` (``cluster_min_isr``)."""
-        path = f"/config/brokers/{broker_id}"
-        cfg = self._config(path)
-        if MIN_ISR in cfg:
-            return _min_isr_value(cfg[MIN_ISR], path), path
-        return cluster_default
-
-    def replicas_min_isr(
-        self, replicas: list[int], cluster_default: tuple[int, str], brokers: dict[int, tuple[int, str]]
-    ) -> tuple[int, str]:
-        """The ``min.insync.replicas`` of a partition without a topic override: the strictest of its replicas'
-        brokers (``broker_min_isr``, cached in ``brokers``): whichever of them leads enforces its own."""
-        for r in replicas:
-            if r not in brokers:
-                brokers[r] = self.broker_min_isr(r, cluster_default)
-        return max((brokers[r] for r in replicas), key=lambda v: v[0], default=cluster_default)
+    def config(self, kind: str, name: str | int | None) -> tuple[dict[str, Any], str]:
+        if kind == "topic":
+            path = f"/config/topics/{name}"
+        else:
+            path = CLUSTER_DEFAULT_PATH if name is None else f"/config/brokers/{name}"
+        return self._config(path), path
 
     def cluster_id(self) -> str | None:
         """``/cluster/id``'s ``id`` (Kafka 0.10.1+ writes it once, at the first broker's start); None when absent."""
@@ -148,66 +104,10 @@ class Cluster:
 
     def partitions(self) -> list[dict[str, Any]]:
         out = []
-        cluster_default = self.cluster_min_isr()
-        brokers: dict[int, tuple[int, str]] = {}
+        resolved = self.resolver()
         for topic in self.zk.get_children("/brokers/topics"):
             znode = json.loads(self.zk.get(f"/brokers/topics/{topic}")[0])
-            own = self.topic_min_isr(topic)
             for p, replicas in znode["partitions"].items():
                 st = json.loads(self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")[0])
-                min_isr, source = own or self.replicas_min_isr(replicas, cluster_default, brokers)
-                out.append(
-                    {
-                        "topic": topic,
-                        "partition": int(p),
-                        "replicas": replicas,
-                        "isr": st["isr"],
-                        "leader": st["leader"],
-                        "min_isr": min_isr,
-                        "min_isr_source": source,
-                    }
-                )
+                out.append(self.partition(topic, int(p), replicas, st["isr"], st["leader"], resolved))
         return out
-
-    def problems(
-        self,
-        expected: set[int],
-        tolerate: frozenset[int] = frozenset(),
-        pending: frozenset[tuple[str, int, int]] = frozenset(),
-        partitions: list[dict[str, Any]] | None = None,
-    ) -> list[str]:
-        """Unregistered brokers, under-replicated and offline partitions. Not counted: a replica missing from ISR
-        when its broker is in ``tolerate`` (the broker about to be repaired: its restart is what brings it back;
-        it may be down already, as in seed-000 where the broker refusing to start is the one to repair), or when
-        it is in ``pending`` as (topic, partition, broker): a replica this plan repairs later (seed-004: every
-        broker whose ``partition.metadata`` is wrong is out of ISR for that partition until its turn).
-        ``partitions``: ``partitions()`` as the caller just read it (read here when None)."""
-        live = self.registered()
-        out = [f"broker {b} not registered" for b in sorted(expected - live - tolerate)]
-        for p in self.partitions() if partitions is None else partitions:
-            missing = {
-                r
-                for r in set(p["replicas"]) - set(p["isr"])
-                if r not in tolerate and (p["topic"], p["partition"], r) not in pending
-            }
-            if p["leader"] not in live:
-                out.append(f"{p['topic']}-{p['partition']} offline")
-            elif missing:
-                out.append(f"{p['topic']}-{p['partition']} under-replicated (ISR {p['isr']})")
-        return out
-
-    @staticmethod
-    def in_isr(partitions: list[dict[str, Any]], broker_id: int) -> tuple[int, int]:
-        """Of the partitions (``partitions()``) that have a replica on ``broker_id``: how many have it in their ISR,
-        and how many there are."""
-        mine = [p for p in partitions if broker_id in p["replicas"]]
-        return sum(broker_id in p["isr"] for p in mine), len(mine)
-
-    def below_min_isr_if_stopped(self, broker_id: int) -> list[str]:
-        """Strimzi's rule: stopping the broker must not take any partition below min.insync.replicas."""
-        return [
-            f"{p['topic']}-{p['partition']} (ISR {p['isr']}, min.insync.replicas {p['min_isr']} from "
-            f"{p['min_isr_source']})"
-            for p in self.partitions()
-            if broker_id in p["isr"] and len(p["isr"]) - 1 < p["min_isr"]
-        ]

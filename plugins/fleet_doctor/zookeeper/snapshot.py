@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from fleet_doctor.zookeeper.cluster import DEFAULT_ENTITY, MIN_ISR, _min_isr_value
+from fleet_doctor.cluster_health import MIN_ISR
+from fleet_doctor.cluster_health import min_isr_value as _min_isr_value
+from fleet_doctor.zookeeper.cluster import DEFAULT_ENTITY
 
 SCHEMA_VERSION = 1
 
