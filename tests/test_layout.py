@@ -195,7 +195,17 @@ ONE_WAY = {
 REPAIR_LAYERS = (
     ("errors", "on_broker"),  # on_broker runs on a broker: it imports nothing of the product
     ("plan", "progress", "backups", "dir_lock", "quorum"),
-    ("gates", "journal", "approval_text", "planner", "broker", "verify", "topic_ids", "kraft_refusals", "kraft_cluster"),
+    (
+        "gates",
+        "journal",
+        "approval_text",
+        "planner",
+        "broker",
+        "verify",
+        "topic_ids",
+        "kraft_refusals",
+        "kraft_cluster",
+    ),
     ("approval", "params", "executor", "session"),
     ("hitl", "restore"),
     ("tasks", "restore_tasks"),  # a DAG's task modules: only the DAGs import them

@@ -56,7 +56,9 @@ class MetadataFollower:
         """Bring the image up to the quorum's high watermark in ``view``; GateUnreadable when it cannot be."""
         hw = view.high_watermark
         if hw is None:
-            unread = "; ".join(v.error or f"node {v.node_id}: not read" for v in view.voters if v.log_end_offset is None)
+            unread = "; ".join(
+                v.error or f"node {v.node_id}: not read" for v in view.voters if v.log_end_offset is None
+            )
             raise GateUnreadable(
                 f"fewer than a majority of the {len(view.voters)} voters could be read, so nothing is known to be "
                 f"committed: {unread}"
