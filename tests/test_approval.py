@@ -441,10 +441,10 @@ def test_the_risk_never_reads_an_unknown_cluster_default_as_no_risk() -> None:
 
 
 def test_the_plan_and_the_gates_take_the_same_static_min_isr() -> None:
-    """plan_from's risk and cluster_for's gates resolve the brokers' static default with one helper."""
+    """plan_from's risk and the lock's gates resolve the brokers' static default with one helper."""
     from fleet_doctor import inventory
     from fleet_doctor.repair.gates import static_min_isr
-    from fleet_doctor.repair.session import cluster_for
+    from fleet_doctor.repair.session import ZooKeeperLock
 
     def inv(**extra: Any) -> inventory.Inventory:
         broker = {"id": 1, "host": "127.0.0.1", "ssh_port": 22, "ssh_user": "k", "ssh_key_file": "/k"}
@@ -455,7 +455,7 @@ def test_the_plan_and_the_gates_take_the_same_static_min_isr() -> None:
 
     for params, i, want in (({}, inv(), None), ({"min_insync_replicas": 3}, inv(min_insync_replicas=2), 3)):
         assert static_min_isr(params, i.min_insync_replicas) == want
-        assert cluster_for(None, i, params).default_min_isr == want
+        assert ZooKeeperLock(None, "k").gates(i, params).default_min_isr == want
     assert static_min_isr({"min_insync_replicas": 1}, inv(min_insync_replicas=2).min_insync_replicas) == 2  # raised
 
 

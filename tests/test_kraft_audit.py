@@ -17,7 +17,7 @@ from fleet_doctor import inventory as inv
 from fleet_doctor import layout
 from fleet_doctor.audit import history, kraft, report, steps
 from fleet_doctor.audit.summary import RunSummary
-from fleet_doctor.repair import restore_tasks, tasks
+from fleet_doctor.repair import tasks
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.session import repair_inventory
 from fleet_doctor.settings import Settings
@@ -160,24 +160,13 @@ def write_kraft_inventory(tmp_path: Path) -> Settings:
     return Settings(inventory=path, data_root=tmp_path / "data", repair_dir=tmp_path / "repairs")
 
 
-def test_repair_and_restore_refuse_a_kraft_cluster_before_anything_else(tmp_path: Path) -> None:
-    """The first task of each DAG (and each task that acts) refuses, before reading the history or a plan, before
-    any connection: nothing is read or written."""
+def test_the_zookeeper_write_is_refused_on_a_kraft_cluster_before_anything_else(tmp_path: Path) -> None:
+    """A KRaft cluster has no ZooKeeper: the topic-ID write refuses before reading a plan or connecting; nothing is
+    read or written. (The repair and the restore themselves run on KRaft: tests/test_kraft_repair.py.)"""
     s = write_kraft_inventory(tmp_path)
-    refused = "repairs on KRaft clusters are not supported yet: cluster eu1"
-    with pytest.raises(RepairError, match=refused):
-        tasks.make_plan(s, {"audit_run": "latest"})
-    with pytest.raises(RepairError, match=refused):
-        tasks.execute(s, {"hash": "0" * 64}, {}, "manual__1")
-    with pytest.raises(RepairError, match=refused):
+    assert repair_inventory(s).kraft
+    with pytest.raises(RepairError, match="cluster eu1 is a KRaft cluster: it has no ZooKeeper"):
         tasks.restore_zookeeper(s, {"hash": "0" * 64}, {}, "manual__1")
-    with pytest.raises(RepairError, match="repairs and restores on KRaft clusters are not supported yet"):
-        restore_tasks.plan(s, {"plan": "0" * 12})
-    with pytest.raises(RepairError, match="repairs and restores on KRaft clusters are not supported yet"):
-        restore_tasks.restore_backup(s, {"hash": "0" * 64, "restore_of": "0" * 64}, {}, "manual__1")
-    with pytest.raises(RepairError, match="metadata_mode kraft") as e:
-        repair_inventory(s)
-    assert "kafka_fleet_audit" in str(e.value)  # where to go instead
     assert not (tmp_path / "repairs").exists() and not (tmp_path / "data").exists()
 
 

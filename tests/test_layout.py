@@ -199,14 +199,13 @@ REPAIR_LAYERS = (
         "gates",
         "journal",
         "approval_text",
-        "planner",
         "broker",
         "verify",
         "topic_ids",
         "kraft_refusals",
         "kraft_cluster",
     ),
-    ("approval", "params", "executor", "session"),
+    ("approval", "params", "executor", "session", "planner"),
     ("hitl", "restore"),
     ("tasks", "restore_tasks"),  # a DAG's task modules: only the DAGs import them
 )

@@ -228,7 +228,7 @@ def test_a_restart_logs_what_it_waits_for(lab: dict[str, Any], logged: Captured)
             for x in said
         ), said
         assert any(
-            re.fullmatch(rf"broker {bid}: started, waiting for it to register in /brokers/ids: done, after \d+ s", x)
+            re.fullmatch(rf"broker {bid}: started, waiting for its /brokers/ids entry: done, after \d+ s", x)
             for x in said
         ), said
         isr = [x for x in said if x.startswith(f"broker {bid}: waiting for ISR")]

@@ -40,7 +40,7 @@ from fleet_doctor.repair.executor import Executor
 from fleet_doctor.repair.gates import approved_gates
 from fleet_doctor.repair.journal import Journal, State
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, controller_last
-from fleet_doctor.repair.session import cluster_for, holding
+from fleet_doctor.repair.session import ZooKeeperLock, holding
 from fleet_doctor.zookeeper.cluster import Cluster
 from fleet_doctor.zookeeper.lock import LockHeld, acquire_lock, lock_holder, release_active, release_lock
 from fleet_lab import fleet
@@ -461,7 +461,8 @@ def test_the_gates_are_part_of_the_plan(lab: dict[str, Any]) -> None:
     assert "`healthy_polls` `5`" in text and "`min_insync_replicas` `2`" in text
     gated = approved_gates(careful.gates, {"healthy_polls": 1, "min_insync_replicas": 1})
     assert gated["healthy_polls"] == 5 and gated["min_insync_replicas"] == 2
-    assert cluster_for(lab["zk"], lab["inv"], {"min_insync_replicas": 1}).default_min_isr in (None, 1)
+    gates = ZooKeeperLock(lab["zk"], "k").gates(lab["inv"], {"min_insync_replicas": 1})
+    assert gates.default_min_isr in (None, 1)
 
 
 def test_attempt_names_are_one_to_one_with_run_ids() -> None:

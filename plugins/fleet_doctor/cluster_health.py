@@ -36,6 +36,7 @@ class ClusterHealth:
     """The gates' rules over what a subclass reads: ``registered``, ``controller``, ``partitions``, ``config``."""
 
     default_min_isr: int | None = None  # the brokers' static min.insync.replicas (server.properties), when known
+    registration = "/brokers/ids entry"  # what ``registered`` reads, for messages
 
     # ---- what a metadata mode reads
     def registered(self) -> set[int]:

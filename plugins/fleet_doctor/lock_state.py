@@ -122,6 +122,15 @@ def seen_in_zookeeper(zk: Any, key: str, seen_by: str, kept: str | None = None) 
     return LockState(held, observed, seen_by, holder, alive, kept if held else None, max(zxids) if zxids else 0)
 
 
+def seen_in_dir(lock: Any, seen_by: str, kept: str | None = None) -> LockState:
+    """The lock of a cluster without ZooKeeper (``repair.dir_lock.DirLock``) as its files say now: its holder, and
+    whether a worker's liveness file is there. No zxid orders these: the observers' clocks do."""
+    holder = lock.holder()
+    held = holder is not None
+    alive = lock.active.exists() if held else None
+    return LockState(held, time.time(), seen_by, holder, alive, kept if held else None, None)
+
+
 def _same_holder(a: LockState, b: LockState) -> bool:
     ha, hb = a.holder or {}, b.holder or {}
     return a.held and b.held and (ha.get("plan_hash"), ha.get("run_id")) == (hb.get("plan_hash"), hb.get("run_id"))

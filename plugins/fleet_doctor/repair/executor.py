@@ -15,8 +15,12 @@ resumes at the first unfinished step of the first unfinished broker without repe
 command logged with its exit status), what it asks of the cluster through its ``Cluster`` (the health gates); both,
 and the fence, are handed in: nothing here imports Airflow, and the unit tests drive it with fakes of both.
 
-Which broker goes next is the plan's order, with the controller last (``plan.controller_last``, asked again before
-every broker: the controller can move during a roll).
+Which broker goes next is the plan's order, with the controller last (``plan.restart_order``, asked again before
+every broker: the controller can move during a roll). On KRaft the brokers go first, then the voters (controllers and
+combined nodes) one at a time, the active controller last; before a node stops, its quorum gate must pass too
+(``ClusterHealth.restart_refusal``: no more than one voter impaired, and a voter only while the quorum keeps a
+caught-up majority without it), polled until it does within ``isr_timeout_s``: a voter restarted before is caught up
+again first, so the next node never stops while the last one still recovers.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from fleet_doctor import layout
+from fleet_doctor.cluster_health import ClusterHealth
 from fleet_doctor.remote import RemoteError
 from fleet_doctor.repair import backups
 from fleet_doctor.repair.broker import BrokerHost, Hosts
@@ -35,10 +40,9 @@ from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.journal import ORDER, Journal, State
 from fleet_doctor.repair.on_broker import LOCK_HELD
-from fleet_doctor.repair.plan import BrokerPlan, Plan, controller_last, planned_path_ok
+from fleet_doctor.repair.plan import BrokerPlan, Plan, planned_path_ok, restart_order
 from fleet_doctor.repair.progress import Progress, heartbeat, pause
 from fleet_doctor.store import write_atomic
-from fleet_doctor.zookeeper.cluster import Cluster
 
 LOG = logging.getLogger(__name__)
 
@@ -64,9 +68,26 @@ def probe_and_detect(inventory: Any) -> PostVerify:
             stage=stage,
             metadata_mode=inventory.metadata_mode,
             kafka_user=entry.kafka_user,
+            read_cluster=kraft_metadata(inventory) if inventory.kraft else None,
         )
 
     return verify
+
+
+def kraft_metadata(inventory: Any) -> Callable[[], list[dict[str, Any]]]:
+    """A KRaft cluster's metadata as the audit reads it (the most up-to-date controller's image); RepairError when
+    no controller could be read."""
+
+    def read() -> list[dict[str, Any]]:
+        from fleet_doctor.audit import kraft
+
+        endpoints = [inventory.controller_endpoint(c.id) for c in inventory.controllers]
+        reads, errors = kraft.read_controllers(endpoints)
+        if not reads:
+            raise RepairError(f"post-verify: {kraft.error_text(errors)}")
+        return reads[0].records
+
+    return read
 
 
 class StillStopping(RepairError):
@@ -99,7 +120,7 @@ class Executor:
         attempt_dir: Path,
         inventory: Any,
         hosts: Hosts,
-        cluster: Cluster,
+        cluster: ClusterHealth,
         gates: Gates,
         *,
         dry_run: bool = False,
@@ -151,8 +172,8 @@ class Executor:
         return self.journal.data
 
     def _next(self, pending: list[BrokerPlan]) -> BrokerPlan:
-        """Plan order, the controller of this moment last."""
-        return controller_last(pending, self.cluster.controller())[0]
+        """Plan order, the voters after the brokers, the controller of this moment last."""
+        return restart_order(pending, self.cluster.controller(), self.cluster.voters())[0]
 
     def steps(self) -> list[tuple[State, Step]]:
         """The state machine, read top to bottom: the state each step leaves, and the step."""
@@ -265,7 +286,7 @@ class Executor:
                 lambda p: b.broker_id in self.cluster.registered(),
                 self.gates.start_timeout_s,
                 f"broker {b.broker_id} did not register after its start",
-                f"broker {b.broker_id}: started again after the failure, waiting for it to register in ZooKeeper",
+                f"broker {b.broker_id}: started again after the failure, waiting for its {self.cluster.registration}",
             )
             self._save_quietly(lambda: self.journal.up_again(b.broker_id, "started again after the failure"))
             self._save_quietly(lambda: self.journal.note(b.broker_id, after, "started again: nothing was changed"))
@@ -280,6 +301,7 @@ class Executor:
     def precheck(self, b: BrokerPlan, host: BrokerHost) -> str:
         host.identity()
         host.can_change([a.path for a in b.actions], self._spool_bytes(b))
+        quorum = self._quorum_gate(b)
         expected = {x.id for x in self.inventory.brokers}
         problems = self.cluster.problems(expected, frozenset({b.broker_id}), self._pending_replicas(b))
         if problems:
@@ -289,8 +311,28 @@ class Executor:
             raise RepairError(f"stopping broker {b.broker_id} would take below min ISR: " + "; ".join(below[:10]))
         return (
             "the host is this broker, its files changeable by the change's user; all brokers registered, no "
-            "under-replicated partition, min ISR kept"
+            f"under-replicated partition, min ISR kept{quorum}"
         )
+
+    def _quorum_gate(self, b: BrokerPlan) -> str:
+        """Wait (within ``isr_timeout_s``) until the cluster lets ``b`` stop beyond the partition gates (KRaft: the
+        quorum, ``ClusterHealth.restart_refusal``); what the pre-check's detail adds ("" on ZooKeeper)."""
+        if not self.cluster.voters():
+            return ""
+        why: list[str | None] = [None]
+
+        def passes(p: Progress) -> bool:
+            why[0] = self.cluster.restart_refusal(b.broker_id)
+            p.detail = why[0] or ""
+            return why[0] is None
+
+        what = f"broker {b.broker_id}: waiting for the quorum gate"
+        try:
+            self._wait(passes, self.gates.isr_timeout_s, f"quorum gate before broker {b.broker_id}: {why[0]}", what)
+        except RepairError as e:
+            raise RepairError(f"quorum gate before broker {b.broker_id} did not pass: {why[0]} ({e})") from e
+        voter = b.broker_id in self.cluster.voters()
+        return "; the quorum keeps a caught-up majority without this voter" if voter else "; the quorum is healthy"
 
     def _spool_bytes(self, b: BrokerPlan) -> int:
         """Bytes the change spools on ``b``'s host (a restore's backups; a repair's change spools nothing)."""
@@ -326,21 +368,21 @@ class Executor:
                 )
                 raise StillStopping(f"broker {b.broker_id}: its stop command {what}; it may be stopping: {e}") from e
         self._wait_stopped(b, host)
-        return "process gone and /brokers/ids entry removed"
+        return f"process gone and its {self.cluster.registration} removed"
 
     def _wait_stopped(self, b: BrokerPlan, host: BrokerHost) -> None:
         def stopped(p: Progress) -> bool:
             if self.dry_run:
                 return True
             if b.broker_id in self.cluster.registered():
-                p.detail = "still registered in /brokers/ids"
+                p.detail = f"its {self.cluster.registration} still there"
                 return False
             if host.running():
-                p.detail = "gone from /brokers/ids, its process still running"
+                p.detail = f"its {self.cluster.registration} gone, its process still running"
                 return False
             return True
 
-        what = f"broker {b.broker_id}: waiting for the process to exit and its /brokers/ids entry to go"
+        what = f"broker {b.broker_id}: waiting for the process to exit and its {self.cluster.registration} to go"
         try:
             self._wait(stopped, self.gates.stop_timeout_s, f"broker {b.broker_id} did not stop", what)
         except RepairError as e:
@@ -398,7 +440,9 @@ class Executor:
         if self.dry_run:
             return
         if b.broker_id in self.cluster.registered():
-            raise RepairError(f"broker {b.broker_id} is registered in ZooKeeper again (started by someone else?)")
+            raise RepairError(
+                f"broker {b.broker_id} has its {self.cluster.registration} again (started by someone else?)"
+            )
         if host.running():
             raise RepairError(f"broker {b.broker_id}: its service reports it running (started by someone else?)")
         holders = host.lock_holders()
@@ -447,7 +491,7 @@ class Executor:
             lambda p: self.dry_run or b.broker_id in self.cluster.registered(),
             self.gates.start_timeout_s,
             f"broker {b.broker_id} did not register after its start",
-            f"broker {b.broker_id}: started, waiting for it to register in /brokers/ids",
+            f"broker {b.broker_id}: started, waiting for its {self.cluster.registration}",
         )
         if not self.dry_run:
             self.journal.up_again(b.broker_id, "registered again after its start")

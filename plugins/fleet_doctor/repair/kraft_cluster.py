@@ -133,6 +133,8 @@ class KraftCluster(ClusterHealth):
     static ``min.insync.replicas`` (server.properties), below the metadata's ConfigRecords; ``allow_quorum_loss``:
     the approver accepted that restarting a voter of a quorum of fewer than 3 loses the quorum meanwhile."""
 
+    registration = "unfenced registration in the metadata"
+
     def __init__(
         self,
         inventory: Any,

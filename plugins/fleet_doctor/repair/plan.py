@@ -229,6 +229,16 @@ def controller_last(brokers: Iterable[BrokerPlan], controller: int | None) -> li
     return sorted(brokers, key=lambda b: b.broker_id == controller)
 
 
+def restart_order(
+    brokers: Iterable[BrokerPlan], controller: int | None, voters: Iterable[int] = ()
+) -> list[BrokerPlan]:
+    """``brokers`` in their order, the KRaft voters (controllers, combined nodes) after the other brokers, the active
+    controller last (``controller_last``; kraft-reference.md §8: the quorum's members one at a time, the leader
+    last, as Strimzi's KafkaRoller orders them)."""
+    quorum = set(voters)
+    return sorted(brokers, key=lambda b: (b.broker_id in quorum, b.broker_id == controller))
+
+
 def planned_path_ok(action: str, path: str, log_dirs: Iterable[str]) -> bool:
     """A plan's file is ``<log dir>/<partition dir>/<name>`` of one of the broker's log dirs, and a file its action
     may touch (defence in depth: the plan was built from probe output, itself from the broker's disk)."""

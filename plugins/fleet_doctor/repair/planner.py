@@ -23,6 +23,7 @@ from fleet_doctor import layout
 from fleet_doctor.audit.summary import FindingStatus
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
 from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.kraft_refusals import action_refusal, zookeeper_write_refusal
 from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, RestartPreview, ZkAction, controller_last
 from fleet_doctor.rules import INTERNAL_TOPICS, RULES_BY_ID, Remediation, get, legal_topic
 from fleet_doctor.staging import load_probe, staged_brokers
@@ -370,12 +371,17 @@ def build_plan(
     include_internal: bool = False,
     gates: Mapping[str, Any] | None = None,
     static_min_isr: int | None = None,
+    kraft: bool = False,
+    metadata_log_dirs: Iterable[str] = (),
 ) -> Plan:
     """The plan for ``findings`` of one audit run, whole and frozen. The scope (``rules``, ``brokers``, ``topics``,
     ``hold_out``, ``include_internal``) and ``gates`` (the form's values that decide how carefully it runs:
     ``repair.gates.gates_of``; None: none recorded) are part of the hash: the approver sees them. The risk line is
     counted with ZooKeeper's cluster-wide ``min.insync.replicas`` as the audit's snapshot read it, over
-    ``static_min_isr`` (``repair.gates.static_min_isr``); the pre-check reads it again before each stop."""
+    ``static_min_isr`` (``repair.gates.static_min_isr``); the pre-check reads it again before each stop. ``kraft``:
+    the cluster is a KRaft one (``metadata_log_dirs``: its voters' metadata log dirs): every action Kafka's design
+    refuses there (``repair.kraft_refusals``) is left out, in ``skipped`` with the refusal that says why and what to
+    do instead, and so is every ZooKeeper write."""
     named = sorted(set(topics))
     illegal = [t for t in named if not legal_topic(t)]
     if illegal:  # the form's topics are split on commas by the page: a name that is not Kafka's is not a topic
@@ -407,6 +413,8 @@ def build_plan(
             why = PLANNERS[rule.remediation](build, f) if rule else "report only"
         if why:
             build.skipped.append(_skipped(f) | {"why": why})
+    if kraft:
+        _refuse_on_kraft(build, list(metadata_log_dirs), cluster)
     controller = facts.controller
     plans = []
     for bid in sorted(set(build.actions) | {b for b in facts.probe if b not in held}):
@@ -429,6 +437,22 @@ def build_plan(
     restarted = [b.broker_id for b in plans if b.restart]
     risk = restart_risk(facts, restarted, static_min_isr, cluster_default, known)
     return Plan(cluster, audit_run, scope, tuple(plans), tuple(zk_actions), tuple(build.skipped), risk)
+
+
+def _refuse_on_kraft(build: _Build, metadata_log_dirs: list[str], cluster: str) -> None:
+    """Take out of the build what a KRaft cluster refuses (``kraft_refusals``), each into ``skipped`` with its
+    refusal: a file action Kafka's design forbids there, and any ZooKeeper write."""
+    for bid, actions in build.actions.items():
+        for path, a in list(actions.items()):
+            why = action_refusal(a, metadata_log_dirs)
+            if why is not None:
+                del actions[path]
+                entry = {"rule": a.rule, "broker_id": bid, "topic": a.topic, "partition": a.partition, "path": path}
+                build.skipped.append(entry | {"why": why})
+    for topic in sorted(build.zk_topic_ids):
+        entry = {"rule": None, "broker_id": None, "topic": topic, "partition": None, "path": None}
+        build.skipped.append(entry | {"why": zookeeper_write_refusal(cluster)})
+    build.zk_topic_ids.clear()
 
 
 _UNPLANNED = {r.remediation for r in RULES_BY_ID.values()} - set(PLANNERS)

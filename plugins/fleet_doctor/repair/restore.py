@@ -24,7 +24,8 @@ from fleet_doctor.repair.broker import BrokerHost
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.executor import Executor, Step
 from fleet_doctor.repair.journal import Journal, State
-from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, controller_last, planned_path_ok
+from fleet_doctor.repair.kraft_refusals import plan_refusals
+from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, planned_path_ok, restart_order
 
 PLAN_HASH_RE = re.compile(r"[0-9a-f]{12,64}")
 RESTORE_ACTION = "restore"
@@ -133,9 +134,15 @@ def restore_plan(
     }
     if gates is not None:
         scope["gates"] = dict(gates)
-    return Plan(
-        repair.cluster, f"restore-{plan_dir.name[:12]}", scope, tuple(controller_last(brokers, controller)), (), ()
-    )
+    voters = [c.id for c in inv.controllers] if inv.kraft else []
+    if inv.kraft:  # the same refusals as the repair's: nothing goes back onto a voter's metadata, nor a topic-ID file
+        refused = plan_refusals([a for b in brokers for a in b.actions], [c.metadata_log_dir for c in inv.controllers])
+        if refused:
+            raise RepairError(
+                f"restore of plan {plan_dir.name[:12]} refused on KRaft cluster {inv.cluster}: " + "; ".join(refused)
+            )
+    order = restart_order(brokers, controller, voters)
+    return Plan(repair.cluster, f"restore-{plan_dir.name[:12]}", scope, tuple(order), (), ())
 
 
 def stored_restore_plan(repairs: layout.RepairsDir, planned: dict[str, Any]) -> Plan:

@@ -11,6 +11,7 @@ from fleet_doctor.repair import approval_text
 from fleet_doctor.repair.broker import ssh_hosts
 from fleet_doctor.repair.gates import RESTORE_GATE_PARAMS, Gates, approved_gates, gates_of
 from fleet_doctor.repair.journal import Journal, State
+from fleet_doctor.repair.kraft_cluster import KraftCluster
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.restore import RestoreExecutor, find_plan, restore_plan, still_needs_human, stored_restore_plan
 from fleet_doctor.repair.session import cluster_lock, lock_mirror, repair_inventory, repairs_dir, ssh_connect
@@ -19,12 +20,13 @@ from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper import cluster_session
 from fleet_doctor.zookeeper.cluster import Cluster
 
-WHAT = "repairs and restores"
-
 
 def plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
-    """The restore DAG's plan task: ``make_restore_plan`` with the active controller as ZooKeeper names it now."""
-    inv = repair_inventory(settings, WHAT)
+    """The restore DAG's plan task: ``make_restore_plan`` with the active controller as the cluster names it now
+    (ZooKeeper's ``/controller``; on KRaft the quorum's leader, its voters ordered after the brokers)."""
+    inv = repair_inventory(settings)
+    if inv.kraft:
+        return make_restore_plan(settings, params, KraftCluster(inv).controller())
     with cluster_session(inv, timeout=10, start_timeout=15) as zk:
         controller = Cluster(zk).controller()
     return make_restore_plan(settings, params, controller)
@@ -33,7 +35,7 @@ def plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
 def make_restore_plan(settings: Settings, params: dict[str, Any], controller: int | None) -> dict[str, Any]:
     """The restore plan (``repair.restore.restore_plan``: which backups go back where, ``controller`` last), saved
     under ``<repairs>/<hash>/restores/<restore hash>/``, and its approval request."""
-    inv = repair_inventory(settings, WHAT)
+    inv = repair_inventory(settings)
     repairs = repairs_dir(settings)
     p = restore_plan(
         repairs,
@@ -76,7 +78,7 @@ def restore_backup(
     """Run an approved restore plan (``make_restore_plan``) under the cluster lock; the repair attempt's journal
     marks each restored broker pending again. ``<repairs>/<hash>/restores/<restore hash>/result-<run>.json`` says
     what was done either way."""
-    inv = repair_inventory(settings, WHAT)  # the plan task refused it already: an inventory changed since
+    inv = repair_inventory(settings)
     repairs = repairs_dir(settings)
     p = stored_restore_plan(repairs, planned)
     plan_dir = find_plan(repairs.root, p.scope["restore_of"])
@@ -113,6 +115,7 @@ def restore_backup(
         before_result=outcome,
         cluster_id=repair.scope.get("cluster_id"),
         mirror=lock_mirror(settings),
+        lock_dir=settings.lock_dir,
     ) as lock:
         lock.hand_back_when(left_for_human)  # the halted repair still needs a human: its lock stays
         lock.keep_when(lambda: journal.keeps_lock() if journal else None)

@@ -1,6 +1,12 @@
-"""One repair per cluster, written once: the cluster's ZooKeeper session, its repair lock taken, the act, the lock
-released or kept for a human, the result written. The repair's broker chain, its ZooKeeper write and the restore all
-run under ``cluster_lock`` (``repair.tasks``, ``repair.restore_tasks``).
+"""One repair per cluster, written once: the cluster's repair lock taken, the act, the lock released or kept for a
+human, the result written. The repair's broker chain, its ZooKeeper write and the restore all run under
+``cluster_lock`` (``repair.tasks``, ``repair.restore_tasks``).
+
+Where the lock lives is the metadata mode's (``ZooKeeperLock``, ``DirectoryLock``: one interface, ``RepairLock``): in
+a ZooKeeper cluster's own ZooKeeper (``zookeeper.lock``), in a session of it; on KRaft, which has no ZooKeeper, as
+files in the shared repairs dir (``repair.dir_lock``), with the same rules. Either way it is keyed by the Kafka
+cluster's own id, read live (``/cluster/id``; the voters' ``meta.properties``), and the health gates are the metadata
+mode's (``zookeeper.cluster.Cluster``; ``repair.kraft_cluster.KraftCluster``).
 
 The lock (``zookeeper.lock``) is kept, and only the worker's liveness node released, when the act leaves something a
 human must look at first: a halt after a file changed or with a broker left down, a partial ZooKeeper write
@@ -20,25 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import inventory, lock_state
-from fleet_doctor.airflow_links import audit_dag
+from fleet_doctor.cluster_health import ClusterHealth
 from fleet_doctor.layout import RepairsDir, attempt_name
 from fleet_doctor.remote import airflow_ssh_client
+from fleet_doctor.repair.dir_lock import DirLock, DirLockError
 from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.gates import static_min_isr
+from fleet_doctor.repair.kraft_cluster import GateUnreadable, KraftCluster
 from fleet_doctor.settings import Settings, SettingsError
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper import cluster_session, credentials
+from fleet_doctor.zookeeper import lock as zk_lock
 from fleet_doctor.zookeeper.cluster import Cluster
-from fleet_doctor.zookeeper.lock import (
-    ACTIVE_ROOT,
-    LockHeld,
-    acquire_lock,
-    hand_back,
-    hand_over,
-    lock_holder,
-    release_active,
-    release_lock,
-)
+from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LockHeld
 
 LOG = logging.getLogger(__name__)
 SESSION_TIMEOUT_S = 10.0  # the lock's liveness node outlives a crashed worker by about this long
@@ -46,19 +46,9 @@ CONNECT_TIMEOUT_S = 15.0
 
 
 # ---- what a repair task opens
-def repair_inventory(settings: Settings, what: str = "repairs") -> inventory.Inventory:
-    """The cluster's inventory, unless it is a KRaft cluster: the repair's health gates, its cluster lock and the
-    topic-ID write all work on ZooKeeper, and a KRaft cluster has none. Refused at the first task of the repair
-    and restore DAGs (and again by every task that acts), before anything is read or written."""
-    inv = settings.load_inventory()
-    if inv.kraft:
-        raise RepairError(
-            f"{what} on KRaft clusters are not supported yet: cluster {inv.cluster} keeps its metadata in its "
-            "controllers' __cluster_metadata log (inventory metadata_mode kraft), and the repair's health gates, "
-            "cluster lock and topic-ID write need ZooKeeper. Nothing was read or changed. The nightly audit "
-            f"({audit_dag(inv.cluster)}) does support KRaft: follow its findings' remediation by hand (docs/repair.md)"
-        )
-    return inv
+def repair_inventory(settings: Settings) -> inventory.Inventory:
+    """The cluster's inventory (ZooKeeper or KRaft: the lock and the gates are the metadata mode's)."""
+    return settings.load_inventory()
 
 
 def repairs_dir(settings: Settings) -> RepairsDir:
@@ -88,14 +78,7 @@ def ssh_connect(inv: inventory.Inventory) -> Callable[[int], Any]:
     return connect
 
 
-def cluster_for(zk: Any, inv: inventory.Inventory, params: dict[str, Any]) -> Cluster:
-    """The health gates' view of ZooKeeper. A topic without its own ``min.insync.replicas`` takes ZooKeeper's
-    cluster-wide default (``/config/brokers/<default>``), else ``gates.static_min_isr`` (the form's or the
-    inventory's), else Kafka's 1."""
-    return Cluster(zk, default_min_isr=static_min_isr(params, inv.min_insync_replicas))
-
-
-def lock_fence(zk: Any, cluster: str, owner: dict[str, Any]) -> Callable[[], None]:
+def lock_fence(zk: Any, cluster: str) -> Callable[[], None]:
     """Before every step: this worker still holds the lock's liveness node in the ZooKeeper session it took it
     with. A session that expired (a long GC pause, a partition) lost the ephemeral node, and another worker may have
     taken over: stop and report rather than act beside it."""
@@ -120,31 +103,175 @@ def session_lost(e: BaseException) -> bool:
     return isinstance(e, (SessionExpiredError, ConnectionLoss, ConnectionClosedError))
 
 
-def lock_key(cluster: Cluster, inv: inventory.Inventory, planned_id: str | None = None) -> str:
-    """The repair lock's key: the Kafka cluster's own id (``/cluster/id``), so that two inventories naming one cluster
-    differently still take one lock. Refused (RepairError) when ZooKeeper holds no id, or one other than the
-    inventory's ``cluster_id`` or than ``planned_id`` (the id of the cluster the plan was made on, as its audit read
-    it): the inventory points at another cluster (a wrong ensemble or chroot), or the cluster was rebuilt since."""
+def lock_key(cluster: Any, inv: inventory.Inventory, planned_id: str | None = None) -> str:
+    """The repair lock's key: the Kafka cluster's own id (ZooKeeper's ``/cluster/id``; on KRaft the cluster.id the
+    voters were formatted with), so that two inventories naming one cluster differently still take one lock.
+    Refused (RepairError) when the cluster holds no id, or one other than the inventory's ``cluster_id`` or than
+    ``planned_id`` (the id of the cluster the plan was made on, as its audit read it): the inventory points at
+    another cluster (a wrong ensemble, chroot or controller), or the cluster was rebuilt since."""
+    if inv.kraft:
+        where = f"the controllers' metadata ({len(inv.controllers)} voter(s))"
+        none = "holds no cluster.id (kafka-storage format writes it in every meta.properties)"
+    else:
+        where = f"ZooKeeper ({inv.zookeeper})"
+        none = "holds no /cluster/id, which Kafka 0.10.1+ writes at its first start"
     try:
         live = cluster.cluster_id()
-    except ValueError as e:
+    except (ValueError, RepairError) as e:
         raise RepairError(f"cluster {inv.cluster}: {e}; nothing was changed") from None
     if live is None:
         raise RepairError(
-            f"cluster {inv.cluster}: ZooKeeper ({inv.zookeeper}) holds no /cluster/id, which Kafka 0.10.1+ writes at "
-            "its first start: the repair lock is keyed by it (a wrong chroot?); nothing was changed"
+            f"cluster {inv.cluster}: {where} {none}: the repair lock is keyed by it (a wrong chroot or controller?); "
+            "nothing was changed"
         )
     if inv.cluster_id is not None and inv.cluster_id != live:
         raise RepairError(
-            f"cluster {inv.cluster}: the inventory names cluster id {inv.cluster_id}, ZooKeeper ({inv.zookeeper}) "
-            f"holds {live}: not the same Kafka cluster (a wrong ensemble or chroot?); nothing was changed"
+            f"cluster {inv.cluster}: the inventory names cluster id {inv.cluster_id}, {where} holds {live}: not the "
+            "same Kafka cluster (a wrong ensemble, chroot or controller?); nothing was changed"
         )
     if planned_id is not None and planned_id != live:
         raise RepairError(
-            f"cluster {inv.cluster}: the plan was made on cluster id {planned_id} (its audit), ZooKeeper "
-            f"({inv.zookeeper}) now holds {live}: not the cluster that was audited; nothing was changed"
+            f"cluster {inv.cluster}: the plan was made on cluster id {planned_id} (its audit), {where} now holds "
+            f"{live}: not the cluster that was audited; nothing was changed"
         )
     return live
+
+
+# ---- where the lock lives
+class RepairLock:
+    """The repair lock of one cluster (its ``key``), wherever it lives: what the skeleton asks of it."""
+
+    key: str
+    zk: Any = None  # the ZooKeeper session (ZooKeeper clusters only)
+
+    def holder(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def worker_alive(self) -> bool:
+        """A worker of the holder is executing now (its liveness node or file)."""
+        raise NotImplementedError
+
+    def acquire(self, owner: dict[str, Any], wait_s: float, live_wait_s: float) -> None:
+        raise NotImplementedError
+
+    def fence(self) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def release(self, owner: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def release_active(self) -> None:
+        raise NotImplementedError
+
+    def hand_over(self, held: dict[str, Any], owner: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def hand_back(self, owner: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def seen(self, seen_by: str, kept: str | None) -> lock_state.LockState:
+        raise NotImplementedError
+
+    def lost(self, e: BaseException) -> bool:
+        """Whether ``e`` is the loss of what the lock lives by (a ZooKeeper session)."""
+        return False
+
+    def gates(self, inv: inventory.Inventory, params: dict[str, Any]) -> ClusterHealth:
+        """The health gates' view of the cluster, with the brokers' static min ISR (``gates.static_min_isr``)."""
+        raise NotImplementedError
+
+
+class ZooKeeperLock(RepairLock):
+    """The lock in the cluster's own ZooKeeper (``zookeeper.lock``), in the kazoo session ``zk``."""
+
+    def __init__(self, zk: Any, key: str) -> None:
+        self.zk, self.key = zk, key
+
+    def holder(self) -> dict[str, Any] | None:
+        return zk_lock.lock_holder(self.zk, self.key)
+
+    def worker_alive(self) -> bool:
+        return self.zk.exists(f"{ACTIVE_ROOT}/{self.key}") is not None
+
+    def acquire(self, owner: dict[str, Any], wait_s: float, live_wait_s: float) -> None:
+        zk_lock.acquire_lock(self.zk, self.key, owner, wait_s=wait_s, live_wait_s=live_wait_s)
+
+    def fence(self) -> Callable[[], None]:
+        return lock_fence(self.zk, self.key)
+
+    def release(self, owner: dict[str, Any]) -> None:
+        zk_lock.release_lock(self.zk, self.key, owner)
+
+    def release_active(self) -> None:
+        zk_lock.release_active(self.zk, self.key)
+
+    def hand_over(self, held: dict[str, Any], owner: dict[str, Any]) -> None:
+        zk_lock.hand_over(self.zk, self.key, held, owner)
+
+    def hand_back(self, owner: dict[str, Any]) -> None:
+        zk_lock.hand_back(self.zk, self.key, owner)
+
+    def seen(self, seen_by: str, kept: str | None) -> lock_state.LockState:
+        return lock_state.seen_in_zookeeper(self.zk, self.key, seen_by, kept)
+
+    def lost(self, e: BaseException) -> bool:
+        return session_lost(e)
+
+    def gates(self, inv: inventory.Inventory, params: dict[str, Any]) -> ClusterHealth:
+        """A topic without its own ``min.insync.replicas`` takes ZooKeeper's cluster-wide default
+        (``/config/brokers/<default>``), else the form's or the inventory's static one, else Kafka's 1."""
+        return Cluster(self.zk, default_min_isr=static_min_isr(params, inv.min_insync_replicas))
+
+
+class DirectoryLock(RepairLock):
+    """The lock of a cluster without ZooKeeper: files in the shared repairs dir (``repair.dir_lock.DirLock``); the
+    gates read the committed metadata of its quorum (``KraftCluster``, reaching the controllers with ``connect``)."""
+
+    def __init__(self, lock: DirLock, connect: Any = None) -> None:
+        self.lock, self.key, self.connect = lock, lock.key, connect
+
+    def _checked(self, what: Callable[[], Any]) -> Any:
+        try:
+            return what()
+        except DirLockError as e:
+            raise RepairError(f"the repair lock of cluster {self.key}: {e}") from e
+
+    def holder(self) -> dict[str, Any] | None:
+        return self._checked(self.lock.holder)  # type: ignore[no-any-return]
+
+    def worker_alive(self) -> bool:
+        return self._checked(self.lock.worker_alive)  # type: ignore[no-any-return]
+
+    def acquire(self, owner: dict[str, Any], wait_s: float, live_wait_s: float) -> None:
+        self._checked(lambda: self.lock.acquire(owner, wait_s=wait_s, live_wait_s=live_wait_s))
+
+    def fence(self) -> Callable[[], None]:
+        return self.lock.fence()
+
+    def release(self, owner: dict[str, Any]) -> None:
+        self._checked(lambda: self.lock.release(owner))
+
+    def release_active(self) -> None:
+        self._checked(self.lock.release_active)
+
+    def hand_over(self, held: dict[str, Any], owner: dict[str, Any]) -> None:
+        self._checked(lambda: self.lock.hand_over(held, owner))
+
+    def hand_back(self, owner: dict[str, Any]) -> None:
+        self._checked(lambda: self.lock.hand_back(owner))
+
+    def seen(self, seen_by: str, kept: str | None) -> lock_state.LockState:
+        return lock_state.seen_in_dir(self.lock, seen_by, kept)
+
+    def gates(self, inv: inventory.Inventory, params: dict[str, Any]) -> ClusterHealth:
+        """Min ISR from the metadata's ConfigRecords, else the static default; a voter of a quorum of fewer than 3
+        is restarted only when the approved plan allows losing the quorum meanwhile."""
+        return KraftCluster(
+            inv,
+            self.connect,
+            static_min_isr(params, inv.min_insync_replicas),
+            allow_quorum_loss=bool(params.get("allow_quorum_loss")),
+        )
 
 
 # ---- the lock skeleton
@@ -156,7 +283,7 @@ class LockedCluster:
     """The cluster while this worker holds its repair lock: what the act needs (the session, the fence, the health
     gates) and how it says whether the lock may go at the end."""
 
-    zk: Any
+    lock: RepairLock
     inventory: inventory.Inventory
     owner: dict[str, Any]
     report: dict[str, Any]
@@ -171,19 +298,23 @@ class LockedCluster:
     def name(self) -> str:
         return self.inventory.cluster
 
-    def fence(self) -> Callable[[], None]:
-        return lock_fence(self.zk, self.key, self.owner)
+    @property
+    def zk(self) -> Any:
+        """The ZooKeeper session the lock was taken in (None on KRaft)."""
+        return self.lock.zk
 
-    def cluster(self, params: dict[str, Any]) -> Cluster:
-        return cluster_for(self.zk, self.inventory, params)
+    def fence(self) -> Callable[[], None]:
+        return self.lock.fence()
+
+    def cluster(self, params: dict[str, Any]) -> ClusterHealth:
+        """The health gates' view of the cluster for the approved ``params`` (their static min ISR)."""
+        return self.lock.gates(self.inventory, params)
 
     def show(self, kept: str | None = None) -> lock_state.LockState | None:
-        """The lock as ZooKeeper holds it now, mirrored in the cluster's store when there is one (best effort: None,
-        logged, when it cannot be read)."""
+        """The lock as it is held now, mirrored in the cluster's store when there is one (best effort: None, logged,
+        when it cannot be read)."""
         try:
-            state = lock_state.seen_in_zookeeper(
-                self.zk, self.key, "restore" if self.owner["step"] == "restore" else "repair", kept
-            )
+            state = self.lock.seen("restore" if self.owner["step"] == "restore" else "repair", kept)
         except Exception as e:
             LOG.warning("repair %s: the lock could not be read back: %s", self.owner["plan_hash"][:12], e)
             return None
@@ -214,14 +345,15 @@ class LockedCluster:
                 self.fenced = True
                 LOG.error("repair %s: the fence could not be checked before the release: %s", who, e)
         if self.fenced:
-            report["lock_kept"] = "this worker lost its ZooKeeper session: it left the lock and the journal alone"
+            lost = "its ZooKeeper session" if self.zk is not None else "the lock (its token or its liveness)"
+            report["lock_kept"] = f"this worker lost {lost}: it left the lock and the journal alone"
             report["lock_released"] = False
             LOG.error("repair %s: %s", who, report["lock_kept"])
             self.show()  # read only: the page must not go on saying "executing" (a dead session just fails, logged)
             return
         back = self._hand_back() if self.taken_over is not None and self._hand_back else None
         if back:
-            hand_back(self.zk, self.key, self.owner)
+            self.lock.hand_back(self.owner)
             report["lock_kept"] = f"handed back to {self.taken_over.get('run_id')}: {back}"  # type: ignore[union-attr]
             report["lock_released"] = False
             self.show(kept=back)
@@ -231,9 +363,9 @@ class LockedCluster:
             report["lock_kept"] = why
             LOG.error("repair %s: %s", who, why)
             with contextlib.suppress(Exception):  # this worker is done: only its own liveness node goes
-                release_active(self.zk, self.key)
+                self.lock.release_active()
         else:
-            release_lock(self.zk, self.key, self.owner)
+            self.lock.release(self.owner)
         state = self.show(kept=why)  # one read of the lock: the report's and the fleet page's
         if state is not None:
             report["lock_released"] = not state.held
@@ -261,15 +393,57 @@ def holding(
     restore puts back, whose lock it takes over; ``cluster_id``: the id of the cluster the plan was made on
     (``lock_key``); ``mirror``: the cluster's store, where the lock's state is shown to the fleet page once taken
     and again at the end (``lock_state``)."""
-    key = lock_key(Cluster(zk), inv, cluster_id)
+    backend = ZooKeeperLock(zk, lock_key(Cluster(zk), inv, cluster_id))
+    with held_lock(
+        backend,
+        inv,
+        owner,
+        report,
+        wait_s=wait_s,
+        live_wait_s=live_wait_s,
+        check_holder=check_holder,
+        take_over=take_over,
+        mirror=mirror,
+    ) as lock:
+        yield lock
+
+
+def directory_lock(
+    lock_dir: Path, inv: inventory.Inventory, connect: Any = None, cluster_id: str | None = None
+) -> DirectoryLock:
+    """The repair lock of a KRaft cluster in ``lock_dir`` (``Settings.lock_dir``), keyed by the cluster.id its voters
+    hold (``lock_key``: read live, checked against the inventory's and the plan's)."""
+    live = KraftCluster(inv, connect)
+    try:
+        key = lock_key(live, inv, cluster_id)
+    except GateUnreadable as e:
+        raise RepairError(f"cluster {inv.cluster}: its cluster id could not be read: {e}; nothing was changed") from e
+    return DirectoryLock(DirLock(lock_dir, key), connect)
+
+
+@contextlib.contextmanager
+def held_lock(
+    backend: RepairLock,
+    inv: inventory.Inventory,
+    owner: dict[str, Any],
+    report: dict[str, Any],
+    *,
+    wait_s: float = 0.0,
+    live_wait_s: float = 60.0,
+    check_holder: Callable[[dict[str, Any] | None], None] | None = None,
+    take_over: tuple[str, str] | None = None,
+    mirror: Any = None,
+) -> Iterator[LockedCluster]:
+    """The skeleton of ``holding``, for a lock wherever it lives (``RepairLock``)."""
+    key = backend.key
     owner = {**owner, "cluster": inv.cluster}  # the inventory's name, for whoever reads the lock
-    lock = LockedCluster(zk, inv, owner, report, key, mirror=mirror)
+    lock = LockedCluster(backend, inv, owner, report, key, mirror=mirror)
     report["lock"] = key
     if check_holder is not None:
-        check_holder(lock_holder(zk, key))
+        check_holder(backend.holder())
     if take_over is not None:
-        lock.taken_over = _take_over(zk, key, *take_over, owner)
-    acquire_lock(zk, key, owner, wait_s=wait_s, live_wait_s=live_wait_s)
+        lock.taken_over = _take_over(backend, *take_over, owner)
+    backend.acquire(owner, wait_s=wait_s, live_wait_s=live_wait_s)
     lock.show()
     try:
         yield lock
@@ -277,7 +451,7 @@ def holding(
         lock.fenced = True
         raise
     except BaseException as e:
-        if session_lost(e):  # the act met the loss itself: the same as a fallen fence
+        if backend.lost(e):  # the act met the loss itself: the same as a fallen fence
             lock.fenced = True
             raise FenceLost(f"the ZooKeeper session this repair locked {inv.cluster} with was lost: {e!r}") from e
         raise
@@ -294,12 +468,22 @@ def cluster_lock(
     *,
     before_result: Callable[[dict[str, Any]], None] | None = None,
     session_timeout: float = SESSION_TIMEOUT_S,
+    lock_dir: Path | None = None,
+    connect: Any = None,
     **hold: Any,
 ) -> Iterator[LockedCluster]:
     """``holding`` the lock in a session of the cluster's ZooKeeper (``session_timeout``: how long the lock's liveness
-    node outlives a worker that died), then ``report`` written to ``result`` whatever happened (``before_result``
-    adds to it first). ``hold``: ``holding``'s keywords."""
+    node outlives a worker that died), or on KRaft in ``lock_dir`` (``directory_lock``; ``connect``: how the
+    controllers are reached, default their Airflow connections), then ``report`` written to ``result`` whatever
+    happened (``before_result`` adds to it first). ``hold``: ``holding``'s keywords."""
     try:
+        if inv.kraft:
+            if lock_dir is None:
+                raise RepairError(f"cluster {inv.cluster} is a KRaft cluster: its repair lock needs a lock dir")
+            cluster_id = hold.pop("cluster_id", None)
+            with held_lock(directory_lock(lock_dir, inv, connect, cluster_id), inv, owner, report, **hold) as lock:
+                yield lock
+            return
         auth = credentials(inv)
         if auth is None and not inv.allow_anonymous_zookeeper:
             raise RepairError(
@@ -319,11 +503,12 @@ def cluster_lock(
         write_atomic(result, json.dumps(report, indent=2, default=str).encode())
 
 
-def _take_over(zk: Any, cluster: str, plan_hash: str, attempt: str, owner: dict[str, Any]) -> dict[str, Any] | None:
+def _take_over(lock: RepairLock, plan_hash: str, attempt: str, owner: dict[str, Any]) -> dict[str, Any] | None:
     """A halted attempt of a repair keeps the lock for a human; restoring that very attempt is what the human does
     about it. Taken over (the holder kept in the lock, to be handed back) only when no worker of it is alive (its
-    ephemeral znode is gone); returns the holder taken over from, or None."""
-    held = lock_holder(zk, cluster)
+    liveness node or file is gone); returns the holder taken over from, or None."""
+    cluster = lock.key
+    held = lock.holder()
     if held is None or held.get("plan_hash") != plan_hash or held.get("step") != "brokers":
         return None  # free, ours (a resumed restore), or another plan's: acquire_lock decides
     if attempt_name(str(held.get("run_id"))) != attempt:
@@ -331,7 +516,7 @@ def _take_over(zk: Any, cluster: str, plan_hash: str, attempt: str, owner: dict[
             f"cluster {cluster} is locked by run {held.get('run_id')} of this repair, not by attempt {attempt} that "
             "this restore puts back: restore that run's attempt (param attempt), or resume it"
         )
-    if zk.exists(f"{ACTIVE_ROOT}/{cluster}"):
+    if lock.worker_alive():
         raise LockHeld(f"a worker is executing a repair of {cluster} right now: {held}")
-    hand_over(zk, cluster, held, owner)
+    lock.hand_over(held, owner)
     return held

@@ -22,6 +22,7 @@ from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.executor import Executor
 from fleet_doctor.repair.gates import Gates, approved_gates, gates_of, static_min_isr
 from fleet_doctor.repair.journal import Journal
+from fleet_doctor.repair.kraft_refusals import zookeeper_write_refusal
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.planner import FleetFacts, build_plan
 from fleet_doctor.repair.progress import heartbeat
@@ -87,6 +88,8 @@ def plan_from(
         include_internal=bool(params.get("include_internal")),
         gates=gates_of(params),
         static_min_isr=static_min_isr(params, inv.min_insync_replicas),
+        kraft=inv.kraft,
+        metadata_log_dirs=[c.metadata_log_dir for c in inv.controllers],
     )
 
 
@@ -224,6 +227,7 @@ def execute(
             before_result=outcome,
             cluster_id=approved.scope.get("cluster_id"),
             mirror=lock_mirror(settings),
+            lock_dir=settings.lock_dir,
         ) as lock,
         spark.warm_drivers(),
     ):  # the re-verify's detection driver serves every broker's post-verify
@@ -276,6 +280,8 @@ def restore_zookeeper(
     """The plan's preventive ZooKeeper actions, after their own approval; under the cluster lock (waiting for the
     same plan's broker chain, never for another repair)."""
     inv = repair_inventory(settings)
+    if inv.kraft:
+        raise RepairError(zookeeper_write_refusal(inv.cluster))
     approved = approved_plan(settings, planned)
     connect = connect or ssh_connect(inv)
     owner = {"plan_hash": approved.hash, "step": "zookeeper", "run_id": run_id, "since": time.time()}

@@ -42,10 +42,13 @@ def post_verify(
     stage: Callable[[str], None] = lambda s: None,
     metadata_mode: str = "zookeeper",
     kafka_user: str = "",
+    read_cluster: Callable[[], list[dict[str, Any]]] | None = None,
 ) -> list[str]:
     """The problems left on the files of ``actions`` (a BrokerPlan's FileActions); empty when every one is right.
     ``stage``: told which stage runs now (the executor's progress lines say it); ``metadata_mode``: the cluster's
-    (its inventory's); ``kafka_user``: the probe runs as it (the inventory's, as the change does)."""
+    (its inventory's); ``kafka_user``: the probe runs as it (the inventory's, as the change does); ``read_cluster``:
+    the cluster's facts now (a KRaft cluster's metadata, as the audit reads it; default: ZooKeeper's snapshot of
+    ``zookeeper``)."""
     actions = list(actions)
     with tempfile.TemporaryDirectory(prefix=f"fleet-doctor-verify-{broker_id}-") as tmp:
         work = Path(tmp)
@@ -57,8 +60,8 @@ def post_verify(
         dest.mkdir(parents=True)
         split_to_dir(io.BytesIO(raw), dest, PROBE_OBJECT.removesuffix(".gz"))
         facts = [{"broker_id": broker_id, "kafka_version": kafka_version, "running": True}]
-        stage(f"probe output {len(raw) // 1024} KiB; reading ZooKeeper")
-        zk = snapshot.read_live(zookeeper)
+        stage(f"probe output {len(raw) // 1024} KiB; reading the cluster's metadata")
+        zk = read_cluster() if read_cluster is not None else snapshot.read_live(zookeeper)
         stage(f"probe output {len(raw) // 1024} KiB; Spark detection running")
         # one broker of the fleet: the rules that compare brokers cannot judge from it
         found = detect_locally(
