@@ -134,6 +134,7 @@ LIVE_MODULES = {
     "test_fakes_contract",
     "test_fault_matrix",
     "test_kraft_e2e",
+    "test_kraft_repair",
     "test_lab",
     "test_lab_detection",
     "test_lab_kraft",
@@ -152,6 +153,7 @@ AIRFLOW_MODULES = {
     "test_console",
     "test_repair_live",
     "test_repair_live_seed000",
+    "test_kraft_repair",
 }
 AIRFLOW_GROUP = "live-airflow"
 # programs a unit test may not start (a basename, or a module run with -m)

@@ -108,9 +108,22 @@ def test_kraft_audit_end_to_end(fleet: dict[str, Any]) -> None:
     assert by_rule["stray-replica"]["severity"] == "warning"
 
 
-def test_repair_refuses_a_kraft_cluster(fleet: dict[str, Any]) -> None:
-    r = demo.airflow(fleet["env"], "dags", "test", "kafka_fleet_repair__lab", timeout=600, check=False)
-    out = r.stdout + r.stderr
-    assert "KRaft" in out and "not supported" in out, out[-4000:]
-    # nothing was planned: no plan dir under the repairs dir
-    assert not list((fleet["store"] / "repairs").glob("*/plan.json"))
+def test_the_kraft_plan_leaves_out_what_kafka_refuses_there(fleet: dict[str, Any]) -> None:
+    """The repair's plan on the audited KRaft lab (its incidents above): the index is quarantined; the replica whose
+    partition.metadata holds another topic ID is not touched (on KRaft a missing file makes the replica stray:
+    KAFKA-16814), the refusal saying why and what to do instead; no ZooKeeper write is planned."""
+    from fleet_doctor.repair import tasks
+    from fleet_doctor.settings import Settings
+
+    state: lab.LabState = fleet["state"]
+    settings = Settings(inventory=state.inventory_path, data_root=fleet["data"], cluster=state.cluster)
+    planned = tasks.make_plan(settings, {"audit_run": "latest"})
+    plan = json.loads((settings.repairs / planned["hash"] / "plan.json").read_text())
+    actions = [a for b in plan["brokers"] for a in b["actions"]]
+    assert actions and {a["action"] for a in actions} == {"quarantine"}, actions
+    assert {a["rule"] for a in actions} == {"index-bad-size"}
+    assert not any(a["path"].endswith("partition.metadata") for a in actions)
+    refused = [s for s in plan["skipped"] if "KAFKA-16814" in (s.get("why") or "")]
+    assert refused and all(s["rule"] == "topic-id-mismatch" and s["broker_id"] == 3 for s in refused), refused
+    assert plan["zookeeper"] == [] and planned["counts"]["zookeeper_actions"] == 0
+    assert "KAFKA-16814" in planned["markdown"]  # the approver reads why it was left out

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from fleet_doctor import inventory as inv
 from fleet_doctor.repair.quorum import QuorumView, read_quorum, restart_refusal
 from fleet_lab import fleet
+from harness.ssh import controller_connect
 
 pytestmark = pytest.mark.timeout(600)
 VOTERS = (1, 2, 3)
@@ -39,10 +39,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         fleet.down(root / "lab")
 
 
-def connect(endpoint: dict[str, Any]) -> Any:
-    from harness.ssh import ssh_client
-
-    return ssh_client(SimpleNamespace(**{k: endpoint[k] for k in inv.SSH_FIELDS}))  # type: ignore[arg-type]
+connect = controller_connect
 
 
 def observe(lab: dict[str, Any]) -> tuple[QuorumView, QuorumView]:

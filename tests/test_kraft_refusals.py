@@ -85,3 +85,80 @@ def test_the_zookeeper_write_and_more_than_one_impaired_voter_are_refused() -> N
     assert "node 4: cannot connect" in why and "no supported procedure" in why
     both_down = QuorumView((ok[0], Voter(2, None, error="down"), Voter(3, None, error="down")), 0.0)
     assert "3 voters of 3 are impaired" in (impaired_refusal(both_down) or "")  # no majority: nothing is committed
+
+
+# ---- the KRaft planner: what it plans, what it leaves out (repair.planner with kraft=True)
+STRAY_DIR = f"{DATA}/orders-0.0123456789abcdef0123456789abcdef-stray"
+LIVE_ID, OLD_ID, GONE_ID = "LiveLiveLiveLiveLive0A", "OldOldOldOldOldOldOl0A", "GoneGoneGoneGoneGone0A"
+
+
+def kraft_facts(stray_topic_id: str | None, topic: str = "orders") -> object:
+    from fleet_doctor.repair.planner import FleetFacts
+
+    probe = {
+        2: [
+            {"kind": "partition", "path": f"{DATA}/orders-0", "topic": "orders", "partition": 0, "topic_id": LIVE_ID},
+            {"kind": "partition", "path": STRAY_DIR, "topic": topic, "partition": 0, "topic_id": stray_topic_id},
+            {"kind": "segment", "path": f"{DATA}/orders-0", "base_offset": 0, "has_index": True, "has_timeindex": True},
+        ]
+    }
+    image = [
+        {"kind": "cluster", "cluster_id": "CLUSTERCLUSTERCLUSTE0A", "controller_id": 1},
+        {"kind": "topic", "topic": "orders", "topic_id": LIVE_ID, "partitions": {"0": [1, 2, 3]}},
+        {"kind": "partition_state", "topic": "orders", "partition": 0, "leader": 1, "isr": [1, 2, 3]},
+    ]
+    return FleetFacts(probe, image)
+
+
+def stray_finding(path: str = STRAY_DIR) -> dict[str, object]:
+    return {"rule": "stray-dir", "broker_id": 2, "topic": "orders", "partition": 0, "segment": None, "path": path}
+
+
+@pytest.mark.parametrize(
+    ("on_disk", "proof"),
+    [(OLD_ID, f"an older incarnation of orders (now {LIVE_ID})"), (GONE_ID, "an older incarnation")],
+)
+def test_a_stray_replica_proven_by_its_topic_id_is_quarantined_whole(on_disk: str, proof: str) -> None:
+    from fleet_doctor.repair.plan import planned_path_ok
+    from fleet_doctor.repair.planner import build_plan
+
+    plan = build_plan("c", "r", [stray_finding()], kraft_facts(on_disk), kraft=True, metadata_log_dirs=[DATA])  # type: ignore[arg-type]
+    (b,) = [b for b in plan.brokers if b.restart]
+    (a,) = b.actions
+    assert (b.broker_id, a.action, a.path, a.rule) == (2, "quarantine", STRAY_DIR, "stray-dir")
+    assert proof in a.reason and "fleet-doctor-stray-quarantine" in a.reason and plan.skipped == ()
+    assert b.backup_paths == []  # moved whole, never copied into a backup
+    assert planned_path_ok("quarantine", STRAY_DIR, [DATA]) and not planned_path_ok("remove", STRAY_DIR, [DATA])
+
+
+def test_a_stray_replica_not_proven_stray_is_left_alone_with_the_reason() -> None:
+    from fleet_doctor.repair.planner import build_plan
+
+    cases = [
+        (kraft_facts(LIVE_ID), True, "is in the metadata image"),
+        (kraft_facts(None), True, "holds no topic ID"),
+        (kraft_facts(OLD_ID), False, "on a ZooKeeper cluster"),
+    ]
+    for facts, kraft, why in cases:
+        plan = build_plan("c", "r", [stray_finding()], facts, kraft=kraft, metadata_log_dirs=[DATA])  # type: ignore[arg-type]
+        assert not any(b.actions for b in plan.brokers)
+        (skipped,) = plan.skipped
+        assert why in skipped["why"], skipped
+    delete = stray_finding(f"{DATA}/orders-0.0123456789abcdef0123456789abcdef-delete")
+    plan = build_plan("c", "r", [delete], kraft_facts(OLD_ID), kraft=True)  # type: ignore[arg-type]
+    assert "Kafka's to delete" in plan.skipped[0]["why"]
+
+
+def test_the_kraft_plan_leaves_out_the_topic_id_files_and_the_zookeeper_write_with_the_refusal() -> None:
+    from fleet_doctor.repair.planner import build_plan
+
+    mismatch = {**stray_finding(f"{DATA}/orders-0/partition.metadata"), "rule": "topic-id-mismatch"}
+    facts = kraft_facts(OLD_ID)
+    facts.probe[2][0]["topic_id"] = OLD_ID  # type: ignore[attr-defined]
+    facts.probe[2][0]["partition_metadata_present"] = True  # type: ignore[attr-defined]
+    missing_id = {**stray_finding(None), "rule": "topic-id-missing-in-zk", "topic": "orders"}  # type: ignore[arg-type]
+    plan = build_plan("c", "r", [mismatch, missing_id], facts, kraft=True, metadata_log_dirs=[DATA])  # type: ignore[arg-type]
+    assert not any(b.actions for b in plan.brokers) and plan.zookeeper == ()
+    whys = [s["why"] for s in plan.skipped]
+    assert sum("KAFKA-16814" in w for w in whys) == 1  # the finding's whole remedy, not half of it
+    assert any("it has no ZooKeeper" in w for w in whys), whys

@@ -323,3 +323,75 @@ def test_the_input_is_checked_whole_before_the_first_change(log_dir: Path, tmp_p
     many = [{"op": "remove", "path": f"{log_dir}/t-0/{n:020d}.timeindex.deleted"} for n in range(3000)]
     big = run(log_dir, *many)  # about 270 KB of input: E2BIG as one argument
     assert big.returncode == 0 and big.stdout.count('"done": "gone already"') == 3000, big.stderr
+
+
+# ---- a -stray replica dir (KRaft 3.7+), moved whole beside its log dir
+STRAY = "t-0.0123456789abcdef0123456789abcdef-stray"
+
+
+def stray_op(log_dir: Path, name: str = STRAY) -> dict[str, Any]:
+    from fleet_doctor.repair.plan import STRAY_QUARANTINE_DIR
+
+    return {"op": "quarantine_replica", "path": f"{log_dir}/{name}", "into": [STRAY_QUARANTINE_DIR, log_dir.name, "p1"]}
+
+
+def make_stray(log_dir: Path, name: str = STRAY) -> Path:
+    d = log_dir / name
+    shutil.copytree(log_dir / "t-0", d)
+    for p in (d, *d.iterdir()):
+        os.chown(p, KAFKA_UID, KAFKA_UID)
+    return d
+
+
+def test_a_stray_replica_is_moved_whole_beside_its_log_dir_never_over_an_earlier_copy(log_dir: Path) -> None:
+    from fleet_doctor.repair.plan import STRAY_QUARANTINE_DIR, stray_quarantine
+
+    stray = make_stray(log_dir)
+    before = {p.name: p.read_bytes() for p in stray.iterdir()}
+    ran = run(log_dir, stray_op(log_dir))
+    assert ran.returncode == 0, ran.stderr
+    where = Path(stray_quarantine(str(log_dir), "p1" + "0" * 14)).parent / "p1"
+    assert where == log_dir.parent / STRAY_QUARANTINE_DIR / log_dir.name / "p1"
+    moved = where / STRAY
+    assert not stray.exists() and {p.name: p.read_bytes() for p in moved.iterdir()} == before
+    assert all(p.stat().st_uid == KAFKA_UID for p in (where, where.parent, where.parent.parent))  # the log dir's
+    assert json.loads(ran.stdout)["done"] == str(moved)
+    assert run(log_dir, stray_op(log_dir)).stdout.count("gone already") == 1  # an idempotent step run again
+    make_stray(log_dir)  # the same name again (a restore, then the repair again): never over the first copy
+    assert run(log_dir, stray_op(log_dir)).returncode == 0
+    assert (where / f"{STRAY}.1").is_dir() and moved.is_dir()
+
+
+def test_only_a_real_stray_dir_right_in_a_log_dir_is_moved(log_dir: Path, outside: Path) -> None:
+    live = log_dir / "t-0"
+    seen = fingerprint(live)
+    for op, why in (
+        (stray_op(log_dir, "t-0"), "is not a -stray replica dir right in a log dir"),
+        ({**stray_op(log_dir), "path": f"{live}/{STRAY}"}, "is not a -stray replica dir right in a log dir"),
+        ({**stray_op(log_dir), "path": f"{outside}/{STRAY}"}, "is not a -stray replica dir right in a log dir"),
+    ):
+        ran = run(log_dir, op)
+        assert ran.returncode == REFUSED and why in ran.stderr, ran.stderr
+    (log_dir / STRAY).symlink_to(outside)  # a link planted in its place: not followed, not moved
+    ran = run(log_dir, stray_op(log_dir))
+    assert ran.returncode == REFUSED and "is a symlink or not a directory" in ran.stderr
+    (log_dir / STRAY).unlink()
+    assert fingerprint(live) == seen
+    from fleet_doctor.repair.plan import STRAY_QUARANTINE_DIR
+
+    make_stray(log_dir)
+    (log_dir.parent / STRAY_QUARANTINE_DIR).symlink_to(outside)  # a planted quarantine link: refused, target untouched
+    before = fingerprint(outside)
+    ran = run(log_dir, stray_op(log_dir))
+    assert ran.returncode == REFUSED and "is a symlink or not a directory" in ran.stderr
+    assert fingerprint(outside) == before and (log_dir / STRAY).is_dir()
+
+
+def test_a_running_broker_keeps_its_stray_replica(log_dir: Path) -> None:
+    import fcntl
+
+    make_stray(log_dir)
+    with open(log_dir / ".lock", "r+b") as held:
+        fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a running broker's lock
+        ran = run(log_dir, stray_op(log_dir))
+    assert ran.returncode == LOCK_HELD and (log_dir / STRAY).is_dir()

@@ -49,6 +49,8 @@ class Remediation(Enum):
     QUARANTINE_INDEX = "quarantine-index"  # move index files aside while stopped; Kafka rebuilds them
     REMOVE_TOPIC_ID_FILES = "remove-topic-id-files"  # back up + remove partition.metadata, leader-epoch-checkpoint
     RESTORE_ZK_TOPIC_ID = "restore-zk-topic-id"  # guarded ZooKeeper write of the replicas' agreed topic ID
+    # KRaft: a -stray replica proven stray by its topic ID moved out of the log dir while its broker is stopped
+    QUARANTINE_STRAY_REPLICA = "quarantine-stray-replica"
     REPORT_ONLY = "report-only"
 
 
@@ -358,7 +360,7 @@ leader-epoch-ahead: Leader epoch cache ahead of the log or of ZooKeeper
     0.8.0+      warning: truncated at load
 
 stray-dir: Lingering -delete, -future or -stray partition directory
-    scope partition, needs metadata, remediation report-only
+    scope partition, needs metadata, remediation quarantine-stray-replica
     reference   ref §2.1
     condition   a partition directory named <topic>-<p>.<uid>-delete, -future or -stray
     why         Disk held by logs that are being (or failed to be) deleted or moved; KRaft 3.7+ renames replicas it does

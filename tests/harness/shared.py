@@ -31,9 +31,9 @@ from fleet_doctor.settings import Settings
 from fleet_doctor.store import write_atomic
 from fleet_lab import demo, fleet
 from fleet_lab.airflow_stack import AirflowLiveError, LiveAirflow
-from fleet_lab.incidents import controller_failover, run_scenario
+from fleet_lab.incidents import controller_failover, kraft_controller_failover, run_scenario
 from harness.live_stack import AUDIT, REPAIR, RESTORE
-from harness.ssh import ssh_connect
+from harness.ssh import controller_connect, ssh_connect
 
 AUDIT_RUN = "run1"  # the snapshot's audit run (the repair's "latest")
 USERS = "admin:admin,alice:admin,bob:admin"  # admin triggers (the first), alice approves, bob is anyone else
@@ -63,7 +63,10 @@ class Snapshot:
         for _ in range(30):
             if self.controller is None or current_controller(state) == self.controller:
                 return
-            controller_failover(state)
+            if state.kraft:
+                kraft_controller_failover(state)
+            else:
+                controller_failover(state)
         raise AssertionError(f"{self.name}: broker {self.controller} did not win an election in 30 tries")
 
 
@@ -81,24 +84,35 @@ class SharedLabs:
         return self.root / "lab"
 
     def snapshot(
-        self, scenario: str | None, version: str = "2.8.2", after_start: Callable[[fleet.LabState], None] | None = None
+        self,
+        scenario: str | None,
+        version: str = "2.8.2",
+        after_start: Callable[[fleet.LabState], None] | None = None,
+        metadata: str = "zookeeper",
     ) -> Snapshot:
         """The audited snapshot of a 3-broker lab at Kafka ``version`` after ``scenario`` (None: none, a healthy
-        lab) and ``after_start``, both replayed on each restore (``Snapshot``)."""
+        lab) and ``after_start``, both replayed on each restore (``Snapshot``); ``metadata``: "kraft" for 3 combined
+        KRaft nodes (the lab cluster's name, so the live Airflow's DAGs are the same)."""
         name = f"{scenario or 'healthy'}-{version}" + (f"-{after_start.__name__}" if after_start else "")
+        name += "-kraft" if metadata == "kraft" else ""
         if name in self.snapshots:
             return self.snapshots[name]
         if (self.lab_dir / "lab.json").is_file():
             fleet.down(self.lab_dir)
         where = self.root / "snapshots" / name
-        fleet.wait_in_sync(fleet.up(self.lab_dir, brokers=3, kafka_version=version))  # healthy when taken
+        started = fleet.up(self.lab_dir, brokers=3, kafka_version=version, metadata=metadata)
+        if started.kraft:
+            fleet.wait_healthy(started, timeout=60)
+        else:
+            fleet.wait_in_sync(started)  # healthy when taken
         try:
             lab = fleet.snapshot(self.lab_dir, where / "lab")
             snap = Snapshot(name, lab, where / "data", scenario, after_start)
             state = fleet.restore(lab, self.lab_dir)  # what a restore gives, audited
             snap.replay(state)
             settings = Settings(inventory=state.inventory_path, data_root=where / "data")
-            steps.run_local(settings, AUDIT_RUN, ssh_connect(inventory.load(state.inventory_path)))
+            inv = inventory.load(state.inventory_path)
+            steps.run_local(settings, AUDIT_RUN, ssh_connect(inv), connect_controller=controller_connect)
             snap = dataclasses.replace(snap, controller=current_controller(state))
         except BaseException:
             with contextlib.suppress(Exception):
@@ -241,5 +255,8 @@ def live(shared: SharedLabs, snap: Snapshot) -> dict[str, Any]:
 
 
 def current_controller(state: fleet.LabState) -> int | None:
+    if state.kraft:
+        leader = fleet.quorum_leader(state)
+        return leader[0] if leader else None
     with state.zk_session() as zk:
         return json.loads(zk.get("/controller")[0])["brokerid"] if zk.exists("/controller") else None

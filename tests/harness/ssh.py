@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from types import SimpleNamespace
 from typing import Any
 
 import paramiko
@@ -43,3 +44,9 @@ def ssh_connect(inv: inventory.Inventory) -> Any:
         return ssh_client(inv.broker(broker if isinstance(broker, int) else broker["broker_id"]))
 
     return connect
+
+
+def controller_connect(endpoint: dict[str, Any]) -> paramiko.SSHClient:
+    """``connect(endpoint) -> client`` for a KRaft controller (``Inventory.controller_endpoint``), as the product's
+    ``audit.kraft.Connect``: its SSH fields, without Airflow."""
+    return ssh_client(SimpleNamespace(**{k: endpoint[k] for k in inventory.SSH_FIELDS}))  # type: ignore[arg-type]

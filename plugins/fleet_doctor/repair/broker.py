@@ -26,7 +26,7 @@ from fleet_doctor import inventory
 from fleet_doctor.identity import verify_broker
 from fleet_doctor.remote import Completed, Remote, as_user
 from fleet_doctor.repair.errors import RepairError
-from fleet_doctor.repair.plan import QUARANTINE_DIR
+from fleet_doctor.repair.plan import QUARANTINE_DIR, stray_quarantine, stray_replica_dir
 
 # every change to a broker's files runs there as this program (no symlink followed, under the log dirs' .lock)
 ON_BROKER = (Path(__file__).resolve().parent / "on_broker.py").read_bytes()
@@ -162,6 +162,10 @@ class BrokerHost:
         quarantined copy (a plan run again after a restore: ``name``, ``name.1``, ...); the quarantine dirs are made
         with plain ``mkdir`` and owned as the partition dir is (the SSH user need not be Kafka's); a quarantine dir
         that is a symlink is refused. Nothing happens when the file is gone already (an idempotent step run again)."""
+        if stray_replica_dir(path):  # a -stray replica dir: moved whole beside its log dir (plan.stray_quarantine)
+            log_dir, _, _name = path.rstrip("/").rpartition("/")
+            into = stray_quarantine(log_dir, plan_hash)[len(log_dir.rpartition("/")[0]) + 1 :].split("/")
+            return self.change([{"op": "quarantine_replica", "path": path, "into": into}])
         return self.change([{"op": "quarantine", "path": path, "into": quarantine_subdirs(plan_hash)}])
 
     def put_back(self, tarball: Path, sha256: str, members: list[str]) -> None:

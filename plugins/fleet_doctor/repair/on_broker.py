@@ -25,6 +25,10 @@ of it reaches sudo's log); each op one of
 - ``{"op": "quarantine", "path": p, "into": [d1, d2]}``: move ``p`` into ``<its dir>/d1/d2/`` (each made with plain
   ``mkdir``, owned as the partition dir), never over an earlier copy (``name``, ``name.1``, ...); nothing when ``p``
   is gone already.
+- ``{"op": "quarantine_replica", "path": p, "into": [d1, d2, d3]}``: move the ``-stray`` replica dir ``p`` (a
+  directory right in a log dir, named ``<topic>-<partition>.<uid>-stray``) whole into ``<its log dir's parent>/d1/d2/
+  d3/`` (made with plain ``mkdir``, owned as the log dir), never over an earlier copy; a rename on the log dir's own
+  filesystem or nothing (REFUSED on another: a replica of gigabytes is never copied); nothing when ``p`` is gone.
 - ``{"op": "install", "member": m, "path": p}``: put the regular file ``m`` of the backup at ``p``: written to a new
   file beside ``p``, owned as the partition dir, with ``m``'s mode and mtime, then renamed over ``p``. The backup
   (a ``.tar.gz``) comes on stdin after this source when the input has ``"tarball": {"sha256": h, "tmp_dir": d}``:
@@ -175,6 +179,62 @@ def quarantine(log_dirs, op):
             dest = "%s.%d" % (name, n)
         os.link(name, dest, src_dir_fd=pfd, dst_dir_fd=at, follow_symlinks=False)
         os.unlink(name, dir_fd=pfd)
+        return where + "/" + dest
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+STRAY_NAME_SUFFIX = "-stray"
+
+
+def quarantine_replica(log_dirs, op):
+    parent, name = split(op["path"])
+    if parent.rstrip("/") not in [d.rstrip("/") for d in log_dirs] or not name.endswith(STRAY_NAME_SUFFIX):
+        raise Refused("%s is not a -stray replica dir right in a log dir of this broker" % op["path"])
+    pfd = open_dir(log_dirs, parent)
+    fds = [pfd]
+    try:
+        try:
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return "gone already"
+        if not stat.S_ISDIR(st.st_mode):
+            raise Refused("%s is a symlink or not a directory: refusing to touch it" % op["path"])
+        owner = os.fstat(pfd)
+        above = os.path.dirname(parent.rstrip("/")) or "/"
+        try:
+            at = os.open(above, DIR_FLAGS)
+        except OSError as e:
+            raise Refused("%s (the log dir's parent) is not a real directory (%s)" % (above, os.strerror(e.errno)))
+        fds.append(at)
+        where = above
+        for d in op["into"]:
+            where = where.rstrip("/") + "/" + d
+            try:
+                at = sub_dir(at, d, owner, where)
+            except PermissionError:
+                raise Refused(
+                    "%s: uid %d cannot make the stray replicas' quarantine there: make %s/%s a directory owned by "
+                    "the broker's user, on the log dir's filesystem" % (where, os.geteuid(), above, op["into"][0])
+                )
+            fds.append(at)
+        if os.fstat(at).st_dev != owner.st_dev:
+            raise Refused(
+                "%s is on another filesystem than the log dir %s: a replica is moved, never copied; make %s/%s a "
+                "directory on the log dir's filesystem" % (where, parent, above, op["into"][0])
+            )
+        dest, n = name, 0
+        while True:
+            try:
+                os.stat(dest, dir_fd=at, follow_symlinks=False)
+            except FileNotFoundError:
+                break
+            n += 1
+            dest = "%s.%d" % (name, n)
+        os.rename(name, dest, src_dir_fd=pfd, dst_dir_fd=at)
+        os.fsync(pfd)
+        os.fsync(at)
         return where + "/" + dest
     finally:
         for fd in fds:
@@ -335,7 +395,14 @@ def can_lock(log_dirs):
     return []
 
 
-OPS = {"remove": remove, "quarantine": quarantine, "install": install, "own": own, "can_change": can_change}
+OPS = {
+    "remove": remove,
+    "quarantine": quarantine,
+    "quarantine_replica": quarantine_replica,
+    "install": install,
+    "own": own,
+    "can_change": can_change,
+}
 
 
 def read_input(argv):

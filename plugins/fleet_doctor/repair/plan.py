@@ -20,13 +20,29 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, NoReturn
 
-from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, SEGMENT_EXTENSIONS
+from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, SEGMENT_EXTENSIONS, parse_partition_dir_name
 
 # in the partition dir: a rename on one filesystem, and log loading skips directories there; never in the log dir
 # itself, where Kafka refuses to start on a directory that is not a partition dir (the lost+found trap)
 QUARANTINE_DIR = "fleet-doctor-quarantine"
 REMOVABLE = (PARTITION_METADATA, LEADER_EPOCH_CHECKPOINT)  # what a remove action may remove: the topic-ID files
 QUARANTINABLE = tuple(f".{ext}" for ext in SEGMENT_EXTENSIONS if ext != "log")  # a segment's indexes, never its log
+# a -stray replica dir cannot stay in its log dir once quarantined (Kafka parses every directory there as a partition
+# and refuses one that is not), nor in a partition dir: it goes beside the log dir, on its filesystem (a rename, never
+# a copy): <parent of the log dir>/fleet-doctor-stray-quarantine/<log dir name>/<plan hash[:16]>/
+STRAY_QUARANTINE_DIR = "fleet-doctor-stray-quarantine"
+
+
+def stray_replica_dir(path: str) -> bool:
+    """Whether ``path`` names a replica dir Kafka renamed ``<topic>-<partition>.<uid>-stray`` (KRaft 3.7+)."""
+    parsed = parse_partition_dir_name(path.rstrip("/").rsplit("/", 1)[-1])
+    return bool(parsed and parsed["dir_state"] == "stray")
+
+
+def stray_quarantine(log_dir: str, plan_hash: str) -> str:
+    """Where a plan quarantines a -stray replica dir of ``log_dir``: beside the log dir (``STRAY_QUARANTINE_DIR``)."""
+    parent, _, name = log_dir.rstrip("/").rpartition("/")
+    return f"{parent}/{STRAY_QUARANTINE_DIR}/{name}/{plan_hash[:16]}"
 
 
 class FrozenDict(dict):  # type: ignore[type-arg]
@@ -109,7 +125,9 @@ class BrokerPlan:
 
     @property
     def backup_paths(self) -> list[str]:
-        return sorted({a.path for a in self.actions})
+        """The files backed up before the change: every planned file (a -stray replica dir is moved whole, never
+        copied: the quarantine keeps it, and the journal says where)."""
+        return sorted({a.path for a in self.actions if not stray_replica_dir(a.path)})
 
 
 @dataclass(frozen=True)
@@ -245,6 +263,8 @@ def planned_path_ok(action: str, path: str, log_dirs: Iterable[str]) -> bool:
     parts = path.split("/")
     if len(parts) < 3 or any(p in ("", ".", "..") for p in parts[1:]) or "\n" in path:
         return False
+    if action == "quarantine" and stray_replica_dir(path):  # <log dir>/<topic>-<p>.<uid>-stray, moved whole
+        return "/".join(parts[:-1]) in {d.rstrip("/") for d in log_dirs}
     parent, name = "/".join(parts[:-2]), parts[-1]
     if parent not in {d.rstrip("/") for d in log_dirs}:
         return False

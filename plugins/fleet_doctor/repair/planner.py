@@ -24,7 +24,16 @@ from fleet_doctor.audit.summary import FindingStatus
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.kraft_refusals import action_refusal, zookeeper_write_refusal
-from fleet_doctor.repair.plan import BrokerPlan, FileAction, Plan, RestartPreview, ZkAction, controller_last
+from fleet_doctor.repair.plan import (
+    BrokerPlan,
+    FileAction,
+    Plan,
+    RestartPreview,
+    ZkAction,
+    controller_last,
+    stray_quarantine,
+    stray_replica_dir,
+)
 from fleet_doctor.rules import INTERNAL_TOPICS, RULES_BY_ID, Remediation, get, legal_topic
 from fleet_doctor.staging import load_probe, staged_brokers
 from fleet_doctor.store import Store
@@ -210,6 +219,7 @@ class _Build:
 
     facts: FleetFacts
     include_internal: bool
+    kraft: bool = False
     actions: dict[int, dict[str, FileAction]] = field(default_factory=lambda: defaultdict(dict))
     quarantined: dict[int, set[tuple[str, int]]] = field(default_factory=lambda: defaultdict(set))
     skipped: list[dict[str, Any]] = field(default_factory=list)
@@ -232,6 +242,7 @@ class _Build:
                 elif r.get("kind") == "segment":
                     self.segments[(bid, r["path"], r["base_offset"])] = r
         self.zk_ids = self.facts.zk_topic_ids()
+        self.image_topic_ids = {r.get("topic_id") for r in self.facts.zk if r.get("kind") == "topic"} - {None}
 
     def add(self, bid: int, action: str, path: str, f: Mapping[str, Any], reason: str) -> None:
         """A file action for a finding (the first action planned for a path wins)."""
@@ -241,6 +252,8 @@ class _Build:
 
     def exists(self, bid: int, path: str) -> bool:
         """The file was there when the audit probed (the backup step re-checks on the broker)."""
+        if stray_replica_dir(path):
+            return (bid, path) in self.partitions
         pdir, _, name = path.rpartition("/")
         if name == PARTITION_METADATA:
             return bool(self.partitions.get((bid, pdir), {}).get("partition_metadata_present"))
@@ -279,6 +292,8 @@ def _remove_topic_id_files(build: _Build, f: Mapping[str, Any]) -> str | None:
     in_zk = build.zk_ids.get(f.get("topic") or "")
     if f.get("topic") in INTERNAL_TOPICS and not build.include_internal:
         return "internal topic (include_internal is off)"
+    if build.kraft:  # the whole remedy is refused there, not half of it (kraft_refusals)
+        return action_refusal(FileAction("remove", f"{pdir}/{PARTITION_METADATA}", f["rule"], None, None, ""))
     if not in_zk:
         return "ZooKeeper has no topic ID to converge on (restore it first)"
     if on_disk == in_zk:
@@ -306,6 +321,37 @@ def _quarantine_index(build: _Build, f: Mapping[str, Any]) -> str | None:
 def _restore_zk_topic_id(build: _Build, f: Mapping[str, Any]) -> str | None:
     """A topic znode without ``topic_id``: the ID every replica holds is written back (when they hold one)."""
     build.zk_topic_ids[f["topic"]] |= build.topic_ids_on_disk.get(f["topic"], set())
+    return None
+
+
+@planner(Remediation.QUARANTINE_STRAY_REPLICA)
+def _quarantine_stray_replica(build: _Build, f: Mapping[str, Any]) -> str | None:
+    """A ``-stray`` replica dir on a KRaft broker (3.7+ renames a replica it finds stray and keeps it: KAFKA-15605
+    leaves it to the operator), proven stray by its topic ID: the ``partition.metadata`` it holds names a topic ID
+    the metadata image does not hold (a topic deleted, or an older incarnation of one whose name now has another
+    ID). Moved whole beside its log dir while the broker is stopped (a running broker keeps its stray logs open);
+    deleting the quarantine is a plan of its own. A ``-delete`` dir is Kafka's to delete, a ``-future`` one a move
+    between log dirs in progress: neither is touched."""
+    bid, path = f.get("broker_id"), _partition_dir(f)
+    if not stray_replica_dir(path):
+        return "report only: a -delete dir is Kafka's to delete at its next start, a -future dir a move in progress"
+    if not build.kraft:
+        return "report only: a -stray dir on a ZooKeeper cluster was not made by this cluster's Kafka (look at it)"
+    record = build.partitions.get((bid, path), {})  # type: ignore[arg-type]
+    topic, on_disk = f.get("topic") or record.get("topic"), record.get("topic_id")
+    if not on_disk:
+        return "not proven stray: its partition.metadata holds no topic ID (the audit could not read one)"
+    if on_disk in build.image_topic_ids:
+        return f"not proven stray: its topic ID {on_disk} is in the metadata image (a replica of a live topic)"
+    now = build.zk_ids.get(topic or "")
+    proof = (
+        f"its topic ID {on_disk} is not in the metadata image: an older incarnation of {topic} (now {now})"
+        if now
+        else f"its topic ID {on_disk} is not in the metadata image: topic {topic} was deleted"
+    )
+    log_dir = path.rsplit("/", 1)[0]
+    why = f"{proof}; moved whole to {stray_quarantine(log_dir, '<plan hash>')}/ with the broker stopped"
+    build.add(bid, "quarantine", path, f, why)  # type: ignore[arg-type]
     return None
 
 
@@ -401,7 +447,7 @@ def build_plan(
     if facts.cluster_id:  # the cluster this plan is for: the repair refuses another (``session.lock_key``)
         scope["cluster_id"] = facts.cluster_id
     held = set(scope["hold_out"])
-    build = _Build(facts, include_internal)
+    build = _Build(facts, include_internal, kraft)
     for f in findings:
         if f.get("status") == FindingStatus.RESOLVED or not _in_scope(f, scope):
             continue

@@ -27,6 +27,7 @@ from fleet_doctor.audit.steps import probe_command, run_probe
 from fleet_doctor.layout import LOCAL, PROBE_OBJECT
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
 from fleet_doctor.remote import Remote
+from fleet_doctor.repair.plan import stray_replica_dir
 from fleet_doctor.staging import split_to_dir
 from fleet_doctor.zookeeper import snapshot
 
@@ -79,6 +80,10 @@ def problems(actions: list[Any], findings: list[dict[str, Any]], present: set[st
         by_path.setdefault(f.get("path") or "", []).append(f)
     out = []
     for a in actions:
+        if stray_replica_dir(a.path):  # moved whole out of the log dir: the broker's start must not find it there
+            if a.path in present:
+                out.append(f"{a.path} is in its log dir again (the quarantine did not take, or it was put back)")
+            continue
         pdir, name = a.path.rsplit("/", 1)
         named = list(by_path.get(a.path, []))
         log = f"{pdir}/{name.split('.', 1)[0]}.log"
@@ -105,6 +110,7 @@ def _present(output: bytes | bytearray, partition_dirs: set[str]) -> set[str]:
             continue
         r = json.loads(line)
         if r.get("kind") == "partition":
+            out.add(r["path"])
             if r.get("partition_metadata_present"):
                 out.add(f"{r['path']}/{PARTITION_METADATA}")
             if r.get("leader_epoch_present"):
