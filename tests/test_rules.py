@@ -83,8 +83,10 @@ def test_remediation_is_what_the_catalogue_maps_each_rule_to() -> None:
     }
     assert rule_ids_with(Remediation.REMOVE_TOPIC_ID_FILES) == {"topic-id-mismatch"}
     assert rule_ids_with(Remediation.RESTORE_ZK_TOPIC_ID) == {"topic-id-missing-in-zk"}
+    # "unless a later issue says otherwise": issue 30, a -stray replica proven stray on KRaft
+    assert rule_ids_with(Remediation.QUARANTINE_STRAY_REPLICA) == {"stray-dir"}
     acted_on = {r.id for r in RULES if r.remediation is not Remediation.REPORT_ONLY}
-    assert len(acted_on) == 8 and len(rule_ids_with(Remediation.REPORT_ONLY)) == len(RULES) - 8
+    assert len(acted_on) == 9 and len(rule_ids_with(Remediation.REPORT_ONLY)) == len(RULES) - 9
 
 
 def test_severity_order_is_defined_once() -> None:

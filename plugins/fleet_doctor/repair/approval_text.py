@@ -20,7 +20,7 @@ from typing import Any
 from fleet_doctor.airflow_links import restore_dag
 from fleet_doctor.finding_groups import group_findings
 from fleet_doctor.layout import PLAN
-from fleet_doctor.repair.plan import QUARANTINE_DIR, BrokerPlan, Plan
+from fleet_doctor.repair.plan import QUARANTINE_DIR, STRAY_QUARANTINE_DIR, BrokerPlan, Plan
 from fleet_doctor.rules import INTERNAL_TOPICS, RULES_BY_ID
 from fleet_doctor.zookeeper.cluster import CLUSTER_DEFAULT_PATH
 
@@ -108,6 +108,7 @@ def repair_subject(plan: Plan) -> str:
         f"Kafka repair {plain(plan.cluster)} plan {plan.hash[:12]}: {'DRY RUN, ' if plan.dry_run else ''}"
         f"restart {c['brokers_restarted']} broker(s), remove {c['files_removed']} and quarantine "
         f"{c['files_quarantined']} file(s)"
+        + (f" and {c['replicas_quarantined']} stray replica(s)" if c["replicas_quarantined"] else "")
     )
 
 
@@ -214,6 +215,11 @@ def repair_markdown(plan: Plan, plan_dir: str | None = None) -> str:
         what.append(f"back up and remove {c['files_removed']} topic-ID file(s)")
     if c["files_quarantined"]:
         what.append(f"quarantine {c['files_quarantined']} index file(s) (moved aside, Kafka rebuilds them)")
+    if c["replicas_quarantined"]:
+        what.append(
+            f"quarantine {c['replicas_quarantined']} stray replica dir(s) (moved whole beside the log dir, the broker "
+            "stopped)"
+        )
     out = [
         f"### Repair plan `{plan.hash[:12]}` for cluster {md_cell(plan.cluster, table=False)}",
         "",
@@ -224,12 +230,20 @@ def repair_markdown(plan: Plan, plan_dir: str | None = None) -> str:
         f"run {md_cell(plan.audit_run, table=False)}.",
         *_internal_lines(plan),
         f"- **How many:** {c['files_removed'] + c['files_quarantined']} file(s) backed up first, "
-        f"{c['files_removed']} removed, {c['files_quarantined']} quarantined; {c['brokers_restarted']} broker(s) "
-        f"restarted; {len(plan.skipped)} finding(s) in scope not addressed.",
+        f"{c['files_removed']} removed, {c['files_quarantined']} quarantined"
+        + (f", {c['replicas_quarantined']} stray replica dir(s) moved whole" if c["replicas_quarantined"] else "")
+        + f"; {c['brokers_restarted']} broker(s) restarted; {len(plan.skipped)} finding(s) in scope not addressed.",
         *_risk_lines(plan),
         f"- **Backups:** per broker a tar.gz with a sha256 manifest, fetched to "
         f"{md_cell(where + '/attempts/<run>/broker-<id>/', table=False)} before anything changes; quarantined "
-        f"files stay on the broker in `<partition dir>/{QUARANTINE_DIR}/<plan>/`.",
+        f"files stay on the broker in `<partition dir>/{QUARANTINE_DIR}/<plan>/`"
+        + (
+            f", stray replicas in `<log dir's parent>/{STRAY_QUARANTINE_DIR}/<log dir>/<plan>/` (not copied: moved "
+            "back by hand, `mv`, with the broker stopped)."
+            if c["replicas_quarantined"]
+            else "."
+        ),
+        *_kraft_lines(plan),
         _undo_line(plan, where),
         *_gates_lines(plan),
         "",
@@ -313,6 +327,29 @@ def _risk_lines(plan: Plan) -> list[str]:
     return ["- **Risk:**", *(f"  - {r}." for r in risks)]
 
 
+def _kraft_lines(plan: Plan) -> list[str]:
+    """What a KRaft plan's run does differently (docs/repair.md, "On KRaft")."""
+    if not plan.kraft:
+        return []
+    loss = (
+        [
+            "- **Quorum loss accepted:** a voter of a quorum of fewer than 3 is restarted: the cluster has no "
+            "quorum (no metadata change, no leader election) until it is back."
+        ]
+        if plan.gates.get("allow_quorum_loss")
+        else []
+    )
+    return [
+        *loss,
+        "- **KRaft:** no ZooKeeper: the repair lock is a file in the shared repairs dir (`locks/<cluster.id>`), the "
+        "gates read the quorum's committed metadata (up to its high watermark) from the controllers' logs; voters "
+        "restart after the other brokers, one at a time, the active controller last, each only while the other "
+        "voters keep a caught-up majority (and nothing while more than one voter is impaired). Editing "
+        "`partition.metadata`, `quorum-state` or the metadata log, and any ZooKeeper write, are refused (see "
+        '"Not addressed").',
+    ]
+
+
 def _unknown_default_line(plan: Plan) -> str:
     """The risk when ZooKeeper's cluster-wide min.insync.replicas was not known at plan time: said, with what
     was counted instead and the partitions it matters most for, never read as "no risk"."""
@@ -323,10 +360,10 @@ def _unknown_default_line(plan: Plan) -> str:
         if static
         else "no static default is set (inventory or form): Kafka's 1 unless ZooKeeper holds one"
     )
+    kept = "the metadata's cluster-wide broker ConfigRecord" if plan.kraft else f"ZooKeeper's `{CLUSTER_DEFAULT_PATH}`"
     line = (
-        f"cluster default min.insync.replicas not known: the pre-check reads it (ZooKeeper's "
-        f"`{CLUSTER_DEFAULT_PATH}`) before each stop and halts the run there if a partition would go under it; "
-        f"{assumed}"
+        f"cluster default min.insync.replicas not known: the pre-check reads it ({kept}) before each stop and halts "
+        f"the run there if a partition would go under it; {assumed}"
     )
     thin = plan.risk.get("thinnest")
     if thin:

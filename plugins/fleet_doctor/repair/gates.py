@@ -54,7 +54,8 @@ class Gates:
 # the form's values that set a gate (the others are fixed by the product)
 FORM_GATES = ("healthy_polls", "poll_interval_s", "isr_timeout_s", "pause_between_brokers_s", "stop_timeout_s")
 # the form's values that decide how carefully a repair runs: recorded in its plan (hash and approval text)
-GATE_PARAMS = (*FORM_GATES, "min_insync_replicas", "dry_run")
+GATE_PARAMS = (*FORM_GATES, "min_insync_replicas", "dry_run", "allow_quorum_loss")
+ONLY_WHEN_SET = frozenset({"allow_quorum_loss"})  # recorded only when true: plans without it read as before
 # the restore form's: its timeout, the health gates and the static min ISR (recorded in the restore plan alike)
 RESTORE_GATE_PARAMS = ("timeout_s", "healthy_polls", "poll_interval_s", "isr_timeout_s", "min_insync_replicas")
 DEFAULTS = Gates()
@@ -63,7 +64,7 @@ DEFAULTS = Gates()
 def gates_of(params: Mapping[str, Any], keys: tuple[str, ...] = GATE_PARAMS) -> dict[str, Any]:
     """The form's values that decide how carefully the plan runs: part of the plan (its hash, its approval text).
     ``keys``: the repair's (``GATE_PARAMS``) or the restore's (``RESTORE_GATE_PARAMS``)."""
-    return {k: params[k] for k in keys if params.get(k) is not None}
+    return {k: params[k] for k in keys if params.get(k) is not None and (k not in ONLY_WHEN_SET or params[k])}
 
 
 def approved_gates(plan_gates: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:

@@ -58,12 +58,20 @@ def repair_gates() -> dict[str, dict[str, Any]]:
         "description": "per broker: its controlled shutdown done (process gone, unregistered) within; past it the "
         "repair halts with the lock held and the broker counted as still stopping",
     }
+    quorum_loss = {
+        "default": False,
+        "type": "boolean",
+        "title": "KRaft: allow losing the quorum",
+        "description": "Only for a KRaft cluster of fewer than 3 voters: restarting a voter then leaves no majority "
+        "until it is back (no metadata change, no new leader). Off: such a restart is refused. The approval says so.",
+    }
     return {
         "pause_between_brokers_s": pause,
         **_health_gates(),
         "stop_timeout_s": stop,
         "dry_run": dry_run,
         "min_insync_replicas": MIN_ISR,
+        "allow_quorum_loss": quorum_loss,
     }
 
 

@@ -221,9 +221,19 @@ class Plan:
         return {
             "brokers_restarted": len(self.restart_order),
             "files_removed": sum(a.action == "remove" for b in self.brokers for a in b.actions),
-            "files_quarantined": sum(a.action == "quarantine" for b in self.brokers for a in b.actions),
+            "files_quarantined": sum(
+                a.action == "quarantine" and not stray_replica_dir(a.path) for b in self.brokers for a in b.actions
+            ),
+            "replicas_quarantined": sum(
+                a.action == "quarantine" and stray_replica_dir(a.path) for b in self.brokers for a in b.actions
+            ),
             "zookeeper_actions": len(self.zookeeper),
         }
+
+    @property
+    def kraft(self) -> bool:
+        """The plan was made for a KRaft cluster (its scope says so: the approver sees it, the hash covers it)."""
+        return self.scope.get("metadata_mode") == "kraft"
 
     @property
     def gates(self) -> Mapping[str, Any]:

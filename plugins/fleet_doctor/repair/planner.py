@@ -446,6 +446,8 @@ def build_plan(
         scope["gates"] = dict(gates)
     if facts.cluster_id:  # the cluster this plan is for: the repair refuses another (``session.lock_key``)
         scope["cluster_id"] = facts.cluster_id
+    if kraft:  # what the approver reads about the lock, the gates and the refusals (approval_text)
+        scope["metadata_mode"] = "kraft"
     held = set(scope["hold_out"])
     build = _Build(facts, include_internal, kraft)
     for f in findings:
