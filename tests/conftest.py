@@ -134,6 +134,7 @@ LIVE_MODULES = {
     "test_fakes_contract",
     "test_fault_matrix",
     "test_kraft_e2e",
+    "test_kraft_fault_matrix",
     "test_kraft_repair",
     "test_lab",
     "test_lab_detection",

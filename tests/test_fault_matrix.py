@@ -28,7 +28,6 @@ The Airflow faults (an approve task marked success by hand, a disallowed user an
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import pwd
@@ -36,7 +35,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -66,6 +64,7 @@ from fleet_lab.broker import BrokerConfig
 from fleet_lab.fleet import kill_sshd, run_service, start_sshd
 from fleet_lab.incidents import run_scenario
 from harness import zk_session
+from harness.backups import lost_files
 from harness.fault_worker import GATES, POINTS
 from harness.repair_lab import plan_of
 from harness.shared import AUDIT_RUN, audited
@@ -103,10 +102,6 @@ def lab(shared: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
     )
 
 
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def running(ctx: dict[str, Any]) -> bool:
     return fleet.running_pid(ctx["state"].broker(ctx["bid"]).config()) is not None
 
@@ -117,32 +112,8 @@ def journal_of(ctx: dict[str, Any], attempt: str) -> dict[str, Any]:
     )
 
 
-def backed_up(ctx: dict[str, Any], attempt: str) -> dict[str, set[str]]:
-    """path -> sha256 of every copy of it in the attempt's backups whose tarball matches its recorded checksum."""
-    d = RepairsDir(ctx["settings"].repairs).attempt(ctx["plan"].hash, attempt)
-    out: dict[str, set[str]] = {}
-    for tarball in sorted(d.glob("broker-*/backup-*.tar.gz")):
-        recorded = tarball.with_name(tarball.name.replace(".tar.gz", ".sha256"))
-        if not recorded.is_file() or recorded.read_text().split()[0] != sha(tarball.read_bytes()):
-            continue  # not a verified backup
-        with tarfile.open(tarball) as tar:
-            for m in tar:
-                f = tar.extractfile(m)
-                assert f is not None
-                out.setdefault("/" + m.name.lstrip("/"), set()).add(sha(f.read()))
-    return out
-
-
 def data_lost(ctx: dict[str, Any], attempt: str) -> list[str]:
-    """Planned files whose bytes as the plan found them are neither on disk nor in a verified backup."""
-    held = backed_up(ctx, attempt)
-    lost = []
-    for path, data in ctx["originals"].items():
-        p = Path(path)
-        on_disk = sha(p.read_bytes()) if p.exists() else None
-        if on_disk != sha(data) and sha(data) not in held.get(path, set()):
-            lost.append(path)
-    return lost
+    return lost_files(ctx["originals"], RepairsDir(ctx["settings"].repairs).attempt(ctx["plan"].hash, attempt))
 
 
 def check_invariants(ctx: dict[str, Any], attempt: str, lock_expected: bool) -> dict[str, Any]:

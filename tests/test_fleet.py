@@ -306,7 +306,7 @@ def test_the_overview_and_a_clusters_page_show_the_repair_lock(tmp_path: Path) -
         "garbled": "unreadable",
         "absurd": "unknown",
         "nan": "unknown",
-        "k": "none",
+        "k": "unknown",  # a KRaft cluster whose lock no repair or audit has seen yet
     }
     assert dict(rows_of(text))["no-history"] == "unreadable"
     assert rows_of(text)[1][0] == "held"  # after the unreadable one, the only row worse than the calm ones

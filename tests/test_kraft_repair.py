@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -29,43 +28,16 @@ import pytest
 
 from fleet_doctor import lock_state
 from fleet_lab import fleet as lab
-from fleet_lab.incidents import inject
-from fleet_lab.kafka_files import write_partition_metadata
+from harness.kraft_repair import STRAY_NODE, STRAY_TOPIC_ID, VICTIM, snapshot, stray_dir
 from harness.live_stack import FAST, REPAIR, attempt_of, events, plan_dir
 from harness.shared import live
 
 pytestmark = pytest.mark.timeout(2400)
-VICTIM, STRAY_NODE = 3, 2
-STRAY_TOPIC_ID = "U3RyYXlTdHJheVN0cmF5AA"  # a topic ID the lab's metadata never held (an older incarnation's)
-
-
-def stray_dir(state: lab.LabState) -> Path:
-    """Node 2's -stray replica: a copy of its orders-0 named as Kafka renames a stray replica (a fixed uid: the plan,
-    made from the snapshot's audit, names it)."""
-    return Path(state.broker(STRAY_NODE).log_dirs[0]) / f"orders-0.{'5' * 32}-stray"
-
-
-def incidents(state: lab.LabState) -> None:
-    """The stray replica planted on node 2, then seed-000's kill -9 of node 3: it stays down with its untrimmed
-    indexes; once the quorum has fenced it and taken it out of every ISR (what the audit then sees, every time)."""
-    dst = stray_dir(state)
-    shutil.copytree(dst.parent / "orders-0", dst)
-    write_partition_metadata(dst, STRAY_TOPIC_ID)
-    inject(state, "kill9-untrimmed-index", broker=VICTIM)
-    deadline = time.monotonic() + 60
-    while True:
-        records = lab.read_metadata(state)
-        fenced = any(r["kind"] == "broker" and r["broker_id"] == VICTIM and r["fenced"] for r in records)
-        in_isr = [r for r in records if r["kind"] == "partition_state" and VICTIM in r["isr"] and len(r["isr"]) > 1]
-        if fenced and not in_isr:
-            return
-        assert time.monotonic() < deadline, f"node {VICTIM} not fenced and out of ISR within 60 s"
-        time.sleep(0.2)
 
 
 @pytest.fixture
 def fleet(shared: Any) -> dict[str, Any]:
-    return live(shared, shared.snapshot(None, lab.DEFAULT_KRAFT_VERSION, incidents, metadata="kraft"))
+    return live(shared, snapshot(shared))
 
 
 def digests(paths: list[str]) -> dict[str, str]:

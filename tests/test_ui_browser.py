@@ -230,7 +230,7 @@ def open_fleet_view(page: Any, steps: Steps) -> Any:
     expect(kraft).to_have_attribute("data-state", "ok")  # audited by the scheduler beside the ZooKeeper one
     expect(kraft.locator("td").nth(1)).to_have_text("kraft")
     expect(kraft.get_by_test_id("critical")).not_to_have_text("0")  # the demo's KRaft incidents, found
-    expect(kraft.get_by_test_id("repair-lock")).to_have_attribute("data-state", "none")  # no repair on KRaft yet
+    expect(kraft.get_by_test_id("repair-lock")).to_have_attribute("data-state", "free")  # its lock in the repairs dir
     ours = frame.locator(f"[data-testid=cluster-row][data-cluster='{lab.DEFAULT_CLUSTER}']")
     expect(ours).to_have_attribute("data-state", "ok")
     expect(ours.get_by_test_id("repair-lock")).to_have_attribute("data-state", "free")  # its audit saw it

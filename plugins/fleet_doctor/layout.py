@@ -54,6 +54,15 @@ from typing import Any
 # ---- the data root
 CLUSTERS = "clusters"  # clusters/<cluster>/: one cluster's store
 LOCKS = "locks"  # locks/<cluster id>.*: the repair lock of clusters without ZooKeeper (repair.dir_lock)
+
+
+def dir_lock_files(lock_dir: Path, key: str) -> dict[str, Path]:
+    """The files of the repair lock of the cluster whose id is ``key`` in ``lock_dir`` (``repair.dir_lock``): the
+    holder record, the worker's liveness, the last fencing token given, the guard of every change."""
+    return {kind: Path(lock_dir) / f"{key}.{ext}" for kind, ext in DIR_LOCK_FILES.items()}
+
+
+DIR_LOCK_FILES = {"holder": "json", "active": "active", "token": "token", "guard": "guard"}
 STAGING = "staging"
 VERIFY = "verify"
 FINDINGS = "findings"  # the findings dataset of every published run (the audit DAG's Asset)

@@ -27,10 +27,11 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from fleet_doctor.audit.summary import TIME_FORMAT
-from fleet_doctor.layout import REPAIR_LOCK
+from fleet_doctor.layout import REPAIR_LOCK, dir_lock_files
 from fleet_doctor.zookeeper.lock import ACTIVE_ROOT, LOCK_ROOT, lock_holder
 
 LOG = logging.getLogger(__name__)
@@ -122,12 +123,20 @@ def seen_in_zookeeper(zk: Any, key: str, seen_by: str, kept: str | None = None) 
     return LockState(held, observed, seen_by, holder, alive, kept if held else None, max(zxids) if zxids else 0)
 
 
-def seen_in_dir(lock: Any, seen_by: str, kept: str | None = None) -> LockState:
-    """The lock of a cluster without ZooKeeper (``repair.dir_lock.DirLock``) as its files say now: its holder, and
-    whether a worker's liveness file is there. No zxid orders these: the observers' clocks do."""
-    holder = lock.holder()
+def seen_in_dir(lock_dir: Path, key: str, seen_by: str, kept: str | None = None) -> LockState:
+    """The lock of a cluster without ZooKeeper (``repair.dir_lock``: its files in ``lock_dir``, ``layout``) as they
+    say now: its holder, and whether a worker's liveness file is there. No zxid orders these: the observers' clocks
+    do. ValueError when the holder record is not one (``DirLock`` refuses it alike)."""
+    files = dir_lock_files(lock_dir, key)
+    try:
+        record = json.loads(files["holder"].read_bytes())
+    except FileNotFoundError:
+        record = None
+    if record is not None and not (isinstance(record, dict) and isinstance(record.get("holder"), dict)):
+        raise ValueError(f"{files['holder']}: not a repair lock record")
+    holder = dict(record["holder"]) if record else None
     held = holder is not None
-    alive = lock.active.exists() if held else None
+    alive = files["active"].exists() if held else None
     return LockState(held, time.time(), seen_by, holder, alive, kept if held else None, None)
 
 

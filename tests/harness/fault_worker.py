@@ -6,7 +6,8 @@ itself with SIGKILL at the point CONFIG names, as a worker killed by the OOM kil
 Points: ``after-precheck``, ``after-stop``, ``mid-backup`` (the tarball made on the broker, not yet fetched),
 ``after-backup``, ``mid-change`` (the first file changed, not the others), ``after-start``.
 
-CONFIG: {"inventory", "repairs", "plan_hash", "attempt", "point", "session_timeout_s"}.
+CONFIG: {"inventory", "repairs", "plan_hash", "attempt", "point", "session_timeout_s"}; on a KRaft cluster also
+"lock_dir" (where its repair lock lives) and "lease_s" (how long its liveness outlives it).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Any
 from fleet_doctor import inventory
 from fleet_doctor.layout import RESULT, RepairsDir
 from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
-from fleet_doctor.repair.executor import Executor
+from fleet_doctor.repair.executor import Executor, probe_and_detect
 from fleet_doctor.repair.plan import BrokerPlan, Plan
 from fleet_doctor.repair.session import cluster_lock
 from harness.repair_lab import FAST
-from harness.ssh import ssh_connect
+from harness.ssh import controller_connect, ssh_connect
 
 POINTS = ("after-precheck", "after-stop", "mid-backup", "after-backup", "mid-change", "after-start")
 GATES = replace(FAST, healthy_polls=2)
@@ -56,14 +57,20 @@ class DyingExecutor(Executor):
         if self.point == "after-backup":
             die()
         if self.point == "mid-change":
-            remove = host.remove
+            remove, quarantine = host.remove, host.quarantine
 
             def remove_then_die(path: str) -> Any:
                 out = remove(path)
                 die()  # one file removed, the rest not
                 return out
 
+            def quarantine_then_die(path: str, plan_hash: str) -> Any:
+                out = quarantine(path, plan_hash)
+                die()  # one file quarantined, the rest not
+                return out
+
             host.remove = remove_then_die  # type: ignore[method-assign]
+            host.quarantine = quarantine_then_die  # type: ignore[method-assign]
         return super().change(b, host)
 
     def healthy(self, b: BrokerPlan, host: BrokerHost) -> str:
@@ -83,9 +90,19 @@ def main(config_path: str) -> int:
     timeout = float(cfg.get("session_timeout_s", 4))
     attempt = repairs.attempt(plan.hash, cfg["attempt"])
     report: dict[str, Any] = {}
-    with cluster_lock(inv, owner, report, attempt / RESULT, session_timeout=timeout) as lock:
+    kraft = {"lock_dir": Path(cfg["lock_dir"]), "connect": controller_connect, "lease_s": cfg.get("lease_s")}
+    with cluster_lock(
+        inv, owner, report, attempt / RESULT, session_timeout=timeout, **(kraft if inv.kraft else {})
+    ) as lock:
         ex = DyingExecutor(
-            plan, attempt, inv, ssh_hosts(inv, ssh_connect(inv)), lock.cluster({}), GATES, fence=lock.fence()
+            plan,
+            attempt,
+            inv,
+            ssh_hosts(inv, ssh_connect(inv)),
+            lock.cluster({}),
+            GATES,
+            fence=lock.fence(),
+            post_verify=probe_and_detect(inv, controller_connect),
         )
         lock.keep_when(ex.journal.keeps_lock)
         ex.run()

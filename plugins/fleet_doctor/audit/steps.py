@@ -61,6 +61,7 @@ def discover(
     *,
     store: Store | None = None,
     area: RunArea | None = None,
+    lock_dir: Path | None = None,
 ) -> dict[str, Any]:
     """The brokers to audit: every broker of the inventory (or only the ids in ``only``, the rest listed as out of
     scope), with its registration. A broker known to only one of the two is reported, never dropped.
@@ -92,6 +93,7 @@ def discover(
             stage_kraft_metadata(store, area, endpoints, reads, controller_errors)
         if reads:
             registered, fenced, source = reads[0].registrations(), reads[0].fenced(), reads[0].source()
+            repair_lock = _dir_repair_lock(lock_dir, source.get("cluster_id"))
         else:
             metadata_error = kraft.error_text(controller_errors)
     else:
@@ -137,7 +139,7 @@ def discover(
         "metadata_error": metadata_error,
         "controller_errors": controller_errors,
         "out_of_scope": sorted(known - scope) if scope else [],
-        "repair_lock": repair_lock,  # ZooKeeper: the repair lock as seen now (``lock_state``), None when unread
+        "repair_lock": repair_lock,  # the repair lock as seen now (``lock_state``), None when unread
     }
 
 
@@ -154,6 +156,27 @@ def _repair_lock(zk: Any) -> dict[str, Any] | None:
         return None if key is None else lock_state.seen_in_zookeeper(zk, key, "audit").to_json()
     except Exception as e:
         LOG.warning("the repair lock could not be read (the fleet page shows an older state): %s", e)
+        return None
+
+
+def _dir_repair_lock(lock_dir: Path | None, cluster_id: str | None) -> dict[str, Any] | None:
+    """A KRaft cluster's repair lock (files in the repairs dir, keyed by its cluster.id: ``repair.dir_lock``) as it
+    is now; None when there is no lock dir to look in or it cannot be read (logged: the audit goes on)."""
+    if lock_dir is None or not cluster_id:
+        return None
+    try:
+        return lock_state.seen_in_dir(lock_dir, str(cluster_id), "audit").to_json()
+    except Exception as e:
+        LOG.warning("the repair lock in %s could not be read (the fleet page shows an older state): %s", lock_dir, e)
+        return None
+
+
+def audit_lock_dir(settings: Settings) -> Path | None:
+    """Where a KRaft cluster's repair lock lives for these settings (``Settings.lock_dir``), None when there is none
+    (a remote data root without FLEET_DOCTOR_REPAIR_DIR: no repair can run there either)."""
+    try:
+        return settings.lock_dir
+    except Exception:
         return None
 
 
@@ -423,7 +446,9 @@ def stage_and_detect(
     store.check()
     inventory = settings.load_inventory()
     auth = None if inventory.kraft else credentials(inventory)
-    discovered = discover(inventory, auth=auth, connect=connect_controller, store=store, area=area)
+    discovered = discover(
+        inventory, auth=auth, connect=connect_controller, store=store, area=area, lock_dir=audit_lock_dir(settings)
+    )
     errors = []
     for broker in discovered["brokers"]:
         try:

@@ -300,12 +300,10 @@ def _age(finished_at: Any, now: dt.datetime) -> str:
     return f"{s // 86400} days ago"
 
 
-def repair_lock(lock: LockState | None, error: str | None, now: dt.datetime, metadata_mode: str = "zookeeper") -> str:
+def repair_lock(lock: LockState | None, error: str | None, now: dt.datetime) -> str:
     """The repair lock as last seen (``lock_state``): its state, who holds it, when and by whom it was seen."""
     if error:
         return f"<span class='alert' data-testid='repair-lock' data-state='unreadable'>{e(error)}</span>"
-    if lock is None and metadata_mode == "kraft":
-        return "<span class='muted' data-testid='repair-lock' data-state='none'>none: KRaft repairs are refused</span>"
     if lock is None:
         return "<span class='muted' data-testid='repair-lock' data-state='unknown'>not seen yet</span>"
     age = _age(dt.datetime.fromtimestamp(lock.observed_at, dt.UTC).strftime(TIME_FORMAT), now)
@@ -690,7 +688,7 @@ def _cluster_row(row: ClusterRow, now: dt.datetime) -> str:
         f"<td data-testid='not-audited' data-value='{len(row.not_audited)}'>"
         f"{_brokers(row.not_audited) if row.not_audited else ''}</td>"
         f"<td class='num' data-testid='pending' data-cluster='{e(row.cluster)}'></td>"
-        f"<td data-value='{_lock_rank(row)}'>{repair_lock(row.lock, row.lock_error, now, row.metadata_mode)}</td></tr>"
+        f"<td data-value='{_lock_rank(row)}'>{repair_lock(row.lock, row.lock_error, now)}</td></tr>"
     )
 
 

@@ -79,6 +79,7 @@ def kafka_fleet_audit(cluster: ClusterDags, parsed: Settings) -> DAG:
                 only=context["params"].get("brokers") or [],
                 store=here.store,  # KRaft: the controllers' metadata, read once for the run, staged here
                 area=layout.staging(context["run_id"]),
+                lock_dir=steps.audit_lock_dir(here),  # KRaft: where its repair lock lives (the repairs dir)
             )
             steps.show_repair_lock(here.store, discovered)  # the fleet page's view of the repair lock
             context["ti"].xcom_push(key="fleet", value=discovered)

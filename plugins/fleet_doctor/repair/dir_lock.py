@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fleet_doctor.layout import dir_lock_files
 from fleet_doctor.repair.errors import FenceLost
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper.lock import LockHeld, same_owner
@@ -99,10 +100,13 @@ class DirLock:
         if not key or "/" in key or key.startswith("."):
             raise ValueError(f"{key!r} is not a cluster id")
         self.root, self.key, self.lease_s = Path(root), key, lease_s
-        self.path = self.root / f"{key}.json"
-        self.active = self.root / f"{key}.active"
-        self.counter = self.root / f"{key}.token"
-        self.guard_path = self.root / f"{key}.guard"
+        files = dir_lock_files(self.root, key)
+        self.path, self.active, self.counter, self.guard_path = (
+            files["holder"],
+            files["active"],
+            files["token"],
+            files["guard"],
+        )
         self.token: int | None = None  # ours, while this object holds the lock
         self._beat: threading.Thread | None = None
         self._stop = threading.Event()

@@ -51,8 +51,9 @@ Step = Callable[[BrokerPlan, BrokerHost], str]
 PostVerify = Callable[[BrokerHost, BrokerPlan, Callable[[str], None]], list[str]]
 
 
-def probe_and_detect(inventory: Any) -> PostVerify:
-    """The real post-verify: a fresh probe of the broker through the detection app (``repair.verify``)."""
+def probe_and_detect(inventory: Any, connect_controller: Any = None) -> PostVerify:
+    """The real post-verify: a fresh probe of the broker through the detection app (``repair.verify``); on KRaft
+    with the controllers' metadata (reached with ``connect_controller``, default their Airflow connections)."""
 
     def verify(host: BrokerHost, b: BrokerPlan, stage: Callable[[str], None]) -> list[str]:
         from fleet_doctor.repair.verify import post_verify
@@ -68,21 +69,21 @@ def probe_and_detect(inventory: Any) -> PostVerify:
             stage=stage,
             metadata_mode=inventory.metadata_mode,
             kafka_user=entry.kafka_user,
-            read_cluster=kraft_metadata(inventory) if inventory.kraft else None,
+            read_cluster=kraft_metadata(inventory, connect_controller) if inventory.kraft else None,
         )
 
     return verify
 
 
-def kraft_metadata(inventory: Any) -> Callable[[], list[dict[str, Any]]]:
-    """A KRaft cluster's metadata as the audit reads it (the most up-to-date controller's image); RepairError when
-    no controller could be read."""
+def kraft_metadata(inventory: Any, connect: Any = None) -> Callable[[], list[dict[str, Any]]]:
+    """A KRaft cluster's metadata as the audit reads it (the most up-to-date controller's image, reached with
+    ``connect``: ``audit.kraft.Connect``); RepairError when no controller could be read."""
 
     def read() -> list[dict[str, Any]]:
         from fleet_doctor.audit import kraft
 
         endpoints = [inventory.controller_endpoint(c.id) for c in inventory.controllers]
-        reads, errors = kraft.read_controllers(endpoints)
+        reads, errors = kraft.read_controllers(endpoints, connect)
         if not reads:
             raise RepairError(f"post-verify: {kraft.error_text(errors)}")
         return reads[0].records

@@ -29,6 +29,7 @@ from fleet_doctor import inventory, lock_state
 from fleet_doctor.cluster_health import ClusterHealth
 from fleet_doctor.layout import RepairsDir, attempt_name
 from fleet_doctor.remote import airflow_ssh_client
+from fleet_doctor.repair import dir_lock
 from fleet_doctor.repair.dir_lock import DirLock, DirLockError
 from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.gates import static_min_isr
@@ -261,7 +262,7 @@ class DirectoryLock(RepairLock):
         self._checked(lambda: self.lock.hand_back(owner))
 
     def seen(self, seen_by: str, kept: str | None) -> lock_state.LockState:
-        return lock_state.seen_in_dir(self.lock, seen_by, kept)
+        return lock_state.seen_in_dir(self.lock.root, self.key, seen_by, kept)
 
     def gates(self, inv: inventory.Inventory, params: dict[str, Any]) -> ClusterHealth:
         """Min ISR from the metadata's ConfigRecords, else the static default; a voter of a quorum of fewer than 3
@@ -409,16 +410,21 @@ def holding(
 
 
 def directory_lock(
-    lock_dir: Path, inv: inventory.Inventory, connect: Any = None, cluster_id: str | None = None
+    lock_dir: Path,
+    inv: inventory.Inventory,
+    connect: Any = None,
+    cluster_id: str | None = None,
+    lease_s: float | None = None,
 ) -> DirectoryLock:
     """The repair lock of a KRaft cluster in ``lock_dir`` (``Settings.lock_dir``), keyed by the cluster.id its voters
-    hold (``lock_key``: read live, checked against the inventory's and the plan's)."""
+    hold (``lock_key``: read live, checked against the inventory's and the plan's); ``lease_s``: how long a dead
+    worker's liveness is waited out (default ``dir_lock.LEASE_S``)."""
     live = KraftCluster(inv, connect)
     try:
         key = lock_key(live, inv, cluster_id)
     except GateUnreadable as e:
         raise RepairError(f"cluster {inv.cluster}: its cluster id could not be read: {e}; nothing was changed") from e
-    return DirectoryLock(DirLock(lock_dir, key), connect)
+    return DirectoryLock(DirLock(lock_dir, key, lease_s if lease_s is not None else dir_lock.LEASE_S), connect)
 
 
 @contextlib.contextmanager
@@ -480,8 +486,8 @@ def cluster_lock(
         if inv.kraft:
             if lock_dir is None:
                 raise RepairError(f"cluster {inv.cluster} is a KRaft cluster: its repair lock needs a lock dir")
-            cluster_id = hold.pop("cluster_id", None)
-            with held_lock(directory_lock(lock_dir, inv, connect, cluster_id), inv, owner, report, **hold) as lock:
+            backend = directory_lock(lock_dir, inv, connect, hold.pop("cluster_id", None), hold.pop("lease_s", None))
+            with held_lock(backend, inv, owner, report, **hold) as lock:
                 yield lock
             return
         auth = credentials(inv)

@@ -1,0 +1,229 @@
+"""The KRaft fault matrix (issue 30): faults during a KRaft repair on the live KRaft lab (3 combined nodes, real sshd
+per node, the lab's quorum, Spark post-verify), from the session's audited KRaft snapshot (harness.kraft_repair:
+seed-000's kill -9 of node 3, a proven stray replica on node 2), each case on a fresh restore of it:
+
+1. **the worker SIGKILLed mid-change** (one index quarantined, the others not): the lock stays in the repairs dir,
+   held by the attempt; node 3 stays down and the journal says it is changing; no byte lost (every planned file on
+   disk as the plan found it, or in a verified backup, or quarantined byte for byte); the rerun of the same attempt
+   waits out the dead worker's lease, takes the lock with a higher fencing token and resumes to done, the lock free;
+2. **a controller failover mid-repair** (the active controller restarted right after node 3's start): the gates
+   follow the new leader; the repair ends done;
+3. **a voter lost mid-repair** (node 1's host unreachable once node 3 is done): the quorum gate holds node 2 (the
+   other voters are not a caught-up majority without it), the run halts before node 2's stop, node 2 is never
+   stopped, the lock stays (node 3's files changed); the host back, the rerun resumes to done.
+
+Each row is printed at the end, as the ZooKeeper matrix's (tests/test_fault_matrix.py) are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_doctor import layout
+from fleet_doctor.layout import RepairsDir
+from fleet_doctor.repair import tasks
+from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
+from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.executor import Executor, probe_and_detect
+from fleet_doctor.repair.gates import Gates
+from fleet_doctor.repair.plan import BrokerPlan, Plan
+from fleet_doctor.repair.session import cluster_lock
+from fleet_lab import fleet
+from fleet_lab.incidents import kraft_controller_failover
+from harness.backups import lost_files, sha
+from harness.fault_worker import GATES
+from harness.kraft_repair import STRAY_NODE, VICTIM, snapshot
+from harness.shared import AUDIT_RUN, audited
+from harness.ssh import controller_connect, ssh_connect
+
+pytestmark = pytest.mark.timeout(1800)
+ROOT = Path(__file__).resolve().parents[1]
+LEASE_S = 3.0  # the repair lock's liveness lease, short: a resume waits one out after a SIGKILLed worker
+ROWS: list[str] = []
+
+
+@pytest.fixture
+def ctx(shared: Any, tmp_path: Path) -> dict[str, Any]:
+    return audited(shared, snapshot(shared), tmp_path)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def matrix() -> Any:
+    yield
+    print("\nKRaft fault matrix:\n" + "\n".join(f"  {r}" for r in ROWS))
+
+
+def planned(ctx: dict[str, Any], **scope: Any) -> Plan:
+    """The repair plan of the snapshot's audit, as the plan task makes it (the KRaft refusals applied), saved."""
+    s = ctx["settings"]
+    findings = s.store.read_jsonl(layout.history_findings(AUDIT_RUN))
+    plan = tasks.plan_from(s, AUDIT_RUN, findings, layout.staging(AUDIT_RUN), scope)
+    tasks.save_plan(s, plan)
+    ctx["originals"] = {p: Path(p).read_bytes() for b in plan.brokers for p in b.backup_paths}
+    return plan
+
+
+def attempt_dir(ctx: dict[str, Any], plan: Plan, attempt: str) -> Path:
+    return RepairsDir(ctx["settings"].repairs).attempt(plan.hash, attempt)
+
+
+def lock_record(ctx: dict[str, Any]) -> dict[str, Any] | None:
+    path = ctx["settings"].lock_dir / f"{ctx['state'].cluster_id}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def quarantined(ctx: dict[str, Any]) -> dict[str, set[str]]:
+    """path -> sha256 of its quarantined copies (``<partition dir>/fleet-doctor-quarantine/<plan>/<name>[.n]``)."""
+    out: dict[str, set[str]] = {}
+    for path in ctx["originals"]:
+        pdir, name = path.rsplit("/", 1)
+        for copy in Path(pdir).glob(f"fleet-doctor-quarantine/*/{name}*"):
+            out.setdefault(path, set()).add(sha(copy.read_bytes()))
+    return out
+
+
+def run(ctx: dict[str, Any], plan: Plan, attempt: str, cls: type[Executor] = Executor, gates: Gates = GATES) -> Any:
+    """The attempt run as ``tasks.execute`` runs it: the lock in the repairs dir, the KRaft gates, the executor."""
+    inv = ctx["inv"]
+    owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": attempt}
+    report: dict[str, Any] = {}
+    where = attempt_dir(ctx, plan, attempt)
+    with cluster_lock(
+        inv,
+        owner,
+        report,
+        where / layout.RESULT,
+        lock_dir=ctx["settings"].lock_dir,
+        connect=controller_connect,
+        lease_s=LEASE_S,
+        live_wait_s=30,
+    ) as lock:
+        ex = cls(
+            plan,
+            where,
+            inv,
+            ssh_hosts(inv, ssh_connect(inv)),
+            lock.cluster({}),
+            gates,
+            fence=lock.fence(),
+            post_verify=probe_and_detect(inv, controller_connect),
+        )
+        lock.keep_when(ex.journal.keeps_lock)
+        ex.run()
+    return report
+
+
+def done(ctx: dict[str, Any], plan: Plan, attempt: str, report: dict[str, Any]) -> None:
+    """The planned end state: every node of the plan done, the lock free, the lab healthy, no byte lost."""
+    journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
+    assert journal["status"] == "done", journal.get("error")
+    assert report["lock_released"] is True and lock_record(ctx) is None, report
+    fleet.wait_healthy(ctx["state"], timeout=60)
+    assert lost_files(ctx["originals"], attempt_dir(ctx, plan, attempt), quarantined(ctx)) == []
+
+
+def test_worker_sigkilled_mid_change_leaves_the_lock_and_the_rerun_resumes(ctx: dict[str, Any], tmp_path: Path) -> None:
+    plan = planned(ctx, brokers=[VICTIM])
+    attempt = "kraft-kill-mid-change"
+    cfg = tmp_path / "worker.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "inventory": str(ctx["settings"].inventory),
+                "repairs": str(ctx["settings"].repairs),
+                "plan_hash": plan.hash,
+                "attempt": attempt,
+                "point": "mid-change",
+                "lock_dir": str(ctx["settings"].lock_dir),
+                "lease_s": LEASE_S,
+            }
+        )
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env["PYTHONPATH"] = f"{ROOT / 'plugins'}:{ROOT / 'lab'}:{ROOT / 'tests'}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.fault_worker", str(cfg)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]  # SIGKILLed where it was told
+    held = lock_record(ctx)
+    assert held is not None and held["holder"]["run_id"] == attempt and held["holder"]["plan_hash"] == plan.hash
+    journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
+    node = journal["brokers"][str(VICTIM)]
+    assert node["changing"] is True and node["state"] == "backed_up", node  # the change began, as journaled
+    assert fleet.running_pid(ctx["state"].broker(VICTIM).config()) is None
+    moved = [p for p in ctx["originals"] if not Path(p).exists()]
+    assert len(moved) == 1, moved  # one index quarantined, the others not: the worker died between them
+    assert lost_files(ctx["originals"], attempt_dir(ctx, plan, attempt), quarantined(ctx)) == []
+    token = held["token"]
+
+    report = run(ctx, plan, attempt)  # the task cleared and run again: the same attempt
+    done(ctx, plan, attempt, report)
+    counter = ctx["settings"].lock_dir / f"{ctx['state'].cluster_id}.token"
+    assert json.loads(counter.read_text())["token"] > token  # every take a higher fencing token
+    ROWS.append(
+        "worker SIGKILL mid-change: lock held by the attempt, node down, journal at the change, 0 bytes lost; "
+        "rerun waited out the lease, new token, resumed to done"
+    )
+
+
+def test_a_controller_failover_mid_repair_is_followed_by_the_gates(ctx: dict[str, Any]) -> None:
+    plan = planned(ctx, brokers=[VICTIM])
+    state = ctx["state"]
+    seen: dict[str, Any] = {}
+
+    class FailoverAfterStart(Executor):
+        def start(self, b: BrokerPlan, host: BrokerHost) -> str:
+            out = super().start(b, host)
+            seen["failover"] = kraft_controller_failover(state).details
+            return out
+
+    report = run(ctx, plan, "kraft-failover", FailoverAfterStart)
+    done(ctx, plan, "kraft-failover", report)
+    assert seen["failover"]["controller_after"] != seen["failover"]["controller_before"]
+    ROWS.append(
+        f"controller failover mid-repair (node {seen['failover']['controller_before']} -> "
+        f"{seen['failover']['controller_after']} right after node {VICTIM}'s start): gates followed it, done"
+    )
+
+
+def test_a_voter_lost_mid_repair_holds_the_next_voter_at_the_quorum_gate(ctx: dict[str, Any]) -> None:
+    plan = planned(ctx)
+    assert plan.restart_order == [VICTIM, STRAY_NODE]
+    state = ctx["state"]
+    stops = len([e for e in fleet.broker_events(state)[STRAY_NODE] if e["event"] == "stop-requested"])
+
+    class VoterLost(Executor):
+        def precheck(self, b: BrokerPlan, host: BrokerHost) -> str:
+            if b.broker_id == STRAY_NODE:
+                fleet.kill_sshd(state, 1)  # node 1's host gone: it cannot be read
+            return super().precheck(b, host)
+
+    attempt = "kraft-voter-lost"
+    quick = dataclasses.replace(GATES, isr_timeout_s=15.0)  # how long the quorum gate waits before the halt
+    try:
+        with pytest.raises(RepairError, match=f"quorum gate before broker {STRAY_NODE} did not pass"):
+            run(ctx, plan, attempt, VoterLost, quick)
+        journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
+        assert journal["status"] == "halted" and journal["brokers"][str(VICTIM)]["state"] == "done"
+        assert journal["brokers"][str(STRAY_NODE)]["state"] == "pending"  # never got past its pre-check
+        now = len([e for e in fleet.broker_events(state)[STRAY_NODE] if e["event"] == "stop-requested"])
+        assert now == stops and fleet.running_pid(state.broker(STRAY_NODE).config()) is not None
+        held = lock_record(ctx)  # node 3's files changed: the lock stays for a human (or the rerun)
+        assert held is not None and held["holder"]["run_id"] == attempt
+        why = journal["brokers"][str(STRAY_NODE)]["failed"]
+        assert "controller 1" in why and "cannot connect" in why, why
+    finally:
+        fleet.start_sshd(state, 1)
+    report = run(ctx, plan, attempt)
+    done(ctx, plan, attempt, report)
+    ROWS.append(
+        f"a voter lost mid-repair (node 1 unreachable before node {STRAY_NODE}): the quorum gate held node "
+        f"{STRAY_NODE} (never stopped), halted with the lock kept; the host back, rerun resumed to done"
+    )
