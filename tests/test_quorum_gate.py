@@ -80,9 +80,16 @@ def test_five_voters_need_three_of_the_four_others() -> None:
 
 
 def test_no_known_leader_holds_every_stop() -> None:
-    split = QuorumView((Voter(1, 10, 1, 7), Voter(2, 10, 2, 7), Voter(3, 10, 1, 7)), 0.0)  # two leaders, one epoch
+    # two leaders named at one epoch, neither by a majority: none known
+    split = QuorumView((Voter(1, 10, 1, 7), Voter(2, 10, 2, 7), Voter(3, 10, 1, 7), Voter(4, 10, 2, 7)), 0.0)
     assert split.leader is None
     assert "no quorum leader known" in (restart_refusal(split, 2) or "")
+    # a minority's quorum-state naming another leader at that epoch (edited by hand): the majority's leader stands
+    divergent = QuorumView((Voter(1, 10, 1, 7), Voter(2, 10, 2, 7), Voter(3, 10, 1, 7)), 0.0)
+    assert divergent.leader == 1
+    # the newest epoch known to one voter only (just elected, the others not told yet): not yet a known leader
+    lone = QuorumView((Voter(1, 12, 1, 8), Voter(2, 10, 2, 7), Voter(3, 10, 2, 7)), 0.0)
+    assert lone.leader is None
     leader_down = view({1: None, 2: 10, 3: 10}, leader=1)
     assert leader_down.leader is None and "unreadable: {1: 'not read'}" in (restart_refusal(leader_down, 2) or "")
     newer = QuorumView((Voter(1, 10, 1, 7), Voter(2, 12, 2, 8), Voter(3, 12, 2, 8)), 0.0)  # 1 has not heard yet

@@ -52,7 +52,7 @@ from fleet_lab import fleet as lab
 from fleet_lab.airflow_stack import LiveAirflow
 from fleet_lab.fleet import LOOPBACK, descendants, listening_sockets
 from fleet_lab.zk_server import free_port, pid_alive
-from harness.live_stack import FAST, REPAIR, events, fleet_snapshot, plan_dir, zk_json
+from harness.live_stack import FAST, REPAIR, attempt_of, events, fleet_snapshot, plan_dir, zk_json
 
 pytestmark = pytest.mark.timeout(1800)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -289,12 +289,15 @@ def trigger_from_view(page: Any, stack: dict[str, Any], steps: Steps) -> str:
     return run
 
 
-def open_required_action(page: Any, stack: dict[str, Any], run: str, steps: Steps) -> dict[str, Any]:
-    """Browse -> Required Actions -> this run's request; checks its body: the plan summary and the full hash.
-    Waits first until the scheduler can take an answer (LiveAirflow.wait_for_approval says why)."""
+def open_required_action(
+    page: Any, stack: dict[str, Any], run: str, steps: Steps, dag: str = REPAIR, store: Path | None = None
+) -> dict[str, Any]:
+    """Browse -> Required Actions -> this run's request (of ``dag``, its plans in ``store``: default the lab
+    cluster's); checks its body: the plan summary and the full hash. Waits first until the scheduler can take an
+    answer (LiveAirflow.wait_for_approval says why)."""
     from playwright.sync_api import expect
 
-    request = stack["af"].wait_for_approval(REPAIR, run, "approve")
+    request = stack["af"].wait_for_approval(dag, run, "approve")
     page.get_by_role("button", name="Browse").click()
     page.get_by_role("menuitem", name="Required Actions").click()
     expect(page).to_have_url(re.compile(r"/required_actions$"))
@@ -304,7 +307,7 @@ def open_required_action(page: Any, stack: dict[str, Any], run: str, steps: Step
     steps("required-actions")
     subject.click()
     expect(page).to_have_url(re.compile(r"/tasks/approve/required_actions$"))
-    plan_hash = plan_dir(stack["data"], request).name
+    plan_hash = plan_dir(store or stack["data"], request).name
     for text in (request["subject"], "What:", "Risk:", "Backups:", "Undo:", plan_hash):
         expect(page.get_by_text(text, exact=False).first).to_be_visible()
     steps("request")
@@ -489,6 +492,39 @@ def test_approve_in_the_browser_repairs_seed_004(
     for p, replicas in assigned.items():
         st = zk_json(state, f"/brokers/topics/{TOPIC}/partitions/{p}/state")
         assert sorted(st["isr"]) == sorted(replicas), (p, st)
+
+
+def test_approve_in_the_browser_repairs_the_kraft_cluster(
+    stack: dict[str, Any], browser: Any, request: pytest.FixtureRequest
+) -> None:
+    """The fleet's KRaft cluster (its demo incidents: a bad index on node 1, a drifted topic ID on node 2, a
+    diverged quorum-state on node 3, a replica Kafka will find stray): its repair approved in the browser quarantines
+    the index, node 1 restarts behind the quorum gate, and the plan leaves out what KRaft refuses, saying why."""
+    from fleet_doctor.airflow_links import repair_dag
+
+    af, dag = stack["af"], repair_dag(KRAFT)
+    store = Path(demo.store_of(stack["root"] / "data", cluster=KRAFT).base)
+    state = lab.LabState.load(demo.kraft_lab_dir(stack["lab"]))
+    t0 = time.time()
+    run = af.trigger(dag, FAST)
+    with recorded(browser, request) as (page, steps):
+        log_in(page, stack, steps)
+        approval = open_required_action(page, stack, run, steps, dag, store)
+        from playwright.sync_api import expect
+
+        expect(page.get_by_text("KRaft:", exact=False).first).to_be_visible()  # the lock, the gates, the refusals
+        plan = json.loads((plan_dir(store, approval) / "plan.json").read_text())
+        assert [b["broker_id"] for b in plan["brokers"] if b["restart"]] == [1]
+        assert {a["rule"] for b in plan["brokers"] for a in b["actions"]} == {"index-size"}
+        assert any("KAFKA-16814" in s["why"] for s in plan["skipped"])  # node 2's topic-ID files: refused
+        assert answer(page, re.compile(r"^Approve"), steps).startswith("Approve")
+    assert af.wait_run(dag, run) == "success", af.task_states(dag, run)
+    journal = json.loads((attempt_of(store, approval, run) / "journal.json").read_text())
+    (prechecked,) = [h for h in journal["brokers"]["1"]["history"] if h["state"] == "prechecked"]
+    assert "the quorum keeps a caught-up majority without this voter" in prechecked["detail"]
+    starts = {b: [e["ts"] for e in es if e["event"] == "running" and e["ts"] > t0] for b, es in events(state).items()}
+    assert {b: len(v) for b, v in starts.items()} == {1: 1, 2: 0, 3: 0}
+    lab.wait_healthy(state, timeout=60)
 
 
 def test_a_second_ui_leaves_a_running_lab_alone(stack: dict[str, Any]) -> None:

@@ -64,16 +64,18 @@ class QuorumView:
 
     @property
     def leader(self) -> int | None:
-        """The leader the readable voters follow at the newest epoch any of them knows, when they agree on one and
-        it is a voter that could be read; else None (an election is going on, or the leader is down)."""
+        """The leader a majority of the voters follow at the newest epoch any readable voter knows, when it is a
+        voter that could be read; else None (an election is going on, or the leader is down). Raft has one leader
+        per epoch: a minority naming another at that epoch (a ``quorum-state`` restored or edited by hand, which
+        Kafka reads only at startup) does not unseat the one the majority follows."""
         known = [v for v in self.voters if v.leader_epoch is not None and v.log_end_offset is not None]
         if not known:
             return None
         epoch = max(v.leader_epoch for v in known if v.leader_epoch is not None)
-        leaders = {v.leader_id for v in known if v.leader_epoch == epoch}
-        (leader,) = leaders if len(leaders) == 1 else (None,)
+        named = [v.leader_id for v in known if v.leader_epoch == epoch and v.leader_id is not None]
+        leader = max(set(named), key=named.count, default=None)
         readable = {v.node_id for v in self.voters if v.log_end_offset is not None}
-        return leader if leader in readable else None
+        return leader if leader in readable and named.count(leader) >= self.majority else None
 
 
 def caught_up(view: QuorumView, earlier: QuorumView | None = None, max_gap_s: float = MAX_ROUND_GAP_S) -> set[int]:
