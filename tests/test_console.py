@@ -412,13 +412,13 @@ def test_the_repair_page_has_its_own_guard(tmp_path: Path) -> None:
 
 
 def test_pending_approvals_count_the_repair_and_the_restore(tmp_path: Path) -> None:
-    """Both DAGs that wait for an approval are counted (the restore's too), and the link opens Airflow's Required
-    Actions of every DAG, where both are listed."""
+    """Every DAG that waits for an approval is counted (the restore's and the purge's too), and the link opens
+    Airflow's Required Actions of every DAG, where they are all listed."""
     c = client(fleet_settings(tmp_path))
     r = c.get(PAGE)
     dags = {d for d in dag_bag().dags if any(type(t).__name__ == "PlanApprovalOperator" for t in dag(d).tasks)}
     assert {d for d in dags if d.endswith(f"__{ZK_CLUSTER}")} == set(approval_dags(ZK_CLUSTER))
-    assert f"const DAGS = {json.dumps(sorted(approval_dags(CLUSTER)))};" in r.text
+    assert f"const DAGS = {json.dumps(list(approval_dags(CLUSTER)))};" in r.text
     assert "api/v2/dags/${encodeURIComponent(dag)}/${query}" in r.text and "response_received=false" in r.text
     (link,) = Page(r.text).find("required-actions-link")
     assert link["href"] == "../../../required_actions"  # Airflow's root, from kafka-fleet/clusters/corpus/

@@ -19,7 +19,8 @@ from fleet_doctor.rules import INTERNAL_TOPICS, RULES, Remediation, legal_topic,
 AUDIT_DAG = "kafka_fleet_audit"
 REPAIR_DAG = "kafka_fleet_repair"
 RESTORE_DAG = "kafka_fleet_restore"
-KINDS = (AUDIT_DAG, REPAIR_DAG, RESTORE_DAG)
+PURGE_DAG = "kafka_fleet_purge"
+KINDS = (AUDIT_DAG, REPAIR_DAG, RESTORE_DAG, PURGE_DAG)
 SEPARATOR = "__"
 REPORT_ONLY = Remediation.REPORT_ONLY.value
 PREFIX = "kafka-fleet"  # the app's mount (/kafka-fleet) and the nav entry's in-app route (/plugin/kafka-fleet)
@@ -40,9 +41,14 @@ def restore_dag(cluster: str) -> str:
     return f"{RESTORE_DAG}{SEPARATOR}{cluster}"
 
 
-def approval_dags(cluster: str) -> tuple[str, str]:
+def purge_dag(cluster: str) -> str:
+    """The cluster's purge DAG: a repair's quarantine deleted, after its own approval."""
+    return f"{PURGE_DAG}{SEPARATOR}{cluster}"
+
+
+def approval_dags(cluster: str) -> tuple[str, ...]:
     """The cluster's DAGs whose runs wait for a person's approval (Required Actions)."""
-    return repair_dag(cluster), restore_dag(cluster)
+    return repair_dag(cluster), restore_dag(cluster), purge_dag(cluster)
 
 
 def cluster_of(dag_id: str) -> tuple[str, str] | None:

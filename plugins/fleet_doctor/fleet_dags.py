@@ -1,9 +1,10 @@
 """The fleet as the DAG files see it: one set of DAGs per cluster of ``FLEET_DOCTOR_INVENTORY`` (docs/fleet.md).
 
-Each cluster gets ``kafka_fleet_audit__<cluster>``, ``kafka_fleet_repair__<cluster>`` and
-``kafka_fleet_restore__<cluster>`` (``fleet_doctor.airflow_links``). The nightly audits of the clusters that set no
-schedule of their own are spread over a window (``FLEET_DOCTOR_AUDIT_WINDOW`` minutes from the fleet's schedule), so
-fifty clusters do not start at 02:00 together; the audit pool is one for the fleet, and each cluster stages at most
+Each cluster gets ``kafka_fleet_audit__<cluster>``, ``kafka_fleet_repair__<cluster>``,
+``kafka_fleet_restore__<cluster>`` and ``kafka_fleet_purge__<cluster>`` (``fleet_doctor.airflow_links``). The
+nightly audits of the clusters that set no schedule of their own are spread over a window
+(``FLEET_DOCTOR_AUDIT_WINDOW`` minutes from the fleet's schedule), so fifty clusters do not start at 02:00
+together; the audit pool is one for the fleet, and each cluster stages at most
 its fair share of it at once. A cluster whose inventory is broken, or whose schedule is not one, is a problem of its
 own (``InventoryProblem``, naming the file and the field): the other clusters' DAGs never depend on it.
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 
 from croniter import croniter
 
-from fleet_doctor.airflow_links import audit_dag, repair_dag, restore_dag
+from fleet_doctor.airflow_links import audit_dag, purge_dag, repair_dag, restore_dag
 from fleet_doctor.inventory import Inventory, InventoryProblem, load_fleet
 from fleet_doctor.settings import Settings
 
@@ -57,6 +58,10 @@ class ClusterDags:
     @property
     def restore(self) -> str:
         return restore_dag(self.cluster)
+
+    @property
+    def purge(self) -> str:
+        return purge_dag(self.cluster)
 
     def tags(self, kind: str) -> list[str]:
         """The DAG's tags: the product, its kind, the cluster and its metadata mode (the DAG list filters on them)."""

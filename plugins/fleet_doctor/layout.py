@@ -271,6 +271,10 @@ class RepairsDir:
         """Where one attempt at a plan (one Airflow run) keeps its journal, result and backups."""
         return self.attempts(plan_hash) / attempt_name(run_id)
 
+    def purge_dir(self, plan_hash: str, purge_hash: str) -> Path:
+        """A plan deleting what the repair plan ``plan_hash`` quarantined (``repair.purge``): its plan, text, result."""
+        return self.plan_dir(plan_hash) / "purges" / purge_hash
+
     def restore_dir(self, plan_hash: str, restore_hash: str) -> Path:
         return self.plan_dir(plan_hash) / "restores" / restore_hash
 

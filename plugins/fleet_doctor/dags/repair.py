@@ -1,9 +1,10 @@
 """
 ### Kafka fleet repair (manual, human-approved), one DAG per cluster: `kafka_fleet_repair__<cluster>`
 
-Nothing on a broker changes until a human has approved a plan that says exactly what will happen. Not on KRaft
-clusters yet: the plan task refuses an inventory with `metadata_mode` `kraft` (the health gates, the cluster lock
-and the topic-ID write need ZooKeeper).
+Nothing on a broker changes until a human has approved a plan that says exactly what will happen. On a KRaft
+cluster the lock lives in the repairs dir, the gates read the quorum's committed metadata, voters restart one at a
+time behind the quorum gate (the active controller last), and what KRaft's design forbids is left out of the plan
+with the reason (`docs/repair.md`, "On KRaft").
 
 1. **plan**: from an audit run's findings (default: the latest), within the scope of the form (rules, brokers,
    topics, brokers held out, internal topics): per broker the files backed up and removed (`partition.metadata`,

@@ -5,7 +5,8 @@ Puts a repair's backups back.
 
 The undo of the cluster's `kafka_fleet_repair__<cluster>`, with the same care as the repair.
 
-Not on KRaft clusters yet: the plan task refuses an inventory with `metadata_mode` `kraft`.
+On a KRaft cluster: the same lock, gates and order as the repair's there, and a restore onto a voter's metadata or a
+topic-ID file is refused (`docs/repair.md`, "On KRaft").
 
 1. **plan**: for the repair plan's hash (12+ hex digits) and brokers (default: every broker the attempt backed up;
    `attempt`: the repair's Airflow run id, default the newest attempt with a backup): per broker the files that go

@@ -57,6 +57,11 @@ def restore_request(plan: Plan) -> Request:
     return Request(restore_subject(plan), restore_markdown(plan), restore_option(plan))
 
 
+def purge_request(plan: Plan, plan_dir: str | None = None) -> Request:
+    """The approval of a plan deleting a repair's quarantine (``repair.purge``)."""
+    return Request(purge_subject(plan), purge_markdown(plan, plan_dir), purge_option(plan))
+
+
 def _visible(ch: str) -> str:
     """A character that could start a new line or hide what follows (control, format such as a right-to-left
     override, line and paragraph separators) as its escape: ``\\n``, ``\\x1b``, ``\\u202e``."""
@@ -548,3 +553,70 @@ def restore_markdown(plan: Plan) -> str:
     lines += [*_gates_lines(plan), ""]
     lines.append(hash_line(plan))  # the restore task checks the approval names this plan
     return "\n".join(lines)
+
+
+# ---- deleting a repair's quarantine (repair.purge)
+def purge_totals(plan: Plan) -> dict[str, Any]:
+    """What a purge plan frees: entries, bytes, the oldest and newest quarantine time (ISO), per broker; and how many
+    younger entries it keeps."""
+    per: dict[str, dict[str, int]] = {}
+    stamps = []
+    for b in plan.brokers:
+        entries = plan.scope["entries"][str(b.broker_id)]
+        per[str(b.broker_id)] = {"entries": len(entries), "bytes": sum(int(e["bytes"]) for e in entries)}
+        stamps += [a.reason.rsplit("quarantined ", 1)[1] for a in b.actions]
+    return {
+        "entries": sum(v["entries"] for v in per.values()),
+        "bytes": sum(v["bytes"] for v in per.values()),
+        "oldest": min(stamps, default=None),
+        "newest": max(stamps, default=None),
+        "brokers": per,
+        "kept_younger": len(plan.skipped),
+    }
+
+
+def purge_subject(plan: Plan) -> str:
+    t = purge_totals(plan)
+    return (
+        f"Kafka purge {plain(plan.cluster)} plan {plan.hash[:12]}: delete {t['entries']} quarantined entr(ies), free "
+        f"{_mib(t['bytes'])}, of repair {plan.scope['purge_of'][:12]}"
+    )
+
+
+def purge_option(plan: Plan) -> str:
+    """The purge approval's one "yes" (the purge task accepts exactly this answer)."""
+    t = purge_totals(plan)
+    return f"Approve: delete {t['entries']} entr(ies), free {_mib(t['bytes'])} (purge {plan.hash[:12]})"
+
+
+def purge_markdown(plan: Plan, plan_dir: str | None = None) -> str:
+    t = purge_totals(plan)
+    where = plan_dir or f"<repairs dir>/{plan.scope['purge_of']}/purges/{plan.hash}"
+    lines = [
+        f"### Delete the quarantine of repair plan `{plan.scope['purge_of'][:16]}`, cluster "
+        f"{md_cell(plan.cluster, table=False)}",
+        "",
+        f"- **What:** delete {t['entries']} quarantined entr(ies) (index files moved aside, stray replicas moved "
+        f"beside their log dir), quarantined at least {plan.scope['older_than_days']:g} day(s) ago: the oldest "
+        f"{t['oldest'] or '-'}, the newest {t['newest'] or '-'}.",
+        f"- **Freed:** {_mib(t['bytes'])} ({t['bytes']} bytes) on {len(t['brokers'])} broker(s); "
+        f"{t['kept_younger']} younger entr(ies) kept.",
+        "- **Risk:** none to Kafka: its own files are not touched and no broker restarts. **Undo: none**: once "
+        "deleted, a quarantined file is gone (the repair's backups, if any, stay in the repairs dir).",
+        "- **Each entry** is deleted only while it is still in that quarantine with the size planned here; one that "
+        "changed is refused.",
+        f"- **Full plan:** {md_cell(f'{where}/{PLAN}', table=False)}.",
+        "",
+        hash_line(plan),
+        "",
+        "| broker | entries | bytes | examples |",
+        "|---:|---:|---:|---|",
+    ]
+    for b in plan.brokers:
+        per = t["brokers"][str(b.broker_id)]
+        shown = "<br>".join(md_cell(a.path) for a in b.actions[:FILES_SHOWN])
+        more = len(b.actions) - FILES_SHOWN
+        lines.append(
+            f"| {b.broker_id} | {per['entries']} | {_mib(per['bytes'])} | {shown}{f' (+{more})' if more > 0 else ''} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ from fleet_doctor import inventory
 from fleet_doctor.identity import verify_broker
 from fleet_doctor.remote import Completed, Remote, as_user
 from fleet_doctor.repair.errors import RepairError
-from fleet_doctor.repair.plan import QUARANTINE_DIR, stray_quarantine, stray_replica_dir
+from fleet_doctor.repair.plan import QUARANTINE_DIR, STRAY_QUARANTINE_DIR, stray_quarantine, stray_replica_dir
 
 # every change to a broker's files runs there as this program (no symlink followed, under the log dirs' .lock)
 ON_BROKER = (Path(__file__).resolve().parent / "on_broker.py").read_bytes()
@@ -200,6 +200,36 @@ class BrokerHost:
         if ran.exit_status != 0:
             raise RepairError(f"broker {self.broker_id}: owning the restored files failed: {ran.stderr[-300:]}")
 
+    def quarantined(self, plan_hash: str) -> list[dict[str, Any]]:
+        """What the plan ``plan_hash`` quarantined on this broker (``on_broker``'s ``quarantined``): its index files
+        in the partition dirs' quarantine, its stray replicas beside the log dirs, each with its bytes and when it
+        was moved there. Read beside a running broker (Kafka's files are not touched); RepairError when it fails."""
+        ops = [
+            {"op": "quarantined", "path": d, "hash16": plan_hash[:16], "names": [QUARANTINE_DIR, STRAY_QUARANTINE_DIR]}
+            for d in self.entry.log_dirs
+        ]
+        ran = self.change(ops, unlocked=True)
+        if ran.exit_status != 0:
+            raise RepairError(f"broker {self.broker_id}: listing the quarantine failed: {ran.stderr.strip()[-300:]}")
+        return [e for line in ran.stdout.splitlines() if line.strip() for e in json.loads(line)["done"]]
+
+    def purge(self, entries: Iterable[dict[str, Any]], plan_hash: str) -> list[str]:
+        """Delete quarantined ``entries`` (``quarantined``'s) of the plan ``plan_hash``, each only while it is still
+        that many bytes in that quarantine; what was done per entry. RepairError when any is refused or fails."""
+        names = [QUARANTINE_DIR, STRAY_QUARANTINE_DIR]
+        ops = [
+            {"op": "purge", "path": e["path"], "bytes": e["bytes"], "hash16": plan_hash[:16], "names": names}
+            for e in entries
+        ]
+        ran = self.change(ops, unlocked=True)
+        done = [f"{json.loads(line)['path']}: {json.loads(line)['done']}" for line in ran.stdout.splitlines() if line]
+        if ran.exit_status != 0:
+            raise RepairError(
+                f"broker {self.broker_id}: deleting the quarantine failed after {len(done)} of {len(ops)}: "
+                f"{ran.stderr.strip()[-300:]}"
+            )
+        return done
+
     def owners(self, paths: Iterable[str]) -> dict[str, str]:
         """``uid:gid`` of each path."""
         stat = self.remote.run(as_user(self.entry.kafka_user, f"stat -c '%u:%g %n' -- {_quoted(paths)}")).stdout
@@ -218,12 +248,15 @@ class BrokerHost:
         tarball: tuple[Path, str] | None = None,
         check: bool = False,
         spool_bytes: int = 0,
+        unlocked: bool = False,
     ) -> Completed:
         """``ops`` run on the broker by ``repair.on_broker`` (as the Kafka user when the inventory names one), under
         the log dirs' lock, no symlink followed, with ``tarball`` (its path here and sha256) sent after the program
         for ``install`` ops (``check``: the log dirs' ``.lock`` opened, not taken, and room to spool a backup of
         ``spool_bytes`` checked); its exit status and output (a JSON line per op done) as they came."""
         spec: dict[str, Any] = {"log_dirs": list(self.entry.log_dirs), "ops": ops, "check": check}
+        if unlocked:  # a quarantine listed or deleted: never Kafka's files, beside a running broker
+            spec["unlocked"] = True
         if tarball is not None:
             spec["tarball"] = {"sha256": tarball[1], "tmp_dir": self.tmp_dir}
         if check and spool_bytes:

@@ -29,6 +29,15 @@ of it reaches sudo's log); each op one of
   directory right in a log dir, named ``<topic>-<partition>.<uid>-stray``) whole into ``<its log dir's parent>/d1/d2/
   d3/`` (made with plain ``mkdir``, owned as the log dir), never over an earlier copy; a rename on the log dir's own
   filesystem or nothing (REFUSED on another: a replica of gigabytes is never copied); nothing when ``p`` is gone.
+- ``{"op": "quarantined", "path": d, "hash16": h, "names": [q, s]}``: what a plan (``h``: its hash's first 16 hex
+  digits) quarantined in the log dir ``d``: every regular file in ``<partition dir>/q/h/`` and every directory in
+  ``<d's parent>/s/<d's name>/h/``, each ``{"path", "kind": "file"|"dir", "bytes", "quarantined_at"}`` (the
+  entry's ctime: when it was moved there). Nothing is changed.
+- ``{"op": "purge", "path": p, "hash16": h, "bytes": n, "names": [q, s]}``: delete one entry a listing gave, only
+  when it is still in a quarantine dir of plan ``h`` of this broker's log dirs and still ``n`` bytes (a directory:
+  walked without following anything, every entry a regular file or directory); nothing when it is gone already.
+  These two never touch Kafka's own files: they run without the log dirs' lock (``"unlocked": true``), beside a
+  running broker.
 - ``{"op": "install", "member": m, "path": p}``: put the regular file ``m`` of the backup at ``p``: written to a new
   file beside ``p``, owned as the partition dir, with ``m``'s mode and mtime, then renamed over ``p``. The backup
   (a ``.tar.gz``) comes on stdin after this source when the input has ``"tarball": {"sha256": h, "tmp_dir": d}``:
@@ -186,6 +195,164 @@ def quarantine(log_dirs, op):
 
 
 STRAY_NAME_SUFFIX = "-stray"
+UNLOCKED_OPS = ("quarantined", "purge")  # what may run without the log dirs' lock: quarantines only
+
+
+def _subdir(fd, name, path):
+    """The existing real directory ``name`` in ``fd`` (None when absent); Refused when it is not one."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise Refused("%s is a symlink or not a directory: refusing to follow it" % path)
+        raise
+
+
+def _tree_bytes(fd, path):
+    """The bytes of every regular file below the directory ``fd``; Refused on anything else (a link, a device)."""
+    total = 0
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+        elif stat.S_ISDIR(st.st_mode):
+            sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+            try:
+                total += _tree_bytes(sub, path + "/" + name)
+            finally:
+                os.close(sub)
+        else:
+            raise Refused("%s/%s is not a regular file or directory: refusing to touch it" % (path, name))
+    return total
+
+
+def _remove_tree(fd, name, path):
+    """Remove the directory ``name`` in ``fd`` and everything below it, following nothing."""
+    sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+    try:
+        for child in os.listdir(sub):
+            st = os.stat(child, dir_fd=sub, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                _remove_tree(sub, child, path + "/" + child)
+            else:
+                os.unlink(child, dir_fd=sub)
+    finally:
+        os.close(sub)
+    os.rmdir(name, dir_fd=fd)
+
+
+def _quarantine_entry(fd, name, path, kind):
+    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    if kind == "file":
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused("%s is not a regular file: refusing to list it as a quarantined file" % path)
+        size = st.st_size
+    else:
+        if not stat.S_ISDIR(st.st_mode):
+            raise Refused("%s is not a directory: refusing to list it as a quarantined replica" % path)
+        sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+        try:
+            size = _tree_bytes(sub, path)
+        finally:
+            os.close(sub)
+    return {"path": path, "kind": kind, "bytes": size, "quarantined_at": st.st_ctime}
+
+
+def quarantined(log_dirs, op):
+    log_dir, h = op["path"].rstrip("/"), op["hash16"]
+    q, s = op["names"]
+    if log_dir not in [d.rstrip("/") for d in log_dirs]:
+        raise Refused("%s is not a log dir of this broker" % log_dir)
+    out = []
+    lfd = open_dir(log_dirs, log_dir)
+    try:
+        for pdir in sorted(os.listdir(lfd)):
+            st = os.stat(pdir, dir_fd=lfd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            pfd = os.open(pdir, DIR_FLAGS, dir_fd=lfd)
+            fds = [pfd]
+            try:
+                where = "%s/%s/%s/%s" % (log_dir, pdir, q, h)
+                for name in (q, h):
+                    fd = _subdir(fds[-1], name, where)
+                    if fd is None:
+                        break
+                    fds.append(fd)
+                else:
+                    for name in sorted(os.listdir(fds[-1])):
+                        out.append(_quarantine_entry(fds[-1], name, where + "/" + name, "file"))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    finally:
+        os.close(lfd)
+    above, _, base = log_dir.rpartition("/")
+    above = above or "/"
+    try:
+        afd = os.open(above, DIR_FLAGS)
+    except OSError:
+        return out
+    fds = [afd]
+    try:
+        where = "%s/%s/%s/%s" % (above.rstrip("/"), s, base, h)
+        for name in (s, base, h):
+            fd = _subdir(fds[-1], name, where)
+            if fd is None:
+                return out
+            fds.append(fd)
+        for name in sorted(os.listdir(fds[-1])):
+            out.append(_quarantine_entry(fds[-1], name, where + "/" + name, "dir"))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return out
+
+
+def purge(log_dirs, op):
+    path, h, q, s = op["path"].rstrip("/"), op["hash16"], op["names"][0], op["names"][1]
+    parts = path.split("/")
+    dirs = [d.rstrip("/") for d in log_dirs]
+    if len(parts) >= 5 and parts[-3] == q and parts[-2] == h and "/".join(parts[:-3]).rpartition("/")[0] in dirs:
+        start_fd, walk, kind = open_dir(log_dirs, "/".join(parts[:-3])), parts[-3:-1], "file"
+    elif len(parts) >= 6 and parts[-4] == s and parts[-2] == h and "/".join(parts[:-4] + [parts[-3]]) in dirs:
+        try:
+            start_fd = os.open("/".join(parts[:-4]) or "/", DIR_FLAGS)
+        except OSError as e:
+            raise Refused("%s is not a real directory (%s)" % ("/".join(parts[:-4]), os.strerror(e.errno)))
+        walk, kind = parts[-4:-1], "dir"
+    else:
+        raise Refused(
+            "%s is not in a quarantine of plan %s in this broker's log dirs: refusing to delete it" % (path, h)
+        )
+    fds = [start_fd]
+    try:
+        for name in walk:
+            fd = _subdir(fds[-1], name, path)
+            if fd is None:
+                return "gone already"
+            fds.append(fd)
+        name = parts[-1]
+        try:
+            entry = _quarantine_entry(fds[-1], name, path, kind)
+        except FileNotFoundError:
+            return "gone already"
+        if entry["bytes"] != op["bytes"]:
+            raise Refused(
+                "%s is %d bytes, the plan says %d: it changed since; nothing deleted"
+                % (path, entry["bytes"], op["bytes"])
+            )
+        if kind == "file":
+            os.unlink(name, dir_fd=fds[-1])
+        else:
+            _remove_tree(fds[-1], name, path)
+        os.fsync(fds[-1])
+        return "deleted %d bytes" % entry["bytes"]
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def quarantine_replica(log_dirs, op):
@@ -399,6 +566,8 @@ OPS = {
     "remove": remove,
     "quarantine": quarantine,
     "quarantine_replica": quarantine_replica,
+    "quarantined": quarantined,
+    "purge": purge,
     "install": install,
     "own": own,
     "can_change": can_change,
@@ -422,10 +591,17 @@ def main(argv):
                 raise Refused("a check runs can_change only: nothing else runs without the log dirs' lock")
             if spec.get("spool"):
                 can_spool(spec["spool"])
+        if spec.get("unlocked") and any(op["op"] not in UNLOCKED_OPS for op in spec["ops"]):
+            raise Refused("only %s run without the log dirs' lock" % ", ".join(UNLOCKED_OPS))
+        if any(op["op"] in UNLOCKED_OPS for op in spec["ops"]) and not spec.get("unlocked"):
+            raise Refused("%s run without the log dirs' lock, apart from other changes" % ", ".join(UNLOCKED_OPS))
         if spec.get("tarball"):
             SentBackup.receive(spec["tarball"])
             SentBackup.check_members(spec["ops"])
-        held = can_lock(log_dirs) if spec.get("check") else lock_log_dirs(log_dirs)
+        if spec.get("unlocked"):
+            held = []
+        else:
+            held = can_lock(log_dirs) if spec.get("check") else lock_log_dirs(log_dirs)
         for op in spec["ops"]:
             done = OPS[op["op"]](log_dirs, op)
             sys.stdout.write(json.dumps({"op": op["op"], "path": op["path"], "done": done}) + "\n")
