@@ -29,7 +29,7 @@ import pytest
 from fleet_doctor import lock_state
 from fleet_lab import fleet as lab
 from harness.kraft_repair import STRAY_NODE, STRAY_TOPIC_ID, VICTIM, snapshot, stray_dir
-from harness.live_stack import FAST, REPAIR, attempt_of, events, plan_dir
+from harness.live_stack import FAST, PURGE, REPAIR, attempt_of, events, plan_dir
 from harness.shared import live
 
 pytestmark = pytest.mark.timeout(2400)
@@ -98,6 +98,21 @@ def test_seed_000_and_a_stray_replica_on_kraft_are_quarantined_through_the_appro
     (kept,) = (stray.parent.parent / "fleet-doctor-stray-quarantine" / stray.parent.name).glob(f"*/{stray.name}")
     assert not stray.exists() and kept.is_dir()
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in kept.iterdir() if p.is_file()} == stray_files
+
+    # the quarantine deleted: a plan of its own, approved, naming what is freed and how old it is
+    quarantine = [Path(p).parent / "fleet-doctor-quarantine" / pdir.name[:16] / Path(p).name for p in quarantined]
+    freed = sum(q.stat().st_size for q in quarantine) + sum(p.stat().st_size for p in kept.rglob("*") if p.is_file())
+    purge_run = af.trigger(PURGE, {"plan": pdir.name[:16], "older_than_days": 0})
+    asked = af.wait_for_approval(PURGE, purge_run, "approve")
+    assert f"delete {len(quarantine) + 1} quarantined entr(ies)" in asked["subject"], asked["subject"]
+    assert f"({freed} bytes)" in asked["body"] and "Undo: none" in asked["body"] and str(kept) in asked["body"]
+    af.approve(PURGE, purge_run, "approve")
+    assert af.wait_run(PURGE, purge_run) == "success", af.task_states(PURGE, purge_run)
+    assert not kept.exists() and not any(q.exists() for q in quarantine)
+    assert all(Path(p).exists() for p in quarantined)  # the rebuilt indexes, Kafka's own: untouched
+    (result_file,) = (pdir / "purges").glob("*/result-*.json")
+    purged = json.loads(result_file.read_text())
+    assert purged["freed_bytes"] == freed and purged["lock_released"] is True, purged
 
 
 def _settings(fleet: dict[str, Any]) -> Any:

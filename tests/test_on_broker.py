@@ -395,3 +395,78 @@ def test_a_running_broker_keeps_its_stray_replica(log_dir: Path) -> None:
         fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a running broker's lock
         ran = run(log_dir, stray_op(log_dir))
     assert ran.returncode == LOCK_HELD and (log_dir / STRAY).is_dir()
+
+
+# ---- a repair's quarantine, listed and deleted beside a running broker (repair.purge)
+def quarantine_names() -> list[str]:
+    from fleet_doctor.repair.plan import STRAY_QUARANTINE_DIR
+
+    return [QUARANTINE_DIR, STRAY_QUARANTINE_DIR]
+
+
+def test_a_quarantine_is_listed_and_deleted_beside_a_running_broker_and_nothing_else(
+    log_dir: Path, outside: Path
+) -> None:
+    import fcntl
+
+    from fleet_doctor.repair.plan import STRAY_QUARANTINE_DIR
+
+    index = log_dir / "t-0" / "00000000000000000000.index"
+    assert run(log_dir, {"op": "quarantine", "path": str(index), "into": [QUARANTINE_DIR, "p1"]}).returncode == 0
+    make_stray(log_dir)
+    assert run(log_dir, stray_op(log_dir)).returncode == 0
+    names = quarantine_names()
+    with open(log_dir / ".lock", "r+b") as held:
+        fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the broker runs: the quarantine is not Kafka's
+        listed = run_spec(
+            {
+                "log_dirs": [str(log_dir)],
+                "unlocked": True,
+                "ops": [{"op": "quarantined", "path": str(log_dir), "hash16": "p1", "names": names}],
+            }
+        )
+        assert listed.returncode == 0, listed.stderr
+        (line,) = listed.stdout.decode().splitlines()
+        entries = {e["path"]: e for e in json.loads(line)["done"]}
+        kept = log_dir / "t-0" / QUARANTINE_DIR / "p1" / index.name
+        stray = log_dir.parent / STRAY_QUARANTINE_DIR / log_dir.name / "p1" / STRAY
+        assert set(entries) == {str(kept), str(stray)}
+        assert entries[str(kept)]["kind"] == "file" and entries[str(kept)]["bytes"] == 16
+        assert entries[str(stray)]["kind"] == "dir" and entries[str(stray)]["bytes"] == sum(
+            p.stat().st_size for p in stray.rglob("*") if p.is_file()
+        )
+        # the sizes are checked before anything is deleted: a changed entry is refused, the others stay
+        changed = {"op": "purge", "path": str(kept), "hash16": "p1", "bytes": 15, "names": names}
+        ran = run_spec({"log_dirs": [str(log_dir)], "unlocked": True, "ops": [changed]})
+        assert ran.returncode == REFUSED and b"it changed since" in ran.stderr and kept.exists()
+        # only a quarantine of that plan: Kafka's own files, another plan's quarantine, a path outside: refused
+        for path, h in ((index.parent / "partition.metadata", "p1"), (kept, "p2"), (outside / "passwd", "p1")):
+            op = {"op": "purge", "path": str(path), "hash16": h, "bytes": 1, "names": names}
+            ran = run_spec({"log_dirs": [str(log_dir)], "unlocked": True, "ops": [op]})
+            assert ran.returncode == REFUSED and b"is not in a quarantine of plan" in ran.stderr, ran.stderr
+        ops = [
+            {"op": "purge", "hash16": "p1", "names": names, **{k: e[k] for k in ("path", "bytes")}}
+            for e in entries.values()
+        ]
+        ran = run_spec({"log_dirs": [str(log_dir)], "unlocked": True, "ops": ops})
+        assert ran.returncode == 0, ran.stderr
+        assert not kept.exists() and not stray.exists() and (log_dir / "t-0" / "partition.metadata").exists()
+        again = run_spec({"log_dirs": [str(log_dir)], "unlocked": True, "ops": ops})  # idempotent
+        assert again.returncode == 0 and again.stdout.decode().count("gone already") == 2
+        # a change of Kafka's files never runs unlocked, and a purge never runs under the lock with them
+        mixed = {"log_dirs": [str(log_dir)], "unlocked": True, "ops": [{"op": "remove", "path": str(index)}]}
+        assert run_spec(mixed).returncode == REFUSED
+
+
+def test_a_link_planted_in_a_stray_quarantine_is_not_followed(log_dir: Path, outside: Path) -> None:
+    from fleet_doctor.repair.plan import STRAY_QUARANTINE_DIR
+
+    make_stray(log_dir)
+    assert run(log_dir, stray_op(log_dir)).returncode == 0
+    stray = log_dir.parent / STRAY_QUARANTINE_DIR / log_dir.name / "p1" / STRAY
+    (stray / "link").symlink_to(outside)
+    before = fingerprint(outside)
+    op = {"op": "purge", "path": str(stray), "hash16": "p1", "bytes": 0, "names": quarantine_names()}
+    ran = run_spec({"log_dirs": [str(log_dir)], "unlocked": True, "ops": [op]})
+    assert ran.returncode == REFUSED and b"is not a regular file or directory" in ran.stderr
+    assert fingerprint(outside) == before and stray.is_dir()

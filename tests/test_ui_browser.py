@@ -574,3 +574,14 @@ def test_chosen_password_is_written_for_the_simple_auth_manager(tmp_path: Path) 
     assert af.passwords_file.stat().st_mode & 0o077 == 0
     again = LiveAirflow(env, port=free_port())  # kept across restarts
     assert json.loads(again.passwords_file.read_text()) == stored
+
+
+def test_metadata_chooses_which_lab_clusters_ui_brings_up(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``bin/dev ui --metadata kraft`` brings up the KRaft lab alone (its repair approved like the other's);
+    ``--metadata zookeeper`` and ``--no-kraft`` the ZooKeeper one alone; both by default."""
+    asked: list[tuple[bool, bool]] = []
+    monkeypatch.setattr(demo, "ui", lambda *a, **k: asked.append((k["zookeeper"], k["kraft"])) or 0)
+    where = ["--home", str(tmp_path / "h"), "--data", str(tmp_path / "d"), "--lab", str(tmp_path / "lab")]
+    for extra in ([], ["--metadata", "kraft"], ["--metadata", "zookeeper"], ["--no-kraft"]):
+        assert demo.main(["ui", *where, *extra]) == 0
+    assert asked == [(True, True), (False, True), (True, False), (True, False)]

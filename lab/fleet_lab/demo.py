@@ -1,15 +1,16 @@
 """The embedded default: Airflow (SQLite) + the fleet lab + Spark local, for the demo and the end-to-end tests.
 
     python -m fleet_lab.demo demo|env|audit [--home DIR] [--lab DIR] [--data DIR]
-    python -m fleet_lab.demo ui [--scenario demo|seed-004|seed-000] [--no-kraft] [--port N] [--home DIR] [--lab DIR]
-        [--data DIR]
+    python -m fleet_lab.demo ui [--scenario demo|seed-004|seed-000] [--metadata both|zookeeper|kraft] [--no-kraft]
+        [--port N] [--home DIR] [--lab DIR] [--data DIR]
 
 ``demo`` brings up a fleet of two 3-broker labs (ZooKeeper and KRaft), injects incidents on different brokers, runs
 each cluster's audit DAG once with ``airflow dags test`` and prints the summaries and where the reports are. ``ui``
 (``bin/dev ui``) brings up the same fleet (the ZooKeeper lab with a seed report's scenario, or the demo's incidents;
-``--no-kraft``: that lab alone), a live Airflow on 127.0.0.1 (api-server, scheduler, dag-processor, triggerer), has
-the scheduler audit each cluster once, prints the URL, the user and where the password is, and stays up until
-Ctrl-C (SIGINT or SIGTERM), then stops every process it started. ``airflow_environ()`` is the process
+``--metadata zookeeper`` or ``--no-kraft``: that lab alone; ``--metadata kraft``: the KRaft lab alone), a live
+Airflow on 127.0.0.1 (api-server, scheduler, dag-processor, triggerer), has the scheduler audit each cluster once,
+prints the URL, the user and where the password is, and stays up until Ctrl-C (SIGINT or SIGTERM), then stops every
+process it started. ``airflow_environ()`` is the process
 environment every ``airflow`` command here runs with: its own AIRFLOW_HOME, the repo's dags/ and plugins/,
 SQLite, the lab's SSH and ZooKeeper connections, ``spark_default`` on ``local[2]``, the audit settings.
 """
@@ -299,12 +300,16 @@ def ui(
     password: str | None = None,
     afresh: bool = False,
     kraft: bool = True,
+    zookeeper: bool = True,
 ) -> int:
-    """``bin/dev ui``: a fleet of two lab clusters, the ZooKeeper lab with ``scenario``'s incidents and (``kraft``) a
-    KRaft lab beside it with ``DEMO_KRAFT_INCIDENTS``, a live Airflow on 127.0.0.1:``port`` with each cluster's
-    first audit done, until SIGINT or SIGTERM; then every process it started is stopped (Airflow's by PID, then the
-    labs'). ``password``: the first user's (else generated, in the simple auth manager's passwords file).
-    ``afresh``: empty ``home`` and ``data`` first (ui's own default dirs)."""
+    """``bin/dev ui``: a fleet of two lab clusters, the ZooKeeper lab (``zookeeper``) with ``scenario``'s incidents
+    and (``kraft``) a KRaft lab beside it with ``DEMO_KRAFT_INCIDENTS``, a live Airflow on 127.0.0.1:``port`` with
+    each cluster's first audit done, until SIGINT or SIGTERM; then every process it started is stopped (Airflow's by
+    PID, then the labs'). ``password``: the first user's (else generated, in the simple auth manager's passwords
+    file). ``afresh``: empty ``home`` and ``data`` first (ui's own default dirs)."""
+    if not (kraft or zookeeper):
+        print("[ui] neither lab cluster chosen", file=sys.stderr)
+        return 2
     if scenario not in UI_SCENARIOS:
         print(f"[ui] unknown scenario {scenario!r}: one of {', '.join(UI_SCENARIOS)}", file=sys.stderr)
         return 2
@@ -317,7 +322,7 @@ def ui(
         return 2
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _ui(home, lab_dir, data, scenario, port, password, afresh, kraft)
+        return _ui(home, lab_dir, data, scenario, port, password, afresh, kraft, zookeeper)
     except _Stop as e:
         print(f"[ui] {e}: stopped", flush=True)
         return 0
@@ -335,6 +340,7 @@ def _ui(
     password: str | None,
     afresh: bool,
     kraft: bool,
+    zookeeper: bool = True,
 ) -> int:
     from fleet_lab import fleet
     from fleet_lab.airflow_stack import UI_COMPONENTS, AirflowLiveError, LiveAirflow
@@ -342,7 +348,7 @@ def _ui(
 
     t0 = time.monotonic()
     kraft_dir = kraft_lab_dir(lab_dir)
-    for d in (lab_dir, kraft_dir) if kraft else (lab_dir,):
+    for d in [*([lab_dir] if zookeeper else []), *([kraft_dir] if kraft else [])]:
         if fleet.is_up(d):  # someone's lab (a kept demo, another ui): not ours to stop
             print(
                 f"[ui] a fleet lab is already up in {d}: stop it first (bin/fleet-lab down --dir {d}) or give --lab "
@@ -353,16 +359,18 @@ def _ui(
     if afresh:
         _start_afresh(home, data)
     version = SCENARIOS[scenario][0] if scenario in SCENARIOS else fleet.DEFAULT_VERSION
-    print(f"[ui] bringing up the fleet lab (3 brokers, Kafka {version}, ZooKeeper) in {lab_dir}", flush=True)
-    started = [fleet.up(lab_dir, brokers=3, kafka_version=version)]
-    state = started[0]
+    started: list[Any] = []
     af: LiveAirflow | None = None
     try:
-        if scenario == "demo":
-            inject_demo_incidents(state, "ui")
-        else:
-            for step in run_scenario(state, scenario):
-                print(f"[ui] {scenario}: {step.step}: {'as reported' if step.ok else 'NOT as reported'}", flush=True)
+        if zookeeper:
+            print(f"[ui] bringing up the fleet lab (3 brokers, Kafka {version}, ZooKeeper) in {lab_dir}", flush=True)
+            started.append(fleet.up(lab_dir, brokers=3, kafka_version=version))
+            if scenario == "demo":
+                inject_demo_incidents(started[0], "ui")
+            else:
+                for step in run_scenario(started[0], scenario):
+                    ok = "as reported" if step.ok else "NOT as reported"
+                    print(f"[ui] {scenario}: {step.step}: {ok}", flush=True)
         if kraft:
             print(
                 f"[ui] and a KRaft lab (3 combined nodes, Kafka {fleet.DEFAULT_KRAFT_VERSION}) in {kraft_dir}",
@@ -370,7 +378,7 @@ def _ui(
             )
             started.append(fleet.up(kraft_dir, brokers=3, metadata="kraft", cluster=f"{DEFAULT_CLUSTER}-kraft"))
             for name, opts in DEMO_KRAFT_INCIDENTS:
-                inject(started[1], name, **opts)
+                inject(started[-1], name, **opts)
         env = fleet_environ(home, [s.path for s in started], data, home / "fleet")
         prepare(env)
         user = (env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS") or "admin:admin").split(",")[0].split(":")[0]
@@ -384,7 +392,7 @@ def _ui(
         except AirflowLiveError as e:
             print(f"[ui] {e}\n[ui] logs: {home}/*.out", file=sys.stderr)
             return 1
-        _say_ready(af, user, password is not None, audits, data, lab_dir, time.monotonic() - t0)
+        _say_ready(af, user, password is not None, audits, data, Path(started[0].path), time.monotonic() - t0)
         return _stay_up(af)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
@@ -470,6 +478,13 @@ def main(argv: list[str] | None = None) -> int:
         help="ui: the ZooKeeper lab cluster only (by default a KRaft lab cluster runs beside it: a fleet of two)",
     )
     p.add_argument(
+        "--metadata",
+        choices=("both", "zookeeper", "kraft"),
+        default="both",
+        help="ui: which lab clusters: both (default), the ZooKeeper one (as --no-kraft), or the KRaft one alone "
+        "(3 combined nodes with the demo's KRaft incidents: a repair to approve, refusals to read)",
+    )
+    p.add_argument(
         "--port",
         type=int,
         default=int(os.environ.get("FLEET_DOCTOR_UI_PORT") or UI_PORT),
@@ -490,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
             args.port,
             password,
             afresh=not (args.home or args.data),
-            kraft=not args.no_kraft,
+            kraft=not args.no_kraft and args.metadata != "zookeeper",
+            zookeeper=args.metadata != "kraft",
         )
     if args.command == "demo":
         return demo(home, lab_dir, data, keep_lab=args.keep_lab)

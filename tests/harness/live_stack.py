@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fleet_doctor.airflow_links import audit_dag, repair_dag, restore_dag
+from fleet_doctor.airflow_links import audit_dag, purge_dag, repair_dag, restore_dag
 from fleet_doctor.layout import attempt_name
 from fleet_doctor.repair.plan import QUARANTINE_DIR
 from fleet_lab import fleet
@@ -18,6 +18,7 @@ from fleet_lab.fleet import zk_json  # noqa: F401  (the live tests import it fro
 
 LAB_CLUSTER = "lab"  # the lab's cluster (fleet_lab.fleet's default name): its DAGs
 AUDIT, REPAIR, RESTORE = audit_dag(LAB_CLUSTER), repair_dag(LAB_CLUSTER), restore_dag(LAB_CLUSTER)
+PURGE = purge_dag(LAB_CLUSTER)
 FAST = {"healthy_polls": 2, "poll_interval_s": 1, "pause_between_brokers_s": 0, "isr_timeout_s": 120}
 REPAIRABLE = ("partition.metadata", "leader-epoch-checkpoint")
 

@@ -32,13 +32,13 @@ from fleet_doctor.store import write_atomic
 from fleet_lab import demo, fleet
 from fleet_lab.airflow_stack import AirflowLiveError, LiveAirflow
 from fleet_lab.incidents import controller_failover, kraft_controller_failover, run_scenario
-from harness.live_stack import AUDIT, REPAIR, RESTORE
+from harness.live_stack import AUDIT, PURGE, REPAIR, RESTORE
 from harness.ssh import controller_connect, ssh_connect
 
 AUDIT_RUN = "run1"  # the snapshot's audit run (the repair's "latest")
 USERS = "admin:admin,alice:admin,bob:admin"  # admin triggers (the first), alice approves, bob is anyone else
 APPROVER = "alice"
-DAGS = (AUDIT, REPAIR, RESTORE)  # the lab cluster's
+DAGS = (AUDIT, REPAIR, RESTORE, PURGE)  # the lab cluster's
 
 
 @dataclass(frozen=True)
