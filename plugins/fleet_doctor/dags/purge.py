@@ -20,14 +20,11 @@ Operator guide: `docs/repair.md`, "Deleting a quarantine".
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+from airflow.sdk import DAG, Param, dag
 
-from airflow.sdk import DAG, Param, dag, get_current_context, task
-
+from fleet_doctor.dags.approved import plan_approve_act
 from fleet_doctor.fleet_dags import ClusterDags
-from fleet_doctor.repair import approval, purge_tasks
-from fleet_doctor.repair.hitl import PlanApprovalOperator
+from fleet_doctor.repair import purge_tasks
 from fleet_doctor.repair.params import manual_dag_args
 from fleet_doctor.settings import Settings
 
@@ -60,27 +57,6 @@ def kafka_fleet_purge(cluster: ClusterDags, parsed: Settings) -> DAG:
         },
     )
     def purge_dag() -> None:
-        @task
-        def plan() -> dict[str, Any]:
-            return purge_tasks.plan(settings(), get_current_context()["params"])
-
-        approve = PlanApprovalOperator(
-            task_id="approve",
-            subject_key="subject",
-            body_key="markdown",
-            option_key="approve_option",
-            assigned_users=approval.hitl_users(parsed),
-            response_timeout=timedelta(hours=24),
-        )
-
-        @task
-        def purge(planned: dict[str, Any]) -> dict[str, Any]:
-            ctx, here = get_current_context(), settings()
-            asked = purge_tasks.approval_request(here, planned)  # what the stored purge plan shows and offers
-            answer = approval.confirm(ctx, "approve", planned["hash"], here, asked)
-            return purge_tasks.purge(here, planned, ctx["params"], ctx["run_id"], approval=answer)
-
-        planned = plan()
-        planned >> approve >> purge(planned)
+        plan_approve_act(parsed, settings, purge_tasks.plan, purge_tasks.approval_request, purge_tasks.purge, "purge")
 
     return purge_dag()

@@ -27,14 +27,11 @@ Operator guide: `docs/repair.md`.
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+from airflow.sdk import DAG, Param, dag
 
-from airflow.sdk import DAG, Param, dag, get_current_context, task
-
+from fleet_doctor.dags.approved import plan_approve_act
 from fleet_doctor.fleet_dags import ClusterDags
-from fleet_doctor.repair import approval, restore_tasks
-from fleet_doctor.repair.hitl import PlanApprovalOperator
+from fleet_doctor.repair import restore_tasks
 from fleet_doctor.repair.params import manual_dag_args, restore_gates
 from fleet_doctor.settings import Settings
 
@@ -64,27 +61,13 @@ def kafka_fleet_restore(cluster: ClusterDags, parsed: Settings) -> DAG:
         },
     )
     def restore_dag() -> None:
-        @task
-        def plan() -> dict[str, Any]:
-            return restore_tasks.plan(settings(), get_current_context()["params"])
-
-        approve = PlanApprovalOperator(
-            task_id="approve",
-            subject_key="subject",
-            body_key="markdown",
-            option_key="approve_option",
-            assigned_users=approval.hitl_users(parsed),
-            response_timeout=timedelta(hours=24),
+        plan_approve_act(
+            parsed,
+            settings,
+            restore_tasks.plan,
+            restore_tasks.approval_request,
+            restore_tasks.restore_backup,
+            "restore",
         )
-
-        @task
-        def restore(planned: dict[str, Any]) -> dict[str, Any]:
-            ctx, here = get_current_context(), settings()
-            asked = restore_tasks.approval_request(here, planned)  # what the stored restore plan shows and offers
-            answer = approval.confirm(ctx, "approve", planned["hash"], here, asked)
-            return restore_tasks.restore_backup(here, planned, ctx["params"], ctx["run_id"], approval=answer)
-
-        planned = plan()
-        planned >> approve >> restore(planned)
 
     return restore_dag()

@@ -33,7 +33,7 @@ from fleet_doctor.repair import dir_lock
 from fleet_doctor.repair.dir_lock import DirLock, DirLockError
 from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.gates import static_min_isr
-from fleet_doctor.repair.kraft_cluster import GateUnreadable, KraftCluster
+from fleet_doctor.repair.kraft_cluster import KraftCluster
 from fleet_doctor.settings import Settings, SettingsError
 from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper import cluster_session, credentials
@@ -379,33 +379,14 @@ def holding(
     owner: dict[str, Any],
     report: dict[str, Any],
     *,
-    wait_s: float = 0.0,
-    live_wait_s: float = 60.0,
-    check_holder: Callable[[dict[str, Any] | None], None] | None = None,
-    take_over: tuple[str, str] | None = None,
     cluster_id: str | None = None,
-    mirror: Any = None,
+    **hold: Any,
 ) -> Iterator[LockedCluster]:
     """Hold the cluster's repair lock in the session ``zk`` as ``owner`` ({plan_hash, step, run_id, since}) around
     the block, then release it, keep it or hand it back (``LockedCluster.release``; the report says which).
-    ``wait_s``: how long to wait for another step of the same plan; ``live_wait_s``: for a previous worker of the
-    same attempt to be gone (``zookeeper.lock.acquire_lock``); ``check_holder``: called with the current holder
-    before the lock is taken (raises to refuse); ``take_over``: (plan hash, attempt) of a halted repair attempt a
-    restore puts back, whose lock it takes over; ``cluster_id``: the id of the cluster the plan was made on
-    (``lock_key``); ``mirror``: the cluster's store, where the lock's state is shown to the fleet page once taken
-    and again at the end (``lock_state``)."""
+    ``cluster_id``: the id of the cluster the plan was made on (``lock_key``); ``hold``: ``held_lock``'s keywords."""
     backend = ZooKeeperLock(zk, lock_key(Cluster(zk), inv, cluster_id))
-    with held_lock(
-        backend,
-        inv,
-        owner,
-        report,
-        wait_s=wait_s,
-        live_wait_s=live_wait_s,
-        check_holder=check_holder,
-        take_over=take_over,
-        mirror=mirror,
-    ) as lock:
+    with held_lock(backend, inv, owner, report, **hold) as lock:
         yield lock
 
 
@@ -419,11 +400,7 @@ def directory_lock(
     """The repair lock of a KRaft cluster in ``lock_dir`` (``Settings.lock_dir``), keyed by the cluster.id its voters
     hold (``lock_key``: read live, checked against the inventory's and the plan's); ``lease_s``: how long a dead
     worker's liveness is waited out (default ``dir_lock.LEASE_S``)."""
-    live = KraftCluster(inv, connect)
-    try:
-        key = lock_key(live, inv, cluster_id)
-    except GateUnreadable as e:
-        raise RepairError(f"cluster {inv.cluster}: its cluster id could not be read: {e}; nothing was changed") from e
+    key = lock_key(KraftCluster(inv, connect), inv, cluster_id)  # a quorum that cannot be read: refused there
     return DirectoryLock(DirLock(lock_dir, key, lease_s if lease_s is not None else dir_lock.LEASE_S), connect)
 
 
@@ -440,7 +417,13 @@ def held_lock(
     take_over: tuple[str, str] | None = None,
     mirror: Any = None,
 ) -> Iterator[LockedCluster]:
-    """The skeleton of ``holding``, for a lock wherever it lives (``RepairLock``)."""
+    """Hold the repair lock ``backend`` (wherever it lives: ``RepairLock``) as ``owner`` around the block, then
+    release it, keep it or hand it back (``LockedCluster.release``; the report says which). ``wait_s``: how long to
+    wait for another step of the same plan; ``live_wait_s``: for a previous worker of the same attempt to be gone;
+    ``check_holder``: called with the current holder before the lock is taken (raises to refuse); ``take_over``:
+    (plan hash, attempt) of a halted repair attempt a restore puts back, whose lock it takes over; ``mirror``: the
+    cluster's store, where the lock's state is shown to the fleet page once taken and again at the end
+    (``lock_state``)."""
     key = backend.key
     owner = {**owner, "cluster": inv.cluster}  # the inventory's name, for whoever reads the lock
     lock = LockedCluster(backend, inv, owner, report, key, mirror=mirror)
