@@ -13,9 +13,15 @@ from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.purge import purge_plan, run_purge
-from fleet_doctor.repair.session import cluster_lock, lock_mirror, repair_inventory, repairs_dir, ssh_connect
+from fleet_doctor.repair.session import (
+    cluster_lock,
+    lock_mirror,
+    repair_inventory,
+    repairs_dir,
+    save_for_approval,
+    ssh_connect,
+)
 from fleet_doctor.settings import Settings
-from fleet_doctor.store import write_atomic
 
 DEFAULT_OLDER_THAN_DAYS = 7.0  # a quarantine younger than a week is kept unless the form says otherwise
 
@@ -46,18 +52,8 @@ def plan(settings: Settings, params: dict[str, Any], connect: Any = None) -> dic
         _hosts(settings, connect, []),
     )
     d = repairs.purge_dir(p.scope["purge_of"], p.hash)
-    d.mkdir(parents=True, exist_ok=True)
-    asked = approval_text.purge_request(p, str(d))
-    write_atomic(d / layout.PLAN, p.to_json().encode())
-    write_atomic(d / layout.PLAN_TEXT, asked.body.encode())
-    return {
-        "hash": p.hash,
-        "purge_of": p.scope["purge_of"],
-        "subject": asked.subject,
-        "markdown": asked.body,
-        "approve_option": asked.option,
-        "totals": approval_text.purge_totals(p),
-    }
+    saved = save_for_approval(d, p, approval_text.purge_request(p, str(d)))
+    return saved | {"purge_of": p.scope["purge_of"], "totals": approval_text.purge_totals(p)}
 
 
 def stored_plan(settings: Settings, planned: dict[str, Any]) -> Plan:

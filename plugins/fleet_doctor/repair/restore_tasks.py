@@ -14,9 +14,15 @@ from fleet_doctor.repair.journal import Journal, State
 from fleet_doctor.repair.kraft_cluster import KraftCluster
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.restore import RestoreExecutor, find_plan, restore_plan, still_needs_human, stored_restore_plan
-from fleet_doctor.repair.session import cluster_lock, lock_mirror, repair_inventory, repairs_dir, ssh_connect
+from fleet_doctor.repair.session import (
+    cluster_lock,
+    lock_mirror,
+    repair_inventory,
+    repairs_dir,
+    save_for_approval,
+    ssh_connect,
+)
 from fleet_doctor.settings import Settings
-from fleet_doctor.store import write_atomic
 from fleet_doctor.zookeeper import cluster_session
 from fleet_doctor.zookeeper.cluster import Cluster
 
@@ -48,17 +54,7 @@ def make_restore_plan(settings: Settings, params: dict[str, Any], controller: in
         gates_of(params, RESTORE_GATE_PARAMS),
     )
     d = repairs.restore_dir(p.scope["restore_of"], p.hash)
-    d.mkdir(parents=True, exist_ok=True)
-    asked = approval_text.restore_request(p)
-    write_atomic(d / layout.PLAN, p.to_json().encode())
-    write_atomic(d / layout.PLAN_TEXT, asked.body.encode())
-    return {
-        "hash": p.hash,
-        "restore_of": p.scope["restore_of"],
-        "subject": asked.subject,
-        "markdown": asked.body,
-        "approve_option": asked.option,
-    }
+    return save_for_approval(d, p, approval_text.restore_request(p)) | {"restore_of": p.scope["restore_of"]}
 
 
 def approval_request(settings: Settings, planned: dict[str, Any]) -> approval_text.Request:

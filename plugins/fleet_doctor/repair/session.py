@@ -27,7 +27,7 @@ from typing import Any
 
 from fleet_doctor import inventory, lock_state
 from fleet_doctor.cluster_health import ClusterHealth
-from fleet_doctor.layout import RepairsDir, attempt_name
+from fleet_doctor.layout import PLAN, PLAN_TEXT, RepairsDir, attempt_name
 from fleet_doctor.remote import airflow_ssh_client
 from fleet_doctor.repair import dir_lock
 from fleet_doctor.repair.dir_lock import DirLock, DirLockError
@@ -58,6 +58,15 @@ def repairs_dir(settings: Settings) -> RepairsDir:
         return RepairsDir(settings.repairs)
     except SettingsError as e:  # a remote data root without FLEET_DOCTOR_REPAIR_DIR
         raise RepairError(str(e)) from e
+
+
+def save_for_approval(where: Path, plan: Any, asked: Any) -> dict[str, Any]:
+    """A restore's or a purge's plan saved in ``where`` (``plan.json``, and ``plan.md``: what people read), and what
+    its approval shows (``asked``: an ``approval_text.Request``), as the plan task's XCom."""
+    where.mkdir(parents=True, exist_ok=True)
+    write_atomic(where / PLAN, plan.to_json().encode())
+    write_atomic(where / PLAN_TEXT, asked.body.encode())
+    return {"hash": plan.hash, "subject": asked.subject, "markdown": asked.body, "approve_option": asked.option}
 
 
 def lock_mirror(settings: Settings) -> Any:
