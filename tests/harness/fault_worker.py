@@ -90,10 +90,12 @@ def main(config_path: str) -> int:
     timeout = float(cfg.get("session_timeout_s", 4))
     attempt = repairs.attempt(plan.hash, cfg["attempt"])
     report: dict[str, Any] = {}
-    kraft = {"lock_dir": Path(cfg["lock_dir"]), "connect": controller_connect, "lease_s": cfg.get("lease_s")}
-    with cluster_lock(
-        inv, owner, report, attempt / RESULT, session_timeout=timeout, **(kraft if inv.kraft else {})
-    ) as lock:
+    kraft = (
+        {"lock_dir": Path(cfg["lock_dir"]), "connect": controller_connect, "lease_s": cfg.get("lease_s")}
+        if inv.kraft
+        else {}
+    )
+    with cluster_lock(inv, owner, report, attempt / RESULT, session_timeout=timeout, **kraft) as lock:
         ex = DyingExecutor(
             plan,
             attempt,
