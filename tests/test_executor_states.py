@@ -315,3 +315,44 @@ def test_the_controller_of_the_moment_goes_last(tmp_path: Path) -> None:
     assert ex.run()["status"] == "done"
     stops = [b for b, op in fleet.calls if op == "stop"]
     assert stops == [2, 1]
+
+
+# ---- KRaft: the voters after the brokers, the active controller last, each behind the quorum gate
+class QuorumCluster(FakeCluster):
+    """The fake fleet as a KRaft cluster: ``voters`` are quorum members; ``refusals`` per node, polled in turn
+    (``None``: the quorum gate passes)."""
+
+    def __init__(self, fleet: FakeFleet, voters: set[int], refusals: dict[int, list[str | None]]) -> None:
+        super().__init__(fleet)
+        self._voters, self.refusals, self.asked = frozenset(voters), refusals, []
+
+    def voters(self) -> frozenset[int]:
+        return self._voters
+
+    def restart_refusal(self, node_id: int) -> str | None:
+        self.asked.append(node_id)
+        left = self.refusals.get(node_id) or [None]
+        return left.pop(0) if len(left) > 1 else left[0]
+
+
+def test_on_kraft_the_voters_go_after_the_brokers_each_once_its_quorum_gate_passes(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    fleet.controller = 1  # node 1: a voter, the active controller; node 2: a broker only
+    cluster = QuorumCluster(fleet, {1}, {1: ["node 3 behind", None]})
+    ex = Executor(make_plan(), tmp_path, inventory(), fake_hosts(fleet), cluster, GATES, post_verify=verified(fleet))
+    assert ex.run()["status"] == "done"
+    stops = [b for b, op in fleet.calls if op == "stop"]
+    assert stops == [2, 1]  # the broker first, then the voter (the active controller) last, against plan order
+    assert cluster.asked.count(1) >= 2  # node 1 waited until its gate passed
+    detail = ex.journal.data["brokers"]["1"]["history"][0]["detail"]
+    assert "the quorum keeps a caught-up majority without this voter" in detail
+
+
+def test_a_quorum_gate_that_never_passes_halts_before_the_stop_with_the_reason(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    cluster = QuorumCluster(fleet, {1, 2}, {1: ["1 of the other 1 voter(s) caught up, 2 needed"]})
+    ex = Executor(make_plan(), tmp_path, inventory(), fake_hosts(fleet), cluster, GATES, post_verify=verified(fleet))
+    with pytest.raises(RepairError, match=r"quorum gate before broker 1 did not pass within 0 s: 1 of the other"):
+        ex.run()
+    assert not [c for c in fleet.calls if c[1] == "stop"]  # nothing stopped, nothing changed
+    assert ex.journal.keeps_lock() is None and ex.journal.data["brokers"]["1"]["state"] == "pending"

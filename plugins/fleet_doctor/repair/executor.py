@@ -323,15 +323,21 @@ class Executor:
         why: list[str | None] = [None]
 
         def passes(p: Progress) -> bool:
-            why[0] = self.cluster.restart_refusal(b.broker_id)
+            try:
+                why[0] = self.cluster.restart_refusal(b.broker_id)
+            except RepairError as e:  # the quorum could not be read this time: not yet (fails closed at the end)
+                why[0] = str(e)
             p.detail = why[0] or ""
             return why[0] is None
 
         what = f"broker {b.broker_id}: waiting for the quorum gate"
+        timeout = self.gates.isr_timeout_s
         try:
-            self._wait(passes, self.gates.isr_timeout_s, f"quorum gate before broker {b.broker_id}: {why[0]}", what)
+            self._wait(passes, timeout, f"broker {b.broker_id}: the quorum gate did not pass", what)
         except RepairError as e:
-            raise RepairError(f"quorum gate before broker {b.broker_id} did not pass: {why[0]} ({e})") from e
+            raise RepairError(
+                f"quorum gate before broker {b.broker_id} did not pass within {timeout:.0f} s: {why[0]}"
+            ) from e
         voter = b.broker_id in self.cluster.voters()
         return "; the quorum keeps a caught-up majority without this voter" if voter else "; the quorum is healthy"
 
