@@ -237,8 +237,8 @@ class DirectoryLock(RepairLock):
     """The lock of a cluster without ZooKeeper: files in the shared repairs dir (``repair.dir_lock.DirLock``); the
     gates read the committed metadata of its quorum (``KraftCluster``, reaching the controllers with ``connect``)."""
 
-    def __init__(self, lock: DirLock, connect: Any = None) -> None:
-        self.lock, self.key, self.connect = lock, lock.key, connect
+    def __init__(self, lock: DirLock, connect: Any = None, live: KraftCluster | None = None) -> None:
+        self.lock, self.key, self.connect, self.live = lock, lock.key, connect, live
 
     def _checked(self, what: Callable[[], Any]) -> Any:
         try:
@@ -275,13 +275,17 @@ class DirectoryLock(RepairLock):
 
     def gates(self, inv: inventory.Inventory, params: dict[str, Any]) -> ClusterHealth:
         """Min ISR from the metadata's ConfigRecords, else the static default; a voter of a quorum of fewer than 3
-        is restarted only when the approved plan allows losing the quorum meanwhile."""
-        return KraftCluster(
+        is restarted only when the approved plan allows losing the quorum meanwhile. The view the lock's key was read
+        with, when there is one: its image is followed from there, not read whole again."""
+        gates = KraftCluster(
             inv,
             self.connect,
             static_min_isr(params, inv.min_insync_replicas),
             allow_quorum_loss=bool(params.get("allow_quorum_loss")),
         )
+        if self.live is not None:
+            gates.follower, gates.view = self.live.follower, self.live.view
+        return gates
 
 
 # ---- the lock skeleton
@@ -409,8 +413,9 @@ def directory_lock(
     """The repair lock of a KRaft cluster in ``lock_dir`` (``Settings.lock_dir``), keyed by the cluster.id its voters
     hold (``lock_key``: read live, checked against the inventory's and the plan's); ``lease_s``: how long a dead
     worker's liveness is waited out (default ``dir_lock.LEASE_S``)."""
-    key = lock_key(KraftCluster(inv, connect), inv, cluster_id)  # a quorum that cannot be read: refused there
-    return DirectoryLock(DirLock(lock_dir, key, lease_s if lease_s is not None else dir_lock.LEASE_S), connect)
+    live = KraftCluster(inv, connect)
+    key = lock_key(live, inv, cluster_id)  # a quorum that cannot be read: refused there
+    return DirectoryLock(DirLock(lock_dir, key, lease_s if lease_s is not None else dir_lock.LEASE_S), connect, live)
 
 
 @contextlib.contextmanager
