@@ -15,6 +15,9 @@ Cases (each in a fresh temporary metadata dir; the decoder's output is checked, 
     baseline             the same N partitions without the ClearElrRecords (the ClearElr case's ratio is against it)
     big cluster          200,000 partitions (with --partitions: that many) in 1,000 topics: the decoder's memory on a
                          big cluster, what audit.kraft.DECODE_MEMORY_MIB is chosen from
+    follow poll          the big cluster's log with 100 PartitionChangeRecords after it: the repair's gates' poll
+                         (``--records-from N --records-to END --resume``, repair/kraft_cluster.py) on the
+                         controller, and the worker's replay of what it printed into its image
 
 For each: wall and CPU time of the decoder process, and its peak RSS (VmHWM from /proc/self/status at exit, read by
 a two-line wrapper around the bundle: the rusage of a child carries the parent's high-water mark across fork and
@@ -106,10 +109,11 @@ def metadata_dir(root: Path, log: bytes) -> Path:
     return mdir
 
 
-def decode(mdir: Path) -> dict:
-    """The decoder as a controller runs it; wall and CPU time, peak RSS, its records' kinds and problems."""
+def decode(mdir: Path, mode: list[str] | None = None) -> dict:
+    """The decoder as a controller runs it (``mode``: its options before the dir, e.g. a follower's); wall and CPU
+    time, peak RSS, its records' kinds and problems."""
     program = cm.bundle()
-    args = ["--max-memory-mib", str(DECODE_MEMORY_MIB), "--max-cpu-s", str(DECODE_CPU_S), str(mdir)]
+    args = ["--max-memory-mib", str(DECODE_MEMORY_MIB), "--max-cpu-s", str(DECODE_CPU_S), *(mode or []), str(mdir)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", WRAPPER, *args], input=program, capture_output=True, check=False)
@@ -131,7 +135,45 @@ def decode(mdir: Path) -> dict:
         "partitions": sum(1 for r in records if r.get("kind") == "partition_state"),
         "problems": problems,
         "end": records[-1] if records else {},
+        "lines": done.stdout.splitlines(),
     }
+
+
+def change_values(partitions: int, topics: int, n: int = 100) -> list[bytes]:
+    """``n`` ISR shrinks (PartitionChangeRecord), spread over the big cluster's topics."""
+    per_topic = max(1, partitions // topics)
+    return [
+        kraft.metadata_record(
+            "PartitionChangeRecord", 0, {"PartitionId": i % per_topic, "TopicId": topic_id(i % topics), "Isr": [1, 2]}
+        )
+        for i in range(n)
+    ]
+
+
+def follow_poll(root: Path, partitions: int) -> dict:
+    """The gates' follow poll on the controller (its CPU, RSS and output as ``decode`` measures them) and the
+    worker's replay of its records (CPU, in this process), after a first read up to the tail gave the resume point."""
+    base = cluster_values(partitions, 1000, elr=False)
+    tail = change_values(partitions, 1000)
+    mdir = metadata_dir(root / "follow", segment(base + tail))
+    image, end = cm.Image(), None
+    for rec in cm.metadata_records(str(mdir), 0, len(base)):  # the first poll: the image whole, up to the tail
+        if rec["kind"] == "metadata_record":
+            image.replay(rec["name"], rec["fields"])
+        elif rec["kind"] == "metadata_records_end":
+            end = rec
+    assert end is not None and end["next_offset"] == len(base) and end["resume"], end
+    resume = f"{end['resume'][0]}:{end['resume'][1]}"
+    args = ["--records-from", str(len(base)), "--records-to", str(len(base) + len(tail)), "--resume", resume]
+    out = decode(mdir, args)
+    changes = [json.loads(line) for line in out.pop("lines") if b'"metadata_record"' in line]
+    t0 = time.process_time()
+    for rec in changes:
+        assert image.replay(rec["name"], rec["fields"]) is None
+    out["worker_cpu_s"] = time.process_time() - t0
+    out["changes"] = len(changes)
+    assert len(changes) == len(tail), len(changes)
+    return out
 
 
 def main() -> int:
@@ -164,6 +206,16 @@ def main() -> int:
         assert clear["partitions"] == baseline["partitions"] == a.elr and not clear["problems"]
         big = case("big cluster", segment(cluster_values(a.partitions, 1000, elr=False)))
         assert big["partitions"] == a.partitions and not big["problems"]
+        follow = follow_poll(root, a.partitions)
+        follow.update(
+            name="follow poll",
+            file_bytes=(root / "follow" / cm.METADATA_DIR_NAME / "00000000000000000000.log").stat().st_size,
+        )
+        rows.append(follow)
+        worker_ms = follow["worker_cpu_s"] * 1000
+        print(
+            f"follow poll: {follow['cpu_s']:.2f} s CPU on the controller, {worker_ms:.1f} ms on the worker", flush=True
+        )
     clear_s = clear["cpu_s"] - baseline["cpu_s"]
     lines = [
         "| case | segment | wall | CPU | peak RSS | peak address space | output | target |",
@@ -175,6 +227,12 @@ def main() -> int:
             target = (
                 f"RSS < {RSS_TARGET_MIB} MiB, one problem: **{'ok' if r['rss_mib'] < RSS_TARGET_MIB else 'MISSED'}**"
             )
+        elif r is follow:
+            verdict = "ok" if r["cpu_s"] < 1 and r["worker_cpu_s"] < 1 else "MISSED"
+            target = (
+                f"{follow['changes']} new records: controller {r['cpu_s']:.2f} s CPU, worker "
+                f"{r['worker_cpu_s'] * 1000:.1f} ms (< 1 s each): **{verdict}**"
+            )
         elif r is clear:
             verdict = "ok" if clear_s < CLEAR_ELR_TARGET_S else "MISSED"
             target = (
@@ -183,6 +241,8 @@ def main() -> int:
         what = (
             f"{len(r['problems'])} problem(s): {r['problems'][-1]['message'].split(': ', 1)[1][:90]}"
             if r["problems"]
+            else f"{r.get('changes', 0)} records printed"
+            if r is follow
             else f"{r['partitions']:,} partitions"
         )
         lines.append(
