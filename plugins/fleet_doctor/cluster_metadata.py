@@ -417,6 +417,12 @@ class Reader:
 
     def uvarint(self, what="varint", max_bytes=5):
         """Unsigned varint (ByteUtils.readUnsignedVarint: at most 5 bytes, 10 for a varlong)."""
+        pos = self.pos
+        if pos < self.end:  # the common case first: one byte
+            b = self.buf[pos]
+            if b < 0x80:
+                self.pos = pos + 1
+                return b
         value = 0
         shift = 0
         for _ in range(max_bytes):
@@ -488,18 +494,74 @@ def _read_value(f, t, r, version):
     return _read_struct(f["fields"], r, version)  # a nested struct
 
 
+def _reader(f, t, version):
+    """``_read_value`` for the field ``f`` of type ``t`` at ``version``, its type and version decided once: a
+    function of the reader (what ``_struct_plan`` keeps per schema and version)."""
+    name = f["name"]
+    st = SCALAR_TYPES.get(t)
+    if st is not None:
+        return lambda r: r.unpack(st, name)
+    if t in ("bool", "uuid", "string", "bytes") or element_type(t) is None:
+        if t in TYPES:
+            return lambda r: _read_value(f, t, r, version)
+        return lambda r: _read_struct(f["fields"], r, version)  # a nested struct
+    et = element_type(t)
+    code = SCALAR_CODES.get(et)
+    nullable = in_range(f["nullable_versions"], version)
+    size = SCALAR_TYPES[et].size if code is not None else 0
+
+    def read_array(r):
+        n = r.uvarint(name) - 1
+        if n < 0:
+            if nullable:
+                return None
+            raise DecodeError("non-nullable field %s was serialized as null" % name)
+        if n > r.end - r.pos:  # every element takes at least one byte: Kafka's own allocation guard
+            raise DecodeError(
+                "Tried to allocate a collection of size %d, but there are only %d bytes remaining (field %s)"
+                % (n, r.remaining(), name)
+            )
+        if code is not None:  # an array of numbers in one unpack
+            return list(struct.unpack(">%d%s" % (n, code), r.take(n * size, name)))
+        if et in TYPES:
+            return [_read_value(f, et, r, version) for _ in range(n)]
+        return [_read_struct(f["fields"], r, version) for _ in range(n)]
+
+    return read_array
+
+
+_PLANS = {}  # (id of a schema's field list, version) -> _struct_plan's
+
+
+def _struct_plan(fields_, version):
+    """How a struct reads at ``version``, decided once per schema and version: per field in order, (name, its
+    reader or None, its default: a value, or a function for a mutable one), and the tagged fields by tag."""
+    key = (id(fields_), version)
+    plan = _PLANS.get(key)
+    if plan is None:
+        steps, tagged = [], {}
+        for f in fields_:
+            present = in_range(f["versions"], version)
+            if present and f["tag"] is None:
+                steps.append((f["name"], _reader(f, f["type"], version), None))
+                continue
+            if present:
+                tagged[f["tag"]] = f
+            value = field_default(f, version)
+            if isinstance(value, (list, dict)):
+                steps.append((f["name"], None, lambda f=f: field_default(f, version)))
+            else:
+                steps.append((f["name"], None, lambda value=value: value))
+        plan = _PLANS[key] = (steps, tagged, fields_)  # the list kept: its id is the key
+    return plan
+
+
 def _read_struct(fields_, r, version, flexible=True):
     """A struct's fields in order, then (flexible versions) its tagged section. Returns {field name: value}."""
     out = {}
-    tagged = {}
-    for f in fields_:
-        if not in_range(f["versions"], version):
-            out[f["name"]] = field_default(f, version)
-        elif f["tag"] is not None:
-            out[f["name"]] = field_default(f, version)
-            tagged[f["tag"]] = f
-        else:
-            out[f["name"]] = _read_value(f, f["type"], r, version)
+    steps, tagged, _kept = _struct_plan(fields_, version)
+    for name, read, default in steps:
+        out[name] = read(r) if read is not None else default()
     if flexible:
         count = r.uvarint("tagged field count")
         if count > r.remaining():
