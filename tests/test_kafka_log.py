@@ -152,3 +152,20 @@ def test_random_topic_ids_are_kafka_uuids() -> None:
     ids = {random_topic_id() for _ in range(200)}
     assert len(ids) == 200
     assert all(valid_topic_id(i) and not i.startswith("-") for i in ids)
+
+
+def test_the_probes_crc32c_is_the_bit_by_bit_one_on_every_length_and_streamed() -> None:
+    """``probe.crc32c`` takes eight bytes a step (slicing-by-8) and the rest one at a time: equal to the bit-by-bit
+    reference on lengths 0-40 and on a 64 KiB one, from bytes, a bytearray or a memoryview slice, and continued."""
+    import random
+
+    from fleet_doctor.probe import crc32c
+
+    rng = random.Random(30)
+    for n in [*range(41), 65536 + 3]:
+        data = bytes(rng.randrange(256) for _ in range(n))
+        want = ref_crc32c(data)
+        assert crc32c(data) == crc32c(bytearray(data)) == crc32c(memoryview(b"x" + data)[1:]) == want, n
+        cut = n // 3
+        assert crc32c(data[cut:], crc32c(data[:cut])) == want, n  # a stream continued
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
