@@ -28,11 +28,12 @@ import pytest
 
 from fleet_doctor import layout
 from fleet_doctor.layout import RepairsDir
-from fleet_doctor.repair import tasks
+from fleet_doctor.repair import restore_tasks, tasks
 from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.executor import Executor, probe_and_detect
 from fleet_doctor.repair.gates import Gates
+from fleet_doctor.repair.kraft_cluster import KraftCluster
 from fleet_doctor.repair.plan import BrokerPlan, Plan
 from fleet_doctor.repair.session import cluster_lock
 from fleet_lab import fleet
@@ -180,10 +181,24 @@ def test_worker_sigkilled_mid_change_leaves_the_lock_and_the_rerun_resumes(ctx: 
         "worker SIGKILL mid-change: lock held by the attempt, node down, journal at the change, 0 bytes lost; "
         "rerun waited out the lease, new token, resumed to done"
     )
+    # and the restore on KRaft: the same lock, gates and order; the repair's backups put back on node 3
+    s, inv = ctx["settings"], ctx["inv"]
+    controller = KraftCluster(inv, controller_connect).controller()
+    restore_plan = restore_tasks.make_restore_plan(s, {"plan": plan.hash, "attempt": attempt}, controller)
+    params = {"healthy_polls": 2, "poll_interval_s": 0.5, "isr_timeout_s": 60, "timeout_s": 60}
+    restored = restore_tasks.restore_backup(
+        s, restore_plan, params, f"restore-{attempt}", ssh_connect(inv), connect_controller=controller_connect
+    )
+    assert restored["status"] == "done" and restored["lock_released"] is True, restored
+    assert restored["lock"] == ctx["state"].cluster_id and lock_record(ctx) is None
+    repair_journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
+    assert repair_journal["status"] == "restored" and repair_journal["brokers"][str(VICTIM)]["state"] == "pending"
+    fleet.wait_healthy(ctx["state"], timeout=60)
     ROWS.append(
         f"controller failover mid-repair (node {failover['controller_before']} restarted right after node {VICTIM}'s "
         f"start, in that rerun; epoch {failover['epoch_before']} -> {failover['epoch_after']}, leader "
-        f"{failover['controller_after']}): gates followed it, done"
+        f"{failover['controller_after']}): gates followed it, done; then the restore of that attempt (the KRaft "
+        "lock, gates and order): done, the lock free"
     )
 
 

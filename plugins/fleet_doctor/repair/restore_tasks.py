@@ -70,9 +70,11 @@ def restore_backup(
     run_id: str,
     connect: Any = None,
     approval: dict[str, Any] | None = None,
+    connect_controller: Any = None,
 ) -> dict[str, Any]:
     """Run an approved restore plan (``make_restore_plan``) under the cluster lock; the repair attempt's journal
-    marks each restored broker pending again. ``<repairs>/<hash>/restores/<restore hash>/result-<run>.json`` says
+    marks each restored broker pending again. ``connect_controller``: how a KRaft cluster's controllers are reached
+    (default their Airflow connections). ``<repairs>/<hash>/restores/<restore hash>/result-<run>.json`` says
     what was done either way."""
     inv = repair_inventory(settings)
     repairs = repairs_dir(settings)
@@ -112,6 +114,7 @@ def restore_backup(
         cluster_id=repair.scope.get("cluster_id"),
         mirror=lock_mirror(settings),
         lock_dir=settings.lock_dir,
+        connect=connect_controller,
     ) as lock:
         lock.hand_back_when(left_for_human)  # the halted repair still needs a human: its lock stays
         lock.keep_when(lambda: journal.keeps_lock() if journal else None)
