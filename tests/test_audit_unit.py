@@ -197,7 +197,6 @@ def test_an_explicit_audit_run_as_airflow_names_it_is_found(tmp_path: Path, monk
         asked.append(run)
         raise RuntimeError("planned")
 
-    monkeypatch.setattr(tasks, "repair_inventory", lambda settings: None)
     monkeypatch.setattr(tasks, "plan_from_run", plan_from_run)
     with pytest.raises(RuntimeError, match="planned"):
         tasks.make_plan(s, {"audit_run": airflow_id})

@@ -19,7 +19,6 @@ from fleet_doctor.audit import history, kraft, report, steps
 from fleet_doctor.audit.summary import RunSummary
 from fleet_doctor.repair import tasks
 from fleet_doctor.repair.errors import RepairError
-from fleet_doctor.repair.session import repair_inventory
 from fleet_doctor.settings import Settings
 from harness.findings import finding
 
@@ -164,7 +163,7 @@ def test_the_zookeeper_write_is_refused_on_a_kraft_cluster_before_anything_else(
     """A KRaft cluster has no ZooKeeper: the topic-ID write refuses before reading a plan or connecting; nothing is
     read or written. (The repair and the restore themselves run on KRaft: tests/test_kraft_repair.py.)"""
     s = write_kraft_inventory(tmp_path)
-    assert repair_inventory(s).kraft
+    assert s.load_inventory().kraft
     with pytest.raises(RepairError, match="cluster eu1 is a KRaft cluster: it has no ZooKeeper"):
         tasks.restore_zookeeper(s, {"hash": "0" * 64}, {}, "manual__1")
     assert not (tmp_path / "repairs").exists() and not (tmp_path / "data").exists()

@@ -29,17 +29,16 @@ import pytest
 from fleet_doctor import layout
 from fleet_doctor.layout import RepairsDir
 from fleet_doctor.repair import restore_tasks, tasks
-from fleet_doctor.repair.broker import BrokerHost, ssh_hosts
+from fleet_doctor.repair.broker import BrokerHost
 from fleet_doctor.repair.errors import RepairError
-from fleet_doctor.repair.executor import Executor, probe_and_detect
+from fleet_doctor.repair.executor import Executor
 from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.kraft_cluster import KraftCluster
 from fleet_doctor.repair.plan import BrokerPlan, Plan
-from fleet_doctor.repair.session import cluster_lock
 from fleet_lab import fleet
 from fleet_lab.incidents import kraft_controller_failover
 from harness.backups import lost_files, sha
-from harness.fault_worker import GATES
+from harness.fault_worker import GATES, run_attempt
 from harness.kraft_repair import STRAY_NODE, VICTIM, snapshot
 from harness.shared import AUDIT_RUN, audited
 from harness.ssh import controller_connect, ssh_connect
@@ -92,33 +91,9 @@ def quarantined(ctx: dict[str, Any]) -> dict[str, set[str]]:
 
 def run(ctx: dict[str, Any], plan: Plan, attempt: str, cls: type[Executor] = Executor, gates: Gates = GATES) -> Any:
     """The attempt run as ``tasks.execute`` runs it: the lock in the repairs dir, the KRaft gates, the executor."""
-    inv = ctx["inv"]
-    owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": attempt}
-    report: dict[str, Any] = {}
     where = attempt_dir(ctx, plan, attempt)
-    with cluster_lock(
-        inv,
-        owner,
-        report,
-        where / layout.RESULT,
-        lock_dir=ctx["settings"].lock_dir,
-        connect=controller_connect,
-        lease_s=LEASE_S,
-        live_wait_s=30,
-    ) as lock:
-        ex = cls(
-            plan,
-            where,
-            inv,
-            ssh_hosts(inv, ssh_connect(inv)),
-            lock.cluster({}),
-            gates,
-            fence=lock.fence(),
-            post_verify=probe_and_detect(inv, controller_connect),
-        )
-        lock.keep_when(ex.journal.keeps_lock)
-        ex.run()
-    return report
+    lock = {"lock_dir": ctx["settings"].lock_dir, "connect": controller_connect, "lease_s": LEASE_S, "live_wait_s": 30}
+    return run_attempt(ctx["inv"], plan, attempt, where, cls, gates, **lock)
 
 
 def done(ctx: dict[str, Any], plan: Plan, attempt: str, report: dict[str, Any]) -> None:

@@ -475,59 +475,44 @@ def _read_value(f, t, r, version):
             raise DecodeError("string field %s is not UTF-8: %s" % (f["name"], e))
     et = element_type(t)
     if et is not None:
-        n = r.uvarint(f["name"]) - 1
-        if n < 0:
-            if in_range(f["nullable_versions"], version):
-                return None
-            raise DecodeError("non-nullable field %s was serialized as null" % f["name"])
-        if n > r.remaining():  # every element takes at least one byte: Kafka's own allocation guard
-            raise DecodeError(
-                "Tried to allocate a collection of size %d, but there are only %d bytes remaining (field %s)"
-                % (n, r.remaining(), f["name"])
-            )
-        code = SCALAR_CODES.get(et)
-        if code is not None:  # an array of numbers in one unpack
-            return list(struct.unpack(">%d%s" % (n, code), r.take(n * SCALAR_TYPES[et].size, f["name"])))
-        if et in TYPES:
-            return [_read_value(f, et, r, version) for _ in range(n)]
-        return [_read_struct(f["fields"], r, version) for _ in range(n)]
+        return _read_array(f, et, r, version, in_range(f["nullable_versions"], version))
     return _read_struct(f["fields"], r, version)  # a nested struct
+
+
+def _read_array(f, et, r, version, nullable):
+    """An array of ``et`` elements of the field ``f`` (``nullable``: at this version)."""
+    n = r.uvarint(f["name"]) - 1
+    if n < 0:
+        if nullable:
+            return None
+        raise DecodeError("non-nullable field %s was serialized as null" % f["name"])
+    if n > r.end - r.pos:  # every element takes at least one byte: Kafka's own allocation guard
+        raise DecodeError(
+            "Tried to allocate a collection of size %d, but there are only %d bytes remaining (field %s)"
+            % (n, r.remaining(), f["name"])
+        )
+    code = SCALAR_CODES.get(et)
+    if code is not None:  # an array of numbers in one unpack
+        return list(struct.unpack(">%d%s" % (n, code), r.take(n * SCALAR_TYPES[et].size, f["name"])))
+    if et in TYPES:
+        return [_read_value(f, et, r, version) for _ in range(n)]
+    return [_read_struct(f["fields"], r, version) for _ in range(n)]
 
 
 def _reader(f, t, version):
     """``_read_value`` for the field ``f`` of type ``t`` at ``version``, its type and version decided once: a
     function of the reader (what ``_struct_plan`` keeps per schema and version)."""
-    name = f["name"]
     st = SCALAR_TYPES.get(t)
     if st is not None:
+        name = f["name"]
         return lambda r: r.unpack(st, name)
-    if t in ("bool", "uuid", "string", "bytes") or element_type(t) is None:
-        if t in TYPES:
-            return lambda r: _read_value(f, t, r, version)
-        return lambda r: _read_struct(f["fields"], r, version)  # a nested struct
     et = element_type(t)
-    code = SCALAR_CODES.get(et)
-    nullable = in_range(f["nullable_versions"], version)
-    size = SCALAR_TYPES[et].size if code is not None else 0
-
-    def read_array(r):
-        n = r.uvarint(name) - 1
-        if n < 0:
-            if nullable:
-                return None
-            raise DecodeError("non-nullable field %s was serialized as null" % name)
-        if n > r.end - r.pos:  # every element takes at least one byte: Kafka's own allocation guard
-            raise DecodeError(
-                "Tried to allocate a collection of size %d, but there are only %d bytes remaining (field %s)"
-                % (n, r.remaining(), name)
-            )
-        if code is not None:  # an array of numbers in one unpack
-            return list(struct.unpack(">%d%s" % (n, code), r.take(n * size, name)))
-        if et in TYPES:
-            return [_read_value(f, et, r, version) for _ in range(n)]
-        return [_read_struct(f["fields"], r, version) for _ in range(n)]
-
-    return read_array
+    if et is not None:
+        nullable = in_range(f["nullable_versions"], version)
+        return lambda r: _read_array(f, et, r, version, nullable)
+    if t in TYPES:
+        return lambda r: _read_value(f, t, r, version)
+    return lambda r: _read_struct(f["fields"], r, version)  # a nested struct
 
 
 _PLANS = {}  # (id of a schema's field list, version) -> _struct_plan's
@@ -1897,7 +1882,7 @@ def metadata_records(metadata_dir, from_offset=0, to_offset=None, resume=None):
             res, _fw = _walk_file(rp, path, from_offset, snapshot=False, start=start)
             if res is None or res["crc_errors"] or (res["torn_tail"] and i + 1 < len(segments)):
                 break  # a problem names it; what follows is not read (Kafka's recovery truncates there)
-        records = ((o, n, f) for o, n, f in rp.collect)
+        records = rp.collect
         complete = not rp.problems
     else:
         h, img, rp = _replay(metadata_dir, stop_at=stop_at)

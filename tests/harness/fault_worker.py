@@ -79,35 +79,52 @@ class DyingExecutor(Executor):
         return super().healthy(b, host)
 
 
+def run_attempt(
+    inv: inventory.Inventory,
+    plan: Plan,
+    run_id: str,
+    attempt: Path,
+    cls: type[Executor] = Executor,
+    gates: Any = GATES,
+    **lock: Any,
+) -> dict[str, Any]:
+    """The broker chain of ``plan``'s attempt (the Airflow run ``run_id``, its dir ``attempt``) run by ``cls`` as the execute task runs it: under
+    the cluster lock (``lock``: ``cluster_lock``'s keywords; a KRaft cluster's lock dir, controllers' connect,
+    lease), the health gates and the fence of that lock, the post-verify on the cluster's metadata. Returns the
+    report the lock wrote."""
+    owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": run_id}
+    report: dict[str, Any] = {}
+    with cluster_lock(inv, owner, report, attempt / RESULT, **lock) as held:
+        ex = cls(
+            plan,
+            attempt,
+            inv,
+            ssh_hosts(inv, ssh_connect(inv)),
+            held.cluster({}),
+            gates,
+            fence=held.fence(),
+            post_verify=probe_and_detect(inv, controller_connect),
+        )
+        held.keep_when(ex.journal.keeps_lock)
+        ex.run()
+    return report
+
+
 def main(config_path: str) -> int:
     cfg = json.loads(Path(config_path).read_text())
     assert cfg["point"] in POINTS, cfg["point"]
     inv = inventory.load(cfg["inventory"])
     repairs = RepairsDir(Path(cfg["repairs"]))
     plan = Plan.from_json(repairs.plan(cfg["plan_hash"]).read_text())
-    owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": cfg["attempt"]}
     DyingExecutor.point = cfg["point"]
     timeout = float(cfg.get("session_timeout_s", 4))
     attempt = repairs.attempt(plan.hash, cfg["attempt"])
-    report: dict[str, Any] = {}
     kraft = (
         {"lock_dir": Path(cfg["lock_dir"]), "connect": controller_connect, "lease_s": cfg.get("lease_s")}
         if inv.kraft
         else {}
     )
-    with cluster_lock(inv, owner, report, attempt / RESULT, session_timeout=timeout, **kraft) as lock:
-        ex = DyingExecutor(
-            plan,
-            attempt,
-            inv,
-            ssh_hosts(inv, ssh_connect(inv)),
-            lock.cluster({}),
-            GATES,
-            fence=lock.fence(),
-            post_verify=probe_and_detect(inv, controller_connect),
-        )
-        lock.keep_when(ex.journal.keeps_lock)
-        ex.run()
+    report = run_attempt(inv, plan, cfg["attempt"], attempt, DyingExecutor, session_timeout=timeout, **kraft)
     print(json.dumps({"survived": True, **report}))
     return 0
 

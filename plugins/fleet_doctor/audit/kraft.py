@@ -19,6 +19,7 @@ used only when no whole one was read.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 import tempfile
@@ -73,7 +74,9 @@ def decode_command(
     return lowest_priority(f"python3 - {limits}{mode} {shlex.quote(metadata_log_dir)}")
 
 
+@functools.cache
 def decoder_program() -> bytes:
+    """The decoder's bundle, built once per process: a repair's gates send it to every voter at every poll."""
     return cluster_metadata.bundle()
 
 

@@ -564,7 +564,7 @@ def purge_totals(plan: Plan) -> dict[str, Any]:
     for b in plan.brokers:
         entries = plan.scope["entries"][str(b.broker_id)]
         per[str(b.broker_id)] = {"entries": len(entries), "bytes": sum(int(e["bytes"]) for e in entries)}
-        stamps += [a.reason.rsplit("quarantined ", 1)[1] for a in b.actions]
+        stamps += [e["quarantined"] for e in entries]
     return {
         "entries": sum(v["entries"] for v in per.values()),
         "bytes": sum(v["bytes"] for v in per.values()),

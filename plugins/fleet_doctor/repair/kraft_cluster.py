@@ -22,7 +22,7 @@ image is read whole again. Anything that cannot be read fails closed: ``GateUnre
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
 from typing import Any
 
 from fleet_doctor import cluster_metadata as cm
@@ -33,6 +33,9 @@ from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.quorum import QuorumView, impaired_refusal, read_quorum, restart_refusal
 
 LOG = logging.getLogger(__name__)
+# reads this close after the last round are of the same poll (a gate's partitions, then its brokers): one round serves
+# them; the gates' polls and the quorum gate's rounds are further apart (at least half a second)
+SAME_POLL_S = 0.25
 
 
 class GateUnreadable(RepairError):
@@ -42,10 +45,11 @@ class GateUnreadable(RepairError):
 class MetadataFollower:
     """A KRaft cluster's committed metadata image, kept up to date from the voters' logs."""
 
-    def __init__(self, endpoints: dict[int, dict[str, Any]], connect: kraft.Connect, cluster_id: str | None) -> None:
+    def __init__(self, endpoints: dict[int, dict[str, Any]], connect: kraft.Connect, expected: str | None) -> None:
         self.endpoints = endpoints
         self.connect = connect
-        self.cluster_id = cluster_id  # the expected cluster.id (the inventory's, the plan's), else the first read's
+        self.expected = expected  # the cluster.id every voter read must name (the inventory's), when known
+        self.cluster_id: str | None = None  # the cluster.id the voters' meta.properties name, as read
         self.image: cm.Image | None = None
         self.next_offset = 0  # the offset after the last committed record applied
         self.resume: tuple[int, list[int]] | None = None  # (controller, its decoder's resume point)
@@ -100,9 +104,10 @@ class MetadataFollower:
         finally:
             client.close()
         who = f"controller {cid}"
-        if self.cluster_id is not None and head.get("cluster_id") not in (None, self.cluster_id):
+        known = self.expected or self.cluster_id
+        if known is not None and head.get("cluster_id") not in (None, known):
             raise kraft.MetadataReadError(
-                f"{who}: its metadata log names cluster.id {head.get('cluster_id')!r}, not {self.cluster_id!r}"
+                f"{who}: its metadata log names cluster.id {head.get('cluster_id')!r}, not {known!r}"
             )
         if not end.get("image_complete"):
             raise kraft.MetadataReadError(
@@ -120,7 +125,7 @@ class MetadataFollower:
                 err = self.image.replay(rec["name"], rec["fields"])
                 if err:
                     LOG.warning("%s: offset %s: %s", who, rec.get("offset"), err)
-        self.cluster_id = self.cluster_id or head.get("cluster_id")
+        self.cluster_id = head.get("cluster_id") or self.cluster_id
         self.next_offset = int(end["next_offset"])
         self.resume = (cid, end["resume"]) if end.get("resume") else None
         self.reads += 1
@@ -142,7 +147,6 @@ class KraftCluster(ClusterHealth):
         default_min_isr: int | None = None,
         *,
         allow_quorum_loss: bool = False,
-        quorum_reader: Callable[..., QuorumView] = read_quorum,
     ) -> None:
         if default_min_isr is not None:
             _min_isr_value(default_min_isr, "default_min_isr")
@@ -152,24 +156,30 @@ class KraftCluster(ClusterHealth):
         self.connect = connect or kraft.airflow_connect
         self.endpoints = {c.id: inventory.controller_endpoint(c.id) for c in inventory.controllers}
         self.follower = MetadataFollower(self.endpoints, self.connect, inventory.cluster_id)
-        self.read_quorum = quorum_reader
         self.view: QuorumView | None = None
         self.earlier: QuorumView | None = None
 
     # ---- reading
     def refresh(self) -> QuorumView:
         """Every voter's log end now, and the image followed up to the committed end; GateUnreadable otherwise."""
-        view = self.read_quorum(list(self.endpoints.values()), self.connect)
+        view = read_quorum(list(self.endpoints.values()), self.connect)
         if view.problems:
             raise GateUnreadable(f"the quorum cannot be judged: {'; '.join(view.problems)}")
         self.follower.follow(view)
         self.earlier, self.view = self.view, view
         return view
 
+    def current(self) -> QuorumView:
+        """``refresh``, unless the last round ended less than ``SAME_POLL_S`` ago: the reads of one poll of the gates
+        (``partitions``, then ``problems``' ``registered``) share one round of SSH reads."""
+        if self.view is not None and time.monotonic() - self.view.at < SAME_POLL_S:
+            return self.view
+        return self.refresh()
+
     @property
     def image(self) -> cm.Image:
         if self.follower.image is None:
-            self.refresh()
+            self.current()
         assert self.follower.image is not None
         return self.follower.image
 
@@ -182,7 +192,7 @@ class KraftCluster(ClusterHealth):
     # ---- ClusterHealth
     def registered(self) -> set[int]:
         """Brokers registered and unfenced: a stopped broker stays registered on KRaft, fenced."""
-        self.refresh()
+        self.current()
         return {int(b) for b, r in self.image.brokers.items() if not r.get("Fenced")}
 
     def fenced(self) -> set[int]:
@@ -190,7 +200,7 @@ class KraftCluster(ClusterHealth):
         return {int(b) for b, r in self.image.brokers.items() if r.get("Fenced")}
 
     def controller(self) -> int | None:
-        return self.refresh().leader
+        return self.current().leader
 
     def voters(self) -> frozenset[int]:
         return frozenset(self.endpoints)
@@ -205,7 +215,7 @@ class KraftCluster(ClusterHealth):
         return dict(self.image.configs.get(key) or {}), where
 
     def partitions(self) -> list[dict[str, Any]]:
-        self.refresh()
+        self.current()
         resolved = self.resolver()
         out = []
         for _topic_id, t in sorted(self.image.topics.items(), key=lambda kv: kv[1]["name"]):

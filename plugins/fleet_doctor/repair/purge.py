@@ -82,7 +82,10 @@ def purge_plan(
         )
         if actions:
             brokers.append(BrokerPlan(bid, False, False, actions))
-            entries[str(bid)] = [{k: e[k] for k in ("path", "kind", "bytes")} for e in sorted(due, key=_path)]
+            entries[str(bid)] = [
+                {"path": e["path"], "kind": e["kind"], "bytes": e["bytes"], "quarantined": _when(e["quarantined_at"])}
+                for e in sorted(due, key=_path)
+            ]
     scope = {"purge_of": plan_dir.name, "older_than_days": older_than_days, "entries": entries}
     return Plan(repair.cluster, f"purge-{plan_dir.name[:12]}", scope, tuple(brokers), (), tuple(kept))
 

@@ -16,7 +16,6 @@ from fleet_doctor.repair.purge import purge_plan, run_purge
 from fleet_doctor.repair.session import (
     cluster_lock,
     lock_mirror,
-    repair_inventory,
     repairs_dir,
     save_for_approval,
     ssh_connect,
@@ -26,8 +25,7 @@ from fleet_doctor.settings import Settings
 DEFAULT_OLDER_THAN_DAYS = 7.0  # a quarantine younger than a week is kept unless the form says otherwise
 
 
-def _hosts(settings: Settings, connect: Any, commands: list[dict[str, Any]]) -> Any:
-    inv = repair_inventory(settings)
+def _hosts(inv: Any, connect: Any, commands: list[dict[str, Any]]) -> Any:
     hosts = ssh_hosts(inv, connect or ssh_connect(inv))
 
     def host(broker_id: int) -> BrokerHost:
@@ -40,7 +38,7 @@ def plan(settings: Settings, params: dict[str, Any], connect: Any = None) -> dic
     """The purge DAG's plan task: what the repair plan ``params["plan"]`` quarantined, at least ``older_than_days``
     ago, on the ``brokers`` named (default all), saved under ``<repairs>/<plan>/purges/<purge hash>/``, and its
     approval request."""
-    inv = repair_inventory(settings)
+    inv = settings.load_inventory()
     repairs = repairs_dir(settings)
     days = params.get("older_than_days")
     p = purge_plan(
@@ -49,7 +47,7 @@ def plan(settings: Settings, params: dict[str, Any], connect: Any = None) -> dic
         str(params.get("plan") or ""),
         [int(b) for b in params.get("brokers") or ()],
         DEFAULT_OLDER_THAN_DAYS if days is None else float(days),
-        _hosts(settings, connect, []),
+        _hosts(inv, connect, []),
     )
     d = repairs.purge_dir(p.scope["purge_of"], p.hash)
     saved = save_for_approval(d, p, approval_text.purge_request(p, str(d)))
@@ -82,7 +80,7 @@ def purge(
     """Delete an approved purge plan's entries under the cluster's repair lock (no other repair, restore or purge
     of the cluster meanwhile); ``<repairs>/<plan>/purges/<purge hash>/result-<run>.json`` says what was deleted and
     freed either way."""
-    inv = repair_inventory(settings)
+    inv = settings.load_inventory()
     p = stored_plan(settings, planned)
     repair = Plan.from_json(repairs_dir(settings).plan(p.scope["purge_of"]).read_text())
     where = repairs_dir(settings).purge_dir(p.scope["purge_of"], p.hash)
@@ -100,7 +98,7 @@ def purge(
         mirror=lock_mirror(settings),
         lock_dir=settings.lock_dir,
     ) as lock:
-        run_purge(p, _hosts(settings, connect, commands), lock.fence(), report)
+        run_purge(p, _hosts(inv, connect, commands), lock.fence(), report)
     return {k: report.get(k) for k in ("purge", "of", "freed_bytes", "lock_released")} | {
         "deleted": sum(len(v) for v in report.get("deleted", {}).values())
     }

@@ -17,7 +17,6 @@ from fleet_doctor.repair.restore import RestoreExecutor, find_plan, restore_plan
 from fleet_doctor.repair.session import (
     cluster_lock,
     lock_mirror,
-    repair_inventory,
     repairs_dir,
     save_for_approval,
     ssh_connect,
@@ -30,7 +29,7 @@ from fleet_doctor.zookeeper.cluster import Cluster
 def plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
     """The restore DAG's plan task: ``make_restore_plan`` with the active controller as the cluster names it now
     (ZooKeeper's ``/controller``; on KRaft the quorum's leader, its voters ordered after the brokers)."""
-    inv = repair_inventory(settings)
+    inv = settings.load_inventory()
     if inv.kraft:
         return make_restore_plan(settings, params, KraftCluster(inv).controller())
     with cluster_session(inv, timeout=10, start_timeout=15) as zk:
@@ -41,7 +40,7 @@ def plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
 def make_restore_plan(settings: Settings, params: dict[str, Any], controller: int | None) -> dict[str, Any]:
     """The restore plan (``repair.restore.restore_plan``: which backups go back where, ``controller`` last), saved
     under ``<repairs>/<hash>/restores/<restore hash>/``, and its approval request."""
-    inv = repair_inventory(settings)
+    inv = settings.load_inventory()
     repairs = repairs_dir(settings)
     p = restore_plan(
         repairs,
@@ -76,7 +75,7 @@ def restore_backup(
     marks each restored broker pending again. ``connect_controller``: how a KRaft cluster's controllers are reached
     (default their Airflow connections). ``<repairs>/<hash>/restores/<restore hash>/result-<run>.json`` says
     what was done either way."""
-    inv = repair_inventory(settings)
+    inv = settings.load_inventory()
     repairs = repairs_dir(settings)
     p = stored_restore_plan(repairs, planned)
     plan_dir = find_plan(repairs.root, p.scope["restore_of"])

@@ -47,11 +47,6 @@ CONNECT_TIMEOUT_S = 15.0
 
 
 # ---- what a repair task opens
-def repair_inventory(settings: Settings) -> inventory.Inventory:
-    """The cluster's inventory (ZooKeeper or KRaft: the lock and the gates are the metadata mode's)."""
-    return settings.load_inventory()
-
-
 def repairs_dir(settings: Settings) -> RepairsDir:
     """The repairs dir (``FLEET_DOCTOR_REPAIR_DIR``), RepairError when the settings give none."""
     try:

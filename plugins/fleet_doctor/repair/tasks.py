@@ -26,7 +26,7 @@ from fleet_doctor.repair.kraft_refusals import zookeeper_write_refusal
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.planner import FleetFacts, build_plan
 from fleet_doctor.repair.progress import heartbeat
-from fleet_doctor.repair.session import cluster_lock, lock_mirror, repair_inventory, repairs_dir, ssh_connect
+from fleet_doctor.repair.session import cluster_lock, lock_mirror, repairs_dir, ssh_connect
 from fleet_doctor.repair.topic_ids import restore_topic_ids
 from fleet_doctor.settings import Settings
 from fleet_doctor.store import write_atomic
@@ -127,7 +127,6 @@ def _requests(plan: Plan, where: str) -> dict[str, approval_text.Request]:
 
 def make_plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
     """The plan task: the plan for the DAG's scope, saved, and what the approvals show (the DAG's XCom)."""
-    repair_inventory(settings)
     run = params.get("audit_run") or "latest"
     run = latest_audit_run(settings) if run == "latest" else layout.safe_run_id(run)
     plan = plan_from_run(settings, run, params)
@@ -191,7 +190,7 @@ def execute(
     plan is stale; ``<repairs>/<hash>/attempts/<run>/result.json`` says what was done and what was not either way.
     ``approval``: the human answer (``repair.approval.confirm``), recorded in the journal with who, when and which
     plan. One attempt per Airflow run: a rerun of the same run resumes it, a new run starts a new attempt."""
-    inv = repair_inventory(settings)
+    inv = settings.load_inventory()
     approved = approved_plan(settings, planned)
     connect = connect or ssh_connect(inv)
     repairs = repairs_dir(settings)
@@ -279,7 +278,7 @@ def restore_zookeeper(
 ) -> list[str]:
     """The plan's preventive ZooKeeper actions, after their own approval; under the cluster lock (waiting for the
     same plan's broker chain, never for another repair)."""
-    inv = repair_inventory(settings)
+    inv = settings.load_inventory()
     if inv.kraft:
         raise RepairError(zookeeper_write_refusal(inv.cluster))
     approved = approved_plan(settings, planned)
