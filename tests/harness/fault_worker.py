@@ -88,10 +88,10 @@ def run_attempt(
     gates: Any = GATES,
     **lock: Any,
 ) -> dict[str, Any]:
-    """The broker chain of ``plan``'s attempt (the Airflow run ``run_id``, its dir ``attempt``) run by ``cls`` as the execute task runs it: under
-    the cluster lock (``lock``: ``cluster_lock``'s keywords; a KRaft cluster's lock dir, controllers' connect,
-    lease), the health gates and the fence of that lock, the post-verify on the cluster's metadata. Returns the
-    report the lock wrote."""
+    """The broker chain of ``plan``'s attempt (the Airflow run ``run_id``, its dir ``attempt``) run by ``cls`` as
+    the execute task runs it: under the cluster lock (``lock``: ``cluster_lock``'s keywords; a KRaft cluster's lock
+    dir, controllers' connect, lease), with that lock's health gates and fence, the post-verify on the cluster's
+    metadata. Returns the report the lock wrote."""
     owner = {"plan_hash": plan.hash, "step": "brokers", "run_id": run_id}
     report: dict[str, Any] = {}
     with cluster_lock(inv, owner, report, attempt / RESULT, **lock) as held:
