@@ -756,6 +756,35 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_does(tmp_path: Path) -> None
     assert problems(records) == [] and set(topics(records)) == {"t"}
 
 
+@pytest.mark.parametrize("n", [1, 3, 126, 127, 128, 400])
+def test_replica_arrays_of_every_length_read_alike(n: int) -> None:
+    """Arrays of numbers and UUIDs are read in one step below 127 elements (a one-byte length) and element by
+    element above: both give the same fields, and a truncated array is an error naming the field either way."""
+    replicas = list(range(1, n + 1))
+    value = partition(TOPIC_A, 0, replicas)
+    _key, _version, name, fields = cm.decode_metadata_record(value)
+    assert name == "PartitionRecord" and fields["Replicas"] == replicas and fields["Isr"] == replicas
+    assert fields["Directories"] == [DIR_1 if r == 1 else DIR_2 for r in replicas]
+    with pytest.raises(cm.DecodeError, match=r"\(field Directories\)|Directories needs"):
+        cm.decode_metadata_record(value[: value.index(cm.uuid_bytes(DIR_1)) + 8])
+
+
+def test_the_image_holds_each_replica_list_and_id_once() -> None:
+    """200,000 partitions over a few replica sets: the image keeps one tuple per distinct list and one str per topic
+    and directory ID (the decoder's memory on a big cluster, bench/README.md), and a change replaces, never edits."""
+    img = cm.Image()
+    img.replay("TopicRecord", cm.decode_metadata_record(topic("a", TOPIC_A))[3])
+    for pid in range(3):
+        assert img.replay("PartitionRecord", cm.decode_metadata_record(partition(TOPIC_A, pid, [1, 2]))[3]) is None
+    a, b, c = (img.topics[TOPIC_A]["partitions"][pid] for pid in range(3))
+    assert a["Replicas"] == (1, 2) and a["Replicas"] is b["Replicas"] is c["Replicas"] is a["Isr"]
+    assert a["TopicId"] is b["TopicId"] and a["Directories"][0] is b["Directories"][0]
+    assert a["AddingReplicas"] == () and a["EligibleLeaderReplicas"] is a["LastKnownElr"]
+    change = ke.metadata_value("PartitionChangeRecord", 0, PartitionId=1, TopicId=TOPIC_A, Isr=[2])
+    assert img.replay("PartitionChangeRecord", cm.decode_metadata_record(change)[3]) is None
+    assert b["Isr"] == (2,) and a["Isr"] == (1, 2) and c["Isr"] is a["Isr"]
+
+
 @pytest.mark.parametrize(
     ("value", "needle"),
     [
@@ -921,7 +950,7 @@ def test_clear_elr_clears_the_named_topic_or_every_topic(tmp_path: Path) -> None
     filled.topics = {TOPIC_A: {"name": "a", "partitions": {0: {"EligibleLeaderReplicas": [2], "LastKnownElr": [1]}}}}
     filled.reindex()
     filled.replay("ClearElrRecord", {"TopicName": "a"})
-    assert filled.topics[TOPIC_A]["partitions"][0] == {"EligibleLeaderReplicas": [], "LastKnownElr": []}
+    assert filled.topics[TOPIC_A]["partitions"][0] == {"EligibleLeaderReplicas": (), "LastKnownElr": ()}
 
 
 def test_the_decoder_runs_within_its_memory_and_cpu_limits(tmp_path: Path) -> None:

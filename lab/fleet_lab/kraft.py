@@ -719,7 +719,7 @@ class Controller:
             candidates = [r for r in p["Replicas"] if r in isr and r != remove and self.active(r)]
             leader = candidates[0] if candidates else NO_LEADER
         fields_: dict[str, Any] = {"PartitionId": p["PartitionId"], "TopicId": p["TopicId"]}
-        if isr != p["Isr"]:
+        if isr != list(p["Isr"]):
             fields_["Isr"] = isr
         if leader != p["Leader"]:
             fields_["Leader"] = leader

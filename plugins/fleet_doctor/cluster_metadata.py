@@ -367,9 +367,20 @@ def field_default(f, version=None):
     return dict((sub["name"], field_default(sub, version)) for sub in f["fields"] or ())
 
 
+_UUID_TEXTS = {}  # 16 bytes -> their text: a topic's ID is in each of its partitions, a log dir's in each replica
+_UUID_TEXTS_MAX = 1 << 16  # a log of ever new UUIDs costs a lookup each, not memory
+
+
 def uuid_text(raw):
-    """Kafka's Uuid.toString(): url-safe base64 of the 16 bytes, no padding."""
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    """Kafka's Uuid.toString(): url-safe base64 of the 16 bytes, no padding. The same bytes give the same str
+    object (up to ``_UUID_TEXTS_MAX`` of them): an image of 200,000 partitions holds each topic and directory ID
+    once, not once per partition."""
+    text = _UUID_TEXTS.get(raw)
+    if text is None:
+        text = base64.urlsafe_b64encode(raw).decode("ascii")[:22]
+        if len(_UUID_TEXTS) < _UUID_TEXTS_MAX:
+            _UUID_TEXTS[bytes(raw)] = text
+    return text
 
 
 def uuid_bytes(text):
@@ -494,6 +505,9 @@ def _read_array(f, et, r, version, nullable):
     code = SCALAR_CODES.get(et)
     if code is not None:  # an array of numbers in one unpack
         return list(struct.unpack(">%d%s" % (n, code), r.take(n * SCALAR_TYPES[et].size, f["name"])))
+    if et == "uuid":  # a replica's directories: 16 bytes each
+        raw = r.take(16 * n, f["name"])
+        return [uuid_text(raw[i : i + 16]) for i in range(0, 16 * n, 16)]
     if et in TYPES:
         return [_read_value(f, et, r, version) for _ in range(n)]
     return [_read_struct(f["fields"], r, version) for _ in range(n)]
@@ -509,10 +523,33 @@ def _reader(f, t, version):
     et = element_type(t)
     if et is not None:
         nullable = in_range(f["nullable_versions"], version)
+        if et in SCALAR_CODES or et == "uuid":
+            return _short_array_reader(f, et, version, nullable)
         return lambda r: _read_array(f, et, r, version, nullable)
     if t in TYPES:
         return lambda r: _read_value(f, t, r, version)
     return lambda r: _read_struct(f["fields"], r, version)  # a nested struct
+
+
+def _short_array_reader(f, et, version, nullable):
+    """``_read_array`` for an array of numbers or UUIDs, the common case (fewer than 127 elements, all there: a
+    partition's replicas, ISR, directories) read in one step; anything else by ``_read_array``, which says what is
+    wrong."""
+    size = 16 if et == "uuid" else SCALAR_TYPES[et].size
+    structs = [struct.Struct(">%d%s" % (n, SCALAR_CODES[et])) for n in range(127)] if et != "uuid" else None
+
+    def read(r):
+        pos, buf = r.pos, r.buf
+        if pos < r.end:
+            n = buf[pos] - 1
+            if 0 <= n < 127 and pos + 1 + n * size <= r.end:
+                r.pos = pos + 1 + n * size
+                if structs is not None:
+                    return list(structs[n].unpack_from(buf, pos + 1))
+                return [uuid_text(buf[i : i + 16]) for i in range(pos + 1, pos + 1 + 16 * n, 16)]
+        return _read_array(f, et, r, version, nullable)
+
+    return read
 
 
 _PLANS = {}  # (id of a schema's field list, version) -> _struct_plan's
@@ -640,6 +677,7 @@ MAX_INFLATED_BYTES = MAX_BATCH_BYTES
 # undecodable records in one batch after which the rest of it is skipped, with one problem saying so: a hostile
 # batch of a million empty records costs a check of its framing, not a million problems
 BATCH_UNDECODABLE_MAX = 10
+FRAMES_KEPT_MAX = 1 << 16  # records of a batch whose framing is kept from the check rather than read twice
 CONTROL_ATTRIBUTE = 0x20
 _HEADER = probe.V2_BATCH_HEADER
 
@@ -718,15 +756,23 @@ def iter_batch_records(batch):
     r = Reader(body)
     if count < 0 or count > r.remaining():
         raise DecodeError("batch claims %d records in %d bytes" % (count, r.remaining()))
-    for i in range(count):  # the check: every record framed right, nothing kept
-        _record_at(r, i)
+    # the check: every record framed right; the frames kept when there are few enough of them (a batch the
+    # controller wrote holds some thousands), else found again one at a time as the records are made
+    kept = [] if count <= FRAMES_KEPT_MAX else None
+    for i in range(count):
+        frame = _record_at(r, i)
+        if kept is not None:
+            kept.append(frame)
     if r.remaining():
         raise DecodeError("%d bytes after the batch's %d records" % (r.remaining(), count))
 
-    def records():
+    def frames():
         rr = Reader(body)
         for i in range(count):
-            delta, key, value = _record_at(rr, i)
+            yield _record_at(rr, i)
+
+    def records():
+        for delta, key, value in kept if kept is not None else frames():
             yield BatchRecord(
                 base + delta,
                 None if key is None else bytes(body[key[0] : key[1]]),
@@ -760,6 +806,8 @@ PROBLEMS_PER_FILE_MAX = 100  # a hostile file cannot flood the output: the rest 
 NO_LEADER_CHANGE = -2
 MIGRATING_DIR = probe.ZERO_UUID  # DirectoryId.MIGRATING: the replica's directory is not tracked
 UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"  # DirectoryId.UNASSIGNED (Uuid 0, 1): a new replica not yet placed
+# a partition's lists of replica ids: in the Image, shared tuples (Image.shared); PartitionChangeRecord's null = kept
+_REPLICA_LISTS = ("Replicas", "Isr", "RemovingReplicas", "AddingReplicas", "EligibleLeaderReplicas", "LastKnownElr")
 
 
 class Image:
@@ -775,6 +823,16 @@ class Image:
         # what replay looks up, indexed (a log of many ClearElrRecords over many partitions stays linear):
         self._ids_by_name = {}  # topic name -> {topic id}
         self._with_elr = {}  # topic id -> {partition id whose EligibleLeaderReplicas or LastKnownElr is not empty}
+        self._shared = {}  # a replica list as a tuple -> the one copy of it every partition holding it refers to
+
+    def shared(self, values):
+        """``values`` (a list of replica ids or directory IDs) as a tuple, one object for every partition that holds
+        the same: a partition's lists are replaced, never changed in place, so 200,000 partitions over a few replica
+        sets hold a few tuples, not 200,000 x 7 lists. None stays None."""
+        if values is None:
+            return None
+        t = tuple(values)
+        return self._shared.setdefault(t, t)
 
     # each replay_<Record> takes the decoded fields; a returned string is an inconsistency (the record is skipped)
     def replay(self, name, r):
@@ -827,9 +885,9 @@ class Image:
                 r["TopicId"],
             )
         p = dict(r)
-        p["Directories"] = _directories(r["Directories"], len(r["Replicas"]))
-        p["EligibleLeaderReplicas"] = r["EligibleLeaderReplicas"] or []
-        p["LastKnownElr"] = r["LastKnownElr"] or []
+        for k in _REPLICA_LISTS:
+            p[k] = self.shared(r[k] or ())
+        p["Directories"] = self.shared(_directories(r["Directories"], len(r["Replicas"])))
         topic["partitions"][r["PartitionId"]] = p
         self._track_elr(r["TopicId"], r["PartitionId"], p)
         return None
@@ -844,15 +902,15 @@ class Image:
             )
         # PartitionRegistration.merge: null / -2 / -1 = unchanged; the partition epoch always moves on
         old_replicas, old_dirs = p["Replicas"], p["Directories"]
-        for k in ("Replicas", "Isr", "RemovingReplicas", "AddingReplicas", "EligibleLeaderReplicas", "LastKnownElr"):
+        for k in _REPLICA_LISTS:
             if r[k] is not None:
-                p[k] = r[k]
+                p[k] = self.shared(r[k])
         if r["Directories"]:
-            p["Directories"] = _directories(r["Directories"], len(p["Replicas"]))
+            p["Directories"] = self.shared(_directories(r["Directories"], len(p["Replicas"])))
         elif r["Replicas"] is not None:
             # DirectoryId.createDirectoriesFrom: a replica kept keeps its directory, a new one is UNASSIGNED
             by_replica = {b: old_dirs[i] for i, b in enumerate(old_replicas)}
-            p["Directories"] = [by_replica.get(b, UNASSIGNED_DIR) for b in p["Replicas"]]
+            p["Directories"] = self.shared(by_replica.get(b, UNASSIGNED_DIR) for b in p["Replicas"])
         if r["Leader"] != NO_LEADER_CHANGE:
             p["Leader"] = r["Leader"]
             p["LeaderEpoch"] += 1
@@ -958,8 +1016,8 @@ class Image:
             partitions = self.topics[topic_id]["partitions"]
             for pid in self._with_elr.pop(topic_id):
                 p = partitions[pid]
-                p["EligibleLeaderReplicas"] = []
-                p["LastKnownElr"] = []
+                p["EligibleLeaderReplicas"] = ()
+                p["LastKnownElr"] = ()
 
 
 def _directories(dirs, n):
@@ -1694,8 +1752,8 @@ def _records(head, img, rp):
         conf = dict(sorted(img.configs.get((CONFIG_TOPIC, name), {}).items()))
         min_isr, err = _int_config(conf, "min.insync.replicas", "the metadata log's ConfigRecord for topic %s" % name)
         parts = [(pid, t["partitions"][pid]) for pid in sorted(t["partitions"])]
-        adding = dict((str(pid), p["AddingReplicas"]) for pid, p in parts if p["AddingReplicas"])
-        removing = dict((str(pid), p["RemovingReplicas"]) for pid, p in parts if p["RemovingReplicas"])
+        adding = dict((str(pid), list(p["AddingReplicas"])) for pid, p in parts if p["AddingReplicas"])
+        removing = dict((str(pid), list(p["RemovingReplicas"])) for pid, p in parts if p["RemovingReplicas"])
         counts = [len(p["Replicas"]) - len([r for r in p["AddingReplicas"] if r in p["Replicas"]]) for _pid, p in parts]
         yield out(
             {
@@ -1961,7 +2019,11 @@ def log_position(header):
 
 def format_records(records):
     """The JSON Lines text of the records: one compact object per line (the CLI and bundle() print the same bytes)."""
-    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+    encode = _COMPACT.encode
+    return "".join([encode(r) + "\n" for r in records])
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps' compact form, the encoder made once
 
 
 USAGE = (

@@ -33,7 +33,7 @@ from fleet_doctor.remote import Remote, airflow_ssh_client, lowest_priority
 
 DECODE_TIMEOUT_S = 600.0
 # the decoder's own limits on a controller (``cluster_metadata.main``: RLIMIT_AS, RLIMIT_CPU). A 200,000-partition
-# cluster's log decodes in 12 s of CPU and under 300 MiB (bench/README.md, "KRaft decoder"): room for ten times that
+# cluster's log decodes in 4.3 s of CPU and under 120 MiB (bench/README.md, "KRaft decoder"): room for ten times that
 DECODE_MEMORY_MIB = 4096
 DECODE_CPU_S = int(DECODE_TIMEOUT_S)
 MAX_OUTPUT_BYTES = 1 << 30  # a 200,000-partition cluster prints ~100 MB; more is not the decoder's output
