@@ -1,6 +1,7 @@
 """The KRaft fault matrix (issue 30): faults during a KRaft repair on the live KRaft lab (3 combined nodes, real sshd
 per node, the lab's quorum, Spark post-verify), from the session's audited KRaft snapshot (harness.kraft_repair:
-seed-000's kill -9 of node 3, a proven stray replica on node 2), each case on a fresh restore of it:
+seed-000's kill -9 of node 3, a proven stray replica and leftover *.deleted files on node 2), each case on a fresh
+restore of it:
 
 1. **the worker SIGKILLed mid-change** (one index quarantined, the others not): the lock stays in the repairs dir,
    held by the attempt; node 3 stays down and the journal says it is changing; no byte lost (every planned file on
@@ -8,7 +9,13 @@ seed-000's kill -9 of node 3, a proven stray replica on node 2), each case on a 
    waits out the dead worker's lease, takes the lock with a higher fencing token and resumes to done, the lock free;
 2. **a controller failover mid-repair**, in that rerun (the active controller restarted right after node 3's
    start): the gates follow the new leader; the repair ends done;
-3. **a voter lost mid-repair** (node 1's host unreachable once node 3 is done): the quorum gate holds node 2 (the
+3. **the worker SIGKILLed at every step boundary** of one attempt of the whole plan (node 3, then node 2: after
+   the pre-check, mid-backup, after the backup, after the start of node 3; after the stop of node 2, mid-change):
+   each rerun resumes from what the last death left and dies at the next point; after each death the lock is held
+   by the attempt, a node is down only where the journal says it was stopped, nothing of a node changed before its
+   change step, no byte lost (the stray replica and the leftovers, never copied, where they were or in the
+   quarantine byte for byte); the last rerun ends done, the lock free;
+4. **a voter lost mid-repair** (node 1's host unreachable once node 3 is done): the quorum gate holds node 2 (the
    other voters are not a caught-up majority without it), the run halts before node 2's stop, node 2 is never
    stopped, the lock stays (node 3's files changed) for a human or the rerun (row 1 shows a rerun resuming).
 
@@ -105,10 +112,9 @@ def done(ctx: dict[str, Any], plan: Plan, attempt: str, report: dict[str, Any]) 
     assert lost_files(ctx["originals"], attempt_dir(ctx, plan, attempt), quarantined(ctx)) == []
 
 
-def test_worker_sigkilled_mid_change_leaves_the_lock_and_the_rerun_resumes(ctx: dict[str, Any], tmp_path: Path) -> None:
-    plan = planned(ctx, brokers=[VICTIM])
-    attempt = "kraft-kill-mid-change"
-    cfg = tmp_path / "worker.json"
+def kill_worker_at(ctx: dict[str, Any], plan: Plan, attempt: str, point: str, tmp_path: Path) -> None:
+    """The attempt run by a worker process (``harness.fault_worker``) that SIGKILLs itself at ``point``."""
+    cfg = tmp_path / f"worker-{point}.json"
     cfg.write_text(
         json.dumps(
             {
@@ -116,7 +122,7 @@ def test_worker_sigkilled_mid_change_leaves_the_lock_and_the_rerun_resumes(ctx: 
                 "repairs": str(ctx["settings"].repairs),
                 "plan_hash": plan.hash,
                 "attempt": attempt,
-                "point": "mid-change",
+                "point": point,
                 "lock_dir": str(ctx["settings"].lock_dir),
                 "lease_s": LEASE_S,
             }
@@ -127,7 +133,13 @@ def test_worker_sigkilled_mid_change_leaves_the_lock_and_the_rerun_resumes(ctx: 
     proc = subprocess.run(
         [sys.executable, "-m", "harness.fault_worker", str(cfg)], env=env, capture_output=True, text=True, timeout=600
     )
-    assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]  # SIGKILLed where it was told
+    assert proc.returncode == -9, f"{point}: " + proc.stdout + proc.stderr[-3000:]  # SIGKILLed where it was told
+
+
+def test_worker_sigkilled_mid_change_leaves_the_lock_and_the_rerun_resumes(ctx: dict[str, Any], tmp_path: Path) -> None:
+    plan = planned(ctx, brokers=[VICTIM])
+    attempt = "kraft-kill-mid-change"
+    kill_worker_at(ctx, plan, attempt, "mid-change", tmp_path)
     held = lock_record(ctx)
     assert held is not None and held["holder"]["run_id"] == attempt and held["holder"]["plan_hash"] == plan.hash
     journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
@@ -174,6 +186,99 @@ def test_worker_sigkilled_mid_change_leaves_the_lock_and_the_rerun_resumes(ctx: 
         f"start, in that rerun; epoch {failover['epoch_before']} -> {failover['epoch_after']}, leader "
         f"{failover['controller_after']}): gates followed it, done; then the restore of that attempt (the KRaft "
         "lock, gates and order): done, the lock free"
+    )
+
+
+# one attempt of the whole plan (node 3, then node 2), its worker killed at each step boundary in turn: every rerun
+# resumes from what the last death left and dies at the next point; the points fall on node 3 until it is done, then
+# on node 2 (a running voter: a real stop). The last rerun ends done.
+CHAIN = (
+    ("after-precheck", VICTIM),
+    ("mid-backup", VICTIM),
+    ("after-backup", VICTIM),
+    ("after-start", VICTIM),
+    ("after-stop", STRAY_NODE),
+    ("mid-change", STRAY_NODE),
+)
+
+
+def moved_whole(ctx: dict[str, Any], plan: Plan, before: dict[str, dict[str, str]]) -> list[str]:
+    """The planned paths no backup holds (a -stray replica dir, the leftovers) whose bytes are neither where the plan
+    found them nor in the plan's quarantine (``<partition dir>/fleet-doctor-quarantine/<plan>/``, or beside the log
+    dir for a replica dir). ``before``: path -> {file name: sha256} as the plan found them."""
+    lost = []
+    h = plan.hash[:16]
+    for path, files in before.items():
+        p = Path(path)
+        if files.keys() == {""}:  # a file
+            places = [p, *p.parent.glob(f"fleet-doctor-quarantine/{h}/{p.name}*")]
+            found = [{"": sha(q.read_bytes())} for q in places if q.is_file()]
+        else:  # a replica dir, moved whole
+            quarantine = p.parent.parent / "fleet-doctor-stray-quarantine" / p.parent.name / h / p.name
+            found = [{f.name: sha(f.read_bytes()) for f in q.iterdir()} for q in (p, quarantine) if q.is_dir()]
+        if files not in found:
+            lost.append(path)
+    return lost
+
+
+def after_death(ctx: dict[str, Any], plan: Plan, attempt: str, before: dict[str, dict[str, str]]) -> str:
+    """The invariants after a SIGKILLed worker: the lock held by the attempt, no byte lost, a node down only where the
+    journal says it was stopped (node 3: also before its start, as the plan found it), nothing of a node changed
+    before the journal's change step. Returns the journal's states."""
+    from fleet_doctor.repair.journal import ORDER, State
+
+    held = lock_record(ctx)
+    assert held is not None and held["holder"]["run_id"] == attempt, held
+    assert lost_files(ctx["originals"], attempt_dir(ctx, plan, attempt), quarantined(ctx)) == []
+    assert moved_whole(ctx, plan, before) == []
+    journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
+    states = []
+    for b in plan.brokers:
+        if not b.restart:
+            continue
+        node = journal["brokers"][str(b.broker_id)]
+        at = ORDER.index(State(node["state"]))
+        up = fleet.running_pid(ctx["state"].broker(b.broker_id).config()) is not None
+        stopped = ORDER.index(State.STOPPED) <= at < ORDER.index(State.STARTED)
+        if b.broker_id == VICTIM and at < ORDER.index(State.STARTED):
+            stopped = True  # killed before the plan was made: down until the repair starts it
+        assert up != stopped, (b.broker_id, node["state"], up)
+        if not node.get("changing") and at < ORDER.index(State.CHANGED):
+            untouched = [
+                a.path for a in b.actions if a.path in before and moved_whole(ctx, plan, {a.path: before[a.path]})
+            ]
+            moved_early = [a.path for a in b.actions if not Path(a.path).exists()]
+            assert untouched == [] and moved_early == [], (b.broker_id, node["state"], moved_early)
+        states.append(f"node {b.broker_id} {node['state']}{' (changing)' if node.get('changing') else ''}")
+    return ", ".join(states)
+
+
+def test_the_worker_sigkilled_at_every_step_boundary_and_each_rerun_resumes(
+    ctx: dict[str, Any], tmp_path: Path
+) -> None:
+    plan = planned(ctx)
+    assert plan.restart_order == [VICTIM, STRAY_NODE]
+    before: dict[str, dict[str, str]] = {}
+    for b in plan.brokers:
+        for a in b.actions:
+            p = Path(a.path)
+            before[a.path] = (
+                {f.name: sha(f.read_bytes()) for f in p.iterdir()} if p.is_dir() else {"": sha(p.read_bytes())}
+            )
+    attempt = "kraft-kill-every-boundary"
+    seen = []
+    for point, node in CHAIN:
+        kill_worker_at(ctx, plan, attempt, point, tmp_path)
+        states = after_death(ctx, plan, attempt, before)
+        seen.append(f"{point} of node {node} ({states})")
+    report = run(ctx, plan, attempt)  # the last rerun: nobody kills it
+    done(ctx, plan, attempt, report)
+    assert moved_whole(ctx, plan, before) == []
+    ROWS.append(
+        "worker SIGKILL at every step boundary, one attempt, each rerun dying at the next: "
+        + "; ".join(seen)
+        + ": each time the lock held by the attempt, no node down but where the journal says, 0 bytes lost; the last "
+        "rerun resumed to done, the lock free"
     )
 
 

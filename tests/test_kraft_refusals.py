@@ -162,3 +162,80 @@ def test_the_kraft_plan_leaves_out_the_topic_id_files_and_the_zookeeper_write_wi
     whys = [s["why"] for s in plan.skipped]
     assert sum("KAFKA-16814" in w for w in whys) == 1  # the finding's whole remedy, not half of it
     assert any("it has no ZooKeeper" in w for w in whys), whys
+
+
+def leftover_facts(*names: str, pdir: str = f"{DATA}/orders-0") -> object:
+    """Broker 2's probe with segment_leftover file records of ``names`` in ``pdir`` (as the probe prints them)."""
+    from fleet_doctor.probe import parse_segment_file_name
+
+    facts = kraft_facts(LIVE_ID)
+    for name in names:
+        base, ext, suffix = parse_segment_file_name(name)  # type: ignore[misc]
+        rec = {"kind": "file", "file_type": "segment_leftover", "path": f"{pdir}/{name}", "base_offset": base}
+        facts.probe[2].append(rec | {"segment_file": ext, "leftover": suffix})  # type: ignore[attr-defined]
+    return facts
+
+
+def leftover_finding(name: str, pdir: str = f"{DATA}/orders-0") -> dict[str, object]:
+    base = int(name[:20])
+    return {"rule": "segment-leftover", "broker_id": 2, "topic": "orders", "partition": 0, "segment": base} | {
+        "path": f"{pdir}/{name}"
+    }
+
+
+@pytest.mark.parametrize("kraft", [True, False], ids=["kraft", "zookeeper"])
+def test_cleaner_and_deletion_leftovers_are_quarantined_and_a_swap_is_left_to_kafka(kraft: bool) -> None:
+    """Issue 30: leftover .deleted / .cleaned files are quarantined (Kafka deletes them at start anyway), never copied
+    into a backup; a .swap is left alone (Kafka completes it, and it may hold the only copy of its records), and so
+    is a .cleaned beside a .swap (Kafka decides which swaps to delete from the lowest .cleaned base offset)."""
+    from fleet_doctor.repair.plan import planned_path_ok
+    from fleet_doctor.repair.planner import build_plan
+
+    names = [
+        "00000000000000000000.log.deleted",
+        "00000000000000000000.index.deleted",
+        "00000000000000000007.log.cleaned",
+    ]
+    findings = [leftover_finding(n) for n in names]
+    plan = build_plan("c", "r", findings, leftover_facts(*names), kraft=kraft, metadata_log_dirs=[DATA])  # type: ignore[arg-type]
+    (b,) = [b for b in plan.brokers if b.restart]
+    assert [(a.action, a.path.rsplit("/", 1)[1]) for a in b.actions] == [("quarantine", n) for n in sorted(names)]
+    assert all("Kafka deletes it at its next start" in a.reason for a in b.actions) and plan.skipped == ()
+    assert b.backup_paths == []  # moved, never copied: a .log.deleted is up to a segment's size
+    assert all(planned_path_ok("quarantine", a.path, [DATA]) for a in b.actions)
+    assert not planned_path_ok("quarantine", f"{DATA}/orders-0/00000000000000000000.log.swap", [DATA])
+    assert not planned_path_ok("quarantine", f"{DATA}/orders-0/00000000000000000000.log", [DATA])
+    from fleet_doctor.repair.approval_text import repair_markdown
+
+    text = repair_markdown(plan)  # the approver reads that they are moved, not copied, and nothing is backed up
+    assert "quarantine 3 leftover .deleted / .cleaned file(s) (Kafka deletes them at its next start" in text, text
+    assert "0 file(s) backed up first, 0 removed, 3 quarantined" in text and "moved, never copied" in text
+
+    swapping = ["00000000000000000000.log.swap", "00000000000000000000.index.cleaned"]
+    plan = build_plan("c", "r", [leftover_finding(n) for n in swapping], leftover_facts(*swapping), kraft=kraft)  # type: ignore[arg-type]
+    assert not any(b.actions for b in plan.brokers)
+    whys = {s["path"].rsplit("/", 1)[1]: s["why"] for s in plan.skipped}
+    assert "Kafka completes a .swap at its next start" in whys["00000000000000000000.log.swap"]
+    assert "KAFKA-6264" in whys["00000000000000000000.index.cleaned"]
+
+    # a leftover no longer there when the plan is built from the probe is not planned; one in a -delete dir is Kafka's
+    gone = build_plan("c", "r", [leftover_finding(names[0])], leftover_facts(), kraft=kraft)  # type: ignore[arg-type]
+    assert not any(b.actions for b in gone.brokers)
+    doomed = f"{DATA}/orders-0.0123456789abcdef0123456789abcdef-delete"
+    plan = build_plan(
+        "c", "r", [leftover_finding(names[0], doomed)], leftover_facts(names[0], pdir=doomed), kraft=kraft
+    )  # type: ignore[arg-type]
+    assert not any(b.actions for b in plan.brokers) and "not in a live partition dir" in plan.skipped[0]["why"]
+
+
+def test_a_leftover_of_the_metadata_log_is_refused_on_kraft() -> None:
+    """Kafka renames a metadata log segment a snapshot covers to .deleted before deleting it: on a voter it is the
+    metadata log's, refused like the rest of __cluster_metadata-0."""
+    from fleet_doctor.repair.planner import build_plan
+
+    mdir, name = f"{DATA}/__cluster_metadata-0", "00000000000000000000.log.deleted"
+    finding = leftover_finding(name, mdir)
+    plan = build_plan("c", "r", [finding], leftover_facts(name, pdir=mdir), kraft=True, metadata_log_dirs=[DATA])  # type: ignore[arg-type]
+    assert not any(b.actions for b in plan.brokers)
+    (skipped,) = plan.skipped
+    assert skipped["path"] == f"{mdir}/{name}" and "__cluster_metadata-0 is refused on a voter" in skipped["why"]

@@ -1,25 +1,27 @@
 """The repair DAG on a KRaft cluster, end to end on the session's live Airflow (harness.shared): 3 combined KRaft nodes
 of the lab (Kafka 3.7's metadata log, the lab's quorum, a real sshd per node), no ZooKeeper anywhere.
 
-Two incidents, one plan:
+Three incidents, one plan:
 
 - seed-000 on KRaft: node 3 killed with kill -9 leaves its active segments' indexes preallocated (untrimmed) and no
   clean-shutdown marker;
 - a ``-stray`` replica on node 2 (KRaft 3.7+ renames a replica it finds stray and keeps it: KAFKA-15605 leaves it to
-  the operator) whose ``partition.metadata`` names a topic ID the metadata does not hold: proven stray.
+  the operator) whose ``partition.metadata`` names a topic ID the metadata does not hold: proven stray;
+- on node 2 too, its orders-0's oldest segment left as ``*.deleted`` (retention's asynchronous delete never ran).
 
-The approved plan quarantines exactly those: the indexes in their partition dir, the stray replica whole, beside its
-log dir. The repair takes its lock in the shared repairs dir (keyed by the cluster.id the voters were formatted with),
-passes the partition gates read from the quorum's committed metadata and the quorum gate before each node (both are
-voters: the others must be caught up, so node 2 waits until node 3 is back), starts each node, waits until it is
-unfenced and back in every ISR, post-verifies it through detection, and releases the lock. Node 1 has nothing to
-repair and is never restarted.
+The approved plan quarantines exactly those: the indexes and the leftovers in their partition dir (the leftovers never
+copied into a backup), the stray replica whole, beside its log dir. The repair takes its lock in the shared repairs dir
+(keyed by the cluster.id the voters were formatted with), passes the partition gates read from the quorum's committed
+metadata and the quorum gate before each node (both are voters: the others must be caught up, so node 2 waits until node
+3 is back), starts each node, waits until it is unfenced and back in every ISR, post-verifies it through detection, and
+releases the lock. Node 1 has nothing to repair and is never restarted.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ import pytest
 
 from fleet_doctor import lock_state
 from fleet_lab import fleet as lab
-from harness.kraft_repair import STRAY_NODE, STRAY_TOPIC_ID, VICTIM, snapshot, stray_dir
+from harness.kraft_repair import LEFTOVER_PARTITION, STRAY_NODE, STRAY_TOPIC_ID, VICTIM, snapshot, stray_dir
 from harness.live_stack import FAST, PURGE, REPAIR, attempt_of, events, plan_dir
 from harness.shared import live
 
@@ -57,8 +59,14 @@ def test_seed_000_and_a_stray_replica_on_kraft_are_quarantined_through_the_appro
     plan = json.loads((pdir / "plan.json").read_text())
     assert [b["broker_id"] for b in plan["brokers"] if b["restart"]] == [VICTIM, STRAY_NODE]  # the one down first
     by_node = {b["broker_id"]: b["actions"] for b in plan["brokers"]}
-    (moved,) = by_node[STRAY_NODE]
-    assert (moved["action"], moved["path"], moved["rule"]) == ("quarantine", str(stray), "stray-dir")
+    (moved,) = [a for a in by_node[STRAY_NODE] if a["rule"] == "stray-dir"]
+    assert (moved["action"], moved["path"]) == ("quarantine", str(stray))
+    leftover_dir = Path(state.broker(STRAY_NODE).log_dirs[0]) / "{}-{}".format(*LEFTOVER_PARTITION)
+    leftovers = sorted(a["path"] for a in by_node[STRAY_NODE] if a["rule"] == "segment-leftover")
+    assert leftovers == sorted(str(p) for p in leftover_dir.glob("*.deleted")) and len(leftovers) >= 2, leftovers
+    assert all(a["action"] == "quarantine" for a in by_node[STRAY_NODE]) and len(by_node[STRAY_NODE]) == 1 + len(
+        leftovers
+    )
     assert f"its topic ID {STRAY_TOPIC_ID} is not in the metadata image" in moved["reason"]
     actions = by_node[VICTIM]
     assert actions and all(a["action"] == "quarantine" and a["rule"] == "index-untrimmed" for a in actions), actions
@@ -66,6 +74,7 @@ def test_seed_000_and_a_stray_replica_on_kraft_are_quarantined_through_the_appro
     assert str(stray) in request["body"]  # the approver reads what moves where
     quarantined = [a["path"] for a in actions]
     original = digests(quarantined)
+    leftover_digests = digests(leftovers)
 
     af.approve(REPAIR, run, "approve")
     assert af.wait_run(REPAIR, run) == "success", af.task_states(REPAIR, run)
@@ -98,9 +107,18 @@ def test_seed_000_and_a_stray_replica_on_kraft_are_quarantined_through_the_appro
     (kept,) = (stray.parent.parent / "fleet-doctor-stray-quarantine" / stray.parent.name).glob(f"*/{stray.name}")
     assert not stray.exists() and kept.is_dir()
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in kept.iterdir() if p.is_file()} == stray_files
+    # the leftovers: in their partition dir's quarantine, byte for byte, never in a backup tarball; not back in place
+    kept_leftovers = [leftover_dir / "fleet-doctor-quarantine" / pdir.name[:16] / Path(p).name for p in leftovers]
+    assert digests([str(k) for k in kept_leftovers]) == {
+        str(k): leftover_digests[p] for k, p in zip(kept_leftovers, leftovers, strict=True)
+    }
+    assert not any(Path(p).exists() for p in leftovers)
+    for tarball in adir.glob("broker-*/backup-*.tar.gz"):
+        assert not any(name.endswith(".deleted") for name in tarfile.open(tarball).getnames()), tarball
 
     # the quarantine deleted: a plan of its own, approved, naming what is freed and how old it is
     quarantine = [Path(p).parent / "fleet-doctor-quarantine" / pdir.name[:16] / Path(p).name for p in quarantined]
+    quarantine += kept_leftovers
     freed = sum(q.stat().st_size for q in quarantine) + sum(p.stat().st_size for p in kept.rglob("*") if p.is_file())
     purge_run = af.trigger(PURGE, {"plan": pdir.name[:16], "older_than_days": 0})
     asked = af.wait_for_approval(PURGE, purge_run, "approve")

@@ -67,3 +67,47 @@ def test_a_removed_leader_epoch_checkpoint_must_be_back_after_the_restart(tmp_pa
     assert problems([remove], [finding], _present(_output(logdir), {pdir})) == [
         f"{lec}: leader-epoch-malformed: Malformed line in checkpoint file"
     ]
+
+
+def test_leftovers_on_genuine_cleaner_files_planned_and_verified(tmp_path: Path) -> None:
+    """Geraldine's broker died mid-clean (a .log.swap, an .index.swap and a .timeindex.cleaned in one partition dir):
+    the plan leaves all three to Kafka (its start completes or deletes the swaps from the lowest .cleaned base
+    offset). HelloTopic-0's segment renamed .deleted, as retention does before the asynchronous delete, is quarantined;
+    the post-verify does not ask the broker to re-create it, and a finding naming it again is a problem."""
+    from fleet_doctor.repair.planner import FleetFacts, build_plan
+
+    logdir = tmp_path / "kafka-logs"
+    shutil.copytree(CORPUS / "zk-3.3-cleaner-swap-geraldine" / "kafka-logs", logdir)
+    offsets = logdir / "__consumer_offsets-18"
+    hello = logdir / "HelloTopic-0"
+    for f in sorted(hello.glob("00000000000000000006.*")):
+        f.rename(f.with_name(f.name + ".deleted"))
+
+    def plan_now() -> object:
+        records = [__import__("json").loads(line) for line in _output(logdir).splitlines()]
+        leftovers = [r for r in records if r.get("kind") == "file" and r.get("file_type") == "segment_leftover"]
+        findings = [
+            {"rule": "segment-leftover", "broker_id": 0, "topic": None, "partition": None, "segment": r["base_offset"]}
+            | {"path": r["path"]}
+            for r in leftovers
+        ]
+        return build_plan("c", "r", findings, FleetFacts({0: records}, []))
+
+    plan = plan_now()
+    (b,) = [b for b in plan.brokers if b.restart]  # type: ignore[attr-defined]
+    moved = sorted(a.path for a in b.actions)
+    assert moved and all(p.startswith(f"{hello}/00000000000000000006.") and p.endswith(".deleted") for p in moved)
+    assert {s["path"] for s in plan.skipped} == {  # type: ignore[attr-defined]
+        f"{offsets}/00000000000000000000.log.swap",
+        f"{offsets}/00000000000000000000.index.swap",
+        f"{offsets}/00000000000000000000.timeindex.cleaned",
+    }
+    # after the restart the files are gone (quarantined, or deleted by Kafka): nothing to re-create
+    for p in moved:
+        Path(p).unlink()
+    present = _present(_output(logdir), {str(hello)})
+    assert problems(list(b.actions), [], present) == []
+    again = {"rule": "segment-leftover", "path": moved[0], "message": "leftover .deleted file"}
+    assert problems(list(b.actions), [again], present) == [
+        f"{moved[0]}: segment-leftover: leftover .deleted file (it is back after the quarantine)"
+    ]

@@ -85,8 +85,10 @@ def test_remediation_is_what_the_catalogue_maps_each_rule_to() -> None:
     assert rule_ids_with(Remediation.RESTORE_ZK_TOPIC_ID) == {"topic-id-missing-in-zk"}
     # "unless a later issue says otherwise": issue 30, a -stray replica proven stray on KRaft
     assert rule_ids_with(Remediation.QUARANTINE_STRAY_REPLICA) == {"stray-dir"}
+    # and issue 30's cleaner and deletion leftovers (.deleted, .cleaned; a .swap stays report only, in the plan)
+    assert rule_ids_with(Remediation.QUARANTINE_LEFTOVER) == {"segment-leftover"}
     acted_on = {r.id for r in RULES if r.remediation is not Remediation.REPORT_ONLY}
-    assert len(acted_on) == 9 and len(rule_ids_with(Remediation.REPORT_ONLY)) == len(RULES) - 9
+    assert len(acted_on) == 10 and len(rule_ids_with(Remediation.REPORT_ONLY)) == len(RULES) - 10
 
 
 def test_severity_order_is_defined_once() -> None:

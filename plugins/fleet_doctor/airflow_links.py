@@ -157,6 +157,8 @@ class RepairScope:
             )
         if rules & rule_ids_with(Remediation.QUARANTINE_INDEX):
             out.append("Their broken index files are quarantined whether or not it is ticked.")
+        if rules & rule_ids_with(Remediation.QUARANTINE_LEFTOVER):
+            out.append("Their leftover .deleted and .cleaned files are quarantined whether or not it is ticked.")
         if rules & rule_ids_with(Remediation.RESTORE_ZK_TOPIC_ID):
             out.append("A topic ID missing from their ZooKeeper znode is restored whether or not it is ticked.")
         if len(out) == 1:

@@ -51,6 +51,8 @@ class Remediation(Enum):
     RESTORE_ZK_TOPIC_ID = "restore-zk-topic-id"  # guarded ZooKeeper write of the replicas' agreed topic ID
     # KRaft: a -stray replica proven stray by its topic ID moved out of the log dir while its broker is stopped
     QUARANTINE_STRAY_REPLICA = "quarantine-stray-replica"
+    # the .deleted / .cleaned files Kafka deletes at its next start, moved aside instead while the broker is stopped
+    QUARANTINE_LEFTOVER = "quarantine-leftover"
     REPORT_ONLY = "report-only"
 
 
@@ -285,7 +287,7 @@ index-missing: Log segment without its offset index
     0.8.0+      warning: rebuilt at startup (recovery time)
 
 segment-leftover: Leftover .swap/.cleaned/.deleted file
-    scope segment, needs metadata, remediation report-only
+    scope segment, needs metadata, remediation quarantine-leftover
     reference   ref §2.1
     condition   .swap, .cleaned or .deleted files (interrupted compaction, split or deletion)
     why         At startup Kafka deletes .cleaned/.deleted files and completes or discards swaps; a leftover shows an

@@ -1,8 +1,10 @@
 """The KRaft repair tests' lab (``tests/test_kraft_repair.py``, ``tests/test_kraft_fault_matrix.py``): the session's
-shared KRaft snapshot (3 combined nodes) with two incidents replayed on each restore, both on voters:
+shared KRaft snapshot (3 combined nodes) with three incidents replayed on each restore, all on voters:
 
 - a ``-stray`` replica on node 2 (as Kafka 3.7+ renames a replica it finds stray) whose ``partition.metadata`` names
   a topic ID the metadata never held: proven stray;
+- on node 2 too, the oldest segment of its orders-0 renamed ``*.deleted`` by retention and never deleted (the broker
+  died within ``file.delete.delay.ms``): leftovers Kafka deletes at its next start, which the plan quarantines;
 - seed-000's kill -9 of node 3: it stays down with its active segments' indexes untrimmed, once the quorum has
   fenced it and taken it out of every ISR (what the audit then sees, every time).
 """
@@ -19,6 +21,7 @@ from fleet_lab.incidents import inject
 from fleet_lab.kafka_files import write_partition_metadata
 
 VICTIM, STRAY_NODE = 3, 2
+LEFTOVER_PARTITION = ("orders", 0)  # node 2's replica whose oldest segment is left as *.deleted
 STRAY_TOPIC_ID = "U3RyYXlTdHJheVN0cmF5AA"  # a topic ID the lab's metadata never held (an older incarnation's)
 
 
@@ -29,10 +32,13 @@ def stray_dir(state: lab.LabState) -> Path:
 
 
 def incidents(state: lab.LabState) -> None:
-    """The stray replica planted on node 2, then seed-000's kill -9 of node 3, until the quorum has fenced it."""
+    """The stray replica planted on node 2 and its orders-0's oldest segment left as *.deleted, then seed-000's
+    kill -9 of node 3, until the quorum has fenced it."""
     dst = stray_dir(state)
     shutil.copytree(dst.parent / "orders-0", dst)
     write_partition_metadata(dst, STRAY_TOPIC_ID)
+    topic, partition = LEFTOVER_PARTITION
+    inject(state, "segment-leftover", broker=STRAY_NODE, topic=topic, partition=partition)
     inject(state, "kill9-untrimmed-index", broker=VICTIM)
     deadline = time.monotonic() + 60
     while True:

@@ -218,8 +218,14 @@ def repair_markdown(plan: Plan, plan_dir: str | None = None) -> str:
     what = []
     if c["files_removed"]:
         what.append(f"back up and remove {c['files_removed']} topic-ID file(s)")
-    if c["files_quarantined"]:
-        what.append(f"quarantine {c['files_quarantined']} index file(s) (moved aside, Kafka rebuilds them)")
+    indexes = c["files_quarantined"] - c["leftovers_quarantined"]
+    if indexes:
+        what.append(f"quarantine {indexes} index file(s) (moved aside, Kafka rebuilds them)")
+    if c["leftovers_quarantined"]:
+        what.append(
+            f"quarantine {c['leftovers_quarantined']} leftover .deleted / .cleaned file(s) (Kafka deletes them at its "
+            "next start; moved aside instead, not copied)"
+        )
     if c["replicas_quarantined"]:
         what.append(
             f"quarantine {c['replicas_quarantined']} stray replica dir(s) (moved whole beside the log dir, the broker "
@@ -234,7 +240,7 @@ def repair_markdown(plan: Plan, plan_dir: str | None = None) -> str:
         f"- **Where:** cluster {md_cell(plan.cluster, table=False)}, restart order **{order}**{ctl}; from audit "
         f"run {md_cell(plan.audit_run, table=False)}.",
         *_internal_lines(plan),
-        f"- **How many:** {c['files_removed'] + c['files_quarantined']} file(s) backed up first, "
+        f"- **How many:** {c['files_removed'] + indexes} file(s) backed up first, "
         f"{c['files_removed']} removed, {c['files_quarantined']} quarantined"
         + (f", {c['replicas_quarantined']} stray replica dir(s) moved whole" if c["replicas_quarantined"] else "")
         + f"; {c['brokers_restarted']} broker(s) restarted; {len(plan.skipped)} finding(s) in scope not addressed.",
@@ -242,6 +248,7 @@ def repair_markdown(plan: Plan, plan_dir: str | None = None) -> str:
         f"- **Backups:** per broker a tar.gz with a sha256 manifest, fetched to "
         f"{md_cell(where + '/attempts/<run>/broker-<id>/', table=False)} before anything changes; quarantined "
         f"files stay on the broker in `<partition dir>/{QUARANTINE_DIR}/<plan>/`"
+        + (" (the leftovers only there: moved, never copied)" if c["leftovers_quarantined"] else "")
         + (
             f", stray replicas in `<log dir's parent>/{STRAY_QUARANTINE_DIR}/<log dir>/<plan>/` (not copied: moved "
             "back by hand, `mv`, with the broker stopped)."
@@ -596,9 +603,9 @@ def purge_markdown(plan: Plan, plan_dir: str | None = None) -> str:
         f"### Delete the quarantine of repair plan `{plan.scope['purge_of'][:16]}`, cluster "
         f"{md_cell(plan.cluster, table=False)}",
         "",
-        f"- **What:** delete {t['entries']} quarantined entr(ies) (index files moved aside, stray replicas moved "
-        f"beside their log dir), quarantined at least {plan.scope['older_than_days']:g} day(s) ago: the oldest "
-        f"{t['oldest'] or '-'}, the newest {t['newest'] or '-'}.",
+        f"- **What:** delete {t['entries']} quarantined entr(ies) (index and leftover files moved aside, stray "
+        f"replicas moved beside their log dir), quarantined at least {plan.scope['older_than_days']:g} day(s) ago: "
+        f"the oldest {t['oldest'] or '-'}, the newest {t['newest'] or '-'}.",
         f"- **Freed:** {_mib(t['bytes'])} ({t['bytes']} bytes) on {len(t['brokers'])} broker(s); "
         f"{t['kept_younger']} younger entr(ies) kept.",
         "- **Risk:** none to Kafka: its own files are not touched and no broker restarts. **Undo: none**: once "

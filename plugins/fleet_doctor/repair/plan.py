@@ -20,7 +20,13 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, NoReturn
 
-from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, SEGMENT_EXTENSIONS, parse_partition_dir_name
+from fleet_doctor.probe import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    SEGMENT_EXTENSIONS,
+    parse_partition_dir_name,
+    parse_segment_file_name,
+)
 
 # in the partition dir: a rename on one filesystem, and log loading skips directories there; never in the log dir
 # itself, where Kafka refuses to start on a directory that is not a partition dir (the lost+found trap)
@@ -31,6 +37,16 @@ QUARANTINABLE = tuple(f".{ext}" for ext in SEGMENT_EXTENSIONS if ext != "log")  
 # and refuses one that is not), nor in a partition dir: it goes beside the log dir, on its filesystem (a rename, never
 # a copy): <parent of the log dir>/fleet-doctor-stray-quarantine/<log dir name>/<plan hash[:16]>/
 STRAY_QUARANTINE_DIR = "fleet-doctor-stray-quarantine"
+# the leftovers a plan may move aside: what Kafka deletes at its next start anyway (kafka-reference.md §2.1 step 1).
+# Never a .swap: Kafka completes most of them at start, and one may hold the only copy of its records
+QUARANTINABLE_LEFTOVERS = ("deleted", "cleaned")
+
+
+def leftover_file(path: str) -> bool:
+    """Whether ``path`` names a ``<base>.<ext>.deleted`` or ``.cleaned`` file of a segment or producer snapshot (a
+    leftover a plan may quarantine)."""
+    parsed = parse_segment_file_name(path.rsplit("/", 1)[-1])
+    return bool(parsed and parsed[2] in QUARANTINABLE_LEFTOVERS)
 
 
 def stray_replica_dir(path: str) -> bool:
@@ -125,9 +141,10 @@ class BrokerPlan:
 
     @property
     def backup_paths(self) -> list[str]:
-        """The files backed up before the change: every planned file (a -stray replica dir is moved whole, never
-        copied: the quarantine keeps it, and the journal says where)."""
-        return sorted({a.path for a in self.actions if not stray_replica_dir(a.path)})
+        """The files backed up before the change: every planned file but what is moved and never copied (a -stray
+        replica dir, a leftover segment file: up to a segment's gigabyte; the quarantine keeps every byte on the
+        broker's own filesystem, and the journal says where)."""
+        return sorted({a.path for a in self.actions if not (stray_replica_dir(a.path) or leftover_file(a.path))})
 
 
 @dataclass(frozen=True)
@@ -227,6 +244,10 @@ class Plan:
             "replicas_quarantined": sum(
                 a.action == "quarantine" and stray_replica_dir(a.path) for b in self.brokers for a in b.actions
             ),
+            # of files_quarantined: the .deleted / .cleaned leftovers (moved, never copied into a backup)
+            "leftovers_quarantined": sum(
+                a.action == "quarantine" and leftover_file(a.path) for b in self.brokers for a in b.actions
+            ),
             "zookeeper_actions": len(self.zookeeper),
         }
 
@@ -281,5 +302,5 @@ def planned_path_ok(action: str, path: str, log_dirs: Iterable[str]) -> bool:
     if action == "remove":
         return name in REMOVABLE
     if action == "quarantine":
-        return name.endswith(QUARANTINABLE)
+        return name.endswith(QUARANTINABLE) or leftover_file(name)
     return action == "restore" and (name in REMOVABLE or name.endswith(QUARANTINABLE))  # what a repair took away

@@ -21,16 +21,24 @@ from typing import Any
 
 from fleet_doctor import layout
 from fleet_doctor.audit.summary import FindingStatus
-from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
+from fleet_doctor.probe import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    parse_partition_dir_name,
+    parse_segment_file_name,
+    segment_file_name,
+)
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.kraft_refusals import action_refusal, zookeeper_write_refusal
 from fleet_doctor.repair.plan import (
+    QUARANTINE_DIR,
     BrokerPlan,
     FileAction,
     Plan,
     RestartPreview,
     ZkAction,
     controller_last,
+    leftover_file,
     stray_quarantine,
     stray_replica_dir,
 )
@@ -229,6 +237,8 @@ class _Build:
     segments: dict[tuple[int, str, int], dict[str, Any]] = field(default_factory=dict)
     topic_ids_on_disk: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     replicas_per_id: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> ID -> replicas
+    # (broker, partition dir) -> {file name: "swap" / "cleaned" / "deleted"} of its segment_leftover file records
+    leftovers: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for bid, recs in self.facts.probe.items():
@@ -241,6 +251,9 @@ class _Build:
                         per_id[r["topic_id"]] = per_id.get(r["topic_id"], 0) + 1
                 elif r.get("kind") == "segment":
                     self.segments[(bid, r["path"], r["base_offset"])] = r
+                elif r.get("kind") == "file" and r.get("file_type") == "segment_leftover":
+                    pdir, _, name = str(r["path"]).rpartition("/")
+                    self.leftovers.setdefault((bid, pdir), {})[name] = r.get("leftover") or ""
         self.zk_ids = self.facts.zk_topic_ids()
         self.image_topic_ids = {r.get("topic_id") for r in self.facts.zk if r.get("kind") == "topic"} - {None}
 
@@ -255,6 +268,8 @@ class _Build:
         if stray_replica_dir(path):
             return (bid, path) in self.partitions
         pdir, _, name = path.rpartition("/")
+        if leftover_file(path):
+            return name in self.leftovers.get((bid, pdir), {})
         if name == PARTITION_METADATA:
             return bool(self.partitions.get((bid, pdir), {}).get("partition_metadata_present"))
         if name == LEADER_EPOCH_CHECKPOINT:
@@ -351,6 +366,44 @@ def _quarantine_stray_replica(build: _Build, f: Mapping[str, Any]) -> str | None
     )
     log_dir = path.rsplit("/", 1)[0]
     why = f"{proof}; moved whole to {stray_quarantine(log_dir, '<plan hash>')}/ with the broker stopped"
+    build.add(bid, "quarantine", path, f, why)  # type: ignore[arg-type]
+    return None
+
+
+@planner(Remediation.QUARANTINE_LEFTOVER)
+def _quarantine_leftover(build: _Build, f: Mapping[str, Any]) -> str | None:
+    """A ``.deleted`` or ``.cleaned`` file of an interrupted deletion or log cleaning: Kafka deletes it at its next
+    start (kafka-reference.md §2.1 step 1); moved aside instead, with the broker stopped, into its partition dir's
+    quarantine, never copied (a ``.log.deleted`` is up to a segment's size), kept until a purge deletes it. Left alone,
+    with the reason: a ``.swap`` (Kafka completes it at start, replacing the segments it covers: §2.1 step 2; it may
+    hold the only copy of their records), and a ``.cleaned`` in a partition dir that holds a ``.swap`` (Kafka deletes
+    the swaps at or above the lowest ``.cleaned`` base offset, an incomplete split, KAFKA-6264; without the
+    ``.cleaned`` it would complete them)."""
+    bid, path = f.get("broker_id"), str(f.get("path") or "")
+    pdir, _, name = path.rpartition("/")
+    parsed = parse_segment_file_name(name)
+    if parsed is None or parsed[2] is None:
+        return "report only: not a .swap, .cleaned or .deleted file of a segment"
+    if parsed[2] == "swap":
+        return (
+            "left alone: Kafka completes a .swap at its next start, replacing the segments it covers "
+            "(kafka-reference.md §2.1 step 2), and it may hold the only copy of their records; one at or above the "
+            "partition's lowest .cleaned base offset Kafka deletes itself (an incomplete split, KAFKA-6264)"
+        )
+    here = build.leftovers.get((bid, pdir), {})  # type: ignore[arg-type]
+    if parsed[2] == "cleaned" and "swap" in here.values():
+        return (
+            "left alone: its partition dir holds a .swap, and Kafka deletes the swaps at or above the lowest .cleaned "
+            "base offset (an incomplete split, KAFKA-6264); moved aside, it would make Kafka complete them instead"
+        )
+    state = parse_partition_dir_name(pdir.rsplit("/", 1)[-1])
+    if not state or state["dir_state"] != "live":
+        return "report only: not in a live partition dir (Kafka deletes a -delete dir whole; -future, -stray are apart)"
+    what = "an interrupted deletion" if parsed[2] == "deleted" else "an interrupted log cleaning"
+    why = (
+        f"a leftover of {what}: Kafka deletes it at its next start (kafka-reference.md §2.1 step 1); moved to "
+        f"{pdir}/{QUARANTINE_DIR}/<plan hash>/ instead with the broker stopped, never copied, kept until a purge"
+    )
     build.add(bid, "quarantine", path, f, why)  # type: ignore[arg-type]
     return None
 

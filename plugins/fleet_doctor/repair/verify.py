@@ -27,7 +27,7 @@ from fleet_doctor.audit.steps import probe_command, run_probe
 from fleet_doctor.layout import LOCAL, PROBE_OBJECT
 from fleet_doctor.probe import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, segment_file_name
 from fleet_doctor.remote import Remote
-from fleet_doctor.repair.plan import stray_replica_dir
+from fleet_doctor.repair.plan import leftover_file, stray_replica_dir
 from fleet_doctor.staging import split_to_dir
 from fleet_doctor.zookeeper import snapshot
 
@@ -86,6 +86,9 @@ def problems(actions: list[Any], findings: list[dict[str, Any]], present: set[st
             continue
         pdir, name = a.path.rsplit("/", 1)
         named = list(by_path.get(a.path, []))
+        if leftover_file(a.path):  # Kafka deletes such a file at start: a finding naming it means it is back
+            out += [f"{a.path}: {f['rule']}: {f['message']} (it is back after the quarantine)" for f in named]
+            continue
         log = f"{pdir}/{name.split('.', 1)[0]}.log"
         if a.action == "quarantine":
             named += [f for f in by_path.get(log, []) if f["rule"] == "index-missing"]
