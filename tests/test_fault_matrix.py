@@ -19,7 +19,9 @@ a symlink planted between plan and change, and a repair and a restore run by a n
 whose brokers run as ``kafka``).
 
 Between cases the restore DAG's code puts the attempt's backups back (the broker drifted again), so each case starts
-from the same seed-004 state, and the restore is exercised ten times over.
+from the same seed-004 state, and the restore is exercised after each case. The worker SIGKILLs are one attempt whose
+worker dies at each step boundary in turn (each rerun resuming from what the last death left), the last rerun resuming
+to done.
 
 The Airflow faults (an approve task marked success by hand, a disallowed user answering, self-approval) are in
 ``tests/test_approval_live.py``; the rows below name them too. ``docs/repair.md`` holds the matrix as measured.
@@ -193,34 +195,40 @@ def record(fault: str, outcome: str, seen: dict[str, Any] | None = None, lost: i
     )
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_worker_killed(lab: dict[str, Any], point: str, tmp_path: Path) -> None:
-    attempt = f"kill-{point}"
-    cfg = tmp_path / "worker.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "inventory": str(lab["settings"].inventory),
-                "repairs": str(lab["settings"].repairs),
-                "plan_hash": lab["plan"].hash,
-                "attempt": attempt,
-                "point": point,
-                "session_timeout_s": 4,
-            }
-        )
-    )
+def test_worker_killed_at_every_step_boundary(lab: dict[str, Any], tmp_path: Path) -> None:
+    """One attempt, its worker SIGKILLed at each step boundary in turn (``POINTS``): every rerun resumes from what the
+    last death left (the journal) and dies at the next point; the invariants are checked after each death; the last
+    rerun, nobody killing it, resumes to done."""
+    attempt = "kill-every-boundary"
     env_path = f"{ROOT / 'plugins'}:{ROOT / 'lab'}:{ROOT / 'tests'}"
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.fault_worker", str(cfg)],
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path, "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == -9, proc.stdout + proc.stderr[-3000:]  # SIGKILLed where it was told
-    seen = check_invariants(lab, attempt, lock_expected=True)  # a crash leaves the lock: nobody else starts
+    seen_at = []
+    for point in POINTS:
+        cfg = tmp_path / f"worker-{point}.json"
+        cfg.write_text(
+            json.dumps(
+                {
+                    "inventory": str(lab["settings"].inventory),
+                    "repairs": str(lab["settings"].repairs),
+                    "plan_hash": lab["plan"].hash,
+                    "attempt": attempt,
+                    "point": point,
+                    "session_timeout_s": 4,
+                }
+            )
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness.fault_worker", str(cfg)],
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path, "HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == -9, point + proc.stdout + proc.stderr[-3000:]  # SIGKILLed where it was told
+        seen_at.append((point, check_invariants(lab, attempt, lock_expected=True)))  # a crash leaves the lock
     resume(lab, attempt)
-    record(f"worker SIGKILL {point}", f"journal at {seen['journal_state']}; rerun resumed to done", seen)
+    for i, (point, seen) in enumerate(seen_at):
+        then = "the last rerun resumed to done" if i + 1 == len(seen_at) else f"the rerun died {seen_at[i + 1][0]}"
+        record(f"worker SIGKILL {point}", f"journal at {seen['journal_state']}; {then}", seen)
     reset(lab, attempt)
 
 

@@ -3,19 +3,20 @@ per node, the lab's quorum, Spark post-verify), from the session's audited KRaft
 seed-000's kill -9 of node 3, a proven stray replica and leftover *.deleted files on node 2), each case on a fresh
 restore of it:
 
-1. **the worker SIGKILLed mid-change** (one index quarantined, the others not): the lock stays in the repairs dir,
-   held by the attempt; node 3 stays down and the journal says it is changing; no byte lost (every planned file on
-   disk as the plan found it, or in a verified backup, or quarantined byte for byte); the rerun of the same attempt
-   waits out the dead worker's lease, takes the lock with a higher fencing token and resumes to done, the lock free;
-2. **a controller failover mid-repair**, in that rerun (the active controller restarted right after node 3's
-   start): the gates follow the new leader; the repair ends done;
-3. **the worker SIGKILLed at every step boundary** of one attempt of the whole plan (node 3, then node 2: after
-   the pre-check, mid-backup, after the backup, after the start of node 3; after the stop of node 2, mid-change):
-   each rerun resumes from what the last death left and dies at the next point; after each death the lock is held
-   by the attempt, a node is down only where the journal says it was stopped, nothing of a node changed before its
-   change step, no byte lost (the stray replica and the leftovers, never copied, where they were or in the
-   quarantine byte for byte); the last rerun ends done, the lock free;
-4. **a voter lost mid-repair** (node 1's host unreachable once node 3 is done): the quorum gate holds node 2 (the
+1. **the worker SIGKILLed at every step boundary** of one attempt of the whole plan, each rerun resuming from what
+   the last death left and dying at the next point: node 3 after its pre-check, mid-backup (the tarball made on the
+   node, not fetched), mid-change (one index quarantined, the others not), after its start; node 2 (a running
+   voter: a real stop) after its stop, after its backup, mid-change (its stray replica moved, its leftovers not).
+   After each death: the lock held by the attempt in the repairs dir, with a higher fencing token at each take; a
+   node down only where the journal says it was stopped (node 3 also before its start: killed before the plan);
+   nothing of a node changed before its change step; no byte lost (every backed-up file on disk as the plan found
+   it, in a verified backup, or quarantined byte for byte; the stray replica and the leftovers, never copied, where
+   they were or in the quarantine byte for byte). The last rerun waits out the dead worker's lease and resumes to
+   done, the lock free;
+2. **a controller failover mid-repair**, in that last rerun (the active controller restarted right after node 2's
+   start): the gates follow the new leader; the repair ends done; then **the restore** of that attempt (the KRaft
+   lock, gates and order) puts node 3's backups back;
+3. **a voter lost mid-repair** (node 1's host unreachable once node 3 is done): the quorum gate holds node 2 (the
    other voters are not a caught-up majority without it), the run halts before node 2's stop, node 2 is never
    stopped, the lock stays (node 3's files changed) for a human or the rerun (row 1 shows a rerun resuming).
 
@@ -136,68 +137,16 @@ def kill_worker_at(ctx: dict[str, Any], plan: Plan, attempt: str, point: str, tm
     assert proc.returncode == -9, f"{point}: " + proc.stdout + proc.stderr[-3000:]  # SIGKILLed where it was told
 
 
-def test_worker_sigkilled_mid_change_leaves_the_lock_and_the_rerun_resumes(ctx: dict[str, Any], tmp_path: Path) -> None:
-    plan = planned(ctx, brokers=[VICTIM])
-    attempt = "kraft-kill-mid-change"
-    kill_worker_at(ctx, plan, attempt, "mid-change", tmp_path)
-    held = lock_record(ctx)
-    assert held is not None and held["holder"]["run_id"] == attempt and held["holder"]["plan_hash"] == plan.hash
-    journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
-    node = journal["brokers"][str(VICTIM)]
-    assert node["changing"] is True and node["state"] == "backed_up", node  # the change began, as journaled
-    assert fleet.running_pid(ctx["state"].broker(VICTIM).config()) is None
-    moved = [p for p in ctx["originals"] if not Path(p).exists()]
-    assert len(moved) == 1, moved  # one index quarantined, the others not: the worker died between them
-    assert lost_files(ctx["originals"], attempt_dir(ctx, plan, attempt), quarantined(ctx)) == []
-    token = held["token"]
-    state, seen = ctx["state"], {}
-
-    class FailoverAfterStart(Executor):
-        def start(self, b: BrokerPlan, host: BrokerHost) -> str:
-            out = super().start(b, host)
-            seen["failover"] = kraft_controller_failover(state).details
-            return out
-
-    report = run(ctx, plan, attempt, FailoverAfterStart)  # the task cleared and run again: the same attempt
-    done(ctx, plan, attempt, report)
-    counter = ctx["settings"].lock_dir / f"{ctx['state'].cluster_id}.token"
-    assert json.loads(counter.read_text())["token"] > token  # every take a higher fencing token
-    failover = seen["failover"]
-    assert failover["epoch_after"] > failover["epoch_before"]  # a new election (its winner may be the same node)
-    ROWS.append(
-        "worker SIGKILL mid-change: lock held by the attempt, node down, journal at the change, 0 bytes lost; "
-        "rerun waited out the lease, new token, resumed to done"
-    )
-    # and the restore on KRaft: the same lock, gates and order; the repair's backups put back on node 3
-    s, inv = ctx["settings"], ctx["inv"]
-    controller = KraftCluster(inv, controller_connect).controller()
-    restore_plan = restore_tasks.make_restore_plan(s, {"plan": plan.hash, "attempt": attempt}, controller)
-    params = {"healthy_polls": 2, "poll_interval_s": 0.5, "isr_timeout_s": 60, "timeout_s": 60}
-    restored = restore_tasks.restore_backup(
-        s, restore_plan, params, f"restore-{attempt}", ssh_connect(inv), connect_controller=controller_connect
-    )
-    assert restored["status"] == "done" and restored["lock_released"] is True, restored
-    assert restored["lock"] == ctx["state"].cluster_id and lock_record(ctx) is None
-    repair_journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
-    assert repair_journal["status"] == "restored" and repair_journal["brokers"][str(VICTIM)]["state"] == "pending"
-    fleet.wait_healthy(ctx["state"], timeout=60)
-    ROWS.append(
-        f"controller failover mid-repair (node {failover['controller_before']} restarted right after node {VICTIM}'s "
-        f"start, in that rerun; epoch {failover['epoch_before']} -> {failover['epoch_after']}, leader "
-        f"{failover['controller_after']}): gates followed it, done; then the restore of that attempt (the KRaft "
-        "lock, gates and order): done, the lock free"
-    )
-
-
 # one attempt of the whole plan (node 3, then node 2), its worker killed at each step boundary in turn: every rerun
 # resumes from what the last death left and dies at the next point; the points fall on node 3 until it is done, then
-# on node 2 (a running voter: a real stop). The last rerun ends done.
+# on node 2 (a running voter: a real stop). The last rerun, with a controller failover in it, ends done.
 CHAIN = (
     ("after-precheck", VICTIM),
     ("mid-backup", VICTIM),
-    ("after-backup", VICTIM),
+    ("mid-change", VICTIM),
     ("after-start", VICTIM),
     ("after-stop", STRAY_NODE),
+    ("after-backup", STRAY_NODE),
     ("mid-change", STRAY_NODE),
 )
 
@@ -253,7 +202,7 @@ def after_death(ctx: dict[str, Any], plan: Plan, attempt: str, before: dict[str,
     return ", ".join(states)
 
 
-def test_the_worker_sigkilled_at_every_step_boundary_and_each_rerun_resumes(
+def test_the_worker_sigkilled_at_every_step_boundary_a_failover_and_the_restore(
     ctx: dict[str, Any], tmp_path: Path
 ) -> None:
     plan = planned(ctx)
@@ -265,20 +214,59 @@ def test_the_worker_sigkilled_at_every_step_boundary_and_each_rerun_resumes(
             before[a.path] = (
                 {f.name: sha(f.read_bytes()) for f in p.iterdir()} if p.is_dir() else {"": sha(p.read_bytes())}
             )
-    attempt = "kraft-kill-every-boundary"
-    seen = []
+    attempt, seen, tokens = "kraft-kill-every-boundary", [], []
     for point, node in CHAIN:
         kill_worker_at(ctx, plan, attempt, point, tmp_path)
         states = after_death(ctx, plan, attempt, before)
+        held = lock_record(ctx)
+        assert held is not None and held["holder"]["plan_hash"] == plan.hash
+        tokens.append(held["token"])
+        if (point, node) == ("mid-change", VICTIM):  # one index quarantined, the others not: the worker died between
+            moved = [p for p in ctx["originals"] if not Path(p).exists()]
+            assert len(moved) == 1 and "backed_up (changing)" in states, (moved, states)
         seen.append(f"{point} of node {node} ({states})")
-    report = run(ctx, plan, attempt)  # the last rerun: nobody kills it
+    assert tokens == sorted(set(tokens)), tokens  # every take after a dead worker's lease a higher fencing token
+    state, failed_over = ctx["state"], {}
+
+    class FailoverAfterStart(Executor):
+        def start(self, b: BrokerPlan, host: BrokerHost) -> str:
+            out = super().start(b, host)
+            failed_over.update(kraft_controller_failover(state).details)
+            return out
+
+    report = run(ctx, plan, attempt, FailoverAfterStart)  # the last rerun: nobody kills it
     done(ctx, plan, attempt, report)
     assert moved_whole(ctx, plan, before) == []
+    counter = ctx["settings"].lock_dir / f"{ctx['state'].cluster_id}.token"
+    assert json.loads(counter.read_text())["token"] > tokens[-1]
+    assert failed_over["epoch_after"] > failed_over["epoch_before"]  # a new election (its winner may be the same node)
     ROWS.append(
         "worker SIGKILL at every step boundary, one attempt, each rerun dying at the next: "
         + "; ".join(seen)
-        + ": each time the lock held by the attempt, no node down but where the journal says, 0 bytes lost; the last "
-        "rerun resumed to done, the lock free"
+        + ": each time the lock held by the attempt (a higher fencing token each take), no node down but where the "
+        "journal says, 0 bytes lost; the last rerun waited out the lease and resumed to done, the lock free"
+    )
+    ROWS.append(
+        f"controller failover mid-repair (node {failed_over['controller_before']} restarted right after node "
+        f"{STRAY_NODE}'s start, in the last rerun; epoch {failed_over['epoch_before']} -> "
+        f"{failed_over['epoch_after']}, leader {failed_over['controller_after']}): the gates followed it, done"
+    )
+    # and the restore on KRaft: the same lock, gates and order; the repair's backups put back on node 3
+    s, inv = ctx["settings"], ctx["inv"]
+    controller = KraftCluster(inv, controller_connect).controller()
+    restore_plan = restore_tasks.make_restore_plan(s, {"plan": plan.hash, "attempt": attempt}, controller)
+    params = {"healthy_polls": 2, "poll_interval_s": 0.5, "isr_timeout_s": 60, "timeout_s": 60}
+    restored = restore_tasks.restore_backup(
+        s, restore_plan, params, f"restore-{attempt}", ssh_connect(inv), connect_controller=controller_connect
+    )
+    assert restored["status"] == "done" and restored["lock_released"] is True, restored
+    assert restored["lock"] == ctx["state"].cluster_id and lock_record(ctx) is None
+    repair_journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())
+    assert repair_journal["status"] == "restored" and repair_journal["brokers"][str(VICTIM)]["state"] == "pending"
+    fleet.wait_healthy(ctx["state"], timeout=60)
+    ROWS.append(
+        f"the restore of that attempt (the KRaft lock, gates and order): node {VICTIM}'s backups put back, done, "
+        "the lock free"
     )
 
 
