@@ -170,6 +170,26 @@ def moved_whole(ctx: dict[str, Any], plan: Plan, before: dict[str, dict[str, str
     return lost
 
 
+def in_place(path: str) -> dict[str, str] | None:
+    """{file name: sha256} of a planned replica dir, {"": sha256} of a planned file, where the plan found it (None:
+    not there)."""
+    p = Path(path)
+    if p.is_dir():
+        return {f.name: sha(f.read_bytes()) for f in p.iterdir()}
+    return {"": sha(p.read_bytes())} if p.is_file() else None
+
+
+# the journal of the node a worker died on, by the point it died at: (state, changing)
+DIED_AT = {
+    "after-precheck": ("prechecked", False),
+    "mid-backup": ("stopped", False),
+    "after-backup": ("backed_up", False),
+    "mid-change": ("backed_up", True),
+    "after-start": ("started", True),
+    "after-stop": ("stopped", False),
+}
+
+
 def after_death(ctx: dict[str, Any], plan: Plan, attempt: str, before: dict[str, dict[str, str]]) -> str:
     """The invariants after a SIGKILLed worker: the lock held by the attempt, no byte lost, a node down only where the
     journal says it was stopped (node 3: also before its start, as the plan found it), nothing of a node changed
@@ -192,12 +212,9 @@ def after_death(ctx: dict[str, Any], plan: Plan, attempt: str, before: dict[str,
         if b.broker_id == VICTIM and at < ORDER.index(State.STARTED):
             stopped = True  # killed before the plan was made: down until the repair starts it
         assert up != stopped, (b.broker_id, node["state"], up)
-        if not node.get("changing") and at < ORDER.index(State.CHANGED):
-            untouched = [
-                a.path for a in b.actions if a.path in before and moved_whole(ctx, plan, {a.path: before[a.path]})
-            ]
-            moved_early = [a.path for a in b.actions if not Path(a.path).exists()]
-            assert untouched == [] and moved_early == [], (b.broker_id, node["state"], moved_early)
+        if not node.get("changing") and at < ORDER.index(State.CHANGED):  # every planned path in place, as found
+            changed = [a.path for a in b.actions if in_place(a.path) != before[a.path]]
+            assert changed == [], (b.broker_id, node["state"], changed)
         states.append(f"node {b.broker_id} {node['state']}{' (changing)' if node.get('changing') else ''}")
     return ", ".join(states)
 
@@ -207,23 +224,23 @@ def test_the_worker_sigkilled_at_every_step_boundary_a_failover_and_the_restore(
 ) -> None:
     plan = planned(ctx)
     assert plan.restart_order == [VICTIM, STRAY_NODE]
-    before: dict[str, dict[str, str]] = {}
-    for b in plan.brokers:
-        for a in b.actions:
-            p = Path(a.path)
-            before[a.path] = (
-                {f.name: sha(f.read_bytes()) for f in p.iterdir()} if p.is_dir() else {"": sha(p.read_bytes())}
-            )
+    found = {a.path: in_place(a.path) for b in plan.brokers for a in b.actions}
+    before = {path: kept for path, kept in found.items() if kept is not None}
+    assert len(before) == len(found), found
+    stray = next(a.path for b in plan.brokers for a in b.actions if a.rule == "stray-dir")
     attempt, seen, tokens = "kraft-kill-every-boundary", [], []
     for point, node in CHAIN:
         kill_worker_at(ctx, plan, attempt, point, tmp_path)
         states = after_death(ctx, plan, attempt, before)
+        journal = json.loads((attempt_dir(ctx, plan, attempt) / layout.JOURNAL).read_text())["brokers"][str(node)]
+        assert (journal["state"], bool(journal.get("changing"))) == DIED_AT[point], (point, node, journal)
         held = lock_record(ctx)
         assert held is not None and held["holder"]["plan_hash"] == plan.hash
         tokens.append(held["token"])
-        if (point, node) == ("mid-change", VICTIM):  # one index quarantined, the others not: the worker died between
-            moved = [p for p in ctx["originals"] if not Path(p).exists()]
-            assert len(moved) == 1 and "backed_up (changing)" in states, (moved, states)
+        if point == "mid-change":  # the first planned path moved, the others not: the worker died between them
+            mine = sorted(a.path for b in plan.brokers if b.broker_id == node for a in b.actions)
+            assert [p for p in mine if in_place(p) is None] == mine[:1], (node, mine)
+            assert node == VICTIM or mine[0] == stray  # node 2: its stray replica first, its leftovers not yet
         seen.append(f"{point} of node {node} ({states})")
     assert tokens == sorted(set(tokens)), tokens  # every take after a dead worker's lease a higher fencing token
     state, failed_over = ctx["state"], {}

@@ -228,6 +228,25 @@ def test_cleaner_and_deletion_leftovers_are_quarantined_and_a_swap_is_left_to_ka
     assert not any(b.actions for b in plan.brokers) and "not in a live partition dir" in plan.skipped[0]["why"]
 
 
+def test_a_running_broker_is_not_restarted_for_its_leftovers_alone() -> None:
+    """On a running broker a .deleted file is retention's or the cleaner's, deleted by the broker itself after
+    file.delete.delay.ms, and a .cleaned file is the cleaner at work: leftovers alone plan no restart there. A broker
+    the plan restarts anyway (here for a stray replica) has them moved aside."""
+    from fleet_doctor.repair.planner import build_plan
+
+    name = "00000000000000000000.log.deleted"
+    facts = leftover_facts(name)
+    facts.probe[2].append({"kind": "logdir", "path": DATA, "lock_held_by_pid": 4242})  # type: ignore[attr-defined]
+    plan = build_plan("c", "r", [leftover_finding(name)], facts, kraft=True, metadata_log_dirs=[DATA])  # type: ignore[arg-type]
+    assert not any(b.restart for b in plan.brokers)
+    (skipped,) = plan.skipped
+    assert "the broker was running at the audit and has nothing else to repair" in skipped["why"]
+    facts.probe[2][1]["topic_id"] = OLD_ID  # type: ignore[attr-defined]  # its stray replica: proven stray
+    plan = build_plan("c", "r", [leftover_finding(name), stray_finding()], facts, kraft=True, metadata_log_dirs=[DATA])  # type: ignore[arg-type]
+    (b,) = [b for b in plan.brokers if b.restart]
+    assert sorted(a.rule for a in b.actions) == ["segment-leftover", "stray-dir"] and plan.skipped == ()
+
+
 def test_a_leftover_of_the_metadata_log_is_refused_on_kraft() -> None:
     """Kafka renames a metadata log segment a snapshot covers to .deleted before deleting it: on a voter it is the
     metadata log's, refused like the rest of __cluster_metadata-0."""

@@ -470,3 +470,27 @@ def test_a_link_planted_in_a_stray_quarantine_is_not_followed(log_dir: Path, out
     ran = run_spec({"log_dirs": [str(log_dir)], "unlocked": True, "ops": [op]})
     assert ran.returncode == REFUSED and b"is not a regular file or directory" in ran.stderr
     assert fingerprint(outside) == before and stray.is_dir()
+
+
+def test_a_cleaned_file_is_not_moved_once_a_swap_sits_beside_it(log_dir: Path) -> None:
+    """Checked again on the broker, at the change: a .swap that appeared since the audit (the cleaner split a segment
+    and the broker died mid-swap) makes the .cleaned file Kafka's to judge (it deletes the swaps at or above the lowest
+    .cleaned base offset, KAFKA-6264); a .deleted file is moved either way."""
+    pdir = log_dir / "t-0"
+    cleaned, deleted = pdir / "00000000000000000000.log.cleaned", pdir / "00000000000000000000.index.deleted"
+    for f in (cleaned, deleted):
+        f.write_bytes(b"leftover")
+    into = quarantine_subdirs(PLAN)
+    swap = pdir / "00000000000000000005.log.swap"
+    swap.write_bytes(b"split")
+    refused = run(log_dir, {"op": "quarantine", "path": str(cleaned), "into": into})
+    assert refused.returncode == REFUSED and "00000000000000000005.log.swap" in refused.stderr, refused
+    assert "KAFKA-6264" in refused.stderr and cleaned.read_bytes() == b"leftover"
+    assert run(log_dir, {"op": "quarantine", "path": str(deleted), "into": into}).returncode == 0
+    assert (
+        not deleted.exists() and Path(quarantine_dir(str(deleted), PLAN)[1], deleted.name).read_bytes() == b"leftover"
+    )
+    swap.unlink()  # no swap: the .cleaned file is Kafka's to delete at start, moved aside instead
+    assert (
+        run(log_dir, {"op": "quarantine", "path": str(cleaned), "into": into}).returncode == 0 and not cleaned.exists()
+    )

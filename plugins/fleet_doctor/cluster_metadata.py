@@ -807,6 +807,7 @@ NO_LEADER_CHANGE = -2
 MIGRATING_DIR = probe.ZERO_UUID  # DirectoryId.MIGRATING: the replica's directory is not tracked
 UNASSIGNED_DIR = "AAAAAAAAAAAAAAAAAAAAAQ"  # DirectoryId.UNASSIGNED (Uuid 0, 1): a new replica not yet placed
 # a partition's lists of replica ids: in the Image, shared tuples (Image.shared); PartitionChangeRecord's null = kept
+_SHARED_MAX = 1 << 16  # distinct lists Image.shared keeps; the image's own are held by its partitions anyway
 _REPLICA_LISTS = ("Replicas", "Isr", "RemovingReplicas", "AddingReplicas", "EligibleLeaderReplicas", "LastKnownElr")
 
 
@@ -832,6 +833,8 @@ class Image:
         if values is None:
             return None
         t = tuple(values)
+        if len(self._shared) >= _SHARED_MAX:  # a log of ever new lists: each kept by its partitions only
+            return self._shared.get(t, t)
         return self._shared.setdefault(t, t)
 
     # each replay_<Record> takes the decoded fields; a returned string is an inconsistency (the record is skipped)

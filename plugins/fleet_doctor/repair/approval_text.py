@@ -142,7 +142,8 @@ def _dry_run_lines(plan: Plan) -> list[str]:
 def _undo_line(plan: Plan, plan_dir: str) -> str:
     return (
         f"- **Undo:** trigger `{restore_dag(plan.cluster)}` with plan `{plan.hash[:16]}`: it puts this plan's backups "
-        f"back (its own approval, the controller last). Full plan: {md_cell(f'{plan_dir}/{PLAN}', table=False)}."
+        f"back (its own approval, the controller last); what was moved and never copied (stray replicas, leftovers) "
+        f"is moved back by hand. Full plan: {md_cell(f'{plan_dir}/{PLAN}', table=False)}."
     )
 
 

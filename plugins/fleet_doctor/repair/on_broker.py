@@ -176,6 +176,14 @@ def quarantine(log_dirs, op):
     try:
         if regular(pfd, name, op["path"]) is None:
             return "gone already"
+        if name.endswith(".cleaned"):
+            swaps = sorted(n for n in os.listdir(pfd) if n.endswith(".swap"))
+            if swaps:  # Kafka deletes the swaps at or above the lowest .cleaned base offset (KAFKA-6264)
+                raise Refused(
+                    "%s: its partition dir now holds %s: Kafka's start deletes the swaps at or above the lowest "
+                    ".cleaned base offset (an incomplete split, KAFKA-6264); moved aside, it would make Kafka complete "
+                    "them instead. Nothing moved" % (op["path"], ", ".join(swaps[:3]))
+                )
         owner = os.fstat(pfd)
         at, where = pfd, parent
         for d in op["into"]:

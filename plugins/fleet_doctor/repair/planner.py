@@ -119,7 +119,7 @@ def restart_preview(records: list[dict[str, Any]], quarantined_segments: set[tup
     """What the broker's next start costs (kafka-reference.md §2.4, §1.4): after an unclean stop the segments
     from the one holding the recovery point are recovered; segments whose index is gone are rebuilt either way."""
     logdirs = [r for r in records if r.get("kind") == "logdir"]
-    running = any(r.get("lock_held_by_pid") for r in logdirs)
+    running = _was_running(records)
     clean = None if running else all(r.get("clean_shutdown") for r in logdirs)
     untrimmed = 0
     if clean:
@@ -378,7 +378,8 @@ def _quarantine_leftover(build: _Build, f: Mapping[str, Any]) -> str | None:
     with the reason: a ``.swap`` (Kafka completes it at start, replacing the segments it covers: §2.1 step 2; it may
     hold the only copy of their records), and a ``.cleaned`` in a partition dir that holds a ``.swap`` (Kafka deletes
     the swaps at or above the lowest ``.cleaned`` base offset, an incomplete split, KAFKA-6264; without the
-    ``.cleaned`` it would complete them)."""
+    ``.cleaned`` it would complete them: checked again on the broker at the change, ``on_broker.quarantine``). A
+    running broker with nothing else to repair keeps them (``_leftovers_only_where_a_restart_is_due``)."""
     bid, path = f.get("broker_id"), str(f.get("path") or "")
     pdir, _, name = path.rpartition("/")
     parsed = parse_segment_file_name(name)
@@ -516,6 +517,7 @@ def build_plan(
             build.skipped.append(_skipped(f) | {"why": why})
     if kraft:
         _refuse_on_kraft(build, list(metadata_log_dirs), cluster)
+    _leftovers_only_where_a_restart_is_due(build)
     controller = facts.controller
     plans = []
     for bid in sorted(set(build.actions) | {b for b in facts.probe if b not in held}):
@@ -538,6 +540,32 @@ def build_plan(
     restarted = [b.broker_id for b in plans if b.restart]
     risk = restart_risk(facts, restarted, static_min_isr, cluster_default, known)
     return Plan(cluster, audit_run, scope, tuple(plans), tuple(zk_actions), tuple(build.skipped), risk)
+
+
+def _leftovers_only_where_a_restart_is_due(build: _Build) -> None:
+    """A broker that was running at the audit and has nothing to repair but leftovers is not restarted for them: its
+    ``.deleted`` files are retention's and the cleaner's, deleted by the broker itself after ``file.delete.delay.ms``,
+    and a ``.cleaned`` one is the cleaner at work. Its leftovers go into ``skipped`` with that reason. A stopped broker
+    (its next start would delete them) or one the plan restarts anyway has them moved aside."""
+    for bid, actions in build.actions.items():
+        leftovers = [a for a in actions.values() if a.action == "quarantine" and leftover_file(a.path)]
+        others = [a for a in actions.values() if a not in leftovers and build.exists(bid, a.path)]
+        if not leftovers or others or not _was_running(build.facts.probe.get(bid, [])):
+            continue
+        for a in leftovers:
+            del actions[a.path]
+            why = (
+                "left alone: the broker was running at the audit and has nothing else to repair; a running broker "
+                "deletes its .deleted files itself (file.delete.delay.ms) and a .cleaned file is its cleaner at work, "
+                "so a restart just to move them aside is not planned"
+            )
+            entry = {"rule": a.rule, "broker_id": bid, "topic": a.topic, "partition": a.partition, "path": a.path}
+            build.skipped.append(entry | {"why": why})
+
+
+def _was_running(records: list[dict[str, Any]]) -> bool:
+    """The broker held its log dirs' lock when the audit probed it (a running Kafka)."""
+    return any(r.get("lock_held_by_pid") for r in records if r.get("kind") == "logdir")
 
 
 def _refuse_on_kraft(build: _Build, metadata_log_dirs: list[str], cluster: str) -> None:

@@ -86,9 +86,8 @@ def problems(actions: list[Any], findings: list[dict[str, Any]], present: set[st
             continue
         pdir, name = a.path.rsplit("/", 1)
         named = list(by_path.get(a.path, []))
-        if leftover_file(a.path):  # Kafka deletes such a file at start: a finding naming it means it is back
-            out += [f"{a.path}: {f['rule']}: {f['message']} (it is back after the quarantine)" for f in named]
-            continue
+        if leftover_file(a.path):  # Kafka's own temporary file: the cleaner and retention may write one of that very
+            continue  # name again once the broker runs (a cleaned segment keeps its base offset), so nothing to judge
         log = f"{pdir}/{name.split('.', 1)[0]}.log"
         if a.action == "quarantine":
             named += [f for f in by_path.get(log, []) if f["rule"] == "index-missing"]
