@@ -505,9 +505,6 @@ def _read_array(f, et, r, version, nullable):
     code = SCALAR_CODES.get(et)
     if code is not None:  # an array of numbers in one unpack
         return list(struct.unpack(">%d%s" % (n, code), r.take(n * SCALAR_TYPES[et].size, f["name"])))
-    if et == "uuid":  # a replica's directories: 16 bytes each
-        raw = r.take(16 * n, f["name"])
-        return [uuid_text(raw[i : i + 16]) for i in range(0, 16 * n, 16)]
     if et in TYPES:
         return [_read_value(f, et, r, version) for _ in range(n)]
     return [_read_struct(f["fields"], r, version) for _ in range(n)]

@@ -84,10 +84,10 @@ def problems(actions: list[Any], findings: list[dict[str, Any]], present: set[st
             if a.path in present:
                 out.append(f"{a.path} is in its log dir again (the quarantine did not take, or it was put back)")
             continue
-        pdir, name = a.path.rsplit("/", 1)
-        named = list(by_path.get(a.path, []))
         if leftover_file(a.path):  # Kafka's own temporary file: the cleaner and retention may write one of that very
             continue  # name again once the broker runs (a cleaned segment keeps its base offset), so nothing to judge
+        pdir, name = a.path.rsplit("/", 1)
+        named = list(by_path.get(a.path, []))
         log = f"{pdir}/{name.split('.', 1)[0]}.log"
         if a.action == "quarantine":
             named += [f for f in by_path.get(log, []) if f["rule"] == "index-missing"]
