@@ -204,6 +204,7 @@ REPAIR_LAYERS = (
         "topic_ids",
         "kraft_refusals",
         "kraft_cluster",
+        "roll_plan",
     ),
     ("approval", "params", "executor", "session", "planner"),
     ("hitl", "restore"),
