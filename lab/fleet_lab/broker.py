@@ -128,6 +128,10 @@ class BrokerConfig:
     # KRaft (combined broker and controller, no ZooKeeper): node_id, voters [{id, run_dir, metadata_log_dir}],
     # quorum_lock, directory_ids {log dir: directory.id}, segment_bytes, snapshot_bytes, session_timeout_ms
     kraft: dict[str, Any] | None = None
+    rack: str | None = None  # broker.rack: in its registration (ZooKeeper's /brokers/ids/<id>, KRaft's RegisterBroker)
+    # log recovery after an unclean stop, in bytes of segment per second (0: instant): a big broker's recovery as
+    # Kafka's takes it, proportional to the bytes past the recovery point (kafka-reference.md §2.4)
+    recovery_bytes_per_s: float = 0.0
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BrokerConfig:
@@ -334,6 +338,35 @@ class LogLoader:
     def __init__(self, cfg: BrokerConfig, features: KafkaFeatures) -> None:
         self.cfg = cfg
         self.f = features
+        # Kafka's LogManager gauges (3.3+, KIP-831) as the broker state shows them: what is left to recover
+        self.remaining_logs = 0
+        self.remaining_segments = 0
+
+    def to_recover(self, log_dirs: list[Path]) -> None:
+        """Count, before loading, the logs and segments an unclean stop leaves to recover in ``log_dirs``: the
+        segments from the one holding each log's recovery point (§2.4), and publish the broker's RECOVERY state."""
+        for log_dir in log_dirs:
+            if (log_dir / CLEAN_SHUTDOWN_FILE).exists():
+                continue
+            try:
+                points = self._read_checkpoint(log_dir, "recovery-point-offset-checkpoint")
+                entries = sorted(os.scandir(log_dir), key=lambda e: e.name)
+            except (OSError, LogDirOffline):
+                continue
+            for entry in entries:
+                parsed = parse_partition_dir_name(entry.name)
+                if not parsed or parsed["dir_state"] != "live" or entry.name == METADATA_DIR or not entry.is_dir():
+                    continue
+                bases = _log_bases(Path(entry.path))
+                point = points.get((parsed["topic"], parsed["partition"]), 0)
+                start = max([b for b in bases if b <= point], default=bases[0] if bases else 0)
+                self.remaining_logs += 1
+                self.remaining_segments += sum(1 for b in bases if b >= start)
+        if self.remaining_logs:
+            self.publish(event=True)
+
+    def publish(self, event: bool = False) -> None:
+        _set_state(self.cfg, "recovering", f"{self.remaining_logs} {self.remaining_segments}", event=event)
 
     def _read_checkpoint(self, log_dir: Path, name: str) -> dict[tuple[str, int], int]:
         path = log_dir / name
@@ -378,11 +411,23 @@ class LogLoader:
                 )
             )
             LOG_MANAGER.info("Completed load of log %s with %d segments", entry.name, logs[-1].segments)
+            if not had_clean and self.remaining_logs:
+                self.remaining_logs -= 1
+                self.publish()
             if self.cfg.log_load_delay_ms:
                 time.sleep(self.cfg.log_load_delay_ms / 1000.0)
             while self.cfg.log_load_stall_after and len(logs) >= self.cfg.log_load_stall_after:
                 time.sleep(3600)  # until killed
         return logs, had_clean
+
+    def _recovery_time(self, segment: Path) -> None:
+        """A recovered segment costs its bytes at the lab's recovery rate (``recovery_bytes_per_s``)."""
+        if self.remaining_segments:
+            self.remaining_segments -= 1
+        if self.cfg.recovery_bytes_per_s > 0:
+            with contextlib.suppress(OSError):
+                time.sleep(segment.stat().st_size / self.cfg.recovery_bytes_per_s)
+        self.publish()
 
     def load_log(
         self, path: Path, log_dir: Path, tp: tuple[str, int], had_clean: bool, recovery_point: int, log_start: int
@@ -478,6 +523,7 @@ class LogLoader:
                     continue
                 LOG_LOADER.info("Recovering unflushed segment %d in log %s", base, path.name)
                 res = recover(base, True)
+                self._recovery_time(path / segment_file_name(base, "log"))
                 if res.truncated_bytes:
                     LOG_LOADER.warning("Corruption found in segment %d, truncating to offset %s", base, res.next_offset)
                     for later in bases[i + 1 :]:
@@ -514,6 +560,15 @@ class LogLoader:
                 if problem:
                     raise StartupFatal(f"requirement failed: {problem}")
         return log
+
+
+def _log_bases(path: Path) -> list[int]:
+    """The base offsets of the segments of a partition dir (their .log files)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return []
+    return sorted({p[0] for n in names if (p := parse_segment_file_name(n)) and p[1] == "log" and not p[2]})
 
 
 def _sanity_08(index: Path, base: int, entries: int, size: int) -> str | None:
@@ -560,6 +615,7 @@ class LabBroker:
         if self.cfg.kraft is not None:
             self._start_quorum()
         loader = LogLoader(self.cfg, self.f)
+        loader.to_recover([Path(d) for d in self.cfg.log_dirs])
         markers_to_delete = []
         for d in map(Path, self.cfg.log_dirs):
             try:
@@ -682,6 +738,8 @@ class LabBroker:
             "version": 5 if self.f.at_least("2.7") else 4,
             "timestamp": str(int(time.time() * 1000)),
         }
+        if self.cfg.rack is not None and self.f.at_least("0.10"):  # BrokerIdZNode v3+: broker.rack (KIP-36)
+            data["rack"] = self.cfg.rack
         if not self.f.at_least("0.9"):  # 0.8's BrokerIdZNode: version 1, no endpoints
             data = {
                 "jmx_port": -1,
@@ -726,6 +784,9 @@ class LabBroker:
                     self._elect()
                     if self.is_controller:
                         self._controller_pass()
+                        self._preferred_election(
+                            {int(b) for b in self.zk.get_children("/brokers/ids", watch=self._poke)}
+                        )
                     self._replica_pass()
             except (KazooException, OSError, ValueError) as e:
                 LOG.warning("lab broker pass failed: %s", e)
@@ -856,6 +917,70 @@ class LabBroker:
                         state,
                         new_state,
                     )
+
+    def _preferred_election(self, live: set[int]) -> None:
+        """KafkaController's PreferredReplicaElection (``/admin/preferred_replica_election``, written by the election
+        tool): each listed partition led by its preferred replica (the first of its replicas) where that replica is
+        alive and in ISR, a new leader epoch; then the znode is deleted, which tells the tool the election is over."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        from fleet_lab.admin import PREFERRED_PATH, not_available
+
+        try:
+            raw, _ = self.zk.get(PREFERRED_PATH, watch=self._poke)
+        except NoNodeError:
+            self.zk.exists(PREFERRED_PATH, watch=self._poke)
+            return
+        try:
+            wanted = [(p["topic"], int(p["partition"])) for p in json.loads(raw)["partitions"]]
+        except (ValueError, KeyError, TypeError):
+            wanted = []
+        CONTROLLER.info(
+            "[Controller id=%d] Starting replica leader election (PREFERRED) for partitions %s triggered by "
+            "AdminClientTriggered",
+            self.cfg.broker_id,
+            ",".join(f"{t}-{p}" for t, p in wanted),
+        )
+        topics = self._topics()
+        for topic, p in wanted:
+            replicas = (topics.get(topic, ({}, None))[0].get("partitions") or {}).get(str(p)) or []
+            path = f"/brokers/topics/{topic}/partitions/{p}/state"
+            try:
+                raw_state, st = self.zk.get(path)
+            except NoNodeError:
+                continue
+            state = json.loads(raw_state)
+            preferred = replicas[0] if replicas else None
+            if preferred is None or state["leader"] == preferred:
+                continue
+            if preferred not in live or preferred not in state["isr"]:
+                CONTROLLER.error(
+                    "[Controller id=%d] Error completing replica leader election (PREFERRED) for partition %s-%d: %s",
+                    self.cfg.broker_id,
+                    topic,
+                    p,
+                    not_available(f"{topic}-{p}"),
+                )
+                continue
+            new_state = dict(
+                state,
+                leader=preferred,
+                leader_epoch=state["leader_epoch"] + 1,
+                controller_epoch=self.controller_epoch,
+            )
+            with contextlib.suppress(BadVersionError):
+                self.zk.set(path, json.dumps(new_state).encode(), version=st.version)
+                STATE_CHANGE.info(
+                    "[Controller id=%d epoch=%d] Changed partition %s-%s from %s to %s",
+                    self.cfg.broker_id,
+                    self.controller_epoch,
+                    topic,
+                    p,
+                    state,
+                    new_state,
+                )
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(PREFERRED_PATH)
 
     def _pick_log_dir(self) -> Path | None:
         online = [Path(d) for d in self.cfg.log_dirs if Path(d) not in self.offline_dirs]
@@ -988,6 +1113,7 @@ class LabBroker:
         from fleet_lab.quorum import QuorumNode
 
         node = QuorumNode(self.cfg.kraft or {}, self.f, Path(self.cfg.run_dir), self.cfg.listener_port)
+        node.rack = self.cfg.rack
         if not node.take_liveness():
             raise StartupFatal(f"Another process of node {self.cfg.broker_id} holds {self.cfg.run_dir}/kraft.lock")
         self.quorum = node
@@ -1141,6 +1267,7 @@ class LabBroker:
 
     def shutdown(self) -> None:
         LOG.info("[KafkaServer id=%d] shutting down", self.cfg.broker_id)
+        _set_state(self.cfg, "shutting-down", event=False)
         if self.quorum is not None:
             self._kraft_controlled_shutdown()
         if self.zk is not None and self.cfg.controlled_shutdown_ms:
@@ -1188,9 +1315,11 @@ def _setup_logging(cfg: BrokerConfig) -> None:
     logging.addLevelName(logging.WARNING, "WARN")
 
 
-def _set_state(cfg: BrokerConfig, state: str) -> None:
-    write_atomic(cfg.state_file, f"{state} {os.getpid()}\n".encode())
-    record_event(cfg, state)
+def _set_state(cfg: BrokerConfig, state: str, detail: str = "", event: bool = True) -> None:
+    """``<state> <pid> [detail]`` in the broker's state file (the recovery's remaining logs and segments)."""
+    write_atomic(cfg.state_file, f"{state} {os.getpid()} {detail}".rstrip().encode() + b"\n")
+    if event:
+        record_event(cfg, state)
 
 
 def record_event(cfg: BrokerConfig, event: str, pid: int | None = None) -> None:
@@ -1281,6 +1410,11 @@ def start(cfg: BrokerConfig, timeout: float = 60.0) -> int:
         if state and int(state[1]) == proc.pid and state[0] == "running":
             print(f"kafka (broker {cfg.broker_id}) started, pid {proc.pid}")
             return 0
+        if state and int(state[1]) == proc.pid and state[0] == "recovering" and cfg.recovery_bytes_per_s > 0:
+            # a recovery that takes its time (the lab's recovery rate): the service is started, as systemctl start
+            # returns while Kafka recovers its logs; the broker registers once they are loaded
+            print(f"kafka (broker {cfg.broker_id}) started, pid {proc.pid}: recovering its logs")
+            return 0
         if proc.poll() is not None:
             fatal = [ln for ln in _tail(cfg.log_file, 40) if " FATAL " in ln or " ERROR " in ln]
             print(f"kafka (broker {cfg.broker_id}) failed to start (exit {proc.returncode})", file=sys.stderr)
@@ -1347,10 +1481,20 @@ def status(cfg: BrokerConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kafka-service", description="control a fleet lab broker like a service")
     p.add_argument("--config", required=True, help="the broker's broker.json")
-    p.add_argument("command", choices=["start", "stop", "status", "kill", "run"])
+    p.add_argument("command", choices=["start", "stop", "status", "kill", "run", "state", "leader-election"])
     p.add_argument("--timeout", type=float, default=60.0)
-    args = p.parse_args(argv)
+    args, rest = p.parse_known_args(argv)
     cfg = BrokerConfig.load(args.config)
+    if args.command == "leader-election":  # kafka-leader-election.sh's options follow (fleet_lab.admin)
+        from fleet_lab.admin import leader_election
+
+        return leader_election(cfg, rest)
+    if rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "state":
+        from fleet_lab.admin import broker_state
+
+        return broker_state(cfg, running_pid(cfg) is not None)
     if args.command == "run":
         return run(cfg)
     if args.command == "start":

@@ -73,6 +73,20 @@ def main(argv: list[str] | None = None) -> int:
         help="zookeeper (default) or kraft: no ZooKeeper, every broker a combined KRaft node and voter",
     )
     up.add_argument("--log-dirs-per-broker", type=int, default=1)
+    up.add_argument(
+        "--racks",
+        type=int,
+        default=0,
+        help="broker.rack of each broker: rack-0 .. rack-(N-1), consecutive brokers in different racks (default: none)",
+    )
+    up.add_argument(
+        "--recovery-rate",
+        type=float,
+        default=0.0,
+        metavar="BYTES_PER_S",
+        help="log recovery after an unclean stop takes the bytes past the recovery point at this rate (default: "
+        "instant)",
+    )
     up.add_argument("--cluster", default=fleet.DEFAULT_CLUSTER, help="cluster name in the inventory and connection ids")
     up.add_argument(
         "--kafka-user",
@@ -120,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                 metadata=args.metadata,
                 ssh_user=args.ssh_user,
                 kafka_user=args.kafka_user,
+                racks=args.racks,
+                recovery_bytes_per_s=args.recovery_rate,
             )
             st = fleet.status(d)
             if not args.json:

@@ -141,10 +141,21 @@ class LabState:
     # the user the brokers run as and own their log dirs ("": the lab's own); the SSH user (``user``) then reaches
     # its files through ``sudo -n -u <kafka_user>`` as a least-privilege SSH user does in production
     kafka_user: str = ""
+    racks: int = 0  # broker.rack: broker i of n in rack-(i mod racks) (0: no racks)
+    recovery_bytes_per_s: float = 0.0  # the brokers' log recovery rate after an unclean stop (0: instant)
 
     @property
     def kraft(self) -> bool:
         return self.metadata_mode == "kraft"
+
+    def rack(self, broker_id: int) -> str | None:
+        """The broker's rack: consecutive brokers in different racks, so that the lab's assignment (each partition
+        on consecutive brokers) spans racks whenever its replication factor is at most ``racks`` and ``racks``
+        divides the broker count (Kafka's rack-aware assignment interleaves brokers by rack the same way)."""
+        if not self.racks:
+            return None
+        i = [b.id for b in self.brokers].index(broker_id)
+        return f"rack-{i % self.racks}"
 
     @property
     def zookeeper(self) -> str:
@@ -440,7 +451,9 @@ def _write_kraft_metadata(
     f = state.features
     dir_ids = {d: kraft.random_directory_id() for b in state.brokers for d in b.log_dirs}
     nodes = [
-        kraft.NodeFiles(b.id, Path(b.log_dirs[0]), b.listener_port, {d: dir_ids[d] for d in b.log_dirs})
+        kraft.NodeFiles(
+            b.id, Path(b.log_dirs[0]), b.listener_port, {d: dir_ids[d] for d in b.log_dirs}, rack=state.rack(b.id)
+        )
         for b in state.brokers
     ]
     specs = [
@@ -576,7 +589,13 @@ def _broker_tmp(b: LabBrokerState) -> str:
 def _service_commands(state: LabState, b: LabBrokerState) -> dict[str, str]:
     """The inventory's service commands: the script itself, or through sudo as the Kafka user (``sudo -n -u kafka
     -- .../kafka-service stop``: production's ``sudo systemctl stop kafka``) when the brokers run as one."""
-    return {name: as_user(state.kafka_user, f"{b.service_script} {name}") for name in inv.SERVICE_COMMANDS}
+    commands = {name: as_user(state.kafka_user, f"{b.service_script} {name}") for name in inv.SERVICE_COMMANDS}
+    # a roll's: Kafka's BrokerState and recovery gauges, and kafka-leader-election.sh (fleet_lab.admin)
+    commands["broker_state"] = as_user(state.kafka_user, f"{b.service_script} state")
+    commands["leader_election"] = as_user(
+        state.kafka_user, f"{b.service_script} leader-election --bootstrap-server 127.0.0.1:{b.listener_port}"
+    )
+    return commands
 
 
 # --------------------------------------------------------------------------------------------
@@ -850,10 +869,14 @@ def up(
     metadata: str = "zookeeper",
     ssh_user: str = "",
     kafka_user: str = "",
+    racks: int = 0,
+    recovery_bytes_per_s: float = 0.0,
 ) -> LabState:
     lab_dir = Path(directory).resolve()
     if brokers < 1 or log_dirs_per_broker < 1:
         raise LabError("--brokers and --log-dirs-per-broker must be at least 1")
+    if racks < 0 or recovery_bytes_per_s < 0:
+        raise LabError("--racks and --recovery-rate must not be negative")
     if metadata not in METADATA_MODES:
         raise LabError(f"--metadata must be one of {', '.join(METADATA_MODES)} ({metadata!r})")
     if kafka_version is None:
@@ -866,7 +889,9 @@ def up(
             raise LabError(
                 "--ssh-user / --kafka-user: the KRaft lab runs as the lab's user (repairs on KRaft: issue 30)"
             )
-        return _up_kraft(lab_dir, brokers, str(kafka_version), log_dirs_per_broker, cluster)
+        return _up_kraft(
+            lab_dir, brokers, str(kafka_version), log_dirs_per_broker, cluster, racks, recovery_bytes_per_s
+        )
     user = _fresh_lab_dir(lab_dir, cluster)
     if ssh_user and not kafka_user:
         raise LabError("--ssh-user needs --kafka-user: the user the brokers run as, which the SSH user acts as")
@@ -874,7 +899,18 @@ def up(
         user = ssh_user or user
         _least_privilege(lab_dir, user, kafka_user)
     zk = ZooKeeperServer(lab_dir / "zookeeper", tick_time_ms=ZK_TICK_MS)
-    state = LabState(str(lab_dir), cluster, random_topic_id(), str(kafka_version), 0, None, user, kafka_user=kafka_user)
+    state = LabState(
+        str(lab_dir),
+        cluster,
+        random_topic_id(),
+        str(kafka_version),
+        0,
+        None,
+        user,
+        kafka_user=kafka_user,
+        racks=racks,
+        recovery_bytes_per_s=recovery_bytes_per_s,
+    )
     with _down_on_failure(lab_dir):
         zk.start()
         state.zk_port, state.zk_pid = zk.port or 0, zk.detach()
@@ -891,16 +927,37 @@ def up(
                 run_dir=b.run_dir,
                 cluster_id=state.cluster_id if features.meta_properties_has_cluster_id else None,
                 session_timeout_s=BROKER_SESSION_TIMEOUT_S,
+                rack=state.rack(b.id),
+                recovery_bytes_per_s=state.recovery_bytes_per_s,
             ).save(b.config_path)
         _start_brokers(state)
     return state
 
 
-def _up_kraft(lab_dir: Path, n: int, kafka_version: str, log_dirs_per_broker: int, cluster: str) -> LabState:
+def _up_kraft(
+    lab_dir: Path,
+    n: int,
+    kafka_version: str,
+    log_dirs_per_broker: int,
+    cluster: str,
+    racks: int = 0,
+    recovery_bytes_per_s: float = 0.0,
+) -> LabState:
     """``up --metadata kraft``: no ZooKeeper; every broker a combined node (process.roles=broker,controller) and a
     voter of the quorum (fleet_lab.quorum), its metadata log in its first log dir."""
     user = _fresh_lab_dir(lab_dir, cluster)
-    state = LabState(str(lab_dir), cluster, random_topic_id(), kafka_version, 0, None, user, metadata_mode="kraft")
+    state = LabState(
+        str(lab_dir),
+        cluster,
+        random_topic_id(),
+        kafka_version,
+        0,
+        None,
+        user,
+        metadata_mode="kraft",
+        racks=racks,
+        recovery_bytes_per_s=recovery_bytes_per_s,
+    )
     with _down_on_failure(lab_dir):
         _add_hosts(state, n, log_dirs_per_broker)
         topics, placement = _write_log_dirs(state)
@@ -916,6 +973,8 @@ def _up_kraft(lab_dir: Path, n: int, kafka_version: str, log_dirs_per_broker: in
                 run_dir=b.run_dir,
                 cluster_id=state.cluster_id,
                 session_timeout_s=BROKER_SESSION_TIMEOUT_S,
+                rack=state.rack(b.id),
+                recovery_bytes_per_s=state.recovery_bytes_per_s,
                 kraft={
                     "node_id": b.id,
                     "voters": voters,

@@ -569,6 +569,7 @@ class BrokerInfo:
     log_dirs: list[str]  # directory ids
     host: str = "127.0.0.1"
     max_metadata_version: int = METADATA_VERSION_3_7
+    rack: str | None = None  # broker.rack
 
 
 class Controller:
@@ -655,7 +656,7 @@ class Controller:
                         "MaxSupportedVersion": info.max_metadata_version,
                     }
                 ],
-                "Rack": None,
+                "Rack": info.rack,
                 "Fenced": True,
                 "InControlledShutdown": False,
                 "LogDirs": list(info.log_dirs),
@@ -726,6 +727,31 @@ class Controller:
         if len(fields_) == 2:
             return None
         return MetadataRecord("PartitionChangeRecord", PARTITION_CHANGE_VERSION, fields_)
+
+    def elect_preferred(
+        self, wanted: Iterable[tuple[str, int]] | None
+    ) -> tuple[list[MetadataRecord], dict[str, str | None]]:
+        """ReplicationControlManager.electLeaders (PREFERRED): each partition (None: every one) led by its first
+        replica where that replica is in ISR and active; the records and each partition's outcome (None elected,
+        ``admin.NOT_NEEDED``, or the error text), as the ElectLeaders response gives them."""
+        from fleet_lab.admin import preferred_result
+
+        by_name = {(name, p["PartitionId"]): p for name, p in self.partitions()}
+        keys = sorted(by_name) if wanted is None else list(wanted)
+        active = {b for b in self.image.brokers if self.active(b)}
+        out: list[MetadataRecord] = []
+        results: dict[str, str | None] = {}
+        for key in keys:
+            name = f"{key[0]}-{key[1]}"
+            p = by_name.get(key)
+            replicas = list(p["Replicas"]) if p else []
+            results[name] = preferred_result(
+                replicas, p["Leader"] if p else NO_LEADER, list(p["Isr"]) if p else [], active, name
+            )
+            if p is not None and results[name] is None:
+                fields_ = {"PartitionId": p["PartitionId"], "TopicId": p["TopicId"], "Leader": replicas[0]}
+                self._apply(out, MetadataRecord("PartitionChangeRecord", PARTITION_CHANGE_VERSION, fields_))
+        return out, results
 
     def expand_isr(self, broker_id: int, exclude: Iterable[tuple[str, int]] = ()) -> list[MetadataRecord]:
         """The partition leaders' AlterPartition once the broker's replicas caught up (Partition.maybeExpandIsr): the
@@ -928,6 +954,7 @@ class NodeFiles:
     metadata_log_dir: Path
     port: int
     directory_ids: dict[str, str]  # log dir -> directory.id
+    rack: str | None = None  # broker.rack
 
 
 @dataclass
@@ -971,7 +998,9 @@ def write_stopped_cluster(
     log.append(control_batch(0, epoch, "LEADER_CHANGE", leader_change(leader, voters, voters), ts))
     append_records(ctl.bootstrap(metadata_version))
     for n in sorted(nodes, key=lambda n: n.node_id):
-        info = BrokerInfo(n.node_id, cm.uuid_text(uuid.uuid4().bytes), n.port, list(n.directory_ids.values()))
+        info = BrokerInfo(
+            n.node_id, cm.uuid_text(uuid.uuid4().bytes), n.port, list(n.directory_ids.values()), rack=n.rack
+        )
         append_records(ctl.register_broker(info, log.next_offset))
     for n in sorted(nodes, key=lambda n: n.node_id):
         append_records(ctl.unfence(n.node_id))

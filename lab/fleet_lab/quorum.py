@@ -46,6 +46,7 @@ from typing import Any
 
 from fleet_doctor import cluster_metadata as cm
 from fleet_doctor.probe import V2_CRC_START, crc32c
+from fleet_lab.admin import controller_answers
 from fleet_lab.kafka_files import KafkaFeatures, segment_bases, write_atomic
 from fleet_lab.kraft import (
     METADATA_DIR,
@@ -136,6 +137,7 @@ class QuorumNode:
         self.idle_interval_s = idle_ms / 1000.0
         self.last_write = 0.0
         self.state = "starting"
+        self.rack: str | None = None  # broker.rack, sent with the registration
         self.offline: list[list[Any]] = []
         self.leader_id = -1
         self.epoch = 0
@@ -266,6 +268,7 @@ class QuorumNode:
             "end_offset": log.next_offset if log else None,
             "last_epoch": log.last.epoch if log and log.last else -1,
             "offline": self.offline,
+            "rack": self.rack,
         }
         text = json.dumps(view, sort_keys=True)
         if force or text != self._published:
@@ -532,7 +535,9 @@ class QuorumNode:
             reg = ctl.broker(b)
             if view is not None and view.get("state") in ("registering", "running"):
                 if reg is None or reg["IncarnationId"] != view["incarnation_id"]:
-                    info = BrokerInfo(b, view["incarnation_id"], int(view["port"]), list(view["log_dirs"]))
+                    info = BrokerInfo(
+                        b, view["incarnation_id"], int(view["port"]), list(view["log_dirs"]), rack=view.get("rack")
+                    )
                     self._append(ctl.register_broker(info, self.log.next_offset))
                     CONTROLLER.info(
                         "[QuorumController id=%d] Registered broker %d with incarnation %s at epoch %d",
@@ -570,10 +575,29 @@ class QuorumNode:
                         b,
                         "controlled shutdown" if reg["InControlledShutdown"] else "session expired",
                     )
+        self._answer_elections()
         if self.idle_interval_s and time.monotonic() - self.last_write >= self.idle_interval_s:
             self._append([MetadataRecord("NoOpRecord", 0)])
         if self.bytes_since_snapshot >= self.snapshot_bytes:
             self._snapshot()
+
+    def _answer_elections(self) -> None:
+        """ElectLeaders requests of the voters' election tools (``fleet_lab.admin``), answered once each."""
+        ctl = self.controller
+        assert ctl is not None
+
+        def elect(wanted: list[tuple[str, int]] | None) -> dict[str, str | None]:
+            records, results = ctl.elect_preferred(wanted)
+            if records:
+                self._append(records)
+                CONTROLLER.info(
+                    "[QuorumController id=%d] Elected the preferred leader of %d partition(s)",
+                    self.node_id,
+                    len(records),
+                )
+            return results
+
+        controller_answers([Path(v["run_dir"]) for v in self.voters.values() if v.get("run_dir")], elect)
 
     def _snapshot(self) -> None:
         """SnapshotGenerator: the image at the log end, named after it and the epoch of its last batch."""

@@ -24,6 +24,10 @@ from fleet_doctor.store import write_atomic
 
 INVENTORY_VERSION = 1
 SERVICE_COMMANDS = ("stop", "start", "status")
+# optional, for a roll: a command printing Kafka's BrokerState gauge (and, in recovery, LogManager's
+# remainingLogsToRecover / remainingSegmentsToRecover), and kafka-leader-election.sh with its connection options (the
+# roll adds --election-type PREFERRED --path-to-json-file <file>) (docs/inventory.md)
+OPTIONAL_SERVICE_COMMANDS = ("broker_state", "leader_election")
 METADATA_MODES = ("zookeeper", "kraft")
 CLUSTER_METADATA_DIR = "__cluster_metadata-0"  # the metadata log's partition dir inside metadata.log.dir
 SSH_FIELDS = ("host", "ssh_port", "ssh_user", "ssh_key_file", "host_key")
@@ -326,6 +330,9 @@ def parse(data: dict[str, Any], source: str = "inventory") -> Inventory:
         for name in SERVICE_COMMANDS:
             if not isinstance(service.get(name), str) or not service[name].strip():
                 raise InventoryError(f"{where}: service.{name} must be a non-empty command")
+        for name in OPTIONAL_SERVICE_COMMANDS:
+            if name in service and (not isinstance(service[name], str) or not service[name].strip()):
+                raise InventoryError(f"{where}: service.{name}, when given, must be a non-empty command")
         log_dirs = _req(b, "log_dirs", list, where)
         if not log_dirs or not all(isinstance(d, str) and d.startswith("/") for d in log_dirs):
             raise InventoryError(f"{where}: log_dirs must be a non-empty list of absolute paths")
