@@ -200,7 +200,7 @@ def test_inventory_and_airflow_connections(lab3: dict[str, Any]) -> None:
         assert (
             b.ssh_port == s["ssh_port"]
             and b.log_dirs == s["log_dirs"]
-            and set(b.service) == {"stop", "start", "status"}
+            and set(b.service) == {*inv.SERVICE_COMMANDS, *inv.OPTIONAL_SERVICE_COMMANDS}
         )
     conns = json.loads(Path(lab3["airflow_connections"]).read_text())
     c = conns[inventory.ssh_connection_id(1)]

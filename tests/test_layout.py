@@ -207,7 +207,7 @@ REPAIR_LAYERS = (
         "roll_plan",
     ),
     ("approval", "params", "executor", "session", "planner"),
-    ("hitl", "restore"),
+    ("hitl", "restore", "roll"),
     ("purge",),
     ("tasks", "restore_tasks", "purge_tasks"),  # a DAG's task modules: only the DAGs import them
 )

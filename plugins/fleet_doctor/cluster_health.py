@@ -56,6 +56,10 @@ class ClusterHealth:
         default) and where it is kept, for messages; {} when there is none."""
         raise NotImplementedError
 
+    def racks(self) -> dict[int, str | None]:
+        """Each registered broker's ``broker.rack`` (None: it has none)."""
+        raise NotImplementedError
+
     def voters(self) -> frozenset[int]:
         """The nodes that are KRaft voters (none on ZooKeeper): restarted after the brokers, one at a time."""
         return frozenset()

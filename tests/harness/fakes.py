@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor.remote import Completed, RemoteError
-from fleet_doctor.repair.broker import Backup, quarantine_dir
+from fleet_doctor.repair.broker import Backup, BrokerState, quarantine_dir
 from fleet_doctor.repair.on_broker import LOCK_HELD
 from fleet_doctor.zookeeper.cluster import KAFKA_DEFAULT_MIN_ISR, Cluster
 
@@ -74,6 +74,13 @@ class FakeFleet:
     disk_full: bool = False  # the repairs volume is full: no write of the attempt succeeds
     stopping: set[int] = field(default_factory=set)  # a stop was sent and the broker is still shutting down
     session_lost: bool = False  # the lock's ZooKeeper session expired: the fence falls from now on
+    # a roll's: broker -> how many reads of its state it recovers its logs for after its next start (RECOVERY, not
+    # registered); its rack; whether it has an inventory broker_state command
+    recovery_polls: dict[int, int] = field(default_factory=dict)
+    recovering: dict[int, int] = field(default_factory=dict)
+    racks: dict[int, str] = field(default_factory=dict)
+    broker_states: bool = True
+    elections: list[list[tuple[str, int]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.running:
@@ -144,10 +151,45 @@ class FakeFleet:
         """Running replicas that fell behind are back in ISR (when ``rejoins``), as followers catch up."""
         if self.rejoins:
             for p in self.partitions:
-                p.isr = sorted(set(p.isr) | (set(p.replicas) & self.running))
+                p.isr = sorted(set(p.isr) | (set(p.replicas) & self.registered()))
+
+    def registered(self) -> set[int]:
+        """Running and done recovering its logs."""
+        return self.running - set(self.recovering)
+
+    def recovered_a_bit(self, broker_id: int) -> int:
+        """One read of a recovering broker's state: a poll of its recovery gone by; what is left."""
+        left = self.recovering.get(broker_id, 0) - 1
+        if left <= 0:
+            self.recovering.pop(broker_id, None)
+            return 0
+        self.recovering[broker_id] = left
+        return left
+
+    def elect_preferred(self, wanted: Iterable[tuple[str, int]]) -> dict[str, str | None]:
+        """The controller's preferred election: each partition led by its first replica where it is in ISR and
+        registered."""
+        wanted = sorted(set(wanted))
+        self.elections.append(wanted)
+        out: dict[str, str | None] = {}
+        for p in self.partitions:
+            if (p.topic, p.partition) not in wanted:
+                continue
+            name = f"{p.topic}-{p.partition}"
+            if p.leader == p.replicas[0]:
+                out[name] = "noop"
+            elif p.replicas[0] in p.isr and p.replicas[0] in self.registered():
+                p.leader, out[name] = p.replicas[0], None
+            else:
+                out[name] = f"PreferredLeaderNotAvailableException: {name}"
+        return out
 
     def start(self, broker_id: int) -> None:
+        if self.recovery_polls.get(broker_id):
+            self.recovering[broker_id] = self.recovery_polls.pop(broker_id)
         self.running.add(broker_id)
+        if broker_id in self.recovering:
+            return  # it joins ISR once it has recovered (catch_up)
         for p in self.partitions:
             if broker_id in p.replicas and broker_id not in p.isr and self.rejoins:
                 p.isr = sorted([*p.isr, broker_id])
@@ -165,7 +207,14 @@ class FakeCluster(Cluster):
         self.fleet = fleet
 
     def registered(self) -> set[int]:
-        return set(self.fleet.running)
+        return self.fleet.registered()
+
+    def racks(self) -> dict[int, str | None]:
+        return {b: self.fleet.racks.get(b) for b in self.fleet.registered()}
+
+    def elect_preferred(self, partitions: list[tuple[str, int]], timeout: float) -> dict[str, str | None]:
+        self.fleet.fault(0, "elect")
+        return self.fleet.elect_preferred(partitions)
 
     def controller(self) -> int | None:
         return self.fleet.controller
@@ -225,6 +274,22 @@ class FakeHost:
     def running(self) -> bool:
         self._op("status", "service status")
         return self.broker_id in self.fleet.running
+
+    def broker_state(self) -> BrokerState | None:
+        self._op("broker_state", "broker_state")
+        if not self.fleet.broker_states:
+            return None
+        if self.broker_id not in self.fleet.running:
+            return BrokerState("NOT_RUNNING")
+        if self.broker_id in self.fleet.recovering:
+            left = self.fleet.recovered_a_bit(self.broker_id)
+            if left:
+                return BrokerState("RECOVERY", 1, left, f"BrokerState=RECOVERY remainingSegmentsToRecover={left}")
+        return BrokerState("RUNNING")
+
+    def elect_preferred(self, partitions: Iterable[tuple[str, int]], timeout: float) -> dict[str, str | None]:
+        self._op("elect", "kafka-leader-election.sh --election-type PREFERRED")
+        return self.fleet.elect_preferred(partitions)
 
     def lock_holders(self) -> list[str]:
         self._op("lock_holders", "lock holders")

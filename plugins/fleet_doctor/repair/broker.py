@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -235,6 +236,46 @@ class BrokerHost:
         stat = self.remote.run(as_user(self.entry.kafka_user, f"stat -c '%u:%g %n' -- {_quoted(paths)}")).stdout
         return dict(reversed(line.split(" ", 1)) for line in stat.splitlines() if line)  # type: ignore[misc]
 
+    # ---- a roll's
+    def broker_state(self) -> BrokerState | None:
+        """Kafka's BrokerState through the inventory's ``broker_state`` command; None when the inventory has none or
+        it could not be read (the caller then goes by the service status and the registration alone)."""
+        command = self.entry.service.get("broker_state")
+        if not command:
+            return None
+        ran = self.remote.run(command, timeout=60, check=False)
+        if not ran.stdout.strip():
+            return None
+        return parse_broker_state(ran.stdout)
+
+    def elect_preferred(self, partitions: Iterable[tuple[str, int]], timeout: float) -> dict[str, str | None]:
+        """A preferred-leader election of exactly ``partitions``, by the inventory's ``leader_election`` command
+        (``kafka-leader-election.sh`` with its connection options) with ``--election-type PREFERRED
+        --path-to-json-file`` a file written in a private dir of ``tmp_dir``; each partition's outcome
+        (``parse_election``). RepairError when the command names none of them (it could not run)."""
+        command = self.entry.service.get("leader_election")
+        if not command:
+            raise RepairError(f"broker {self.broker_id}: the inventory has no service.leader_election command")
+        wanted = sorted(set(partitions))
+        body = json.dumps({"partitions": [{"topic": t, "partition": p} for t, p in wanted]}).encode()
+        tmp = shlex.quote(self.tmp_dir)
+        out = bytearray()
+        ran = self.remote.stream(
+            f'd=$(mktemp -d {tmp}/fleet-doctor-elect.XXXXXXXXXX) && cat > "$d/partitions.json" && '
+            f'{{ {command} --election-type PREFERRED --path-to-json-file "$d/partitions.json"; rc=$?; '
+            'rm -rf -- "$d"; exit $rc; }',
+            body,
+            out.extend,
+            timeout,
+        )
+        results = parse_election(out.decode(errors="replace"))
+        if not results and wanted:
+            raise RepairError(
+                f"broker {self.broker_id}: the preferred election did not run (exit {ran.exit_status}): "
+                f"{(ran.stderr or out.decode(errors='replace')).strip()[-300:]}"
+            )
+        return results
+
     @property
     def tmp_dir(self) -> str:
         return str(self.entry.tmp_dir)
@@ -268,6 +309,73 @@ class BrokerHost:
         out = bytearray()
         ran = self.remote.stream(as_user(self.entry.kafka_user, shlex.join(argv)), stdin, out.extend, CHANGE_TIMEOUT_S)
         return Completed(ran.exit_status, out.decode(errors="replace"), ran.stderr)
+
+
+# Kafka's BrokerState gauge (metadata/BrokerState.java): its values as a JMX read gives them, by name
+BROKER_STATES = {
+    0: "NOT_RUNNING",
+    1: "STARTING",
+    2: "RECOVERY",
+    3: "RUNNING",
+    6: "PENDING_CONTROLLED_SHUTDOWN",
+    7: "SHUTTING_DOWN",
+    127: "UNKNOWN",
+}
+ELECTED, NOT_NEEDED = None, "noop"  # a preferred election's outcome for a partition, besides its error text
+_ELECTION_LINES = (
+    (re.compile(r"Successfully completed leader election \(PREFERRED\) for partitions (.+)$"), ELECTED),
+    (re.compile(r"Valid replica already elected for partitions (.+)$"), NOT_NEEDED),
+)
+_ELECTION_ERROR = re.compile(r"Error completing leader election \(PREFERRED\) for partition: (\S+): (.+)$")
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What the inventory's ``broker_state`` command printed: Kafka's BrokerState, and in RECOVERY what is left."""
+
+    name: str  # BROKER_STATES' names; "UNKNOWN" when the output named none
+    remaining_logs: int | None = None  # LogManager's remainingLogsToRecover (3.3+, KIP-831)
+    remaining_segments: int | None = None  # ... remainingSegmentsToRecover
+    text: str = ""
+
+    @property
+    def recovering(self) -> bool:
+        return self.name == "RECOVERY"
+
+
+def parse_broker_state(text: str) -> BrokerState:
+    """The first BrokerState name or number in ``text`` (``BrokerState=RECOVERY``, ``RECOVERY``, ``2``, a Jolokia
+    ``{"value":2}``), and ``remainingLogsToRecover=N`` / ``remainingSegmentsToRecover=M`` when present."""
+    names = set(BROKER_STATES.values())
+    name = "UNKNOWN"
+    for token in re.findall(r"[A-Z_]{4,}|\b\d{1,3}\b", text):
+        if token in names:
+            name = token
+            break
+        if token.isdigit() and int(token) in BROKER_STATES:
+            name = BROKER_STATES[int(token)]
+            break
+
+    def gauge(key: str) -> int | None:
+        m = re.search(rf"{key}\D{{0,3}}(\d+)", text)
+        return int(m.group(1)) if m else None
+
+    return BrokerState(name, gauge("remainingLogsToRecover"), gauge("remainingSegmentsToRecover"), text.strip()[:300])
+
+
+def parse_election(stdout: str) -> dict[str, str | None]:
+    """``kafka-leader-election.sh``'s output: each partition named, with ``ELECTED``, ``NOT_NEEDED`` or its error."""
+    out: dict[str, str | None] = {}
+    for line in stdout.splitlines():
+        line = line.strip()
+        for pattern, outcome in _ELECTION_LINES:
+            m = pattern.match(line)
+            if m:
+                out.update(dict.fromkeys((p.strip() for p in m.group(1).split(",")), outcome))
+        m = _ELECTION_ERROR.match(line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
 
 
 # How the executor reaches a broker: (broker id, the journal's command log) -> its host, connected.

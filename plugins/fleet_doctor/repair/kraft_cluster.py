@@ -195,6 +195,10 @@ class KraftCluster(ClusterHealth):
         self.current()
         return {int(b) for b, r in self.image.brokers.items() if not r.get("Fenced")}
 
+    def racks(self) -> dict[int, str | None]:
+        self.current()
+        return {int(b): r.get("Rack") for b, r in self.image.brokers.items()}
+
     def fenced(self) -> set[int]:
         """Brokers registered and fenced (stopped, not heartbeating, or not caught up), as of the last refresh."""
         return {int(b) for b, r in self.image.brokers.items() if r.get("Fenced")}

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleet_doctor.repair.plan import BrokerPlan, Plan, RestartPreview
+from fleet_doctor.rules import KafkaVersion
 
 ROLL_REASONS = ("config-change", "os-patch", "upgrade", "other")
 BATCHING = ("one-at-a-time", "partition-disjoint")
@@ -37,6 +38,32 @@ BATCHING = ("one-at-a-time", "partition-disjoint")
 DEFAULT_STOP_S = 15.0
 DEFAULT_START_S = 10.0
 DEFAULT_ELECTION_S = 5.0
+
+
+# how a broker's partitions move back to it after its restart (``leadership_way``)
+LEADERSHIP_VIA_TOOL = "kafka-leader-election.sh"
+LEADERSHIP_VIA_ZOOKEEPER = "zookeeper"
+LEADERSHIP_OFF = "none"
+ELECTION_TOOL_SINCE = KafkaVersion(2, 4)  # kafka-leader-election.sh and the ElectLeaders API (KIP-460)
+
+
+def leadership_way(inventory: Any) -> dict[str, str]:
+    """How a roll of this cluster moves leadership back (hashed into the plan, shown in its approval): the
+    inventory's ``leader_election`` command (``kafka-leader-election.sh``, Kafka 2.4+) when every broker has one;
+    on ZooKeeper otherwise ``/admin/preferred_replica_election`` (what Kafka's own tool wrote before 2.4, and what the
+    controller still acts on in every ZooKeeper-mode release); on KRaft without the command, none, and why."""
+    brokers = list(inventory.brokers)
+    old = [b.id for b in brokers if KafkaVersion.parse(b.kafka_version) < ELECTION_TOOL_SINCE]
+    if brokers and not old and all(b.service.get("leader_election") for b in brokers):
+        return {"via": LEADERSHIP_VIA_TOOL, "why": "every broker's inventory entry has service.leader_election"}
+    if not inventory.kraft:
+        why = f"Kafka before 2.4 on broker(s) {old}" if old else "the inventory has no service.leader_election command"
+        return {"via": LEADERSHIP_VIA_ZOOKEEPER, "why": f"{why}: the controller's /admin/preferred_replica_election"}
+    return {
+        "via": LEADERSHIP_OFF,
+        "why": "a KRaft cluster's inventory without service.leader_election (kafka-leader-election.sh): leadership "
+        "stays where the restarts leave it",
+    }
 
 
 @dataclass(frozen=True)
@@ -267,6 +294,7 @@ def build_roll_plan(
     audit_run: str = "",
     kraft: bool = False,
     cluster_id: str | None = None,
+    leadership: Mapping[str, str] | None = None,
     recovery_bytes_per_s: float,
     isr_wait_s: float,
     pause_s: float,
@@ -300,6 +328,7 @@ def build_roll_plan(
         "isr_margin": isr_margin,
         "max_batch": max_batch,
         "batches": [b.to_dict() for b in batches],
+        "leadership": dict(leadership or {"via": LEADERSHIP_OFF, "why": "not asked for"}),
     }
     if gates is not None:
         scope["gates"] = dict(gates)

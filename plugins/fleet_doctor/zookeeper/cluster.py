@@ -2,8 +2,9 @@
 
 ``Cluster`` wraps a started kazoo client (``fleet_doctor.zookeeper.session``) whose hosts string carries Kafka's
 chroot: the health gates between restarts (``fleet_doctor.cluster_health``: registered brokers, controller, partition
-state, min ISR), read here from ZooKeeper, and the one write a repair makes to Kafka's znodes, a topic's lost
-``topic_id`` put back with a version-checked ``set``. A topic's ``min.insync.replicas`` override is in
+state, min ISR, racks), read here from ZooKeeper, the one write a repair makes to Kafka's znodes, a topic's lost
+``topic_id`` put back with a version-checked ``set``, and a roll's request to the controller, a preferred-leader
+election (``/admin/preferred_replica_election``). A topic's ``min.insync.replicas`` override is in
 ``/config/topics/<topic>``, a broker's in ``/config/brokers/<id>``, the dynamic cluster-wide default in
 ``/config/brokers/<default>`` (``ConfigEntityName.Default``).
 """
@@ -11,6 +12,7 @@ state, min ISR), read here from ZooKeeper, and the one write a repair makes to K
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from fleet_doctor.cluster_health import KAFKA_DEFAULT_MIN_ISR, MIN_ISR, ClusterHealth
@@ -20,6 +22,7 @@ __all__ = ["CLUSTER_DEFAULT_PATH", "DEFAULT_ENTITY", "KAFKA_DEFAULT_MIN_ISR", "M
 
 DEFAULT_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default: the cluster-wide dynamic broker config
 CLUSTER_DEFAULT_PATH = f"/config/brokers/{DEFAULT_ENTITY}"  # the cluster-wide dynamic broker config
+PREFERRED_ELECTION = "/admin/preferred_replica_election"  # PreferredReplicaElectionZNode: the controller deletes it
 
 
 def topic_path(topic: str) -> str:
@@ -79,6 +82,9 @@ class Cluster(ClusterHealth):
         except Exception:  # no controller elected right now
             return None
 
+    def racks(self) -> dict[int, str | None]:
+        return {b: r.get("rack") for b, r in self.registrations().items()}
+
     def registrations(self) -> dict[int, dict[str, Any]]:
         """``/brokers/ids/<id>`` of every registered broker: its JSON (``{}`` when unreadable)."""
         out: dict[int, dict[str, Any]] = {}
@@ -101,6 +107,40 @@ class Cluster(ClusterHealth):
         """Replace ``/brokers/topics/<topic>`` if it is still at ``version`` (kazoo's BadVersionError otherwise):
         a concurrent change (a controller minting a topic ID, an admin tool) is never overwritten."""
         self.zk.set(topic_path(topic), json.dumps(znode, separators=(",", ":")).encode(), version=version)
+
+    def elect_preferred(self, partitions: list[tuple[str, int]], timeout: float) -> dict[str, str | None]:
+        """A preferred-leader election of exactly ``partitions`` through ``/admin/preferred_replica_election`` (the
+        znode every ZooKeeper-mode controller watches; Kafka's own tool before 2.4): written once no other election
+        is in progress, then waited for until the controller deletes it, within ``timeout``. Each partition's
+        outcome: None when its preferred replica (the first of its replicas) leads it now, else why not."""
+        from kazoo.exceptions import NodeExistsError
+
+        body = {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in sorted(set(partitions))]}
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.zk.create(PREFERRED_ELECTION, json.dumps(body, separators=(",", ":")).encode(), makepath=True)
+                break
+            except NodeExistsError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"another preferred replica election is in progress ({PREFERRED_ELECTION}) for {timeout:.0f} s"
+                    ) from None
+                time.sleep(0.2)
+        while self.zk.exists(PREFERRED_ELECTION):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the controller did not complete the preferred election within {timeout:.0f} s")
+            time.sleep(0.1)
+        out: dict[str, str | None] = {}
+        for t, p in sorted(set(partitions)):
+            replicas = json.loads(self.zk.get(topic_path(t))[0])["partitions"].get(str(p)) or []
+            leader = json.loads(self.zk.get(f"{topic_path(t)}/partitions/{p}/state")[0])["leader"]
+            out[f"{t}-{p}"] = (
+                None
+                if replicas and leader == replicas[0]
+                else f"led by {leader} after the election: its preferred replica {replicas[:1]} not alive or not in ISR"
+            )
+        return out
 
     def partitions(self) -> list[dict[str, Any]]:
         out = []

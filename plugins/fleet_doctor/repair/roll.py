@@ -1,0 +1,425 @@
+"""Running an approved roll: the repair's state machine (``repair.executor``) with no file changed, batch by batch.
+
+Per batch of the plan (one broker, or brokers that share no partition: ``repair.roll_plan``), each step for every
+broker of the batch before the next step, each broker's state journaled (``repair.journal``)::
+
+    PENDING -> PRECHECKED -> STOPPED -> STARTED -> HEALTHY -> VERIFIED (leads its preferred partitions) -> DONE
+                  any step fails -> FAILED: the chain halts; a broker this attempt stopped is started again
+
+- **pre-check**: each host is its broker; every other broker registered and no partition under-replicated but for
+  the batch's own replicas; with every broker of the batch stopped, no partition below ``min.insync.replicas`` (plus
+  the plan's ``isr_margin`` when the batch has several), and no two of the batch sharing a partition, both read live
+  (a reassignment since the plan is caught here); on KRaft the quorum gate for a voter;
+- **stop**: every stop journaled as issued, then sent to the whole batch at once, then waited for (the process gone,
+  the registration gone);
+- **start**: sent to the whole batch at once, then each broker waited for until it registers. Until then its state is
+  read each poll (the inventory's ``broker_state``: Kafka's BrokerState): a broker in RECOVERY is recovering, never
+  failed; its wait goes on past ``start_timeout_s`` up to ``recovery_timeout_s``, the remaining logs and segments and
+  an ETA in the log every few seconds. A broker whose process exited has failed;
+- **healthy**: ``healthy_polls`` consecutive healthy polls, the batch back in every ISR;
+- **leadership back**: a preferred-leader election for exactly the partitions each broker of the batch is the
+  preferred replica of and does not lead (``roll_plan.preferred_elections``), through the plan's ``leadership`` way
+  (``kafka-leader-election.sh`` on the broker, or ZooKeeper's ``/admin/preferred_replica_election``), then polled
+  until it leads them within ``leadership_timeout_s``. A partition that cannot move back (its preferred replica out
+  of ISR) or has not moved in time is journaled with why and the roll goes on: leadership is balance, not safety.
+
+The next batch never stops while one still recovers or catches up: its pre-check comes after this batch's healthy
+polls. The active controller goes last: a batch that holds the controller of this moment (it can move during a
+roll) is split, the controller deferred to a batch of its own at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fleet_doctor.remote import RemoteError
+from fleet_doctor.repair.broker import NOT_NEEDED, BrokerHost
+from fleet_doctor.repair.errors import FenceLost, RepairError
+from fleet_doctor.repair.executor import Executor, StillStopping
+from fleet_doctor.repair.journal import ORDER, State
+from fleet_doctor.repair.plan import BrokerPlan
+from fleet_doctor.repair.progress import Progress, pause
+from fleet_doctor.repair.roll_plan import (
+    LEADERSHIP_OFF,
+    LEADERSHIP_VIA_ZOOKEEPER,
+    Batch,
+    batch_below_min_isr,
+    batches_of,
+    preferred_elections,
+    shared_partitions,
+)
+
+LOG = logging.getLogger(__name__)
+ROLL_STEPS = (State.PRECHECKED, State.STOPPED, State.STARTED, State.HEALTHY, State.VERIFIED, State.DONE)
+RECOVERY_TIMEOUT_S = 6 * 3600.0  # a broker in RECOVERY is waited for this long at most (strimzi: it never forces one)
+LEADERSHIP_TIMEOUT_S = 120.0  # a broker leads its preferred partitions again within (Cruise Control: 3 min per move)
+
+
+class RollExecutor(Executor):
+    """The chain of one attempt at an approved roll plan (``repair.roll_plan.build_roll_plan``): the executor's
+    gates, stop, start, journal and failure handling, batch by batch, and the leadership step."""
+
+    def __init__(
+        self,
+        *args: Any,
+        recovery_timeout_s: float = RECOVERY_TIMEOUT_S,
+        leadership_timeout_s: float = LEADERSHIP_TIMEOUT_S,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("post_verify", lambda host, b, stage: [])  # nothing changed: nothing to verify on disk
+        super().__init__(*args, **kwargs)
+        self.recovery_timeout_s = recovery_timeout_s
+        self.leadership_timeout_s = leadership_timeout_s
+        self.isr_margin = int(self.plan.scope.get("isr_margin") or 0)
+        self.leadership = dict(self.plan.scope.get("leadership") or {"via": LEADERSHIP_OFF})
+        self._journal_lock = threading.Lock()
+
+    # ---- the chain
+    def run(self) -> dict[str, Any]:
+        by_id = {b.broker_id: b for b in self.plan.brokers if b.restart}
+        pending = [Batch(tuple(x for x in batch.brokers if x in by_id), batch.why) for batch in batches_of(self.plan)]
+        pending = [batch for batch in pending if batch.brokers]
+        self.journal.data["status"] = "running"
+        self.journal.data["dry_run"] = self.dry_run
+        self.journal.data.pop("error", None)
+        self.journal.save()
+        try:
+            while pending:
+                batch = self._next_batch(pending)
+                todo = [by_id[x] for x in batch.brokers if self.journal.completed(x) != State.DONE]
+                if not todo:
+                    continue
+                self._roll(batch, todo)
+                left = sum(1 for p in pending for x in p.brokers if self.journal.completed(x) != State.DONE)
+                if left and self.gates.pause_between_brokers_s:
+                    what = f"pause after {_named(batch.brokers)} before the next batch ({left} broker(s) left)"
+                    pause(what, self.gates.pause_between_brokers_s, self.gates.progress_every_s, log=LOG)
+            self.journal.data["status"] = "done"
+        except FenceLost:
+            self.fenced = True
+            raise
+        except BaseException as e:
+            self.journal.data["status"] = "halted"
+            self.journal.data["error"] = str(e) or type(e).__name__
+            if not self.fenced:
+                self._save_quietly()
+            raise
+        if not self.fenced:
+            self.journal.save()
+        return self.journal.data
+
+    def _next_batch(self, pending: list[Batch]) -> Batch:
+        """The next batch in plan order, the controller of this moment last: a batch holding it while others remain
+        gives it up to a batch of its own at the end (journaled); voters stay after the plain brokers."""
+        controller = self.cluster.controller()
+        voters = self.cluster.voters()
+        undone = [p for p in pending if any(self.journal.completed(x) != State.DONE for x in p.brokers)]
+        if controller is not None and len(undone) > 1:
+            for i, p in enumerate(pending):
+                if controller in p.brokers and p is not undone[-1] and self.journal.completed(controller) != State.DONE:
+                    rest = tuple(x for x in p.brokers if x != controller)
+                    pending[i] = Batch(rest, p.why)
+                    pending.append(Batch((controller,), "the active controller of this moment, deferred to the end"))
+                    self._save_quietly(
+                        lambda: self.journal.note(controller, "deferred", "the active controller: restarted last")
+                    )
+                    break
+        pending[:] = [p for p in pending if p.brokers]
+        ordered = sorted(
+            range(len(pending)),
+            key=lambda i: (bool(set(pending[i].brokers) & voters), controller in pending[i].brokers, i),
+        )
+        return pending.pop(ordered[0])
+
+    def _roll(self, batch: Batch, todo: list[BrokerPlan]) -> None:
+        """Every step of the roll for the batch's unfinished brokers, each broker resuming after its last finished
+        step (a step finished before a crash is never repeated, but one before its start is: see ``_resume_after``)."""
+        hosts: dict[int, BrokerHost] = {}
+        try:
+            for b in todo:
+                try:
+                    hosts[b.broker_id] = self._host(b)
+                except Exception as e:
+                    self._failed_batch(b, todo, e, "connecting over SSH")
+            steps: list[tuple[State, Callable[[list[BrokerPlan], dict[int, BrokerHost]], dict[int, str]]]] = [
+                (State.PRECHECKED, self._precheck_batch),
+                (State.STOPPED, self._stop_batch),
+                (State.STARTED, self._start_batch),
+                (State.HEALTHY, self._healthy_batch),
+                (State.VERIFIED, self._leadership_batch),
+                (State.DONE, lambda bs, hs: dict.fromkeys((b.broker_id for b in bs), "done")),
+            ]
+            for target, step in steps:
+                due = [b for b in todo if ORDER.index(self._resume_after(b)) < ORDER.index(target)]
+                if not due:
+                    continue
+                try:
+                    self.fence()
+                    details = step(due, hosts)
+                    for b in due:
+                        self.journal.advance(b.broker_id, target, details.get(b.broker_id, ""))
+                except FenceLost:
+                    raise
+                except _BrokerFailed as e:
+                    self._failed_batch(e.broker, todo, e.cause, f"step {target}")
+                except BaseException as e:
+                    self._failed_batch(due[0], todo, e, f"step {target}")
+        finally:
+            for h in hosts.values():
+                h.close()
+
+    def _failed_batch(self, b: BrokerPlan, batch: list[BrokerPlan], e: BaseException, where: str) -> None:
+        """``b`` failed: every other broker of the batch that this attempt stopped is started again first (nothing
+        of theirs changed), then ``b`` is recorded failed and the chain halts (``Executor._failed``)."""
+        for other in batch:
+            if other.broker_id != b.broker_id and self.journal.left_down(other.broker_id):
+                self._restart_if_unchanged(other, e)
+        self._failed(b, e, where)
+
+    # ---- the steps, for a batch
+    def _precheck_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
+        ids = frozenset(b.broker_id for b in bs)
+        for b in bs:
+            _each(b, lambda b=b: hosts[b.broker_id].identity())
+        quorum = ""
+        for b in bs:
+            quorum = _each(b, lambda b=b: self._quorum_gate(b))
+        expected = {x.id for x in self.inventory.brokers}
+        partitions = self.cluster.partitions()
+        problems = self.cluster.problems(expected, ids, self._pending_replicas_of(ids), partitions)
+        if problems:
+            raise RepairError(f"pre-check before {_named(ids)}: " + "; ".join(problems[:10]))
+        shared = shared_partitions(ids, partitions)
+        if shared:
+            raise RepairError(f"{_named(ids)} share partition(s) now (reassigned since the plan?): {shared[:10]}")
+        below = batch_below_min_isr(ids, partitions, self.isr_margin)
+        if below:
+            margin = f" + margin {self.isr_margin}" if len(ids) > 1 and self.isr_margin else ""
+            raise RepairError(f"stopping {_named(ids)} would take below min ISR{margin}: " + "; ".join(below[:10]))
+        what = "the hosts are these brokers" if len(ids) > 1 else "the host is this broker"
+        detail = (
+            f"{what}; all other brokers registered, no under-replicated partition, min ISR kept with "
+            f"{_named(ids)} stopped{quorum}"
+        )
+        return dict.fromkeys(ids, detail)
+
+    def _pending_replicas_of(self, ids: frozenset[int]) -> frozenset[tuple[str, int, int]]:
+        return frozenset()  # a roll repairs no replica: none is expected out of ISR
+
+    def _stop_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
+        if not self.dry_run:
+            for b in bs:
+                self.journal.stop_issued(b.broker_id)
+        self._together(bs, lambda b: self._send(b, hosts[b.broker_id], "stop", self.gates.stop_timeout_s))
+        for b in bs:
+            _each(b, lambda b=b: self._wait_stopped(b, hosts[b.broker_id]))
+        return {b.broker_id: f"process gone and its {self.cluster.registration} removed" for b in bs}
+
+    def _send(self, b: BrokerPlan, host: BrokerHost, name: str, timeout: float) -> None:
+        if self.dry_run:
+            return
+        if name == "stop":
+            self.stop_command(b, host)
+        else:
+            host.service(name, timeout)
+
+    def stop_command(self, b: BrokerPlan, host: BrokerHost) -> None:
+        """The stop command alone (``Executor.stop`` without its wait: the batch waits for all of them after)."""
+        try:
+            host.service("stop", self.gates.stop_timeout_s)
+        except RemoteError as e:
+            raise StillStopping(f"broker {b.broker_id}: its stop command failed; it may be stopping: {e}") from e
+
+    def _start_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
+        self._together(bs, lambda b: self._send(b, hosts[b.broker_id], "start", self.gates.start_timeout_s))
+        out = {}
+        for b in bs:
+            out[b.broker_id] = _each(b, lambda b=b: self._wait_registered(b, hosts[b.broker_id]))
+            if not self.dry_run:
+                self.journal.up_again(b.broker_id, "registered again after its start")
+        return out
+
+    def _wait_registered(self, b: BrokerPlan, host: BrokerHost) -> str:
+        """Until ``b`` registers: within ``start_timeout_s`` of its start or of the end of its log recovery (while its
+        BrokerState says RECOVERY it is waited for up to ``recovery_timeout_s``, progress and ETA in the log);
+        RepairError when its process exited, or not in time."""
+        if self.dry_run:
+            return "dry run"
+        started = last_recovering = time.monotonic()
+        recovered_s = 0.0
+        first: tuple[float, int] | None = None  # (when, segments left) at the first RECOVERY seen
+        what = f"broker {b.broker_id}: started, waiting for its {self.cluster.registration}"
+        with Progress(what, self.recovery_timeout_s, self.gates.progress_every_s, log=LOG) as progress:
+            while True:
+                if b.broker_id in self.cluster.registered():
+                    took = time.monotonic() - started
+                    if recovered_s:
+                        return f"registered again after {took:.0f} s, {recovered_s:.0f} s of it recovering its logs"
+                    return f"registered again after {took:.0f} s"
+                now = time.monotonic()
+                state = host.broker_state()
+                if state is not None and state.recovering:
+                    recovered_s = now - started
+                    last_recovering = now
+                    left = state.remaining_segments
+                    if first is None and left is not None:
+                        first = (now, left)
+                    progress.update(_recovery_line(b, state, first, now, self._predicted_recovery(b)))
+                    if now - started > self.recovery_timeout_s:
+                        raise RepairError(
+                            f"broker {b.broker_id} still recovering its logs after {now - started:.0f} s "
+                            f"(recovery_timeout_s {self.recovery_timeout_s:.0f}): {state.text}"
+                        )
+                else:
+                    if not host.running():
+                        raise RepairError(
+                            f"broker {b.broker_id} failed: its process exited during its start (not recovering)"
+                        )
+                    if now - last_recovering > self.gates.start_timeout_s:  # the time it recovered not counted
+                        raise RepairError(
+                            f"broker {b.broker_id} did not register within {self.gates.start_timeout_s:.0f} s of its "
+                            f"start and is not recovering its logs ({state.text if state else 'no broker_state'})"
+                        )
+                    progress.update(state.name if state else "not registered yet")
+                time.sleep(min(self.gates.poll_interval_s, 1.0))
+
+    def _predicted_recovery(self, b: BrokerPlan) -> float | None:
+        predicted = (self.plan.risk.get("predicted") or {}).get("brokers") or {}
+        return (predicted.get(str(b.broker_id)) or {}).get("recovery_if_unclean_s")
+
+    def _healthy_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
+        details = {}
+        for b in bs:  # the polls ask the whole cluster: once all of the batch is back, the rest pass at once
+            details[b.broker_id] = _each(b, lambda b=b: self.healthy(b, hosts[b.broker_id]))
+        return details
+
+    def _leadership_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
+        via = self.leadership.get("via", LEADERSHIP_OFF)
+        if via == LEADERSHIP_OFF or self.dry_run:
+            why = self.leadership.get("why") or "off"
+            return {b.broker_id: f"leadership not moved back: {why}" for b in bs}
+        partitions = self.cluster.partitions()
+        wanted: dict[int, list[tuple[str, int]]] = {}
+        blocked: dict[int, list[str]] = {}
+        for b in bs:
+            wanted[b.broker_id], blocked[b.broker_id] = preferred_elections(partitions, b.broker_id)
+        every = sorted({tp for tps in wanted.values() for tp in tps})
+        outcome: dict[str, str | None] = {}
+        if every:
+            try:
+                if via == LEADERSHIP_VIA_ZOOKEEPER:
+                    outcome = self.cluster.elect_preferred(every, self.leadership_timeout_s)  # type: ignore[attr-defined]
+                else:
+                    outcome = hosts[bs[0].broker_id].elect_preferred(every, self.leadership_timeout_s)
+            except (RepairError, RemoteError, TimeoutError) as e:  # balance, not safety: said, and the roll goes on
+                outcome = dict.fromkeys((f"{t}-{p}" for t, p in every), f"the election failed: {e}")
+        details = {}
+        for b in bs:
+            details[b.broker_id] = self._leads_again(b, wanted[b.broker_id], blocked[b.broker_id], outcome)
+        return details
+
+    def _leads_again(
+        self, b: BrokerPlan, wanted: list[tuple[str, int]], blocked: list[str], outcome: dict[str, str | None]
+    ) -> str:
+        """Wait (``leadership_timeout_s``) until ``b`` leads ``wanted``; what it leads, and what it does not, why."""
+        if not wanted and not blocked:
+            return "already leads every partition it is the preferred replica of"
+        names = {f"{t}-{p}" for t, p in wanted}
+        failed = {n: outcome[n] for n in names if outcome.get(n) not in (None, NOT_NEEDED)}
+        waiting = names - set(failed)
+
+        def led() -> set[str]:
+            return {
+                f"{p['topic']}-{p['partition']}" for p in self.cluster.partitions() if p["leader"] == b.broker_id
+            } & waiting
+
+        deadline = time.monotonic() + self.leadership_timeout_s
+        got = led()
+        while got != waiting and time.monotonic() < deadline:
+            time.sleep(min(self.gates.poll_interval_s, 1.0))
+            got = led()
+        late = sorted(waiting - got)
+        parts = [f"leads {len(got)}/{len(names) + len(blocked)} of its preferred partitions again"]
+        if failed:
+            parts.append("not elected: " + "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())[:5]))
+        if blocked:
+            parts.append("cannot move back: " + "; ".join(blocked[:5]))
+        if late:
+            parts.append(f"not moved within {self.leadership_timeout_s:.0f} s: {', '.join(late[:10])}")
+        if failed or blocked or late:
+            self._save_quietly(lambda: self.journal.note(b.broker_id, "leadership_left", parts[1:]))
+        return "; ".join(parts)
+
+    # ---- helpers
+    def _together(self, bs: list[BrokerPlan], act: Callable[[BrokerPlan], None]) -> None:
+        """``act`` on every broker of the batch at once (each host has its own connection); the first failure is
+        raised for its broker after all have returned."""
+        if len(bs) == 1:
+            _each(bs[0], lambda: act(bs[0]))
+            return
+        errors: dict[int, BaseException] = {}
+
+        def one(b: BrokerPlan) -> None:
+            try:
+                act(b)
+            except BaseException as e:  # raised in the chain's thread below
+                errors[b.broker_id] = e
+
+        threads = [threading.Thread(target=one, args=(b,), name=f"roll-{b.broker_id}") for b in bs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for b in bs:
+            if b.broker_id in errors:
+                raise _BrokerFailed(b, errors[b.broker_id])
+
+
+class _BrokerFailed(Exception):
+    """A step of a batch failed for one of its brokers."""
+
+    def __init__(self, broker: BrokerPlan, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.broker = broker
+        self.cause = cause
+
+
+def _each(b: BrokerPlan, act: Callable[[], Any]) -> Any:
+    """``act`` for broker ``b`` of a batch: a failure is ``b``'s (``_BrokerFailed``)."""
+    try:
+        return act()
+    except FenceLost:
+        raise
+    except _BrokerFailed:
+        raise
+    except BaseException as e:
+        raise _BrokerFailed(b, e) from e
+
+
+def _named(ids: Any) -> str:
+    ids = sorted(ids)
+    return f"broker {ids[0]}" if len(ids) == 1 else f"brokers {', '.join(map(str, ids))}"
+
+
+def _recovery_line(
+    b: BrokerPlan, state: Any, first: tuple[float, int] | None, now: float, predicted: float | None
+) -> str:
+    """``recovering: N logs, M segments left, ETA ...`` from the pace since recovery was first seen (or the plan's
+    prediction until there is one)."""
+    line = "recovering its logs"
+    if state.remaining_logs is not None:
+        line += f": {state.remaining_logs} log(s), {state.remaining_segments} segment(s) left"
+    eta = None
+    if first is not None and state.remaining_segments is not None and now > first[0]:
+        done = first[1] - state.remaining_segments
+        if done > 0:
+            eta = state.remaining_segments * (now - first[0]) / done
+    if eta is not None:
+        line += f", ETA {eta:.0f} s"
+    elif predicted:
+        line += f", predicted {predicted:.0f} s in all"
+    return line

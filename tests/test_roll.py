@@ -1,0 +1,263 @@
+"""The roll's executor (``repair.roll.RollExecutor``) on the unit tier, over the fakes of a broker's host and of the
+cluster (``harness.fakes``, checked against the real ones by ``tests/test_fakes_contract.py``): batches stop and start
+together, min ISR is kept at every moment, each broker leads its preferred partitions again before the next goes,
+a broker recovering its logs is waited for and one that failed is not, the controller of the moment goes last, a
+failure starts the batch's other brokers again, and a rerun resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet_doctor.inventory import Inventory
+from fleet_doctor.repair.errors import RepairError
+from fleet_doctor.repair.gates import Gates
+from fleet_doctor.repair.journal import State
+from fleet_doctor.repair.plan import Plan
+from fleet_doctor.repair.roll import RollExecutor
+from fleet_doctor.repair.roll_plan import (
+    LEADERSHIP_OFF,
+    LEADERSHIP_VIA_TOOL,
+    LEADERSHIP_VIA_ZOOKEEPER,
+    build_roll_plan,
+    leadership_balance,
+)
+from harness.fakes import Crash, FakeCluster, FakeFleet, FakePartition, fake_hosts
+
+GATES = Gates(
+    stop_timeout_s=1,
+    start_timeout_s=0.05,
+    healthy_polls=2,
+    poll_interval_s=0.001,
+    isr_timeout_s=0.2,
+    pause_between_brokers_s=0,
+    progress_every_s=0,
+)
+BROKERS = list(range(1, 7))
+
+
+class WatchedFleet(FakeFleet):
+    """A fake fleet that records, after every stop and start, the fewest in-sync replicas any partition has left
+    compared with its min ISR, and who leads what: the benchmark's two measures, at every moment."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.below_min_isr: list[str] = []
+        self.events: list[tuple[str, int]] = []
+
+    def _watch(self) -> None:
+        for p in self.partitions:
+            live = [r for r in p.isr if r in self.registered()]
+            if len(live) < p.min_isr:
+                self.below_min_isr.append(f"{p.topic}-{p.partition} ISR {live}")
+
+    def stop(self, broker_id: int) -> None:
+        super().stop(broker_id)
+        self.events.append(("stop", broker_id))
+        self._watch()
+
+    def start(self, broker_id: int) -> None:
+        super().start(broker_id)
+        self.events.append(("start", broker_id))
+
+
+def make_fleet(controller: int = 1) -> WatchedFleet:
+    """6 brokers in 3 racks, RF 3, min ISR 2, every partition on 3 consecutive brokers (so across racks)."""
+    racks = {b: f"rack-{(b - 1) % 3}" for b in BROKERS}
+    parts = []
+    for n in range(12):
+        replicas = [BROKERS[(n + k) % 6] for k in range(3)]
+        parts.append(FakePartition("t", n, replicas, list(replicas), replicas[0], min_isr=2))
+    return WatchedFleet({b: {} for b in BROKERS}, parts, controller=controller, racks=racks)
+
+
+def inventory(brokers: list[int] = BROKERS) -> Inventory:
+    from fleet_doctor import inventory as inv
+
+    def broker(bid: int) -> dict[str, Any]:
+        entry = {"id": bid, "host": "127.0.0.1", "ssh_port": 22, "ssh_user": "k", "ssh_key_file": "/k"}
+        entry |= {"host_key": "ssh-ed25519 AAAA", "log_dirs": ["/var/lib/kafka"], "kafka_version": "3.6.2"}
+        return entry | {"service": {"stop": "stop", "start": "start", "status": "status"}}
+
+    data = {
+        "inventory_version": 1,
+        "cluster": "unit",
+        "zookeeper": "h:2181/kafka",
+        "brokers": [broker(b) for b in brokers],
+    }
+    return inv.parse(data)
+
+
+def roll_plan(fleet: FakeFleet, batched: bool, **kw: Any) -> Plan:
+    cluster = FakeCluster(fleet)
+    plan = build_roll_plan(
+        "unit",
+        BROKERS,
+        reason={"kind": "os-patch", "text": "kernel"},
+        partitions=cluster.partitions(),
+        racks=cluster.racks(),
+        controller=fleet.controller,
+        batched=batched,
+        recovery_bytes_per_s=1e8,
+        isr_wait_s=1,
+        pause_s=0,
+        **{"leadership": {"via": LEADERSHIP_VIA_TOOL}, **kw},
+    )
+    return plan
+
+
+def executor(plan: Plan, fleet: FakeFleet, where: Path, cluster: FakeCluster | None = None, **kw: Any) -> RollExecutor:
+    ex = RollExecutor(plan, where, inventory(), fake_hosts(fleet), cluster or FakeCluster(fleet), GATES, **kw)
+    fleet.journal = ex.journal.path
+    return ex
+
+
+def test_one_at_a_time_each_broker_leads_its_partitions_again_before_the_next(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    plan = roll_plan(fleet, batched=False)
+    ex = executor(plan, fleet, tmp_path, leadership_timeout_s=0.5)
+    done = ex.run()
+    assert done["status"] == "done"
+    assert all(b["state"] == State.DONE for b in done["brokers"].values())
+    stops = [b for what, b in fleet.events if what == "stop"]
+    assert stops == [2, 3, 4, 5, 6, 1]  # the controller last
+    assert fleet.below_min_isr == []
+    # after each broker, exactly its preferred partitions (the ones it lost when it stopped) were elected back
+    assert [sorted({p for _t, p in e}) for e in fleet.elections] == [
+        [p.partition for p in fleet.partitions if p.replicas[0] == b] for b in stops
+    ]
+    assert leadership_balance(FakeCluster(fleet).partitions())["not_preferred"] == 0
+    assert "leads 2/2 of its preferred partitions again" in done["brokers"]["3"]["history"][-2]["detail"]
+
+
+def test_batched_rack_by_rack_the_batch_stops_and_starts_together_and_min_isr_holds(tmp_path: Path) -> None:
+    fleet = make_fleet(controller=1)
+    plan = roll_plan(fleet, batched=True)
+    assert [b["brokers"] for b in plan.scope["batches"]] == [[4], [2, 5], [3, 6], [1]]
+    done = executor(plan, fleet, tmp_path).run()
+    assert done["status"] == "done"
+    kinds = [(what, b) for what, b in fleet.events]
+    # brokers 2 and 5 both stopped before either started
+    assert kinds.index(("stop", 5)) < kinds.index(("start", 2))
+    assert kinds.index(("stop", 2)) < kinds.index(("start", 5))
+    assert fleet.below_min_isr == []
+    assert leadership_balance(FakeCluster(fleet).partitions())["not_preferred"] == 0
+
+
+def test_the_batch_gate_refuses_a_batch_that_shares_a_partition_since_the_plan(tmp_path: Path) -> None:
+    fleet = make_fleet(controller=1)
+    plan = roll_plan(fleet, batched=True)
+    moved = next(p for p in fleet.partitions if 4 not in p.replicas)
+    moved.replicas = moved.isr = [2, 5, 3]  # reassigned since the plan: brokers 2 and 5 now share it
+    with pytest.raises(RepairError, match=r"brokers 2, 5 share partition\(s\) now"):
+        executor(plan, fleet, tmp_path).run()
+    assert {b for _, b in fleet.events} == {4}  # the batch before it rolled; this one stopped nothing
+
+
+def test_the_batch_gate_counts_min_isr_with_the_whole_batch_stopped(tmp_path: Path) -> None:
+    fleet = make_fleet(controller=1)
+    plan = roll_plan(fleet, batched=True)
+    for p in fleet.partitions:
+        if 2 in p.replicas:
+            p.min_isr = 3  # raised since the plan: no replica of these may stop at all
+    with pytest.raises(RepairError, match="would take below min ISR"):
+        executor(plan, fleet, tmp_path).run()
+    assert fleet.below_min_isr == []
+
+
+def test_a_recovering_broker_is_waited_for_past_its_start_timeout(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    fleet.recovery_polls[3] = 60  # 60 polls of RECOVERY: longer than start_timeout_s
+    plan = roll_plan(fleet, batched=False)
+    done = executor(plan, fleet, tmp_path).run()
+    assert done["status"] == "done"
+    started = next(h for h in done["brokers"]["3"]["history"] if h["state"] == State.STARTED)
+    assert "of it recovering its logs" in started["detail"]
+
+
+def test_a_broker_not_registering_and_not_recovering_fails_and_the_roll_halts(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    fleet.recovery_polls[3] = 60
+    fleet.broker_states = False  # the inventory has no broker_state command: no way to tell recovery
+    plan = roll_plan(fleet, batched=False)
+    with pytest.raises(RepairError, match="did not register within"):
+        executor(plan, fleet, tmp_path).run()
+    journal = executor(plan, fleet, tmp_path).journal
+    assert journal.state(3) == State.FAILED
+    assert journal.completed(4) == State.PENDING  # the next broker never stopped
+
+
+def test_a_failure_in_a_batch_starts_its_other_brokers_again(tmp_path: Path) -> None:
+    fleet = make_fleet(controller=1)
+    plan = roll_plan(fleet, batched=True)
+    fleet.faults[(5, "start")] = RepairError("broker 5: start refused")
+    with pytest.raises(RepairError, match="start refused"):
+        executor(plan, fleet, tmp_path).run()
+    assert {2, 5} <= fleet.running
+    journal = executor(plan, fleet, tmp_path).journal
+    assert journal.state(5) == State.FAILED and not journal.left_down(2) and not journal.left_down(5)
+
+
+def test_a_worker_killed_mid_batch_resumes_where_it_died(tmp_path: Path) -> None:
+    fleet = make_fleet(controller=1)
+    plan = roll_plan(fleet, batched=True)
+    fleet.faults[(5, "stop:after")] = "crash"
+    with pytest.raises(Crash):
+        executor(plan, fleet, tmp_path).run()
+    fleet.crash_journal()
+    journal = executor(plan, fleet, tmp_path).journal
+    assert journal.left_down(2) and journal.left_down(5)  # the stops were journaled as issued
+    fleet.revive()
+    before = len(fleet.events)
+    done = executor(plan, fleet, tmp_path).run()
+    assert done["status"] == "done"
+    again = [b for what, b in fleet.events[before:] if what == "stop"]
+    assert again.count(4) == 0  # finished before the crash: never repeated
+    assert fleet.below_min_isr == []
+
+
+def test_the_controller_moving_into_an_early_batch_is_deferred_to_the_end(tmp_path: Path) -> None:
+    fleet = make_fleet(controller=1)
+    plan = roll_plan(fleet, batched=True)
+    fleet.controller = 5  # moved since the plan, into batch [2, 5]
+    done = executor(plan, fleet, tmp_path).run()
+    assert done["status"] == "done"
+    stops = [b for what, b in fleet.events if what == "stop"]
+    assert stops[-1] in (5, 1) and stops.index(5) > stops.index(3)
+    assert done["brokers"]["5"]["deferred"]
+
+
+@pytest.mark.parametrize("via", [LEADERSHIP_VIA_ZOOKEEPER, LEADERSHIP_OFF])
+def test_leadership_through_zookeeper_or_not_at_all(tmp_path: Path, via: str) -> None:
+    fleet = make_fleet()
+    plan = roll_plan(fleet, batched=False, leadership={"via": via, "why": "the inventory has no leader_election"})
+    done = executor(plan, fleet, tmp_path).run()
+    assert done["status"] == "done"
+    balance = leadership_balance(FakeCluster(fleet).partitions())
+    if via == LEADERSHIP_OFF:
+        assert balance["not_preferred"] > 0
+        assert "leadership not moved back: the inventory has no leader_election" in str(done["brokers"]["2"])
+    else:
+        assert balance["not_preferred"] == 0 and ("0", "elect") in [(str(b), op) for b, op in fleet.calls]
+
+
+def test_a_partition_that_cannot_move_back_is_said_and_the_roll_goes_on(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    plan = roll_plan(fleet, batched=False)
+    stuck = next(p for p in fleet.partitions if p.replicas[0] == 2)
+    stuck.min_isr = 1
+    original = fleet.catch_up
+
+    def catch_up() -> None:  # broker 2's replica of ``stuck`` never catches up again
+        original()
+        stuck.isr = [r for r in stuck.isr if r != 2] if 2 not in fleet.stopping else stuck.isr
+
+    fleet.catch_up = catch_up  # type: ignore[method-assign]
+    ex = executor(plan, fleet, tmp_path, leadership_timeout_s=0.05)
+    ex.cluster.problems = lambda *a, **k: []  # type: ignore[method-assign]
+    done = ex.run()
+    assert done["status"] == "done"
+    left = done["brokers"]["2"]["leadership_left"]
+    assert any(f"t-{stuck.partition}: its preferred replica 2 is not in ISR" in x for x in left), left
