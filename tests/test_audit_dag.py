@@ -76,11 +76,12 @@ def test_each_cluster_has_its_own_dags_tagged_with_its_metadata_mode() -> None:
     bag = dag_bag()
     fleet = [d["cluster"] for d in FLEET]
     assert sorted(bag.dags) == sorted(
-        f"kafka_fleet_{kind}__{c}" for kind in ("audit", "repair", "restore", "purge") for c in fleet
+        f"kafka_fleet_{kind}__{c}" for kind in ("audit", "repair", "restore", "purge", "roll") for c in fleet
     )
     kraft = bag.dags[f"kafka_fleet_audit__{KRAFT_CLUSTER}"]
     assert {"kraft", f"cluster:{KRAFT_CLUSTER}", "audit"} <= set(kraft.tags) and "zookeeper" not in kraft.tags
     assert {"kraft", f"cluster:{KRAFT_CLUSTER}", "repair"} <= set(bag.dags[f"kafka_fleet_repair__{KRAFT_CLUSTER}"].tags)
+    assert {"kraft", f"cluster:{KRAFT_CLUSTER}", "roll"} <= set(bag.dags[f"kafka_fleet_roll__{KRAFT_CLUSTER}"].tags)
     # the first cluster's nightly audit starts at the schedule's time, the second's half the window after it
     assert kraft.timetable.expression == "0 2 * * *"
 
@@ -103,7 +104,7 @@ def test_a_broken_inventory_never_hides_the_other_clusters_dags(tmp_path: Path) 
     inventories.write(fleet / "missing.json", missing)
     bag = parse(REPO / "dags", fleet)
     assert bag.import_errors == {}
-    assert sorted(bag.dags) == [f"kafka_fleet_{k}__good" for k in ("audit", "purge", "repair", "restore")]
+    assert sorted(bag.dags) == [f"kafka_fleet_{k}__good" for k in ("audit", "purge", "repair", "restore", "roll")]
     # and a cluster added shows up at the next parse
     inventories.write(fleet / "new.json", inventories.inventory("new"))
     assert "kafka_fleet_audit__new" in parse(REPO / "dags", fleet).dags

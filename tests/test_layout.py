@@ -209,7 +209,7 @@ REPAIR_LAYERS = (
     ("approval", "params", "executor", "session", "planner"),
     ("hitl", "restore", "roll"),
     ("purge",),
-    ("tasks", "restore_tasks", "purge_tasks"),  # a DAG's task modules: only the DAGs import them
+    ("tasks", "restore_tasks", "purge_tasks", "roll_tasks"),  # a DAG's task modules: only the DAGs import them
 )
 TASK_MODULES = {f"fleet_doctor.repair.{m}" for m in REPAIR_LAYERS[-1]}
 DAG_MODULES = ("dags.", "fleet_doctor.dags.")  # the DAG files, and the DAGs they make (the wheel's too)

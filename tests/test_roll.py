@@ -6,6 +6,7 @@ failure starts the batch's other brokers again, and a rerun resumes."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +109,8 @@ def roll_plan(fleet: FakeFleet, batched: bool, **kw: Any) -> Plan:
     return plan
 
 
-def executor(plan: Plan, fleet: FakeFleet, where: Path, cluster: FakeCluster | None = None, **kw: Any) -> RollExecutor:
-    ex = RollExecutor(plan, where, inventory(), fake_hosts(fleet), cluster or FakeCluster(fleet), GATES, **kw)
+def executor(plan: Plan, fleet: FakeFleet, where: Path, gates: Gates = GATES) -> RollExecutor:
+    ex = RollExecutor(plan, where, inventory(), fake_hosts(fleet), FakeCluster(fleet), gates)
     fleet.journal = ex.journal.path
     return ex
 
@@ -117,7 +118,7 @@ def executor(plan: Plan, fleet: FakeFleet, where: Path, cluster: FakeCluster | N
 def test_one_at_a_time_each_broker_leads_its_partitions_again_before_the_next(tmp_path: Path) -> None:
     fleet = make_fleet()
     plan = roll_plan(fleet, batched=False)
-    ex = executor(plan, fleet, tmp_path, leadership_timeout_s=0.5)
+    ex = executor(plan, fleet, tmp_path, gates=dataclasses.replace(GATES, leadership_timeout_s=0.5))
     done = ex.run()
     assert done["status"] == "done"
     assert all(b["state"] == State.DONE for b in done["brokers"].values())
@@ -255,7 +256,7 @@ def test_a_partition_that_cannot_move_back_is_said_and_the_roll_goes_on(tmp_path
         stuck.isr = [r for r in stuck.isr if r != 2] if 2 not in fleet.stopping else stuck.isr
 
     fleet.catch_up = catch_up  # type: ignore[method-assign]
-    ex = executor(plan, fleet, tmp_path, leadership_timeout_s=0.05)
+    ex = executor(plan, fleet, tmp_path, gates=dataclasses.replace(GATES, leadership_timeout_s=0.05))
     ex.cluster.problems = lambda *a, **k: []  # type: ignore[method-assign]
     done = ex.run()
     assert done["status"] == "done"

@@ -20,7 +20,8 @@ AUDIT_DAG = "kafka_fleet_audit"
 REPAIR_DAG = "kafka_fleet_repair"
 RESTORE_DAG = "kafka_fleet_restore"
 PURGE_DAG = "kafka_fleet_purge"
-KINDS = (AUDIT_DAG, REPAIR_DAG, RESTORE_DAG, PURGE_DAG)
+ROLL_DAG = "kafka_fleet_roll"
+KINDS = (AUDIT_DAG, REPAIR_DAG, RESTORE_DAG, PURGE_DAG, ROLL_DAG)
 SEPARATOR = "__"
 REPORT_ONLY = Remediation.REPORT_ONLY.value
 PREFIX = "kafka-fleet"  # the app's mount (/kafka-fleet) and the nav entry's in-app route (/plugin/kafka-fleet)
@@ -46,9 +47,14 @@ def purge_dag(cluster: str) -> str:
     return f"{PURGE_DAG}{SEPARATOR}{cluster}"
 
 
+def roll_dag(cluster: str) -> str:
+    """The cluster's rolling restart DAG (manual, human-approved)."""
+    return f"{ROLL_DAG}{SEPARATOR}{cluster}"
+
+
 def approval_dags(cluster: str) -> tuple[str, ...]:
     """The cluster's DAGs whose runs wait for a person's approval (Required Actions)."""
-    return repair_dag(cluster), restore_dag(cluster), purge_dag(cluster)
+    return repair_dag(cluster), restore_dag(cluster), purge_dag(cluster), roll_dag(cluster)
 
 
 def cluster_of(dag_id: str) -> tuple[str, str] | None:

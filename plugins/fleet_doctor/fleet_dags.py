@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from croniter import croniter
 
-from fleet_doctor.airflow_links import audit_dag, purge_dag, repair_dag, restore_dag
+from fleet_doctor.airflow_links import audit_dag, purge_dag, repair_dag, restore_dag, roll_dag
 from fleet_doctor.inventory import Inventory, InventoryProblem, load_fleet
 from fleet_doctor.settings import Settings
 
@@ -62,6 +62,10 @@ class ClusterDags:
     @property
     def purge(self) -> str:
         return purge_dag(self.cluster)
+
+    @property
+    def roll(self) -> str:
+        return roll_dag(self.cluster)
 
     def tags(self, kind: str) -> list[str]:
         """The DAG's tags: the product, its kind, the cluster and its metadata mode (the DAG list filters on them)."""

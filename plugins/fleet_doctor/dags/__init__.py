@@ -1,7 +1,8 @@
 """Fleet Doctor's DAGs, one set per cluster of ``FLEET_DOCTOR_INVENTORY`` (docs/fleet.md): ``audit.py`` (the nightly
 audit), ``repair.py`` (the human-approved repair), ``restore.py`` (a repair's backups put back), ``purge.py`` (a
-repair's quarantine deleted), each read like a runbook in its docstring. The repository's DAG files (``dags/``)
-make them; so does the one line an installed wheel needs in a DAG folder (docs/install.md)::
+repair's quarantine deleted), ``roll.py`` (a rolling restart, human-approved), each read like a runbook in its
+docstring. The repository's DAG files (``dags/``) make them; so does the one line an installed wheel needs in a DAG
+folder (docs/install.md)::
 
     from fleet_doctor.dags import *  # noqa: F403  Kafka Fleet Doctor: every cluster's Airflow DAGs
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-KINDS = ("audit", "repair", "restore", "purge")
+KINDS = ("audit", "repair", "restore", "purge", "roll")
 _made: dict[str, Any] = {}  # the DAGs of the star import under way, by id
 
 

@@ -628,3 +628,107 @@ def purge_markdown(plan: Plan, plan_dir: str | None = None) -> str:
             f"| {b.broker_id} | {per['entries']} | {_mib(per['bytes'])} | {shown}{f' (+{more})' if more > 0 else ''} |"
         )
     return "\n".join(lines) + "\n"
+
+
+# ---- a rolling restart (repair.roll_plan, repair.roll)
+def roll_request(plan: Plan) -> Request:
+    """The approval of a roll plan (``repair.roll_plan.build_roll_plan``)."""
+    return Request(roll_subject(plan), roll_markdown(plan), roll_option(plan))
+
+
+def _roll_counts(plan: Plan) -> tuple[int, int]:
+    return len(plan.restart_order), len(plan.scope.get("batches") or ())
+
+
+def roll_subject(plan: Plan) -> str:
+    n, batches = _roll_counts(plan)
+    reason = plan.scope["reason"]
+    dry = "DRY RUN: " if plan.dry_run else ""
+    return (
+        f"{dry}Kafka roll {md_cell(plan.cluster, table=False)} plan {plan.hash[:12]}: restart {n} broker(s) in "
+        f"{batches} step(s) ({md_cell(reason['kind'], table=False)})"
+    )
+
+
+def roll_option(plan: Plan) -> str:
+    """The roll approval's one "yes" (the roll task accepts exactly this answer)."""
+    n, batches = _roll_counts(plan)
+    return f"Approve: restart {n} broker(s) in {batches} step(s) (roll {plan.hash[:12]})"
+
+
+def _duration(seconds: float) -> str:
+    seconds = float(seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def roll_markdown(plan: Plan) -> str:
+    scope, risk = plan.scope, plan.risk
+    predicted = risk.get("predicted") or {}
+    per = predicted.get("brokers") or {}
+    racks = risk.get("racks") or {}
+    reason = scope["reason"]
+    text = f": {md_cell(reason['text'], table=False)}" if reason.get("text") else ""
+    lines = [
+        *_dry_run_lines(plan),
+        f"**Rolling restart** of cluster {md_cell(plan.cluster, table=False)} for a "
+        f"**{md_cell(reason['kind'], table=False)}**{text}. No file is changed: each broker is stopped (a controlled "
+        "shutdown), started and gated, then leads its preferred partitions again before the next step.",
+        "",
+        f"- **Batching:** {scope['batching']}"
+        + (
+            f" (every partition keeps at least min.insync.replicas + {scope['isr_margin']} in ISR with a whole batch "
+            "stopped; checked again, live, before each batch)"
+            if scope["batching"] != "one-at-a-time"
+            else ""
+        )
+        + (f"; at most {scope['max_batch']} broker(s) per batch" if scope.get("max_batch") else "")
+        + ".",
+        f"- **Predicted time:** {_duration(predicted.get('batched_s', 0))} as planned, against "
+        f"{_duration(predicted.get('one_at_a_time_s', 0))} one broker at a time "
+        f"({md_cell(predicted.get('step_times_source', ''), table=False)}).",
+        f"- **Leadership back:** {md_cell(scope['leadership'].get('via'), table=False)} "
+        f"({md_cell(scope['leadership'].get('why', ''), table=False)}).",
+    ]
+    balance = risk.get("leadership") or {}
+    if balance:
+        lines.append(
+            f"- **Leadership now:** {balance.get('not_preferred', 0)} of {balance.get('partitions', 0)} partitions "
+            "are led by a replica other than their preferred one."
+        )
+    if scope.get("hold_out"):
+        lines.append(f"- **Held out:** broker(s) {', '.join(map(str, scope['hold_out']))}.")
+    lines += [*_gates_lines(plan), "", "| step | brokers | racks | why | predicted |", "|---|---|---|---|---|"]
+    for i, batch in enumerate(scope.get("batches") or (), 1):
+        ids = batch["brokers"]
+        slowest = max((per.get(str(b), {}).get("restart_s", 0.0) for b in ids), default=0.0)
+        rack_names = sorted({str(racks.get(str(b))) for b in ids if racks.get(str(b))})
+        lines.append(
+            f"| {i} | {', '.join(map(str, ids))} | {md_cell(', '.join(rack_names) or '-')} | {md_cell(batch['why'])} "
+            f"| {_duration(slowest)} |"
+        )
+    recovering = [
+        (b, v) for b, v in sorted(per.items(), key=lambda kv: int(kv[0])) if v.get("recovery_if_unclean_s", 0) >= 1
+    ]
+    if recovering:
+        lines += [
+            "",
+            "**Log recovery** (kafka-reference.md §2.4): a clean stop recovers nothing, but a broker down after an "
+            "unclean stop, or killed because its controlled shutdown did not finish, recovers its segments past the "
+            "recovery point before it serves. The roll waits for a recovering broker (its BrokerState), never "
+            "restarting it and never stopping the next:",
+            "",
+            "| broker | at this start | if its stop is not clean |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {b} | {_duration(v['recovery_s'])} | {_duration(v['recovery_if_unclean_s'])} |"
+            for b, v in recovering[:ROWS_SHOWN]
+        ]
+        if len(recovering) > ROWS_SHOWN:
+            lines.append(f"| … and {len(recovering) - ROWS_SHOWN} more (plan.json) | | |")
+    lines += ["", hash_line(plan)]
+    return "\n".join(lines)

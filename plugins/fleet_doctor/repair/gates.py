@@ -29,8 +29,12 @@ class Gates:
     healthy_polls: int = 3  # consecutive polls with zero under-replicated partitions
     poll_interval_s: float = 10.0
     isr_timeout_s: float = 900.0  # per broker: back in ISR (and the healthy polls) within
-    pause_between_brokers_s: float = 60.0
+    pause_between_brokers_s: float = 60.0  # a roll's: between its steps (a batch, or a broker alone)
     progress_every_s: float = EVERY_S  # a long wait writes its progress to the log at most this often
+    # a roll's: a broker in RECOVERY (Kafka's BrokerState) is waited for this long at most (Strimzi never forces one);
+    # a restarted broker leads its preferred partitions again within
+    recovery_timeout_s: float = 6 * 3600.0
+    leadership_timeout_s: float = 120.0
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **fixed: Any) -> Gates:
@@ -38,7 +42,7 @@ class Gates:
         given = {
             f.name: type(getattr(cls, f.name))(params[f.name])
             for f in fields(cls)
-            if f.name in FORM_GATES and params.get(f.name) is not None
+            if f.name in (*FORM_GATES, *ROLL_FORM_GATES) and params.get(f.name) is not None
         }
         return replace(cls(**given), **fixed)
 
@@ -56,6 +60,9 @@ FORM_GATES = ("healthy_polls", "poll_interval_s", "isr_timeout_s", "pause_betwee
 # the form's values that decide how carefully a repair runs: recorded in its plan (hash and approval text)
 GATE_PARAMS = (*FORM_GATES, "min_insync_replicas", "dry_run", "allow_quorum_loss")
 ONLY_WHEN_SET = frozenset({"allow_quorum_loss"})  # recorded only when true: plans without it read as before
+# the roll form's gates besides the repair's, and what a roll plan records (its hash, its approval text)
+ROLL_FORM_GATES = ("recovery_timeout_s", "leadership_timeout_s")
+ROLL_GATE_PARAMS = (*GATE_PARAMS, *ROLL_FORM_GATES)
 # the restore form's: its timeout, the health gates and the static min ISR (recorded in the restore plan alike)
 RESTORE_GATE_PARAMS = ("timeout_s", "healthy_polls", "poll_interval_s", "isr_timeout_s", "min_insync_replicas")
 DEFAULTS = Gates()

@@ -84,3 +84,44 @@ def restore_gates() -> dict[str, dict[str, Any]]:
         "description": "per broker: stop / register within",
     }
     return {"timeout_s": timeout, **_health_gates(), "min_insync_replicas": MIN_ISR}
+
+
+def roll_params() -> dict[str, dict[str, Any]]:
+    """The roll form (``Param(**spec)`` each), in the form's order: what and why, the batching, the gates."""
+    from fleet_doctor.repair.roll_plan import BATCHING, ROLL_REASONS
+
+    repair = repair_gates()
+    repair["pause_between_brokers_s"] = dict(repair["pause_between_brokers_s"], description="between steps")
+    return {
+        "reason_kind": {"default": ROLL_REASONS[0], "type": "string", "enum": list(ROLL_REASONS)},
+        "reason": {"default": "", "type": "string", "description": "what changes (free text, in the approval)"},
+        "brokers": {"default": [], "type": "array", "description": "broker ids to roll (empty: every broker)"},
+        "hold_out": {"default": [], "type": "array", "description": "broker ids not to restart"},
+        "batching": {
+            "default": BATCHING[0],
+            "type": "string",
+            "enum": list(BATCHING),
+            "description": "partition-disjoint: brokers that share no partition restart together (by rack when "
+            "every partition spans racks)",
+        },
+        "isr_margin": {
+            "default": 0,
+            "type": "integer",
+            "minimum": 0,
+            "description": "a batch keeps min.insync.replicas + this in every ISR",
+        },
+        "max_batch": {"default": 0, "type": "integer", "minimum": 0, "description": "brokers per batch (0: no cap)"},
+        **repair,
+        "recovery_timeout_s": {
+            "default": int(DEFAULTS.recovery_timeout_s),
+            "type": "integer",
+            "minimum": 60,
+            "description": "a broker recovering its logs is waited for this long",
+        },
+        "leadership_timeout_s": {
+            "default": int(DEFAULTS.leadership_timeout_s),
+            "type": "integer",
+            "minimum": 5,
+            "description": "per step: leadership back within",
+        },
+    }

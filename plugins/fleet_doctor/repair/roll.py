@@ -55,25 +55,17 @@ from fleet_doctor.repair.roll_plan import (
 
 LOG = logging.getLogger(__name__)
 ROLL_STEPS = (State.PRECHECKED, State.STOPPED, State.STARTED, State.HEALTHY, State.VERIFIED, State.DONE)
-RECOVERY_TIMEOUT_S = 6 * 3600.0  # a broker in RECOVERY is waited for this long at most (strimzi: it never forces one)
-LEADERSHIP_TIMEOUT_S = 120.0  # a broker leads its preferred partitions again within (Cruise Control: 3 min per move)
 
 
 class RollExecutor(Executor):
     """The chain of one attempt at an approved roll plan (``repair.roll_plan.build_roll_plan``): the executor's
     gates, stop, start, journal and failure handling, batch by batch, and the leadership step."""
 
-    def __init__(
-        self,
-        *args: Any,
-        recovery_timeout_s: float = RECOVERY_TIMEOUT_S,
-        leadership_timeout_s: float = LEADERSHIP_TIMEOUT_S,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("post_verify", lambda host, b, stage: [])  # nothing changed: nothing to verify on disk
         super().__init__(*args, **kwargs)
-        self.recovery_timeout_s = recovery_timeout_s
-        self.leadership_timeout_s = leadership_timeout_s
+        self.recovery_timeout_s = self.gates.recovery_timeout_s
+        self.leadership_timeout_s = self.gates.leadership_timeout_s
         self.isr_margin = int(self.plan.scope.get("isr_margin") or 0)
         self.leadership = dict(self.plan.scope.get("leadership") or {"via": LEADERSHIP_OFF})
         self._journal_lock = threading.Lock()
