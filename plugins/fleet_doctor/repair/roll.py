@@ -44,6 +44,7 @@ from fleet_doctor.repair.journal import ORDER, State
 from fleet_doctor.repair.plan import BrokerPlan
 from fleet_doctor.repair.progress import Progress, pause
 from fleet_doctor.repair.roll_plan import (
+    DOWN_FIRST,
     LEADERSHIP_OFF,
     LEADERSHIP_VIA_ZOOKEEPER,
     Batch,
@@ -106,9 +107,19 @@ class RollExecutor(Executor):
 
     def _next_batch(self, pending: list[Batch]) -> Batch:
         """The next batch in plan order, the controller of this moment last: a batch holding it while others remain
-        gives it up to a batch of its own at the end (journaled); voters stay after the plain brokers."""
+        gives it up to a batch of its own at the end (journaled); voters stay after the plain brokers. Brokers of the
+        roll that are down now go first, together, out of their batches (a broker killed since the plan, or a batch
+        a dead worker left stopped): every gate before them would fail on them, and their start stops nothing."""
         controller = self.cluster.controller()
         voters = self.cluster.voters()
+        registered = self.cluster.registered()
+        down = [
+            x for p in pending for x in p.brokers if x not in registered and self.journal.completed(x) != State.DONE
+        ]
+        if down:
+            pending[:] = [Batch(tuple(x for x in p.brokers if x not in down), p.why) for p in pending]
+            pending[:] = [p for p in pending if p.brokers]
+            return Batch(tuple(down), DOWN_FIRST)
         undone = [p for p in pending if any(self.journal.completed(x) != State.DONE for x in p.brokers)]
         if controller is not None and len(undone) > 1:
             for i, p in enumerate(pending):
@@ -185,7 +196,8 @@ class RollExecutor(Executor):
         problems = self.cluster.problems(expected, ids, self._pending_replicas_of(ids), partitions)
         if problems:
             raise RepairError(f"pre-check before {_named(ids)}: " + "; ".join(problems[:10]))
-        shared = shared_partitions(ids, partitions)
+        starting_only = not (ids & self.cluster.registered())  # all down already: nothing in sync stops
+        shared = [] if starting_only else shared_partitions(ids, partitions)
         if shared:
             raise RepairError(f"{_named(ids)} share partition(s) now (reassigned since the plan?): {shared[:10]}")
         below = batch_below_min_isr(ids, partitions, self.isr_margin)

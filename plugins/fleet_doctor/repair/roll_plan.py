@@ -12,9 +12,10 @@ partition by construction: the batches are the racks (Strimzi's and Cruise Contr
 restart plan). Otherwise the batches are a greedy colouring of the brokers' "share a partition" graph, the most
 connected first, brokers of one rack kept together where the graph allows. ``max_batch`` caps a batch's size.
 
-**Order**: the batches of plain brokers first; on KRaft the voters (controllers, combined nodes) one at a time after
-them (kraft-reference.md §8: controllers one at a time, the quorum healthy without each); the active controller last
-and alone (kafka-reference.md §7: Strimzi, cp-ansible and Yelp's roller all defer it).
+**Order**: brokers that are down already first, together (Strimzi rolls its unready pods first: starting them costs
+no replica that is in sync now); then the batches of plain brokers; on KRaft the voters (controllers, combined nodes)
+one at a time after them (kraft-reference.md §8: controllers one at a time, the quorum healthy without each); the
+active controller last and alone (kafka-reference.md §7: Strimzi, cp-ansible and Yelp's roller all defer it).
 
 **Leadership back** (``preferred_elections``): after a broker is back in ISR, a preferred-leader election for exactly
 the partitions whose preferred replica (the first of its replicas) it is and does not lead; a partition whose
@@ -66,6 +67,9 @@ def leadership_way(inventory: Any) -> dict[str, str]:
     }
 
 
+DOWN_FIRST = "down already: started first (nothing in sync is stopped)"
+
+
 @dataclass(frozen=True)
 class Batch:
     brokers: tuple[int, ...]
@@ -105,21 +109,27 @@ def plan_batches(
     *,
     controller: int | None,
     voters: Iterable[int] = (),
+    down: Iterable[int] = (),
     batched: bool = False,
     isr_margin: int = 0,
     max_batch: int = 0,
 ) -> list[Batch]:
     """``brokers`` in the batches and order they restart (module docstring). ``partitions``: ``ClusterHealth``'s
-    (topic, partition, replicas, isr, min_isr); ``racks``: each broker's registered rack (None: none);
-    ``max_batch`` 0: no cap."""
+    (topic, partition, replicas, isr, min_isr); ``racks``: each broker's registered rack (None: none); ``down``: the
+    brokers not registered now; ``max_batch`` 0: no cap."""
     quorum = set(voters)
-    plain = [b for b in brokers if b not in quorum and b != controller]
-    ordered_voters = [b for b in brokers if b in quorum and b != controller]
-    out: list[Batch] = []
+    stopped = [b for b in brokers if b in set(down)]
+    plain = [b for b in brokers if b not in quorum and b != controller and b not in stopped]
+    ordered_voters = [b for b in brokers if b in quorum and b != controller and b not in stopped]
+    out: list[Batch] = [Batch(tuple(stopped), DOWN_FIRST)] if stopped else []
     if not batched:
         out += [Batch((b,), "one at a time") for b in plain]
-    else:
-        out += _disjoint_batches(plain, list(partitions), racks, isr_margin, max_batch)
+    else:  # batched as the ISR will be once the brokers down now are back (the batch gate reads it live again)
+        back = set(stopped)
+        after = [
+            dict(p, isr=[*p["isr"], *(r for r in p["replicas"] if r in back and r not in p["isr"])]) for p in partitions
+        ]
+        out += _disjoint_batches(plain, after, racks, isr_margin, max_batch)
     out += [Batch((b,), "a KRaft voter: one at a time, the quorum healthy without it") for b in ordered_voters]
     if controller is not None and controller in brokers:
         out.append(Batch((controller,), "the active controller, last"))
@@ -285,6 +295,7 @@ def build_roll_plan(
     racks: Mapping[int, str | None],
     controller: int | None,
     voters: Iterable[int] = (),
+    down: Iterable[int] = (),
     previews: Mapping[int, RestartPreview | None] | None = None,
     hold_out: Iterable[int] = (),
     batched: bool = False,
@@ -315,6 +326,7 @@ def build_roll_plan(
         racks,
         controller=controller,
         voters=quorum,
+        down=down,
         batched=batched,
         isr_margin=isr_margin,
         max_batch=max_batch,

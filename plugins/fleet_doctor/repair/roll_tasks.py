@@ -78,6 +78,7 @@ def make_roll_plan(settings: Settings, params: dict[str, Any], cluster: ClusterH
             racks=cluster.racks(),
             controller=cluster.controller(),
             voters=cluster.voters(),
+            down=set(asked) - cluster.registered(),
             previews=previews,
             hold_out=[int(b) for b in params.get("hold_out") or ()],
             batched=params.get("batching") == BATCHING[1],
