@@ -143,11 +143,10 @@ class RollExecutor(Executor):
         step (a step finished before a crash is never repeated, but one before its start is: see ``_resume_after``)."""
         hosts: dict[int, BrokerHost] = {}
         try:
-            for b in todo:
-                try:
-                    hosts[b.broker_id] = self._host(b)
-                except Exception as e:
-                    self._failed_batch(b, todo, e, "connecting over SSH")
+            try:  # every host of the step reached at once, each over its own connection
+                self._together(todo, lambda b: hosts.__setitem__(b.broker_id, self._host(b)))
+            except _BrokerFailed as e:
+                self._failed_batch(e.broker, todo, e.cause, "connecting over SSH")
             steps: list[tuple[State, Callable[[list[BrokerPlan], dict[int, BrokerHost]], dict[int, str]]]] = [
                 (State.PRECHECKED, self._precheck_batch),
                 (State.STOPPED, self._stop_batch),
@@ -186,8 +185,7 @@ class RollExecutor(Executor):
     # ---- the steps, for a batch
     def _precheck_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
         ids = frozenset(b.broker_id for b in bs)
-        for b in bs:
-            _each(b, lambda b=b: hosts[b.broker_id].identity())
+        self._together(bs, lambda b: hosts[b.broker_id].identity())
         quorum = ""
         for b in bs:
             quorum = _each(b, lambda b=b: self._quorum_gate(b))
@@ -219,9 +217,32 @@ class RollExecutor(Executor):
             for b in bs:
                 self.journal.stop_issued(b.broker_id)
         self._together(bs, lambda b: self._send(b, hosts[b.broker_id], "stop", self.gates.stop_timeout_s))
-        for b in bs:
-            _each(b, lambda b=b: self._wait_stopped(b, hosts[b.broker_id]))
+        self._wait_all_stopped(bs, hosts)
         return {b.broker_id: f"process gone and its {self.cluster.registration} removed" for b in bs}
+
+    def _wait_all_stopped(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> None:
+        """Until every broker of the step is unregistered and its process gone (``Executor._wait_stopped`` for a
+        step: one read of the registrations per poll, the services' status asked at once)."""
+        if self.dry_run:
+            return
+        left = {b.broker_id: b for b in bs}
+        what = f"{_named(left)}: waiting for the processes to exit and their {self.cluster.registration} to go"
+
+        def stopped(p: Progress) -> bool:
+            gone = [b for b in left.values() if b.broker_id not in self.cluster.registered()]
+            running: dict[int, bool] = {}
+            self._together(gone, lambda b: running.__setitem__(b.broker_id, hosts[b.broker_id].running()))
+            for bid, up in running.items():
+                if not up:
+                    left.pop(bid)
+            p.detail = f"still stopping: {_named(left)}" if left else ""
+            return not left
+
+        try:
+            self._wait(stopped, self.gates.stop_timeout_s, f"{_named(left)} did not stop", what)
+        except RepairError as e:
+            b = next(iter(left.values()))
+            raise _BrokerFailed(b, StillStopping(f"{e} (the plan's stop_timeout_s)")) from e
 
     def _send(self, b: BrokerPlan, host: BrokerHost, name: str, timeout: float) -> None:
         if self.dry_run:
@@ -296,10 +317,37 @@ class RollExecutor(Executor):
         return (predicted.get(str(b.broker_id)) or {}).get("recovery_if_unclean_s")
 
     def _healthy_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
-        details = {}
-        for b in bs:  # the polls ask the whole cluster: once all of the batch is back, the rest pass at once
-            details[b.broker_id] = _each(b, lambda b=b: self.healthy(b, hosts[b.broker_id]))
-        return details
+        """``healthy_polls`` consecutive polls without a problem (``Cluster.problems``) within ``isr_timeout_s``, for
+        the whole step at once; each poll's progress in the log: how many of each broker's partitions have it back
+        in ISR, the streak."""
+        if len(bs) == 1:
+            return {bs[0].broker_id: _each(bs[0], lambda: self.healthy(bs[0], hosts[bs[0].broker_id]))}
+        expected = {x.id for x in self.inventory.brokers}
+        polls, streak, last = self.gates.healthy_polls, 0, []
+        back: dict[int, tuple[int, int]] = {}
+        deadline = time.monotonic() + self.gates.isr_timeout_s
+        with self._progress(
+            f"{_named(b.broker_id for b in bs)}: waiting for ISR", self.gates.isr_timeout_s
+        ) as progress:
+            while time.monotonic() < deadline:
+                if self.dry_run:
+                    last = []
+                else:
+                    partitions = self.cluster.partitions()
+                    last = self.cluster.problems(expected, partitions=partitions)
+                    back = {b.broker_id: self.cluster.in_isr(partitions, b.broker_id) for b in bs}
+                streak = streak + 1 if not last else 0
+                state = f"{sum(v[0] for v in back.values())}/{sum(v[1] for v in back.values())} replicas back"
+                state += f", {streak}/{polls} healthy polls"
+                if streak >= polls:
+                    progress.done(state)
+                    done = {b.broker_id: "{}/{}".format(*back.get(b.broker_id, (0, 0))) for b in bs}
+                    return {bid: f"{streak} consecutive healthy polls, {n} partitions back" for bid, n in done.items()}
+                progress.update(state + (f" ({len(last)} problem(s): {'; '.join(last[:3])})" if last else ""))
+                time.sleep(self.gates.poll_interval_s)
+        raise _BrokerFailed(
+            bs[0], RepairError(f"{_named(b.broker_id for b in bs)} did not become healthy: {'; '.join(last[:10])}")
+        )
 
     def _leadership_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
         via = self.leadership.get("via", LEADERSHIP_OFF)
@@ -321,32 +369,46 @@ class RollExecutor(Executor):
                     outcome = hosts[bs[0].broker_id].elect_preferred(every, self.leadership_timeout_s)
             except (RepairError, RemoteError, TimeoutError) as e:  # balance, not safety: said, and the roll goes on
                 outcome = dict.fromkeys((f"{t}-{p}" for t, p in every), f"the election failed: {e}")
-        details = {}
-        for b in bs:
-            details[b.broker_id] = self._leads_again(b, wanted[b.broker_id], blocked[b.broker_id], outcome)
-        return details
+        led = self._lead_again(bs, wanted, outcome)
+        return {
+            b.broker_id: self._leadership_detail(
+                b, wanted[b.broker_id], blocked[b.broker_id], outcome, led[b.broker_id]
+            )
+            for b in bs
+        }
 
-    def _leads_again(
-        self, b: BrokerPlan, wanted: list[tuple[str, int]], blocked: list[str], outcome: dict[str, str | None]
+    def _lead_again(
+        self, bs: list[BrokerPlan], wanted: dict[int, list[tuple[str, int]]], outcome: dict[str, str | None]
+    ) -> dict[int, set[str]]:
+        """Poll (``leadership_timeout_s``) until each broker of the step leads the partitions elected for it; what
+        each leads of them by then."""
+        waiting = {
+            b.broker_id: {f"{t}-{p}" for t, p in wanted[b.broker_id]}
+            - {n for n, why in outcome.items() if why not in (None, NOT_NEEDED)}
+            for b in bs
+        }
+        deadline = time.monotonic() + self.leadership_timeout_s
+        while True:
+            leaders = {f"{p['topic']}-{p['partition']}": p["leader"] for p in self.cluster.partitions()}
+            got = {bid: {n for n in names if leaders.get(n) == bid} for bid, names in waiting.items()}
+            if got == waiting or time.monotonic() >= deadline:
+                return got
+            time.sleep(min(self.gates.poll_interval_s, 1.0))
+
+    def _leadership_detail(
+        self,
+        b: BrokerPlan,
+        wanted: list[tuple[str, int]],
+        blocked: list[str],
+        outcome: dict[str, str | None],
+        got: set[str],
     ) -> str:
-        """Wait (``leadership_timeout_s``) until ``b`` leads ``wanted``; what it leads, and what it does not, why."""
+        """What ``b`` leads again of its preferred partitions, and what it does not, why (journaled apart)."""
         if not wanted and not blocked:
             return "already leads every partition it is the preferred replica of"
         names = {f"{t}-{p}" for t, p in wanted}
         failed = {n: outcome[n] for n in names if outcome.get(n) not in (None, NOT_NEEDED)}
-        waiting = names - set(failed)
-
-        def led() -> set[str]:
-            return {
-                f"{p['topic']}-{p['partition']}" for p in self.cluster.partitions() if p["leader"] == b.broker_id
-            } & waiting
-
-        deadline = time.monotonic() + self.leadership_timeout_s
-        got = led()
-        while got != waiting and time.monotonic() < deadline:
-            time.sleep(min(self.gates.poll_interval_s, 1.0))
-            got = led()
-        late = sorted(waiting - got)
+        late = sorted(names - set(failed) - got)
         parts = [f"leads {len(got)}/{len(names) + len(blocked)} of its preferred partitions again"]
         if failed:
             parts.append("not elected: " + "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())[:5]))

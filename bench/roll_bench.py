@@ -1,0 +1,203 @@
+"""A rolling restart of a 30-broker lab cluster (RF 3 over 3 racks, ZooKeeper), one broker at a time against
+partition-disjoint batches, through the roll's own plan and executor (``repair.roll_tasks``: the lock, the live
+batch gate, the healthy polls, the preferred elections), with the cluster's metadata watched all along.
+
+    .venv/bin/python bench/roll_bench.py [--brokers 30] [--racks 3] [--no-readme]
+
+A watcher reads every partition's state znode (leader, ISR) and every topic's ``min.insync.replicas`` from
+ZooKeeper every ``--sample-ms`` while the rolls run: a moment below min ISR is a sample in which some partition's ISR
+was smaller than its min ISR (must be 0), and after each step (a batch, or a broker alone) the number of partitions
+not led by their preferred replica is read from the first sample after the step's last leadership check (must be 0:
+each restarted broker leads its preferred partitions again before the next step stops). Both rolls run on the same
+lab, one at a time first. Target (issue 31): batched at least 3x faster, 0 moments below min ISR in either.
+Rewrites the roll block of bench/README.md unless --no-readme; exit 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / d) for d in ("plugins", "lab", "tests")]
+
+from readme_block import write_block  # noqa: E402
+
+from fleet_doctor import inventory  # noqa: E402
+from fleet_doctor.repair import roll_tasks  # noqa: E402
+from fleet_doctor.settings import Settings  # noqa: E402
+from fleet_lab import fleet  # noqa: E402
+from harness.ssh import ssh_connect  # noqa: E402
+
+TARGET_SPEEDUP = 3.0
+BEGIN, END = "<!-- roll-bench:begin -->", "<!-- roll-bench:end -->"
+GATES = {
+    "healthy_polls": 2,
+    "poll_interval_s": 1,
+    "isr_timeout_s": 300,
+    "pause_between_brokers_s": 0,
+    "stop_timeout_s": 120,
+    "leadership_timeout_s": 60,
+}
+
+
+class Watcher(threading.Thread):
+    """Samples every partition's state and each topic's min ISR from ZooKeeper until stopped."""
+
+    def __init__(self, state: fleet.LabState, every_s: float) -> None:
+        super().__init__(daemon=True, name="watcher")
+        self.state, self.every_s = state, every_s
+        # (ts, partitions, {partition: (preferred replica, leader)}, below min ISR)
+        self.samples: list[tuple[float, int, dict[str, tuple[int, int]], list[str]]] = []
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with self.state.zk_session() as zk:
+            topics = {
+                t: json.loads(zk.get(f"/brokers/topics/{t}")[0])["partitions"]
+                for t in zk.get_children("/brokers/topics")
+            }
+            min_isr = {}
+            for t in topics:
+                cfg = json.loads(zk.get(f"/config/topics/{t}")[0]) if zk.exists(f"/config/topics/{t}") else {}
+                min_isr[t] = int((cfg.get("config") or {}).get("min.insync.replicas", 1))
+            paths = [(t, p, f"/brokers/topics/{t}/partitions/{p}/state") for t, ps in topics.items() for p in ps]
+            while not self.done.is_set():
+                ts = time.time()
+                pending = [(t, p, zk.get_async(path)) for t, p, path in paths]
+                below, leaders = [], {}
+                for t, p, res in pending:
+                    st = json.loads(res.get(timeout=10)[0])
+                    if len(st["isr"]) < min_isr[t]:
+                        below.append(f"{t}-{p} ISR {st['isr']} < {min_isr[t]}")
+                    leaders[f"{t}-{p}"] = (topics[t][p][0], st["leader"])
+                self.samples.append((ts, len(paths), leaders, below))
+                self.done.wait(self.every_s)
+
+
+def roll_once(state: fleet.LabState, settings: Settings, batching: str, run: str, watcher: Watcher) -> dict[str, Any]:
+    inv = inventory.load(state.inventory_path)
+    params = {"reason_kind": "os-patch", "reason": "bench", "batching": batching, **GATES}
+    planned = roll_tasks.plan(settings, params)
+    plan = json.loads(Path(settings.repair_dir, planned["hash"], "plan.json").read_text())  # type: ignore[arg-type]
+    t0 = time.monotonic()
+    first = len(watcher.samples)
+    report = roll_tasks.roll(settings, planned, params, run, connect=ssh_connect(inv))
+    took = time.monotonic() - t0
+    journal = json.loads(Path(settings.repair_dir, planned["hash"], "attempts", run, "journal.json").read_text())  # type: ignore[arg-type]
+    samples = watcher.samples[first:]
+    steps, restarted = [], set()
+    for batch in plan["scope"]["batches"]:
+        restarted |= set(batch["brokers"])
+        history = [h for b in batch["brokers"] for h in journal["brokers"][str(b)]["history"]]
+        end = max(h["ts"] for h in history if h["state"] == "verified")
+        after = next((s for s in samples if s[0] >= end), samples[-1])[2]
+        steps.append(
+            {
+                "brokers": batch["brokers"],
+                # partitions a broker restarted so far should lead (its preferred ones) and does not: must be 0
+                "restarted_not_leading": sum(1 for pref, lead in after.values() if pref in restarted and lead != pref),
+                "not_preferred": sum(1 for pref, lead in after.values() if lead != pref),
+            }
+        )
+    below = [s for s in samples if s[3]]
+    return {
+        "batching": batching,
+        "status": report.get("status"),
+        "seconds": round(took, 1),
+        "steps": steps,
+        "samples": len(samples),
+        "moments_below_min_isr": len(below),
+        "below_examples": below[0][3][:3] if below else [],
+        "predicted": plan["risk"]["predicted"],
+        "leadership_left": report.get("leadership_left"),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--brokers", type=int, default=30)
+    p.add_argument("--racks", type=int, default=3)
+    p.add_argument("--sample-ms", type=int, default=100)
+    p.add_argument("--no-readme", action="store_true")
+    args = p.parse_args()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="roll-bench-") as tmp:
+        lab_dir = Path(tmp) / "lab"
+        t0 = time.monotonic()
+        state = fleet.up(lab_dir, brokers=args.brokers, racks=args.racks)
+        try:
+            fleet.wait_in_sync(state, timeout=120)
+            up_s = time.monotonic() - t0
+            settings = Settings(
+                inventory=state.inventory_path, data_root=Path(tmp) / "data", repair_dir=Path(tmp) / "repairs"
+            )
+            watcher = Watcher(state, args.sample_ms / 1000.0)
+            watcher.start()
+            single = roll_once(state, settings, "one-at-a-time", "single", watcher)
+            fleet.wait_in_sync(state, timeout=120)
+            batched = roll_once(state, settings, "partition-disjoint", "batched", watcher)
+            watcher.done.set()
+            watcher.join()
+        finally:
+            fleet.down(lab_dir)
+    speedup = single["seconds"] / batched["seconds"]
+    ok = (
+        speedup >= TARGET_SPEEDUP
+        and single["status"] == batched["status"] == "done"
+        and single["moments_below_min_isr"] == batched["moments_below_min_isr"] == 0
+        and all(s["restarted_not_leading"] == 0 for r in (single, batched) for s in r["steps"])
+    )
+    print(json.dumps({"single": single, "batched": batched, "speedup": speedup}, indent=1, default=str))
+    rows = []
+    for r in (single, batched):
+        worst = max(s["restarted_not_leading"] for s in r["steps"])
+        rows.append(
+            f"| {r['batching']} | {len(r['steps'])} | {r['seconds']:.0f} s | {r['moments_below_min_isr']} of "
+            f"{r['samples']} | {worst} | {r['steps'][0]['not_preferred']} → {r['steps'][-1]['not_preferred']} | "
+            f"{r['predicted']['batched_s']:.0f} s |"
+        )
+    batch_sizes = ", ".join(str(len(s["brokers"])) for s in batched["steps"])
+    block = "\n".join(
+        [
+            BEGIN,
+            "| roll | steps | time | samples below min ISR | after a step, partitions a restarted broker should lead "
+            "and does not (max) | partitions off their preferred leader, after the first step → the last | predicted "
+            "(the plan's, default step times) |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            f"Batched / one at a time: **{speedup:.1f}x** faster (target >= {TARGET_SPEEDUP:.0f}x: "
+            f"**{'ok' if ok else 'MISSED'}**). Batches of {batch_sizes} broker(s). {args.brokers} brokers in "
+            f"{args.racks} racks, the lab up in {up_s:.0f} s; gates: "
+            + ", ".join(f"`{k}` {v}" for k, v in GATES.items())
+            + f"; metadata sampled every {args.sample_ms} ms.",
+            "",
+            f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
+            f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after.",
+            END,
+        ]
+    )
+    print(block)
+    if not args.no_readme:
+        write_block(
+            BEGIN,
+            END,
+            block,
+            "# Rolling restart\n\nA roll of a 30-broker lab cluster, one broker at a time against partition-disjoint "
+            "batches, with ZooKeeper's partition states sampled all along (issue 31). Reproduce: "
+            "`.venv/bin/python bench/roll_bench.py` (about 5 minutes; what it measures is in its docstring).\n\n",
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
