@@ -122,6 +122,53 @@ def roll_once(state: fleet.LabState, settings: Settings, batching: str, run: str
     }
 
 
+# the lab's restart timing: Kafka's, where the roll waits on it (a controlled shutdown of seconds, each log's load at
+# start), and the lab's own (a broker restarts in well under a second of CPU: nothing to wait for but the machine)
+TIMINGS = (("Kafka's", 3000, 200), ("instant", 0, 0))
+
+
+def roll_both(tmp: Path, args: argparse.Namespace, name: str, shutdown_ms: int, load_ms: int) -> dict[str, Any]:
+    """One lab of this timing, rolled one at a time then batched, watched all along."""
+    lab_dir = tmp / f"lab-{shutdown_ms}"
+    t0 = time.monotonic()
+    state = fleet.up(
+        lab_dir, brokers=args.brokers, racks=args.racks, controlled_shutdown_ms=shutdown_ms, log_load_delay_ms=load_ms
+    )
+    try:
+        fleet.wait_in_sync(state, timeout=120)
+        up_s = time.monotonic() - t0
+        settings = Settings(
+            inventory=state.inventory_path,
+            data_root=tmp / f"data-{shutdown_ms}",
+            repair_dir=tmp / f"repairs-{shutdown_ms}",
+        )
+        watcher = Watcher(state, args.sample_ms / 1000.0)
+        watcher.start()
+        single = roll_once(state, settings, "one-at-a-time", "single", watcher)
+        fleet.wait_in_sync(state, timeout=120)
+        batched = roll_once(state, settings, "partition-disjoint", "batched", watcher)
+        watcher.done.set()
+        watcher.join()
+    finally:
+        fleet.down(lab_dir)
+    speedup = single["seconds"] / batched["seconds"]
+    safe = (
+        single["status"] == batched["status"] == "done"
+        and single["moments_below_min_isr"] == batched["moments_below_min_isr"] == 0
+        and all(s["restarted_not_leading"] == 0 for r in (single, batched) for s in r["steps"])
+    )
+    return {
+        "timing": name,
+        "controlled_shutdown_ms": shutdown_ms,
+        "log_load_delay_ms": load_ms,
+        "up_s": up_s,
+        "single": single,
+        "batched": batched,
+        "speedup": speedup,
+        "safe": safe,
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--brokers", type=int, default=30)
@@ -131,53 +178,35 @@ def main() -> int:
     args = p.parse_args()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="roll-bench-") as tmp:
-        lab_dir = Path(tmp) / "lab"
-        t0 = time.monotonic()
-        state = fleet.up(lab_dir, brokers=args.brokers, racks=args.racks)
-        try:
-            fleet.wait_in_sync(state, timeout=120)
-            up_s = time.monotonic() - t0
-            settings = Settings(
-                inventory=state.inventory_path, data_root=Path(tmp) / "data", repair_dir=Path(tmp) / "repairs"
-            )
-            watcher = Watcher(state, args.sample_ms / 1000.0)
-            watcher.start()
-            single = roll_once(state, settings, "one-at-a-time", "single", watcher)
-            fleet.wait_in_sync(state, timeout=120)
-            batched = roll_once(state, settings, "partition-disjoint", "batched", watcher)
-            watcher.done.set()
-            watcher.join()
-        finally:
-            fleet.down(lab_dir)
-    speedup = single["seconds"] / batched["seconds"]
-    ok = (
-        speedup >= TARGET_SPEEDUP
-        and single["status"] == batched["status"] == "done"
-        and single["moments_below_min_isr"] == batched["moments_below_min_isr"] == 0
-        and all(s["restarted_not_leading"] == 0 for r in (single, batched) for s in r["steps"])
-    )
-    print(json.dumps({"single": single, "batched": batched, "speedup": speedup}, indent=1, default=str))
+        results = [roll_both(Path(tmp), args, *timing) for timing in TIMINGS]
+    print(json.dumps(results, indent=1, default=str))
+    kafka = results[0]
+    ok = kafka["speedup"] >= TARGET_SPEEDUP and all(r["safe"] for r in results)
     rows = []
-    for r in (single, batched):
-        worst = max(s["restarted_not_leading"] for s in r["steps"])
-        rows.append(
-            f"| {r['batching']} | {len(r['steps'])} | {r['seconds']:.0f} s | {r['moments_below_min_isr']} of "
-            f"{r['samples']} | {worst} | {r['steps'][0]['not_preferred']} → {r['steps'][-1]['not_preferred']} | "
-            f"{r['predicted']['batched_s']:.0f} s |"
-        )
-    batch_sizes = ", ".join(str(len(s["brokers"])) for s in batched["steps"])
+    for res in results:
+        for r in (res["single"], res["batched"]):
+            worst = max(s["restarted_not_leading"] for s in r["steps"])
+            rows.append(
+                f"| {res['timing']} | {r['batching']} | {len(r['steps'])} | {r['seconds']:.0f} s | "
+                f"{r['moments_below_min_isr']} of {r['samples']} | {worst} | {r['steps'][0]['not_preferred']} → "
+                f"{r['steps'][-1]['not_preferred']} | {r['predicted']['batched_s']:.0f} s |"
+            )
+    batch_sizes = ", ".join(str(len(s["brokers"])) for s in kafka["batched"]["steps"])
     block = "\n".join(
         [
             BEGIN,
-            "| roll | steps | time | samples below min ISR | after a step, partitions a restarted broker should lead "
-            "and does not (max) | partitions off their preferred leader, after the first step → the last | predicted "
-            "(the plan's, default step times) |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| lab timing | roll | steps | time | samples below min ISR | after a step, partitions a restarted broker "
+            "should lead and does not (max) | partitions off their preferred leader, after the first step → the last "
+            "| predicted (the plan's, default step times) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
-            f"Batched / one at a time: **{speedup:.1f}x** faster (target >= {TARGET_SPEEDUP:.0f}x: "
-            f"**{'ok' if ok else 'MISSED'}**). Batches of {batch_sizes} broker(s). {args.brokers} brokers in "
-            f"{args.racks} racks, the lab up in {up_s:.0f} s; gates: "
+            f"Batched / one at a time with Kafka's timing: **{kafka['speedup']:.1f}x** faster (target >= "
+            f"{TARGET_SPEEDUP:.0f}x, 0 samples below min ISR, 0 partitions a restarted broker does not lead again: "
+            f"**{'ok' if ok else 'MISSED'}**); with the lab's instant restarts: {results[1]['speedup']:.1f}x. "
+            f"Batches of {batch_sizes} broker(s) (the racks, the controller last). {args.brokers} brokers in "
+            f"{args.racks} racks, RF 3 (clickstream 2); Kafka's timing: a {kafka['controlled_shutdown_ms']} ms "
+            f"controlled shutdown and {kafka['log_load_delay_ms']} ms per log loaded (about 15 logs a broker); gates: "
             + ", ".join(f"`{k}` {v}" for k, v in GATES.items())
             + f"; metadata sampled every {args.sample_ms} ms.",
             "",
@@ -194,7 +223,7 @@ def main() -> int:
             block,
             "# Rolling restart\n\nA roll of a 30-broker lab cluster, one broker at a time against partition-disjoint "
             "batches, with ZooKeeper's partition states sampled all along (issue 31). Reproduce: "
-            "`.venv/bin/python bench/roll_bench.py` (about 5 minutes; what it measures is in its docstring).\n\n",
+            "`.venv/bin/python bench/roll_bench.py` (about 10 minutes; what it measures is in its docstring).\n\n",
         )
     return 0 if ok else 1
 

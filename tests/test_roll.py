@@ -19,11 +19,14 @@ from fleet_doctor.repair.journal import State
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.roll import RollExecutor
 from fleet_doctor.repair.roll_plan import (
+    DOWN_FIRST,
     LEADERSHIP_OFF,
     LEADERSHIP_VIA_TOOL,
     LEADERSHIP_VIA_ZOOKEEPER,
+    StepTimes,
     build_roll_plan,
     leadership_balance,
+    measure_steps,
 )
 from harness.fakes import Crash, FakeCluster, FakeFleet, FakePartition, fake_hosts
 
@@ -100,6 +103,7 @@ def roll_plan(fleet: FakeFleet, batched: bool, **kw: Any) -> Plan:
         partitions=cluster.partitions(),
         racks=cluster.racks(),
         controller=fleet.controller,
+        down=set(BROKERS) - cluster.registered(),
         batched=batched,
         recovery_bytes_per_s=1e8,
         isr_wait_s=1,
@@ -262,3 +266,24 @@ def test_a_partition_that_cannot_move_back_is_said_and_the_roll_goes_on(tmp_path
     assert done["status"] == "done"
     left = done["brokers"]["2"]["leadership_left"]
     assert any(f"t-{stuck.partition}: its preferred replica 2 is not in ISR" in x for x in left), left
+
+
+def test_a_finished_roll_measures_its_step_times_for_the_next_prediction(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    fleet.running.discard(4)  # down already: rolled first, its stop took nothing and is not measured
+    for p in fleet.partitions:
+        p.isr = [r for r in p.isr if r != 4]
+        if p.leader == 4:
+            p.leader = p.isr[0]
+    plan = roll_plan(fleet, batched=False)
+    assert plan.scope["batches"][0] == {"brokers": [4], "why": DOWN_FIRST}
+    done = executor(plan, fleet, tmp_path).run()
+    measured = measure_steps(done, plan.hash)
+    assert measured is not None and measured["brokers"] == 5 and measured["roll"] == plan.hash
+    assert set(measured) >= {"stop_s", "start_s", "healthy_s", "election_s"}
+    times = StepTimes.measured(measured)
+    assert times.healthy_s == measured["healthy_s"] and times.source.startswith(f"measured on roll {plan.hash[:12]}")
+    again = roll_plan(fleet, batched=False, times=times)
+    assert again.risk["predicted"]["step_times_source"] == times.source
+    assert again.risk["predicted"]["one_at_a_time_s"] < plan.risk["predicted"]["one_at_a_time_s"]
+    assert StepTimes.measured(None) == StepTimes()

@@ -87,6 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         help="log recovery after an unclean stop takes the bytes past the recovery point at this rate (default: "
         "instant)",
     )
+    up.add_argument(
+        "--controlled-shutdown-ms",
+        type=int,
+        default=0,
+        help="ZooKeeper labs: a clean stop's controlled shutdown takes this long, as Kafka's does (default: 0)",
+    )
+    up.add_argument(
+        "--log-load-delay-ms", type=int, default=0, help="each log's load at start takes this long (default: 0)"
+    )
     up.add_argument("--cluster", default=fleet.DEFAULT_CLUSTER, help="cluster name in the inventory and connection ids")
     up.add_argument(
         "--kafka-user",
@@ -136,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 kafka_user=args.kafka_user,
                 racks=args.racks,
                 recovery_bytes_per_s=args.recovery_rate,
+                controlled_shutdown_ms=args.controlled_shutdown_ms,
+                log_load_delay_ms=args.log_load_delay_ms,
             )
             st = fleet.status(d)
             if not args.json:

@@ -143,6 +143,10 @@ class LabState:
     kafka_user: str = ""
     racks: int = 0  # broker.rack: broker i of n in rack-(i mod racks) (0: no racks)
     recovery_bytes_per_s: float = 0.0  # the brokers' log recovery rate after an unclean stop (0: instant)
+    # Kafka's timing of a restart, where a roll waits on it (0: as fast as the lab goes): a ZooKeeper broker's
+    # controlled shutdown, and the load of each log at start
+    controlled_shutdown_ms: int = 0
+    log_load_delay_ms: int = 0
 
     @property
     def kraft(self) -> bool:
@@ -871,6 +875,8 @@ def up(
     kafka_user: str = "",
     racks: int = 0,
     recovery_bytes_per_s: float = 0.0,
+    controlled_shutdown_ms: int = 0,
+    log_load_delay_ms: int = 0,
 ) -> LabState:
     lab_dir = Path(directory).resolve()
     if brokers < 1 or log_dirs_per_broker < 1:
@@ -910,6 +916,8 @@ def up(
         kafka_user=kafka_user,
         racks=racks,
         recovery_bytes_per_s=recovery_bytes_per_s,
+        controlled_shutdown_ms=controlled_shutdown_ms,
+        log_load_delay_ms=log_load_delay_ms,
     )
     with _down_on_failure(lab_dir):
         zk.start()
@@ -929,6 +937,8 @@ def up(
                 session_timeout_s=BROKER_SESSION_TIMEOUT_S,
                 rack=state.rack(b.id),
                 recovery_bytes_per_s=state.recovery_bytes_per_s,
+                controlled_shutdown_ms=state.controlled_shutdown_ms,
+                log_load_delay_ms=state.log_load_delay_ms,
             ).save(b.config_path)
         _start_brokers(state)
     return state

@@ -79,6 +79,7 @@ FINDINGS_JSON = "findings.jsonl"
 STAGE_ERRORS = "stage-errors.txt"
 METADATA_ERROR = "metadata-error.txt"
 REPAIR_LOCK = "repair-lock.json"  # the cluster's repair lock as last seen (``fleet_doctor.lock_state``)
+ROLL_TIMINGS = "roll-timings.json"  # a broker's restart step by step, measured on the cluster's last roll
 
 
 def safe_run_id(run_id: str) -> str:

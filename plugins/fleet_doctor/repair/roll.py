@@ -141,6 +141,9 @@ class RollExecutor(Executor):
     def _roll(self, batch: Batch, todo: list[BrokerPlan]) -> None:
         """Every step of the roll for the batch's unfinished brokers, each broker resuming after its last finished
         step (a step finished before a crash is never repeated, but one before its start is: see ``_resume_after``)."""
+        for b in todo:  # which step each broker rolled in, and why (the measured step times leave the down ones out)
+            if self.journal.broker(b.broker_id).get("step") != batch.to_dict():
+                self._save_quietly(lambda b=b: self.journal.note(b.broker_id, "step", batch.to_dict()))
         hosts: dict[int, BrokerHost] = {}
         try:
             try:  # every host of the step reached at once, each over its own connection

@@ -24,6 +24,8 @@ preferred replica is not in its ISR cannot move back, and says so.
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -237,6 +239,49 @@ class StepTimes:
     start_s: float = DEFAULT_START_S
     election_s: float = DEFAULT_ELECTION_S
     source: str = "defaults (no roll of this cluster measured yet)"
+    healthy_s: float | None = None  # measured: back in ISR and the healthy polls (None: the plan's polls)
+
+    @classmethod
+    def measured(cls, data: Mapping[str, Any] | None) -> StepTimes:
+        """The step times ``measure_steps`` wrote after the cluster's last roll; the defaults without one."""
+        if not data:
+            return cls()
+        when = time.strftime("%Y-%m-%d", time.gmtime(float(data.get("measured_at") or 0)))
+        return cls(
+            float(data["stop_s"]),
+            float(data["start_s"]),
+            float(data["election_s"]),
+            f"measured on roll {str(data.get('roll', ''))[:12]} of {when}, medians of {data.get('brokers')} broker(s)",
+            float(data["healthy_s"]),
+        )
+
+
+def measure_steps(journal: Mapping[str, Any], plan_hash: str) -> dict[str, Any] | None:
+    """A broker's restart step by step (stop, start to registered, back in ISR and healthy, leadership back), the
+    medians over the brokers a finished roll restarted while running (its journal's timestamps; a broker that was
+    down already is left out: its stop took nothing); None when there is none."""
+    spans: dict[str, list[float]] = defaultdict(list)
+    pairs = (
+        ("stop_s", "prechecked", "stopped"),
+        ("start_s", "stopped", "started"),
+        ("healthy_s", "started", "healthy"),
+    )
+    pairs += (("election_s", "healthy", "verified"),)
+    n = 0
+    for b in journal.get("brokers", {}).values():
+        last = {h["state"]: h["ts"] for h in b.get("history", []) if isinstance(h.get("ts"), (int, float))}
+        if b.get("state") != "done" or not all(k in last for k in ("prechecked", "stopped", "started", "verified")):
+            continue
+        if (b.get("step") or {}).get("why") == DOWN_FIRST:
+            continue  # its stop took nothing
+        n += 1
+        for name, start, end in pairs:
+            if start in last and end in last:
+                spans[name].append(max(0.0, last[end] - last[start]))
+    if not n or len(spans) < len(pairs):
+        return None
+    out: dict[str, Any] = {k: round(statistics.median(v), 1) for k, v in spans.items()}
+    return out | {"brokers": n, "roll": plan_hash, "measured_at": time.time()}
 
 
 def recovery_s(preview: RestartPreview | None, recovery_bytes_per_s: float) -> tuple[float, float]:
@@ -265,10 +310,11 @@ def predict(
     """The roll's predicted time, batched as planned and one broker at a time, and each broker's share: a batch
     takes as long as its slowest broker (they stop, start and are gated together), then the pause."""
     per_broker: dict[str, dict[str, float]] = {}
+    healthy = isr_wait_s if times.healthy_s is None else times.healthy_s
     for batch in batches:
         for b in batch.brokers:
             rec, if_unclean = recovery_s(previews.get(b), recovery_bytes_per_s)
-            total = times.stop_s + rec + times.start_s + isr_wait_s + times.election_s
+            total = times.stop_s + rec + times.start_s + healthy + times.election_s
             per_broker[str(b)] = {"recovery_s": rec, "recovery_if_unclean_s": if_unclean, "restart_s": round(total, 1)}
     pauses = max(len(batches) - 1, 0) * pause_s
     batched = sum(max(per_broker[str(b)]["restart_s"] for b in batch.brokers) for batch in batches) + pauses

@@ -20,7 +20,14 @@ from fleet_doctor.repair.kraft_cluster import KraftCluster
 from fleet_doctor.repair.plan import Plan, RestartPreview
 from fleet_doctor.repair.planner import RECOVERY_BYTES_PER_S, FleetFacts, restart_preview
 from fleet_doctor.repair.roll import RollExecutor
-from fleet_doctor.repair.roll_plan import BATCHING, build_roll_plan, is_roll, leadership_way
+from fleet_doctor.repair.roll_plan import (
+    BATCHING,
+    StepTimes,
+    build_roll_plan,
+    is_roll,
+    leadership_way,
+    measure_steps,
+)
 from fleet_doctor.repair.session import cluster_lock, lock_mirror, repairs_dir, save_for_approval, ssh_connect
 from fleet_doctor.settings import Settings
 from fleet_doctor.zookeeper import cluster_session
@@ -92,6 +99,7 @@ def make_roll_plan(settings: Settings, params: dict[str, Any], cluster: ClusterH
             recovery_bytes_per_s=RECOVERY_BYTES_PER_S,
             isr_wait_s=gates.healthy_polls * gates.poll_interval_s,
             pause_s=gates.pause_between_brokers_s,
+            times=step_times(settings),
         )
     except ValueError as e:
         raise RepairError(f"the roll cannot be planned: {e}") from e
@@ -177,4 +185,26 @@ def roll(
         if approval is not None:
             journal.approved(approval)
         ex.run()
+    record_step_times(settings, journal.data, approved.hash)
     return report
+
+
+def record_step_times(settings: Settings, journal: dict[str, Any], plan_hash: str) -> None:
+    """The finished roll's measured step times in the cluster's store (``layout.ROLL_TIMINGS``): the next roll's
+    prediction goes by them. Best effort: a store that cannot be written costs the next prediction only."""
+    measured = measure_steps(journal, plan_hash)
+    if measured is None:
+        return
+    try:
+        settings.store.write_text(layout.ROLL_TIMINGS, json.dumps(measured, indent=2))
+    except Exception as e:
+        LOG.warning("roll %s: the measured step times could not be stored: %s", plan_hash[:12], e)
+
+
+def step_times(settings: Settings) -> StepTimes:
+    """The step times of the cluster's last roll (``record_step_times``), or the defaults."""
+    try:
+        return StepTimes.measured(settings.store.read_json(layout.ROLL_TIMINGS))
+    except Exception as e:
+        LOG.warning("roll: the measured step times could not be read (the defaults go): %s", e)
+        return StepTimes()
