@@ -21,7 +21,6 @@ import os
 import platform
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from fleet_doctor import inventory  # noqa: E402
 from fleet_doctor.repair import roll_tasks  # noqa: E402
 from fleet_doctor.settings import Settings  # noqa: E402
 from fleet_lab import fleet  # noqa: E402
+from harness.roll_watch import Watcher  # noqa: E402
 from harness.ssh import ssh_connect  # noqa: E402
 
 TARGET_SPEEDUP = 3.0
@@ -47,40 +47,6 @@ GATES = {
     "stop_timeout_s": 120,
     "leadership_timeout_s": 60,
 }
-
-
-class Watcher(threading.Thread):
-    """Samples every partition's state and each topic's min ISR from ZooKeeper until stopped."""
-
-    def __init__(self, state: fleet.LabState, every_s: float) -> None:
-        super().__init__(daemon=True, name="watcher")
-        self.state, self.every_s = state, every_s
-        # (ts, partitions, {partition: (preferred replica, leader)}, below min ISR)
-        self.samples: list[tuple[float, int, dict[str, tuple[int, int]], list[str]]] = []
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        with self.state.zk_session() as zk:
-            topics = {
-                t: json.loads(zk.get(f"/brokers/topics/{t}")[0])["partitions"]
-                for t in zk.get_children("/brokers/topics")
-            }
-            min_isr = {}
-            for t in topics:
-                cfg = json.loads(zk.get(f"/config/topics/{t}")[0]) if zk.exists(f"/config/topics/{t}") else {}
-                min_isr[t] = int((cfg.get("config") or {}).get("min.insync.replicas", 1))
-            paths = [(t, p, f"/brokers/topics/{t}/partitions/{p}/state") for t, ps in topics.items() for p in ps]
-            while not self.done.is_set():
-                ts = time.time()
-                pending = [(t, p, zk.get_async(path)) for t, p, path in paths]
-                below, leaders = [], {}
-                for t, p, res in pending:
-                    st = json.loads(res.get(timeout=10)[0])
-                    if len(st["isr"]) < min_isr[t]:
-                        below.append(f"{t}-{p} ISR {st['isr']} < {min_isr[t]}")
-                    leaders[f"{t}-{p}"] = (topics[t][p][0], st["leader"])
-                self.samples.append((ts, len(paths), leaders, below))
-                self.done.wait(self.every_s)
 
 
 def roll_once(state: fleet.LabState, settings: Settings, batching: str, run: str, watcher: Watcher) -> dict[str, Any]:
@@ -105,6 +71,11 @@ def roll_once(state: fleet.LabState, settings: Settings, batching: str, run: str
                 "brokers": batch["brokers"],
                 # partitions a broker restarted so far should lead (its preferred ones) and does not: must be 0
                 "restarted_not_leading": sum(1 for pref, lead in after.values() if pref in restarted and lead != pref),
+                "not_leading_examples": sorted(
+                    f"{n} preferred {pref} led by {lead}"
+                    for n, (pref, lead) in after.items()
+                    if pref in restarted and lead != pref
+                )[:5],
                 "not_preferred": sum(1 for pref, lead in after.values() if lead != pref),
             }
         )
@@ -174,11 +145,15 @@ def main() -> int:
     p.add_argument("--brokers", type=int, default=30)
     p.add_argument("--racks", type=int, default=3)
     p.add_argument("--sample-ms", type=int, default=100)
+    p.add_argument("--timing", choices=[t[0] for t in TIMINGS], help="only this lab timing (implies --no-readme)")
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="roll-bench-") as tmp:
-        results = [roll_both(Path(tmp), args, *timing) for timing in TIMINGS]
+        results = [roll_both(Path(tmp), args, *t) for t in TIMINGS if args.timing in (None, t[0])]
+    if args.timing:
+        print(json.dumps(results, indent=1, default=str))
+        return 0 if all(r["safe"] for r in results) else 1
     print(json.dumps(results, indent=1, default=str))
     kafka = results[0]
     ok = kafka["speedup"] >= TARGET_SPEEDUP and all(r["safe"] for r in results)

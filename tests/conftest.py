@@ -144,6 +144,7 @@ LIVE_MODULES = {
     "test_repair_live_seed000",
     "test_repair_progress",
     "test_repair_safety",
+    "test_roll_live",
     "test_scan_cli",
     "test_ui_browser",
 }
@@ -155,6 +156,7 @@ AIRFLOW_MODULES = {
     "test_repair_live",
     "test_repair_live_seed000",
     "test_kraft_repair",
+    "test_roll_live",
 }
 AIRFLOW_GROUP = "live-airflow"
 # programs a unit test may not start (a basename, or a module run with -m)

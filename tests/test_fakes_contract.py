@@ -54,7 +54,7 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     else:
         tmp = tmp_path_factory.mktemp("contract")
     try:
-        state = fleet.up(tmp / "lab", brokers=3, kafka_version="3.6.2", **users)
+        state = fleet.up(tmp / "lab", brokers=3, kafka_version="3.6.2", racks=3, **users)
         inv = inventory.load(tmp / "lab" / "inventory.json")
         zk = state.zk_client()
         try:
@@ -85,7 +85,8 @@ def mirror(lab: dict[str, Any], paths: list[str]) -> FakeFleet:
     ]
     files = {b.id: {} for b in lab["inv"].brokers}
     files[BROKER] = {p: Path(p).read_bytes() for p in paths}
-    return FakeFleet(files, parts, controller=real.controller(), running=set(real.registered()))
+    racks = {b: r for b, r in real.racks().items() if r is not None}
+    return FakeFleet(files, parts, controller=real.controller(), running=set(real.registered()), racks=racks)
 
 
 def reads(cluster: Cluster) -> dict[str, Any]:
@@ -171,6 +172,47 @@ def test_the_fake_host_answers_as_the_real_one(lab: dict[str, Any], tmp_path: Pa
         Path(quarantined).unlink(missing_ok=True)
         if not fleet.running_pid(state.broker(BROKER).config()):
             fleet.run_service(state.broker(BROKER), "start")
+
+
+def test_a_rolls_reads_and_elections_answer_as_the_real_ones(lab: dict[str, Any]) -> None:
+    """What a roll asks besides the repair's calls: the racks, the broker's state, a preferred election through the
+    broker's election tool and through ZooKeeper's znode."""
+    state, inv = lab["state"], lab["inv"]
+    real = ssh_hosts(inv, ssh_connect(inv))(BROKER, [])
+    real_cluster = Cluster(lab["zk"])
+    try:
+        fake_fleet = mirror(lab, [])
+        fake, fake_cluster = FakeHost(fake_fleet, BROKER), FakeCluster(fake_fleet)
+        assert real_cluster.racks() == fake_cluster.racks() == {1: "rack-0", 2: "rack-1", 3: "rack-2"}
+        assert real.broker_state().name == fake.broker_state().name == "RUNNING"  # type: ignore[union-attr]
+        for who in (BROKER, 2):  # each restarted: its leadership moved away and stays away
+            fleet.run_service(state.broker(who), "stop")
+            wait_until(lambda who=who: who not in real_cluster.registered(), 60, "the lab broker stop")
+            if who == BROKER:
+                stopped = FakeHost(mirror(lab, []), BROKER)
+                stopped.fleet.running.discard(BROKER)
+                assert real.broker_state().name == stopped.broker_state().name == "NOT_RUNNING"  # type: ignore[union-attr]
+            fleet.run_service(state.broker(who), "start")
+            fleet.wait_healthy(state, timeout=60)
+
+        def preferred(broker: int) -> list[tuple[str, int]]:
+            return sorted((p["topic"], p["partition"]) for p in real_cluster.partitions() if p["replicas"][0] == broker)
+
+        mine = preferred(BROKER)
+        fake_fleet = mirror(lab, [])
+        fake, fake_cluster = FakeHost(fake_fleet, BROKER), FakeCluster(fake_fleet)
+        elected = real.elect_preferred(mine, 60)
+        assert elected == fake.elect_preferred(mine, 60) and set(elected.values()) == {None}, elected
+        assert real.elect_preferred(mine, 60) == fake.elect_preferred(mine, 60) == dict.fromkeys(elected, "noop")
+        theirs = preferred(2)  # through ZooKeeper's /admin/preferred_replica_election
+        wait_until(lambda: reads(real_cluster) == reads(fake_cluster), 60, "the same ISR")
+        fake_fleet = mirror(lab, [])
+        by_zk = real_cluster.elect_preferred(theirs, 60)
+        assert set(by_zk.values()) == {None} and set(FakeCluster(fake_fleet).elect_preferred(theirs, 60).values()) == {
+            None
+        }
+    finally:
+        real.close()
 
 
 def test_a_change_its_user_cannot_make_is_refused_before_the_stop(lab: dict[str, Any]) -> None:

@@ -69,7 +69,6 @@ class RollExecutor(Executor):
         self.leadership_timeout_s = self.gates.leadership_timeout_s
         self.isr_margin = int(self.plan.scope.get("isr_margin") or 0)
         self.leadership = dict(self.plan.scope.get("leadership") or {"via": LEADERSHIP_OFF})
-        self._journal_lock = threading.Lock()
 
     # ---- the chain
     def run(self) -> dict[str, Any]:
