@@ -17,9 +17,9 @@ import pytest
 
 from fleet_doctor import inventory as inv
 from fleet_doctor.cluster_metadata import read_cluster_metadata
-from fleet_doctor.probe import parse_offset_checkpoint
 from fleet_doctor.remote import Remote
 from fleet_lab import fleet
+from harness.roll_watch import past_recovery_point
 from harness.ssh import ssh_client
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.live]
@@ -86,22 +86,6 @@ def racks(state: fleet.LabState) -> dict[int, str | None]:
         return {int(b): json.loads(zk.get(f"/brokers/ids/{b}")[0]).get("rack") for b in zk.get_children("/brokers/ids")}
 
 
-def past_recovery_point(log_dir: Path) -> int:
-    """The bytes of the segments an unclean stop leaves to recover in ``log_dir`` (kafka-reference.md §2.4): from the
-    segment holding each partition's checkpointed recovery point on."""
-    entries, _ = parse_offset_checkpoint((log_dir / "recovery-point-offset-checkpoint").read_bytes(), "rp")
-    points = {f"{t}-{p}": o for t, p, o in entries}
-    total = 0
-    for part in log_dir.iterdir():
-        if not part.is_dir() or part.name.startswith("__cluster_metadata"):
-            continue
-        logs = sorted((int(f.name.split(".")[0]), f) for f in part.glob("*.log"))
-        point = points.get(part.name, 0)
-        start = max([base for base, _ in logs if base <= point], default=logs[0][0] if logs else 0)
-        total += sum(f.stat().st_size for base, f in logs if base >= start)
-    return total
-
-
 def remote(state: fleet.LabState, broker: int) -> tuple[Remote, inv.BrokerEntry]:
     entry = inv.load(state.inventory_path).broker(broker)
     return Remote(ssh_client(entry), broker), entry
@@ -115,8 +99,22 @@ def test_each_broker_registers_its_rack(lab: fleet.LabState) -> None:
 
 
 def test_leadership_moves_off_a_stopped_broker_and_back_on_a_preferred_election(lab: fleet.LabState) -> None:
-    before = partitions(lab)
-    led = sorted(n for n, p in before.items() if p["leader"] == 1 and p["replicas"][0] == 1)
+    # every partition to its preferred leader first (a lab just up has its leaders where registration order left them)
+    r, entry = remote(lab, 2)
+    try:
+        every = r.run(
+            f"{entry.service['leader_election']} --election-type PREFERRED --all-topic-partitions", check=False
+        )
+    finally:
+        r.close()
+    assert every.exit_status == 0, every.stdout + every.stderr
+
+    def all_preferred() -> dict[str, dict[str, Any]] | None:
+        now = partitions(lab)
+        return now if all(p["leader"] == p["replicas"][0] for p in now.values()) else None
+
+    before = wait_for(all_preferred, 10, "every partition led by its preferred replica")
+    led = sorted(n for n, p in before.items() if p["replicas"][0] == 1)
     assert led, before
     b = lab.broker(1)
     assert fleet.run_service(b, "stop").returncode == 0

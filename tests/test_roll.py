@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from fleet_doctor.inventory import Inventory
+from fleet_doctor.repair.broker import parse_broker_state, parse_election
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.journal import State
@@ -287,3 +288,39 @@ def test_a_finished_roll_measures_its_step_times_for_the_next_prediction(tmp_pat
     assert again.risk["predicted"]["step_times_source"] == times.source
     assert again.risk["predicted"]["one_at_a_time_s"] < plan.risk["predicted"]["one_at_a_time_s"]
     assert StepTimes.measured(None) == StepTimes()
+
+
+@pytest.mark.parametrize(
+    ("text", "state"),
+    [
+        ("BrokerState=RECOVERY remainingLogsToRecover=3 remainingSegmentsToRecover=17\n", ("RECOVERY", 3, 17)),
+        ("RUNNING\n", ("RUNNING", None, None)),
+        ("2\n", ("RECOVERY", None, None)),
+        (  # a Jolokia read of the gauge
+            '{"request":{"mbean":"kafka.server:name=BrokerState,type=KafkaServer","type":"read"},"value":3,'
+            '"timestamp":1795970000,"status":200}',
+            ("RUNNING", None, None),
+        ),
+        ("BrokerState=NOT_RUNNING\n", ("NOT_RUNNING", None, None)),
+        ("something else entirely", ("UNKNOWN", None, None)),
+    ],
+)
+def test_the_broker_state_is_read_from_what_the_inventory_command_prints(text: str, state: tuple[Any, ...]) -> None:
+    got = parse_broker_state(text)
+    assert (got.name, got.remaining_logs, got.remaining_segments) == state
+    assert got.recovering is (state[0] == "RECOVERY")
+
+
+def test_the_election_tools_output_is_read_per_partition() -> None:
+    out = (
+        "Successfully completed leader election (PREFERRED) for partitions orders-0, my.topic-12\n"
+        "Valid replica already elected for partitions payments-1\n"
+        "Error completing leader election (PREFERRED) for partition: clickstream-3: org.apache.kafka.common.errors."
+        "PreferredLeaderNotAvailableException: Failed to elect leader for partition clickstream-3 under strategy "
+        "PreferredReplicaPartitionLeaderElectionStrategy\n"
+        'Exception in thread "main" kafka.common.AdminCommandFailedException: 1 replica(s) could not be elected\n'
+    )
+    got = parse_election(out)
+    assert got["orders-0"] is None and got["my.topic-12"] is None and got["payments-1"] == "noop"
+    assert got["clickstream-3"].startswith("org.apache.kafka.common.errors.PreferredLeaderNotAvailableException")
+    assert set(got) == {"orders-0", "my.topic-12", "payments-1", "clickstream-3"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,12 @@ from fleet_lab.broker import BrokerConfig
 from harness.kraft_repair import VICTIM
 from harness.kraft_repair import snapshot as kraft_snapshot
 from harness.live_stack import FAST, LAB_CLUSTER, events, plan_dir
+from harness.roll_watch import past_recovery_point
 from harness.shared import current_controller, live
 
 pytestmark = pytest.mark.timeout(1800)
 ROLL = roll_dag(LAB_CLUSTER)
-RATE = 60_000.0  # bytes of segment recovered per second: the killed broker's recovery takes seconds
+RECOVERY_S = 6.0  # the killed broker's log recovery takes about this long (its rate set from its bytes to recover)
 
 
 def leaders(state: lab.LabState) -> dict[str, tuple[int, int, list[int], list[int]]]:
@@ -56,10 +58,17 @@ def leaders(state: lab.LabState) -> dict[str, tuple[int, int, list[int], list[in
     return out
 
 
+def registered(state: lab.LabState) -> set[int]:
+    with state.zk_session() as zk:
+        return {int(b) for b in zk.get_children("/brokers/ids")}
+
+
 def slow_recovery(state: lab.LabState, broker: int) -> None:
-    """``broker`` configured to recover its logs at ``RATE`` at its next start."""
+    """``broker`` (down after an unclean stop) configured to take about ``RECOVERY_S`` recovering its logs."""
     b = state.broker(broker)
-    BrokerConfig(**{**b.config().__dict__, "recovery_bytes_per_s": RATE}).save(b.config_path)
+    total = sum(past_recovery_point(Path(d)) for d in b.log_dirs)
+    assert total > 0, b.log_dirs
+    BrokerConfig(**{**b.config().__dict__, "recovery_bytes_per_s": total / RECOVERY_S}).save(b.config_path)
 
 
 @pytest.mark.parametrize("metadata", ["zookeeper", "kraft"])
@@ -70,10 +79,14 @@ def test_a_roll_through_the_approval_waits_out_a_recovery_and_gives_leadership_b
     af = ctx["af"]
     # down after an unclean stop: on KRaft the snapshot's node 3 (seed-000's kill -9), on ZooKeeper broker 2, killed
     killed = VICTIM if state.kraft else 2
-    slow_recovery(state, killed)
     if not state.kraft:
         assert lab.run_service(state.broker(killed), "kill").returncode == 0
+        deadline = time.monotonic() + 30  # its ZooKeeper session expires: the cluster sees it down
+        while killed in registered(state):
+            assert time.monotonic() < deadline, "the killed broker's registration did not go"
+            time.sleep(0.1)
     assert lab.running_pid(state.broker(killed).config()) is None
+    slow_recovery(state, killed)
     t0 = max(e["ts"] for es in events(state).values() for e in es)
     params = {"reason_kind": "config-change", "reason": "num.io.threads 16", **FAST, "leadership_timeout_s": 60}
     run = af.trigger(ROLL, params)

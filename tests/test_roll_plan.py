@@ -170,3 +170,41 @@ def test_the_roll_plan_is_hashed_whole_and_reads_back() -> None:
     assert plan.risk["predicted"]["batched_s"] < plan.risk["predicted"]["one_at_a_time_s"]
     with pytest.raises(ValueError, match="reason"):
         build_roll_plan("c", sorted(racks), **{**kw, "reason": {"kind": "because"}})
+
+
+def test_the_roll_approval_says_what_runs_and_how_long() -> None:
+    from fleet_doctor.repair import approval_text
+
+    racks, partitions = rack_aware_cluster(brokers=6, racks=3, topics=2, parts=6)
+    previews = {2: RestartPreview(False, False, 3, 300_000_000, 0, 0, 0.0)}  # down after an unclean stop
+    plan = build_roll_plan(
+        "prod-eu",
+        sorted(racks),
+        reason={"kind": "upgrade", "text": "3.7.2 -> 3.9.1"},
+        partitions=partitions,
+        racks=racks,
+        controller=1,
+        down=[2],
+        previews=previews,
+        hold_out=[6],
+        batched=True,
+        gates={"healthy_polls": 3},
+        leadership={"via": "kafka-leader-election.sh", "why": "every broker's inventory entry has it"},
+        recovery_bytes_per_s=100 * 1024 * 1024,
+        isr_wait_s=30,
+        pause_s=0,
+    )
+    asked = approval_text.roll_request(plan)
+    steps = len(plan.scope["batches"])
+    assert (
+        asked.subject
+        == f"Kafka roll `prod-eu` plan {plan.hash[:12]}: restart 5 broker(s) in {steps} step(s) (`upgrade`)"
+    )
+    assert asked.option == f"Approve: restart 5 broker(s) in {steps} step(s) (roll {plan.hash[:12]})"
+    body = asked.body
+    assert "`3.7.2 -> 3.9.1`" in body and "**Held out:** broker(s) 6." in body
+    assert "| 1 | 2 | `rack-2` | `down already: started first (nothing in sync is stopped)` |" in body
+    assert "| 5 | 1 | `rack-1` | `the active controller, last` |" in body
+    assert "**Log recovery**" in body and "| 2 | 3 s | 3 s |" in body  # 300 MB at 100 MiB/s, certain: it is down
+    assert "- **Leadership back:** `kafka-leader-election.sh`" in body and "**Gates:** `healthy_polls` `3`" in body
+    assert approval_text.hashes_in(body) == [plan.hash]

@@ -251,7 +251,8 @@ class BrokerHost:
     def elect_preferred(self, partitions: Iterable[tuple[str, int]], timeout: float) -> dict[str, str | None]:
         """A preferred-leader election of exactly ``partitions``, by the inventory's ``leader_election`` command
         (``kafka-leader-election.sh`` with its connection options) with ``--election-type PREFERRED
-        --path-to-json-file`` a file written in a private dir of ``tmp_dir``; each partition's outcome
+        --path-to-json-file`` a file written in a fresh dir of ``tmp_dir`` (``mktemp -d``; readable, as the command may
+        run as the Kafka user, writable by the SSH user alone); each partition's outcome
         (``parse_election``). RepairError when the command names none of them (it could not run)."""
         command = self.entry.service.get("leader_election")
         if not command:
@@ -261,7 +262,10 @@ class BrokerHost:
         tmp = shlex.quote(self.tmp_dir)
         out = bytearray()
         ran = self.remote.stream(
-            f'd=$(mktemp -d {tmp}/fleet-doctor-elect.XXXXXXXXXX) && cat > "$d/partitions.json" && '
+            # the dir private to the SSH user but readable (the command may run as the Kafka user through sudo):
+            # nothing else can write there, and the file holds topic names only
+            f'd=$(mktemp -d {tmp}/fleet-doctor-elect.XXXXXXXXXX) && chmod 755 "$d" && '
+            f'(umask 022 && cat > "$d/partitions.json") && '
             f'{{ {command} --election-type PREFERRED --path-to-json-file "$d/partitions.json"; rc=$?; '
             'rm -rf -- "$d"; exit $rc; }',
             body,
