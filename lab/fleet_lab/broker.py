@@ -907,16 +907,21 @@ class LabBroker:
                 if leader != state["leader"]:
                     new_state["leader_epoch"] = state["leader_epoch"] + 1
                 with contextlib.suppress(BadVersionError):
-                    self.zk.set(path, json.dumps(new_state).encode(), version=st.version)
-                    STATE_CHANGE.info(
-                        "[Controller id=%d epoch=%d] Changed partition %s-%s from %s to %s",
-                        self.cfg.broker_id,
-                        self.controller_epoch,
-                        topic,
-                        p,
-                        state,
-                        new_state,
-                    )
+                    self._change_state(topic, p, state, new_state, st.version)
+
+    def _change_state(self, topic: str, p: Any, state: dict[str, Any], new: dict[str, Any], version: int) -> None:
+        """The controller's write of a partition's state znode, version-checked (kazoo's BadVersionError when it
+        changed meanwhile), logged as Kafka's state change logger does."""
+        self.zk.set(f"/brokers/topics/{topic}/partitions/{p}/state", json.dumps(new).encode(), version=version)
+        STATE_CHANGE.info(
+            "[Controller id=%d epoch=%d] Changed partition %s-%s from %s to %s",
+            self.cfg.broker_id,
+            self.controller_epoch,
+            topic,
+            p,
+            state,
+            new,
+        )
 
     def _preferred_election(self, live: set[int]) -> None:
         """KafkaController's PreferredReplicaElection (``/admin/preferred_replica_election``, written by the election
@@ -924,7 +929,7 @@ class LabBroker:
         alive and in ISR, a new leader epoch; then the znode is deleted, which tells the tool the election is over."""
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        from fleet_lab.admin import PREFERRED_PATH, not_available
+        from fleet_lab.admin import PREFERRED_PATH
 
         try:
             raw, _ = self.zk.get(PREFERRED_PATH, watch=self._poke)
@@ -944,43 +949,41 @@ class LabBroker:
         topics = self._topics()
         for topic, p in wanted:
             replicas = (topics.get(topic, ({}, None))[0].get("partitions") or {}).get(str(p)) or []
-            path = f"/brokers/topics/{topic}/partitions/{p}/state"
-            try:
-                raw_state, st = self.zk.get(path)
-            except NoNodeError:
-                continue
-            state = json.loads(raw_state)
-            preferred = replicas[0] if replicas else None
-            if preferred is None or state["leader"] == preferred:
-                continue
-            if preferred not in live or preferred not in state["isr"]:
-                CONTROLLER.error(
-                    "[Controller id=%d] Error completing replica leader election (PREFERRED) for partition %s-%d: %s",
-                    self.cfg.broker_id,
-                    topic,
-                    p,
-                    not_available(f"{topic}-{p}"),
-                )
-                continue
-            new_state = dict(
-                state,
-                leader=preferred,
-                leader_epoch=state["leader_epoch"] + 1,
-                controller_epoch=self.controller_epoch,
-            )
-            with contextlib.suppress(BadVersionError):
-                self.zk.set(path, json.dumps(new_state).encode(), version=st.version)
-                STATE_CHANGE.info(
-                    "[Controller id=%d epoch=%d] Changed partition %s-%s from %s to %s",
-                    self.cfg.broker_id,
-                    self.controller_epoch,
-                    topic,
-                    p,
-                    state,
-                    new_state,
-                )
+            for _attempt in range(5):  # a broker's ISR write may come between the read and the write: read again
+                with contextlib.suppress(BadVersionError):
+                    self._elect_preferred(topic, p, replicas, live)
+                    break
         with contextlib.suppress(NoNodeError):
             self.zk.delete(PREFERRED_PATH)
+
+    def _elect_preferred(self, topic: str, p: int, replicas: list[int], live: set[int]) -> None:
+        """One partition of a preferred election: its first replica made leader (a new leader epoch) when it is
+        alive and in ISR (kazoo's BadVersionError when the state changed since it was read)."""
+        from kazoo.exceptions import NoNodeError
+
+        from fleet_lab.admin import not_available
+
+        try:
+            raw_state, st = self.zk.get(f"/brokers/topics/{topic}/partitions/{p}/state")
+        except NoNodeError:
+            return
+        state = json.loads(raw_state)
+        preferred = replicas[0] if replicas else None
+        if preferred is None or state["leader"] == preferred:
+            return
+        if preferred not in live or preferred not in state["isr"]:
+            CONTROLLER.error(
+                "[Controller id=%d] Error completing replica leader election (PREFERRED) for partition %s-%d: %s",
+                self.cfg.broker_id,
+                topic,
+                p,
+                not_available(f"{topic}-{p}"),
+            )
+            return
+        new = dict(
+            state, leader=preferred, leader_epoch=state["leader_epoch"] + 1, controller_epoch=self.controller_epoch
+        )
+        self._change_state(topic, p, state, new, st.version)
 
     def _pick_log_dir(self) -> Path | None:
         online = [Path(d) for d in self.cfg.log_dirs if Path(d) not in self.offline_dirs]

@@ -142,22 +142,13 @@ class Executor:
 
     # ---- the chain
     def run(self) -> dict[str, Any]:
-        pending = [b for b in self.plan.brokers if b.restart]
+        """The chain (``chain``), its status journaled: running, then done, or halted with why."""
         self.journal.data["status"] = "running"  # a rerun of a halted or restored plan runs again
         self.journal.data["dry_run"] = self.dry_run
         self.journal.data.pop("error", None)
         self.journal.save()
         try:
-            while pending:
-                b = self._next(pending)
-                pending.remove(b)
-                if self.journal.completed(b.broker_id) == State.DONE:
-                    continue
-                self._repair(b)
-                if pending and self.gates.pause_between_brokers_s:
-                    left = len([o for o in pending if self.journal.completed(o.broker_id) != State.DONE])
-                    what = f"pause after broker {b.broker_id} before the next ({left} left)"
-                    pause(what, self.gates.pause_between_brokers_s, self.gates.progress_every_s, log=LOG)
+            self.chain()
             self.journal.data["status"] = "done"
         except FenceLost:
             self.fenced = True
@@ -171,6 +162,20 @@ class Executor:
         if not self.fenced:
             self.journal.save()
         return self.journal.data
+
+    def chain(self) -> None:
+        """Broker after broker (``_next``), each through every step, the pause between them."""
+        pending = [b for b in self.plan.brokers if b.restart]
+        while pending:
+            b = self._next(pending)
+            pending.remove(b)
+            if self.journal.completed(b.broker_id) == State.DONE:
+                continue
+            self._repair(b)
+            if pending and self.gates.pause_between_brokers_s:
+                left = len([o for o in pending if self.journal.completed(o.broker_id) != State.DONE])
+                what = f"pause after broker {b.broker_id} before the next ({left} left)"
+                pause(what, self.gates.pause_between_brokers_s, self.gates.progress_every_s, log=LOG)
 
     def _next(self, pending: list[BrokerPlan]) -> BrokerPlan:
         """Plan order, the voters after the brokers, the controller of this moment last."""

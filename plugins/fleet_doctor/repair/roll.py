@@ -71,38 +71,21 @@ class RollExecutor(Executor):
         self.leadership = dict(self.plan.scope.get("leadership") or {"via": LEADERSHIP_OFF})
 
     # ---- the chain
-    def run(self) -> dict[str, Any]:
+    def chain(self) -> None:
+        """Step after step (``_next_batch``), each through every step for all of its brokers, the pause between."""
         by_id = {b.broker_id: b for b in self.plan.brokers if b.restart}
         pending = [Batch(tuple(x for x in batch.brokers if x in by_id), batch.why) for batch in batches_of(self.plan)]
         pending = [batch for batch in pending if batch.brokers]
-        self.journal.data["status"] = "running"
-        self.journal.data["dry_run"] = self.dry_run
-        self.journal.data.pop("error", None)
-        self.journal.save()
-        try:
-            while pending:
-                batch = self._next_batch(pending)
-                todo = [by_id[x] for x in batch.brokers if self.journal.completed(x) != State.DONE]
-                if not todo:
-                    continue
-                self._roll(batch, todo)
-                left = sum(1 for p in pending for x in p.brokers if self.journal.completed(x) != State.DONE)
-                if left and self.gates.pause_between_brokers_s:
-                    what = f"pause after {_named(batch.brokers)} before the next batch ({left} broker(s) left)"
-                    pause(what, self.gates.pause_between_brokers_s, self.gates.progress_every_s, log=LOG)
-            self.journal.data["status"] = "done"
-        except FenceLost:
-            self.fenced = True
-            raise
-        except BaseException as e:
-            self.journal.data["status"] = "halted"
-            self.journal.data["error"] = str(e) or type(e).__name__
-            if not self.fenced:
-                self._save_quietly()
-            raise
-        if not self.fenced:
-            self.journal.save()
-        return self.journal.data
+        while pending:
+            batch = self._next_batch(pending)
+            todo = [by_id[x] for x in batch.brokers if self.journal.completed(x) != State.DONE]
+            if not todo:
+                continue
+            self._roll(batch, todo)
+            left = sum(1 for p in pending for x in p.brokers if self.journal.completed(x) != State.DONE)
+            if left and self.gates.pause_between_brokers_s:
+                what = f"pause after {_named(batch.brokers)} before the next step ({left} broker(s) left)"
+                pause(what, self.gates.pause_between_brokers_s, self.gates.progress_every_s, log=LOG)
 
     def _next_batch(self, pending: list[Batch]) -> Batch:
         """The next batch in plan order, the controller of this moment last: a batch holding it while others remain
