@@ -280,7 +280,7 @@ class FakeHost:
         if not self.fleet.broker_states:
             return None
         if self.broker_id not in self.fleet.running:
-            return BrokerState("NOT_RUNNING")
+            return None  # as the real host: the command exits non-zero (the lab's: 3, BrokerState=NOT_RUNNING)
         if self.broker_id in self.fleet.recovering:
             left = self.fleet.recovered_a_bit(self.broker_id)
             if left:

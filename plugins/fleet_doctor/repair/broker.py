@@ -244,7 +244,7 @@ class BrokerHost:
         if not command:
             return None
         ran = self.remote.run(command, timeout=60, check=False)
-        if not ran.stdout.strip():
+        if ran.exit_status != 0 or not ran.stdout.strip():  # not read (the lab's exits 3 when the broker is down)
             return None
         return parse_broker_state(ran.stdout)
 
@@ -348,17 +348,18 @@ class BrokerState:
 
 
 def parse_broker_state(text: str) -> BrokerState:
-    """The first BrokerState name or number in ``text`` (``BrokerState=RECOVERY``, ``RECOVERY``, ``2``, a Jolokia
-    ``{"value":2}``), and ``remainingLogsToRecover=N`` / ``remainingSegmentsToRecover=M`` when present."""
+    """The BrokerState ``text`` names: ``BrokerState=RECOVERY`` (or ``=2``), a Jolokia read's ``"value":2``, or the
+    whole output a name or a number (``RECOVERY``, ``2``); ``remainingLogsToRecover=N`` and
+    ``remainingSegmentsToRecover=M`` when present. Anything else is UNKNOWN: a number elsewhere in the output (an
+    address, an error message) is never taken for a state."""
     names = set(BROKER_STATES.values())
-    name = "UNKNOWN"
-    for token in re.findall(r"[A-Z_]{4,}|\b\d{1,3}\b", text):
-        if token in names:
-            name = token
-            break
-        if token.isdigit() and int(token) in BROKER_STATES:
-            name = BROKER_STATES[int(token)]
-            break
+    m = (
+        re.search(r"BrokerState\s*[=:]\s*([A-Z_]+|\d+)\b", text)
+        or re.search(r'"value"\s*:\s*(\d+)\b', text)
+        or re.fullmatch(r"\s*([A-Z_]+|\d+)\s*", text)
+    )
+    token = m.group(1) if m else ""
+    name = token if token in names else BROKER_STATES.get(int(token), "UNKNOWN") if token.isdigit() else "UNKNOWN"
 
     def gauge(key: str) -> int | None:
         m = re.search(rf"{key}\D{{0,3}}(\d+)", text)

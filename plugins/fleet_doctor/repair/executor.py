@@ -397,8 +397,8 @@ class Executor:
         what = f"broker {b.broker_id}: waiting for the process to exit and its {self.cluster.registration} to go"
         try:
             self._wait(stopped, self.gates.stop_timeout_s, f"broker {b.broker_id} did not stop", what)
-        except RepairError as e:
-            raise StillStopping(f"{e} (the plan's stop_timeout_s)") from e
+        except (RepairError, RemoteError) as e:  # a poll that failed says nothing of the stop: it may go on
+            raise StillStopping(f"{e} (the plan's stop_timeout_s)" if isinstance(e, RepairError) else str(e)) from e
 
     def backup(self, b: BrokerPlan, host: BrokerHost) -> str:
         """Back up the files about to change, unless a backup of this attempt already holds each of them exactly as it

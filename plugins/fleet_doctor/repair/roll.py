@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
 from fleet_doctor.remote import RemoteError
 from fleet_doctor.repair.broker import NOT_NEEDED, BrokerHost
 from fleet_doctor.repair.errors import FenceLost, RepairError
@@ -103,9 +105,10 @@ class RollExecutor(Executor):
             pending[:] = [p for p in pending if p.brokers]
             return Batch(tuple(down), DOWN_FIRST)
         undone = [p for p in pending if any(self.journal.completed(x) != State.DONE for x in p.brokers)]
-        if controller is not None and len(undone) > 1:
+        if controller is not None and (len(undone) > 1 or any(len(p.brokers) > 1 for p in undone)):
             for i, p in enumerate(pending):
-                if controller in p.brokers and p is not undone[-1] and self.journal.completed(controller) != State.DONE:
+                alone_last = p.brokers == (controller,) and p is undone[-1]
+                if controller in p.brokers and not alone_last and self.journal.completed(controller) != State.DONE:
                     rest = tuple(x for x in p.brokers if x != controller)
                     pending[i] = Batch(rest, p.why)
                     pending.append(Batch((controller,), "the active controller of this moment, deferred to the end"))
@@ -198,12 +201,36 @@ class RollExecutor(Executor):
         return frozenset()  # a roll repairs no replica: none is expected out of ISR
 
     def _stop_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
+        """Stop the step's registered brokers together and wait until all are gone. A broker of the step that is not
+        registered is never stopped: either its process is gone already, or it runs and is starting or recovering
+        its logs (a rerun while it recovers, a KRaft node fenced but running): its start is then a no-op and the
+        roll waits for it. Once a stop is journaled as issued, any failure of the step leaves every broker of it
+        counted as possibly still stopping (``StillStopping``): none is counted as up again until seen started."""
+        registered = self.cluster.registered()
+        stopping = [b for b in bs if b.broker_id in registered]
+        running: dict[int, bool] = {}
+        self._together(
+            [b for b in bs if b.broker_id not in registered],
+            lambda b: running.__setitem__(b.broker_id, hosts[b.broker_id].running()),
+        )
         if not self.dry_run:
-            for b in bs:
+            for b in stopping:
                 self.journal.stop_issued(b.broker_id)
-        self._together(bs, lambda b: self._send(b, hosts[b.broker_id], "stop", self.gates.stop_timeout_s))
-        self._wait_all_stopped(bs, hosts)
-        return {b.broker_id: f"process gone and its {self.cluster.registration} removed" for b in bs}
+        try:
+            self._together(stopping, lambda b: self._send(b, hosts[b.broker_id], "stop", self.gates.stop_timeout_s))
+            self._wait_all_stopped(stopping, hosts)
+        except _BrokerFailed as e:
+            cause = e.cause if isinstance(e.cause, StillStopping) else StillStopping(str(e.cause))
+            raise _BrokerFailed(e.broker, cause) from e.cause
+        out = {b.broker_id: f"process gone and its {self.cluster.registration} removed" for b in stopping}
+        for bid, up in running.items():
+            out[bid] = (
+                f"not stopped: its process runs without its {self.cluster.registration} (starting, or recovering "
+                "its logs): waited for at the start"
+                if up
+                else f"not stopped: its process was gone already and its {self.cluster.registration} too"
+            )
+        return out
 
     def _wait_all_stopped(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> None:
         """Until every broker of the step is unregistered and its process gone (``Executor._wait_stopped`` for a
@@ -225,8 +252,8 @@ class RollExecutor(Executor):
 
         try:
             self._wait(stopped, self.gates.stop_timeout_s, f"{_named(left)} did not stop", what)
-        except RepairError as e:
-            b = next(iter(left.values()))
+        except (RepairError, RemoteError, _BrokerFailed) as e:  # a poll that failed says nothing of the stops
+            b = next(iter(left.values()), bs[0])
             raise _BrokerFailed(b, StillStopping(f"{e} (the plan's stop_timeout_s)")) from e
 
     def _send(self, b: BrokerPlan, host: BrokerHost, name: str, timeout: float) -> None:
@@ -352,7 +379,7 @@ class RollExecutor(Executor):
                     outcome = self.cluster.elect_preferred(every, self.leadership_timeout_s)  # type: ignore[attr-defined]
                 else:
                     outcome = hosts[bs[0].broker_id].elect_preferred(every, self.leadership_timeout_s)
-            except (RepairError, RemoteError, TimeoutError) as e:  # balance, not safety: said, and the roll goes on
+            except (RepairError, RemoteError, TimeoutError, KazooException) as e:  # balance, not safety: said, go on
                 outcome = dict.fromkeys((f"{t}-{p}" for t, p in every), f"the election failed: {e}")
         led = self._lead_again(bs, wanted, outcome)
         return {
@@ -423,8 +450,12 @@ class RollExecutor(Executor):
         threads = [threading.Thread(target=one, args=(b,), name=f"roll-{b.broker_id}") for b in bs]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        finally:  # a SIGTERM'd task raises in this thread: the commands under way end first, then the failure path
+            for t in threads:
+                t.join()
         for b in bs:
             if b.broker_id in errors:
                 raise _BrokerFailed(b, errors[b.broker_id])
