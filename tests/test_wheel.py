@@ -103,7 +103,7 @@ def test_a_dag_folder_of_one_line_loads_every_clusters_dags(installed: dict[str,
     out = json.loads(run([str(installed["venv"] / "bin" / "python"), "-c", code], installed["env"]).splitlines()[-1])
     assert out["errors"] == {}
     expected = sorted(
-        f"kafka_fleet_{k}__{c['cluster']}" for k in ("audit", "repair", "restore", "purge") for c in FLEET
+        f"kafka_fleet_{k}__{c['cluster']}" for k in ("audit", "repair", "restore", "purge", "roll") for c in FLEET
     )
     assert out["dags"] == out["again"] == expected  # parsed again in one process: the DAGs again
     assert out["package"].startswith(str(installed["venv"]))  # the installed package, not the repository's

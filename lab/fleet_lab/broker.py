@@ -896,6 +896,10 @@ class LabBroker:
                     continue
                 raw, st = self.zk.get(path, watch=self._poke)
                 state = json.loads(raw)
+                if not set(state["isr"]) <= live or state["leader"] not in live:
+                    # about to act on a broker's absence: read the registrations again first (a broker may have come
+                    # back since this pass began; Kafka's controller acts on broker changes in the order they came)
+                    live = {int(b) for b in self.zk.get_children("/brokers/ids", watch=self._poke)}
                 isr = [b for b in state["isr"] if b in live] or state["isr"]
                 leader = state["leader"]
                 if leader not in live:

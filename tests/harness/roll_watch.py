@@ -14,8 +14,9 @@ from fleet_lab import fleet
 
 
 class Watcher(threading.Thread):
-    """Samples every partition's state and each topic's min ISR from ZooKeeper every ``every_s`` until ``done``:
-    ``samples`` of (time, partitions, {partition: (preferred replica, leader)}, the partitions below min ISR)."""
+    """Samples every partition's state and each topic's min ISR from ZooKeeper every ``every_s`` until ``done``, and
+    once more after it is set (so that the last sample is of the state after what was watched): ``samples`` of (time,
+    partitions, {partition: (preferred replica, leader)}, the partitions below min ISR)."""
 
     def __init__(self, state: fleet.LabState, every_s: float) -> None:
         super().__init__(daemon=True, name="watcher")
@@ -36,7 +37,8 @@ class Watcher(threading.Thread):
                 cfg = json.loads(zk.get(f"/config/topics/{t}")[0]) if zk.exists(f"/config/topics/{t}") else {}
                 min_isr[t] = int((cfg.get("config") or {}).get("min.insync.replicas", 1))
             paths = [(t, p, f"/brokers/topics/{t}/partitions/{p}/state") for t, ps in topics.items() for p in ps]
-            while not self.done.is_set():
+            while True:  # one sample more once ``done`` is set: the last sample is of the state after the roll
+                last = self.done.is_set()
                 ts = time.time()
                 brokers = [(int(b), zk.exists_async(f"/brokers/ids/{b}")) for b in zk.get_children("/brokers/ids")]
                 pending = [(t, p, zk.get_async(path)) for t, p, path in paths]
@@ -52,6 +54,8 @@ class Watcher(threading.Thread):
                     seen = self.registrations.setdefault(b, [])
                     if stat is not None and (not seen or seen[-1] != stat.czxid):
                         seen.append(stat.czxid)
+                if last:
+                    return
                 self.done.wait(self.every_s)
 
     def registered_again(self, expected: dict[int, int]) -> dict[int, int]:
