@@ -21,6 +21,12 @@ from fleet_doctor.settings import Settings
 FINDING_KEY = ("rule", "broker_id", "log_dir", "topic", "partition", "segment", "path")
 
 
+def latest_whole_fleet_run(store: Any) -> str | None:
+    """The newest published audit of the whole fleet (a run of only some brokers is no base for a plan); None."""
+    runs = [r for r in store.read_jsonl(layout.HISTORY_RUNS) if not r.get("out_of_scope")]
+    return runs[-1]["audit_run"] if runs else None
+
+
 def finding_key(f: dict[str, Any]) -> str:
     return json.dumps([f.get(k) for k in FINDING_KEY])
 

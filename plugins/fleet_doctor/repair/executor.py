@@ -365,22 +365,26 @@ class Executor:
         the process to exit and its registration to go within the plan's ``stop_timeout_s`` (``StillStopping``)."""
         if not self.dry_run:
             self.journal.stop_issued(b.broker_id)
-            try:
-                host.service("stop", self.gates.stop_timeout_s)
-            except RemoteError as e:
-                # whatever went wrong, the stop may have taken: a command that blocks through a slow controlled
-                # shutdown past the gate (systemctl stop), a session that broke while it ran (exit -1), a wrapper's
-                # timeout (exit 124) while the service manager's stop job goes on. A broker still running is then not
-                # known to be up for good: StillStopping (never started, never counted as up, the lock kept)
-                timed_out = isinstance(e.__cause__, TimeoutError)
-                what = (
-                    f"did not return within the plan's stop_timeout_s ({self.gates.stop_timeout_s:g} s)"
-                    if timed_out
-                    else "failed"
-                )
-                raise StillStopping(f"broker {b.broker_id}: its stop command {what}; it may be stopping: {e}") from e
+            self.send_stop(b, host)
         self._wait_stopped(b, host)
         return f"process gone and its {self.cluster.registration} removed"
+
+    def send_stop(self, b: BrokerPlan, host: BrokerHost) -> None:
+        """The stop command (its journal entry made first by the caller). Whatever went wrong, the stop may have
+        taken: a command that blocks through a slow controlled shutdown past the gate (systemctl stop), a session
+        that broke while it ran (exit -1), a wrapper's timeout (exit 124) while the service manager's stop job goes
+        on. A broker still running is then not known to be up for good: StillStopping (never started, never counted
+        as up, the lock kept)."""
+        try:
+            host.service("stop", self.gates.stop_timeout_s)
+        except RemoteError as e:
+            timed_out = isinstance(e.__cause__, TimeoutError)
+            what = (
+                f"did not return within the plan's stop_timeout_s ({self.gates.stop_timeout_s:g} s)"
+                if timed_out
+                else "failed"
+            )
+            raise StillStopping(f"broker {b.broker_id}: its stop command {what}; it may be stopping: {e}") from e
 
     def _wait_stopped(self, b: BrokerPlan, host: BrokerHost) -> None:
         def stopped(p: Progress) -> bool:
@@ -499,41 +503,100 @@ class Executor:
     def start(self, b: BrokerPlan, host: BrokerHost) -> str:
         if not self.dry_run:
             host.service("start", self.gates.start_timeout_s)
-        self._wait(
-            lambda p: self.dry_run or b.broker_id in self.cluster.registered(),
-            self.gates.start_timeout_s,
-            f"broker {b.broker_id} did not register after its start",
-            f"broker {b.broker_id}: started, waiting for its {self.cluster.registration}",
-        )
+        self.wait_registered(b, host)
         if not self.dry_run:
             self.journal.up_again(b.broker_id, "registered again after its start")
         return "registered again"
 
+    def wait_registered(self, b: BrokerPlan, host: BrokerHost) -> str:
+        """Until ``b`` registers: within ``start_timeout_s`` of its start or of the end of its log recovery (while its
+        BrokerState says RECOVERY it is waited for up to ``recovery_timeout_s``, progress and ETA in the log);
+        RepairError when its process exited, or not in time."""
+        if self.dry_run:
+            return "dry run"
+        started = last_recovering = time.monotonic()
+        recovered_s = 0.0
+        first: tuple[float, int] | None = None  # (when, segments left) at the first RECOVERY seen
+        what = f"broker {b.broker_id}: started, waiting for its {self.cluster.registration}"
+        with Progress(what, self.gates.recovery_timeout_s, self.gates.progress_every_s, log=LOG) as progress:
+            while True:
+                if b.broker_id in self.cluster.registered():
+                    took = time.monotonic() - started
+                    if recovered_s:
+                        return f"registered again after {took:.0f} s, {recovered_s:.0f} s of it recovering its logs"
+                    return f"registered again after {took:.0f} s"
+                now = time.monotonic()
+                state = host.broker_state()
+                if state is not None and state.recovering:
+                    recovered_s = now - started
+                    last_recovering = now
+                    left = state.remaining_segments
+                    if first is None and left is not None:
+                        first = (now, left)
+                    progress.update(_recovery_line(b, state, first, now, self._predicted_recovery(b)))
+                    if now - started > self.gates.recovery_timeout_s:
+                        raise RepairError(
+                            f"broker {b.broker_id} still recovering its logs after {now - started:.0f} s "
+                            f"(recovery_timeout_s {self.gates.recovery_timeout_s:.0f}): {state.text}"
+                        )
+                else:
+                    if not host.running():
+                        raise RepairError(
+                            f"broker {b.broker_id} failed: its process exited during its start (not recovering)"
+                        )
+                    if now - last_recovering > self.gates.start_timeout_s:  # the time it recovered not counted
+                        raise RepairError(
+                            f"broker {b.broker_id} did not register within {self.gates.start_timeout_s:.0f} s of its "
+                            f"start and is not recovering its logs ({state.text if state else 'no broker_state'})"
+                        )
+                    progress.update(state.name if state else "not registered yet")
+                time.sleep(min(self.gates.poll_interval_s, 1.0))
+
+    def _predicted_recovery(self, b: BrokerPlan) -> float | None:
+        """The plan's word on the broker's log recovery: a roll's prediction, else the restart preview's."""
+        predicted = (self.plan.risk.get("predicted") or {}).get("brokers") or {}
+        if str(b.broker_id) in predicted:
+            return (predicted[str(b.broker_id)] or {}).get("recovery_if_unclean_s")
+        return b.preview.estimated_recovery_s if b.preview else None
+
     def healthy(self, b: BrokerPlan, host: BrokerHost) -> str:
-        """``healthy_polls`` consecutive polls without a problem (``Cluster.problems``) within ``isr_timeout_s``;
-        each poll's progress in the log: how many of the broker's partitions have it back in ISR, the streak."""
+        """``wait_healthy`` for the broker, the replicas later brokers of the plan repair not counted."""
+        return self.wait_healthy([b.broker_id], self._pending_replicas(b))[b.broker_id]
+
+    def wait_healthy(self, ids: list[int], pending: frozenset[tuple[str, int, int]]) -> dict[int, str]:
+        """``healthy_polls`` consecutive polls without a problem (``Cluster.problems``, ``pending`` replicas not
+        counted) within ``isr_timeout_s``, for ``ids`` restarted together; each poll's progress in the log: how many
+        of their partitions have them back in ISR, the streak. Each broker's detail; RepairError when not in time."""
         expected = {x.id for x in self.inventory.brokers}
-        polls = self.gates.healthy_polls
-        streak = 0
+        polls, streak = self.gates.healthy_polls, 0
         deadline = time.monotonic() + self.gates.isr_timeout_s
         last: list[str] = []
-        with self._progress(f"broker {b.broker_id}: waiting for ISR", self.gates.isr_timeout_s) as progress:
+        back: dict[int, tuple[int, int]] = {}
+        who = f"broker {ids[0]}" if len(ids) == 1 else f"brokers {', '.join(map(str, sorted(ids)))}"
+        with self._progress(f"{who}: waiting for ISR", self.gates.isr_timeout_s) as progress:
             while time.monotonic() < deadline:
                 if self.dry_run:
-                    last, back = [], "dry run"
+                    last, seen = [], "dry run"
                 else:
                     partitions = self.cluster.partitions()
-                    last = self.cluster.problems(expected, pending=self._pending_replicas(b), partitions=partitions)
-                    back = "{}/{} partitions back".format(*self.cluster.in_isr(partitions, b.broker_id))
+                    last = self.cluster.problems(expected, pending=pending, partitions=partitions)
+                    back = {b: self.cluster.in_isr(partitions, b) for b in ids}
+                    n, m = sum(v[0] for v in back.values()), sum(v[1] for v in back.values())
+                    seen = f"{n}/{m} {'partitions' if len(ids) == 1 else 'replicas'} back"
                 streak = streak + 1 if not last else 0
-                state = f"{back}, {streak}/{polls} healthy polls"
+                state = f"{seen}, {streak}/{polls} healthy polls"
                 if streak >= polls:
                     progress.done(state)
-                    return f"{streak} consecutive healthy polls"
+                    if len(ids) == 1:
+                        return {ids[0]: f"{streak} consecutive healthy polls"}
+                    return {
+                        b: f"{streak} consecutive healthy polls, {'{}/{}'.format(*back.get(b, (0, 0)))} partitions back"
+                        for b in ids
+                    }
                 why = f" ({len(last)} problem(s): {'; '.join(last[:3])})" if last else ""
                 progress.update(state + why)
                 time.sleep(self.gates.poll_interval_s)
-            raise RepairError(f"broker {b.broker_id} did not become healthy: {'; '.join(last[:10])}")
+            raise RepairError(f"{who} did not become healthy: {'; '.join(last[:10])}")
 
     def verify(self, b: BrokerPlan, host: BrokerHost) -> str:
         """Post-verify: a fresh look at the broker through detection; every touched file right."""
@@ -561,3 +624,23 @@ class Executor:
                 return ok
 
             wait_until(checked, timeout, message, min(self.gates.poll_interval_s, 1.0))
+
+
+def _recovery_line(
+    b: BrokerPlan, state: Any, first: tuple[float, int] | None, now: float, predicted: float | None
+) -> str:
+    """``recovering: N logs, M segments left, ETA ...`` from the pace since recovery was first seen (or the plan's
+    prediction until there is one)."""
+    line = "recovering its logs"
+    if state.remaining_logs is not None:
+        line += f": {state.remaining_logs} log(s), {state.remaining_segments} segment(s) left"
+    eta = None
+    if first is not None and state.remaining_segments is not None and now > first[0]:
+        done = first[1] - state.remaining_segments
+        if done > 0:
+            eta = state.remaining_segments * (now - first[0]) / done
+    if eta is not None:
+        line += f", ETA {eta:.0f} s"
+    elif predicted:
+        line += f", predicted {predicted:.0f} s in all"
+    return line

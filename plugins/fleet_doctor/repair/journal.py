@@ -185,3 +185,20 @@ class Journal:
                 "releases it by hand"
             )
         return None
+
+
+def attempt_report(journal: dict[str, Any], order: list[int]) -> dict[str, Any]:
+    """What an attempt did and did not, per broker in ``order``, from its journal's data (the acting tasks' result)."""
+    brokers = journal.get("brokers", {})
+    done = [b for b in order if brokers.get(str(b), {}).get("state") == "done"]
+    failed = {b: brokers[str(b)]["failed"] for b in order if brokers.get(str(b), {}).get("failed")}
+    untouched = [b for b in order if brokers.get(str(b), {}).get("state", "pending") == "pending" and b not in failed]
+    partly = {b: brokers[str(b)]["state"] for b in order if b not in done and b not in untouched}
+    return {
+        "status": journal.get("status"),
+        "error": journal.get("error"),
+        "done": done,
+        "failed": failed,
+        "partly_done": partly,
+        "untouched": untouched,
+    }

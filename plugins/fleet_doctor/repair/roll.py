@@ -36,8 +36,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import KazooException
-
 from fleet_doctor.remote import RemoteError
 from fleet_doctor.repair.broker import NOT_NEEDED, BrokerHost
 from fleet_doctor.repair.errors import FenceLost, RepairError
@@ -67,8 +65,6 @@ class RollExecutor(Executor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("post_verify", lambda host, b, stage: [])  # nothing changed: nothing to verify on disk
         super().__init__(*args, **kwargs)
-        self.recovery_timeout_s = self.gates.recovery_timeout_s
-        self.leadership_timeout_s = self.gates.leadership_timeout_s
         self.isr_margin = int(self.plan.scope.get("isr_margin") or 0)
         self.leadership = dict(self.plan.scope.get("leadership") or {"via": LEADERSHIP_OFF})
 
@@ -179,7 +175,7 @@ class RollExecutor(Executor):
             quorum = _each(b, lambda b=b: self._quorum_gate(b))
         expected = {x.id for x in self.inventory.brokers}
         partitions = self.cluster.partitions()
-        problems = self.cluster.problems(expected, ids, self._pending_replicas_of(ids), partitions)
+        problems = self.cluster.problems(expected, ids, partitions=partitions)  # a roll repairs no replica
         if problems:
             raise RepairError(f"pre-check before {_named(ids)}: " + "; ".join(problems[:10]))
         starting_only = not (ids & self.cluster.registered())  # all down already: nothing in sync stops
@@ -196,9 +192,6 @@ class RollExecutor(Executor):
             f"{_named(ids)} stopped{quorum}"
         )
         return dict.fromkeys(ids, detail)
-
-    def _pending_replicas_of(self, ids: frozenset[int]) -> frozenset[tuple[str, int, int]]:
-        return frozenset()  # a roll repairs no replica: none is expected out of ISR
 
     def _stop_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
         """Stop the step's registered brokers together and wait until all are gone. A broker of the step that is not
@@ -217,7 +210,8 @@ class RollExecutor(Executor):
             for b in stopping:
                 self.journal.stop_issued(b.broker_id)
         try:
-            self._together(stopping, lambda b: self._send(b, hosts[b.broker_id], "stop", self.gates.stop_timeout_s))
+            if not self.dry_run:
+                self._together(stopping, lambda b: self.send_stop(b, hosts[b.broker_id]))
             self._wait_all_stopped(stopping, hosts)
         except _BrokerFailed as e:
             cause = e.cause if isinstance(e.cause, StillStopping) else StillStopping(str(e.cause))
@@ -256,110 +250,22 @@ class RollExecutor(Executor):
             b = next(iter(left.values()), bs[0])
             raise _BrokerFailed(b, StillStopping(f"{e} (the plan's stop_timeout_s)")) from e
 
-    def _send(self, b: BrokerPlan, host: BrokerHost, name: str, timeout: float) -> None:
-        if self.dry_run:
-            return
-        if name == "stop":
-            self.stop_command(b, host)
-        else:
-            host.service(name, timeout)
-
-    def stop_command(self, b: BrokerPlan, host: BrokerHost) -> None:
-        """The stop command alone (``Executor.stop`` without its wait: the batch waits for all of them after)."""
-        try:
-            host.service("stop", self.gates.stop_timeout_s)
-        except RemoteError as e:
-            raise StillStopping(f"broker {b.broker_id}: its stop command failed; it may be stopping: {e}") from e
-
     def _start_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
-        self._together(bs, lambda b: self._send(b, hosts[b.broker_id], "start", self.gates.start_timeout_s))
+        if not self.dry_run:
+            self._together(bs, lambda b: hosts[b.broker_id].service("start", self.gates.start_timeout_s))
         out = {}
         for b in bs:
-            out[b.broker_id] = _each(b, lambda b=b: self._wait_registered(b, hosts[b.broker_id]))
+            out[b.broker_id] = _each(b, lambda b=b: self.wait_registered(b, hosts[b.broker_id]))
             if not self.dry_run:
                 self.journal.up_again(b.broker_id, "registered again after its start")
         return out
 
-    def _wait_registered(self, b: BrokerPlan, host: BrokerHost) -> str:
-        """Until ``b`` registers: within ``start_timeout_s`` of its start or of the end of its log recovery (while its
-        BrokerState says RECOVERY it is waited for up to ``recovery_timeout_s``, progress and ETA in the log);
-        RepairError when its process exited, or not in time."""
-        if self.dry_run:
-            return "dry run"
-        started = last_recovering = time.monotonic()
-        recovered_s = 0.0
-        first: tuple[float, int] | None = None  # (when, segments left) at the first RECOVERY seen
-        what = f"broker {b.broker_id}: started, waiting for its {self.cluster.registration}"
-        with Progress(what, self.recovery_timeout_s, self.gates.progress_every_s, log=LOG) as progress:
-            while True:
-                if b.broker_id in self.cluster.registered():
-                    took = time.monotonic() - started
-                    if recovered_s:
-                        return f"registered again after {took:.0f} s, {recovered_s:.0f} s of it recovering its logs"
-                    return f"registered again after {took:.0f} s"
-                now = time.monotonic()
-                state = host.broker_state()
-                if state is not None and state.recovering:
-                    recovered_s = now - started
-                    last_recovering = now
-                    left = state.remaining_segments
-                    if first is None and left is not None:
-                        first = (now, left)
-                    progress.update(_recovery_line(b, state, first, now, self._predicted_recovery(b)))
-                    if now - started > self.recovery_timeout_s:
-                        raise RepairError(
-                            f"broker {b.broker_id} still recovering its logs after {now - started:.0f} s "
-                            f"(recovery_timeout_s {self.recovery_timeout_s:.0f}): {state.text}"
-                        )
-                else:
-                    if not host.running():
-                        raise RepairError(
-                            f"broker {b.broker_id} failed: its process exited during its start (not recovering)"
-                        )
-                    if now - last_recovering > self.gates.start_timeout_s:  # the time it recovered not counted
-                        raise RepairError(
-                            f"broker {b.broker_id} did not register within {self.gates.start_timeout_s:.0f} s of its "
-                            f"start and is not recovering its logs ({state.text if state else 'no broker_state'})"
-                        )
-                    progress.update(state.name if state else "not registered yet")
-                time.sleep(min(self.gates.poll_interval_s, 1.0))
-
-    def _predicted_recovery(self, b: BrokerPlan) -> float | None:
-        predicted = (self.plan.risk.get("predicted") or {}).get("brokers") or {}
-        return (predicted.get(str(b.broker_id)) or {}).get("recovery_if_unclean_s")
-
     def _healthy_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
-        """``healthy_polls`` consecutive polls without a problem (``Cluster.problems``) within ``isr_timeout_s``, for
-        the whole step at once; each poll's progress in the log: how many of each broker's partitions have it back
-        in ISR, the streak."""
-        if len(bs) == 1:
-            return {bs[0].broker_id: _each(bs[0], lambda: self.healthy(bs[0], hosts[bs[0].broker_id]))}
-        expected = {x.id for x in self.inventory.brokers}
-        polls, streak, last = self.gates.healthy_polls, 0, []
-        back: dict[int, tuple[int, int]] = {}
-        deadline = time.monotonic() + self.gates.isr_timeout_s
-        with self._progress(
-            f"{_named(b.broker_id for b in bs)}: waiting for ISR", self.gates.isr_timeout_s
-        ) as progress:
-            while time.monotonic() < deadline:
-                if self.dry_run:
-                    last = []
-                else:
-                    partitions = self.cluster.partitions()
-                    last = self.cluster.problems(expected, partitions=partitions)
-                    back = {b.broker_id: self.cluster.in_isr(partitions, b.broker_id) for b in bs}
-                streak = streak + 1 if not last else 0
-                state = f"{sum(v[0] for v in back.values())}/{sum(v[1] for v in back.values())} replicas back"
-                state += f", {streak}/{polls} healthy polls"
-                if streak >= polls:
-                    progress.done(state)
-                    done = {b.broker_id: "{}/{}".format(*back.get(b.broker_id, (0, 0))) for b in bs}
-                    return {bid: f"{streak} consecutive healthy polls, {n} partitions back" for bid, n in done.items()}
-                progress.update(state + (f" ({len(last)} problem(s): {'; '.join(last[:3])})" if last else ""))
-                time.sleep(self.gates.poll_interval_s)
-        raise _BrokerFailed(
-            bs[0], RepairError(f"{_named(b.broker_id for b in bs)} did not become healthy: {'; '.join(last[:10])}")
-        )
+        """The healthy polls once for the whole step (``Executor.wait_healthy``)."""
+        try:
+            return self.wait_healthy([b.broker_id for b in bs], frozenset())
+        except RepairError as e:
+            raise _BrokerFailed(bs[0], e) from e
 
     def _leadership_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
         via = self.leadership.get("via", LEADERSHIP_OFF)
@@ -376,10 +282,10 @@ class RollExecutor(Executor):
         if every:
             try:
                 if via == LEADERSHIP_VIA_ZOOKEEPER:
-                    outcome = self.cluster.elect_preferred(every, self.leadership_timeout_s)  # type: ignore[attr-defined]
+                    outcome = self.cluster.elect_preferred(every, self.gates.leadership_timeout_s)  # type: ignore[attr-defined]
                 else:
-                    outcome = hosts[bs[0].broker_id].elect_preferred(every, self.leadership_timeout_s)
-            except (RepairError, RemoteError, TimeoutError, KazooException) as e:  # balance, not safety: said, go on
+                    outcome = hosts[bs[0].broker_id].elect_preferred(every, self.gates.leadership_timeout_s)
+            except (RepairError, RemoteError, TimeoutError) as e:  # balance, not safety: said, and the roll goes on
                 outcome = dict.fromkeys((f"{t}-{p}" for t, p in every), f"the election failed: {e}")
         led = self._lead_again(bs, wanted, outcome)
         return {
@@ -399,7 +305,7 @@ class RollExecutor(Executor):
             - {n for n, why in outcome.items() if why not in (None, NOT_NEEDED)}
             for b in bs
         }
-        deadline = time.monotonic() + self.leadership_timeout_s
+        deadline = time.monotonic() + self.gates.leadership_timeout_s
         while True:
             leaders = {f"{p['topic']}-{p['partition']}": p["leader"] for p in self.cluster.partitions()}
             got = {bid: {n for n in names if leaders.get(n) == bid} for bid, names in waiting.items()}
@@ -427,7 +333,7 @@ class RollExecutor(Executor):
         if blocked:
             parts.append("cannot move back: " + "; ".join(blocked[:5]))
         if late:
-            parts.append(f"not moved within {self.leadership_timeout_s:.0f} s: {', '.join(late[:10])}")
+            parts.append(f"not moved within {self.gates.leadership_timeout_s:.0f} s: {', '.join(late[:10])}")
         if failed or blocked or late:
             self._save_quietly(lambda: self.journal.note(b.broker_id, "leadership_left", parts[1:]))
         return "; ".join(parts)
@@ -485,23 +391,3 @@ def _each(b: BrokerPlan, act: Callable[[], Any]) -> Any:
 def _named(ids: Any) -> str:
     ids = sorted(ids)
     return f"broker {ids[0]}" if len(ids) == 1 else f"brokers {', '.join(map(str, ids))}"
-
-
-def _recovery_line(
-    b: BrokerPlan, state: Any, first: tuple[float, int] | None, now: float, predicted: float | None
-) -> str:
-    """``recovering: N logs, M segments left, ETA ...`` from the pace since recovery was first seen (or the plan's
-    prediction until there is one)."""
-    line = "recovering its logs"
-    if state.remaining_logs is not None:
-        line += f": {state.remaining_logs} log(s), {state.remaining_segments} segment(s) left"
-    eta = None
-    if first is not None and state.remaining_segments is not None and now > first[0]:
-        done = first[1] - state.remaining_segments
-        if done > 0:
-            eta = state.remaining_segments * (now - first[0]) / done
-    if eta is not None:
-        line += f", ETA {eta:.0f} s"
-    elif predicted:
-        line += f", predicted {predicted:.0f} s in all"
-    return line

@@ -10,12 +10,13 @@ import time
 from typing import Any
 
 from fleet_doctor import layout
+from fleet_doctor.audit.history import latest_whole_fleet_run
 from fleet_doctor.cluster_health import ClusterHealth
 from fleet_doctor.repair import approval_text
 from fleet_doctor.repair.broker import ssh_hosts
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.gates import ROLL_GATE_PARAMS, Gates, approved_gates, gates_of, static_min_isr
-from fleet_doctor.repair.journal import Journal, State
+from fleet_doctor.repair.journal import Journal, attempt_report
 from fleet_doctor.repair.kraft_cluster import KraftCluster
 from fleet_doctor.repair.plan import Plan, RestartPreview
 from fleet_doctor.repair.planner import RECOVERY_BYTES_PER_S, FleetFacts, restart_preview
@@ -50,10 +51,9 @@ def plan(settings: Settings, params: dict[str, Any], connect_controller: Any = N
 def audit_previews(settings: Settings, brokers: list[int]) -> tuple[str, dict[int, RestartPreview | None]]:
     """Each broker's restart preview from the newest whole-fleet audit (segments and bytes past its recovery point,
     whether it is down after an unclean stop); ("", {}) when there is no audit to go by (said in the approval)."""
-    runs = [r for r in settings.store.read_jsonl(layout.HISTORY_RUNS) if not r.get("out_of_scope")]
-    if not runs:
+    run = latest_whole_fleet_run(settings.store)
+    if run is None:
         return "", {}
-    run = runs[-1]["audit_run"]
     try:
         facts = FleetFacts.load(settings.store, layout.staging(run))
     except (OSError, ValueError) as e:
@@ -148,9 +148,7 @@ def roll(
         if (workdir / layout.JOURNAL).is_file():
             data = json.loads((workdir / layout.JOURNAL).read_text())
             brokers = data["brokers"]
-            report["status"] = data.get("status")
-            report["error"] = data.get("error")
-            report["done"] = [b for b in approved.restart_order if brokers[str(b)]["state"] == State.DONE]
+            report.update(attempt_report(data, approved.restart_order))
             report["states"] = {b: brokers[str(b)]["state"] for b in approved.restart_order}
             report["leadership_left"] = {
                 b: brokers[str(b)]["leadership_left"]

@@ -16,12 +16,13 @@ from typing import Any
 from fleet_doctor import layout, spark
 from fleet_doctor.airflow_links import audit_dag
 from fleet_doctor.audit import steps
+from fleet_doctor.audit.history import latest_whole_fleet_run
 from fleet_doctor.repair import approval_text
 from fleet_doctor.repair.broker import ssh_hosts
 from fleet_doctor.repair.errors import FenceLost, RepairError
 from fleet_doctor.repair.executor import Executor
 from fleet_doctor.repair.gates import Gates, approved_gates, gates_of, static_min_isr
-from fleet_doctor.repair.journal import Journal
+from fleet_doctor.repair.journal import Journal, attempt_report
 from fleet_doctor.repair.kraft_refusals import zookeeper_write_refusal
 from fleet_doctor.repair.plan import Plan
 from fleet_doctor.repair.planner import FleetFacts, build_plan
@@ -39,11 +40,11 @@ BROKERS, ZOOKEEPER = "markdown", "zookeeper_markdown"  # which approval of the p
 
 def latest_audit_run(settings: Settings) -> str:
     """The newest audit of the whole fleet (a run of only some brokers is no base for a plan)."""
-    runs = [r for r in settings.store.read_jsonl(layout.HISTORY_RUNS) if not r.get("out_of_scope")]
-    if not runs:
+    run = latest_whole_fleet_run(settings.store)
+    if run is None:
         audit = audit_dag(settings.cluster) if settings.cluster else "the audit DAG"
         raise RepairError(f"no whole-fleet audit run in {settings.store.url('history')}: run {audit} first")
-    return runs[-1]["audit_run"]
+    return run
 
 
 def whole_fleet_run(settings: Settings, run: str) -> None:
@@ -161,23 +162,6 @@ def approval_request(settings: Settings, planned: dict[str, Any], which: str) ->
     return _requests(stored, str(repairs_dir(settings).plan_dir(stored.hash)))[which]
 
 
-def _report(journal: dict[str, Any], order: list[int]) -> dict[str, Any]:
-    """What was done and what was not, per broker, from the journal."""
-    brokers = journal.get("brokers", {})
-    done = [b for b in order if brokers.get(str(b), {}).get("state") == "done"]
-    failed = {b: brokers[str(b)]["failed"] for b in order if brokers.get(str(b), {}).get("failed")}
-    untouched = [b for b in order if brokers.get(str(b), {}).get("state", "pending") == "pending" and b not in failed]
-    partly = {b: brokers[str(b)]["state"] for b in order if b not in done and b not in untouched}
-    return {
-        "status": journal.get("status"),
-        "error": journal.get("error"),
-        "done": done,
-        "failed": failed,
-        "partly_done": partly,
-        "untouched": untouched,
-    }
-
-
 def execute(
     settings: Settings,
     planned: dict[str, Any],
@@ -213,7 +197,7 @@ def execute(
 
     def outcome(report: dict[str, Any]) -> None:
         if (workdir / layout.JOURNAL).is_file():
-            report.update(_report(json.loads((workdir / layout.JOURNAL).read_text()), approved.restart_order))
+            report.update(attempt_report(json.loads((workdir / layout.JOURNAL).read_text()), approved.restart_order))
         LOG.info("repair %s: %s", approved.hash[:12], json.dumps(report, default=str))
 
     with (

@@ -131,10 +131,16 @@ class Cluster(ClusterHealth):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the controller did not complete the preferred election within {timeout:.0f} s")
             time.sleep(0.1)
+        from kazoo.exceptions import NoNodeError
+
         out: dict[str, str | None] = {}
         for t, p in sorted(set(partitions)):
-            replicas = json.loads(self.zk.get(topic_path(t))[0])["partitions"].get(str(p)) or []
-            leader = json.loads(self.zk.get(f"{topic_path(t)}/partitions/{p}/state")[0])["leader"]
+            try:
+                replicas = json.loads(self.zk.get(topic_path(t))[0])["partitions"].get(str(p)) or []
+                leader = json.loads(self.zk.get(f"{topic_path(t)}/partitions/{p}/state")[0])["leader"]
+            except NoNodeError:
+                out[f"{t}-{p}"] = "gone from ZooKeeper (the topic deleted since the roll's plan?)"
+                continue
             out[f"{t}-{p}"] = (
                 None
                 if replicas and leader == replicas[0]
