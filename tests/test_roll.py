@@ -7,6 +7,7 @@ failure starts the batch's other brokers again, and a rerun resumes."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from fleet_doctor.repair.roll_plan import (
     leadership_balance,
     measure_steps,
 )
+from fleet_doctor.roll_status import HELD, MIN_ISR, UNDER_REPLICATED, Control, RollStatus
 from harness.fakes import Crash, FakeCluster, FakeFleet, FakePartition, fake_hosts
 
 GATES = Gates(
@@ -40,6 +42,7 @@ GATES = Gates(
     isr_timeout_s=0.2,
     pause_between_brokers_s=0,
     progress_every_s=0,
+    blocked_timeout_s=0.05,
 )
 BROKERS = list(range(1, 7))
 
@@ -360,3 +363,110 @@ def test_the_election_tools_output_is_read_per_partition() -> None:
     assert got["orders-0"] is None and got["my.topic-12"] is None and got["payments-1"] == "noop"
     assert got["clickstream-3"].startswith("org.apache.kafka.common.errors.PreferredLeaderNotAvailableException")
     assert set(got) == {"orders-0", "my.topic-12", "payments-1", "clickstream-3"}
+
+
+# ---- why blocked, hold and skip (roll_status)
+def controlled(plan: Plan, fleet: FakeFleet, where: Path, controls: Any, **gates: Any) -> tuple[RollExecutor, list]:
+    """An executor with the operator's ``controls`` and its roll status kept in a list."""
+    statuses: list[RollStatus] = []
+    ex = RollExecutor(
+        plan,
+        where,
+        inventory(),
+        fake_hosts(fleet),
+        FakeCluster(fleet),
+        dataclasses.replace(GATES, **gates),
+        controls=controls,
+        status=statuses.append,
+        run_id="manual__1",
+    )
+    fleet.journal = ex.journal.path
+    return ex, statuses
+
+
+def test_a_step_blocked_by_an_under_replicated_partition_waits_says_why_and_goes_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    fleet = make_fleet()
+    lagging = next(p for p in fleet.partitions if 2 not in p.replicas and 6 in p.replicas)
+    lagging.isr = [r for r in lagging.isr if r != 6]  # broker 6 fell behind on a partition broker 2 does not host
+    fleet.rejoins = False
+    polls = []
+
+    def controls() -> Control:
+        polls.append(1)
+        if len(polls) == 3:
+            fleet.rejoins = True  # caught up
+        return Control()
+
+    ex, statuses = controlled(roll_plan(fleet, batched=False), fleet, tmp_path, controls, blocked_timeout_s=30)
+    assert ex.run()["status"] == "done"
+    blocked = [s for s in statuses if s.state == "blocked"]
+    assert blocked and {s.blocked.gate for s in blocked} == {UNDER_REPLICATED}
+    first = blocked[0]
+    assert first.brokers == (2,) and first.step == 1 and first.steps == 6
+    assert first.blocked.items == (
+        f"t-{lagging.partition} under-replicated (ISR {sorted(set(lagging.replicas) - {6})})",
+    )
+    assert time.time() - 60 < first.blocked.since <= time.time()
+    assert "blocked: under-replicated since" in first.describe()
+    stops = [b for what, b in fleet.events if what == "stop"]
+    assert stops == [2, 3, 4, 5, 6, 1]  # nothing stopped while it was blocked; then the roll went on
+    assert statuses[-1].state == "done" and statuses[-1].blocked is None and sorted(statuses[-1].done) == BROKERS
+    assert fleet.below_min_isr == []
+
+
+def test_a_step_blocked_past_blocked_timeout_halts_with_the_gate_and_nothing_of_it_stopped(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    q = next(x for x in fleet.partitions if x.replicas[0] == 3)
+    q.min_isr = 3  # a topic whose min.insync.replicas is its RF: any stop of a replica takes it below
+    ex, statuses = controlled(roll_plan(fleet, batched=False), fleet, tmp_path, Control, blocked_timeout_s=0.2)
+    with pytest.raises(RepairError, match=r"broker 3 blocked for 0 s \(blocked_timeout_s\), nothing of the step"):
+        ex.run()
+    assert [b for what, b in fleet.events if what == "stop"] == [2]
+    assert not ex.journal.left_down(3) and ex.journal.keeps_lock() is None  # the lock goes: nothing is down
+    last = statuses[-1]
+    assert last.state == "halted" and last.blocked is not None and last.blocked.gate == MIN_ISR
+    assert "min-isr since" in last.error and f"t-{q.partition}" in last.error
+
+
+def test_a_held_broker_blocks_its_step_until_released_and_a_skipped_one_is_never_stopped(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    entry = {"by": "alice", "at": time.time(), "why": "disk swap first"}
+    holding = {"polls": 0}
+    ex: RollExecutor | None = None
+
+    def controls() -> Control:
+        assert ex is not None
+        if 3 in ex.current:
+            holding["polls"] += 1
+        held = {3: entry} if holding["polls"] < 4 else {}  # released on the 4th look at broker 3's step
+        return Control(hold=held, skip={5: {"by": "bob", "at": time.time(), "why": "host in repair"}})
+
+    ex, statuses = controlled(roll_plan(fleet, batched=False), fleet, tmp_path, controls, blocked_timeout_s=30)
+    done = ex.run()
+    assert done["status"] == "done"
+    stops = [b for what, b in fleet.events if what == "stop"]
+    assert stops == [2, 3, 4, 6, 1]  # 5 skipped; 3 after its release
+    assert done["brokers"]["5"]["state"] == State.PENDING and "skipped by bob" in done["brokers"]["5"]["skipped"]
+    held = [s for s in statuses if s.blocked is not None and s.blocked.gate == HELD]
+    assert held and held[0].brokers == (3,)
+    assert "broker 3: held by alice" in held[0].blocked.items[0] and "disk swap first" in held[0].blocked.items[0]
+    assert statuses[-1].state == "done" and statuses[-1].skipped == (5,)
+    assert "skipped: 5" in statuses[-1].describe()
+
+
+def test_a_skip_after_the_roll_stopped_the_broker_cannot_hold_it_is_started_again(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    plan = roll_plan(fleet, batched=False)
+    fleet.faults[(2, "stop:after")] = "crash"  # the first attempt's worker dies with broker 2 stopped
+    with pytest.raises(Crash):
+        executor(plan, fleet, tmp_path).run()
+    fleet.crash_journal()
+    assert executor(plan, fleet, tmp_path).journal.left_down(2)
+    fleet.revive()
+    skip = Control(skip={2: {"by": "carol", "at": time.time(), "why": ""}})
+    again, _ = controlled(plan, fleet, tmp_path, lambda: skip)
+    assert again.run()["status"] == "done"
+    assert 2 in FakeCluster(fleet).registered()
+    assert "skipped" not in again.journal.broker(2) and "skipped by carol" in again.journal.broker(2)["skip_too_late"]

@@ -25,6 +25,10 @@ before there were fleets holds one cluster's keys at the root: that cluster keep
     reports/<run>.html, reports/<run>.json   the report and the run's summary
     repair-lock.json                      the repair lock as a repair or an audit last saw it (``lock_state``): what
                                           the fleet page and the metrics show
+    roll-timings.json                     a broker's restart step by step (and the log recovery rate), measured on
+                                          the cluster's last roll: the next roll's prediction
+    roll-status.json, roll-control.json   the running (or last) roll's step and why it is blocked; the operator's
+                                          holds and skips per broker (``roll_status``)
 
 A local work dir (``fleet-doctor scan``, the repair's post-verify) is a run area at the root of a local store: the
 detection app reads every run area the same way (``audit.detection``).
@@ -80,6 +84,8 @@ STAGE_ERRORS = "stage-errors.txt"
 METADATA_ERROR = "metadata-error.txt"
 REPAIR_LOCK = "repair-lock.json"  # the cluster's repair lock as last seen (``fleet_doctor.lock_state``)
 ROLL_TIMINGS = "roll-timings.json"  # a broker's restart step by step, measured on the cluster's last roll
+ROLL_STATUS = "roll-status.json"  # the running (or last) roll: its step, why blocked (``fleet_doctor.roll_status``)
+ROLL_CONTROL = "roll-control.json"  # the operator's holds and skips per broker, read by every roll (``roll_status``)
 
 
 def safe_run_id(run_id: str) -> str:

@@ -35,6 +35,9 @@ class Gates:
     # a restarted broker leads its preferred partitions again within
     recovery_timeout_s: float = 6 * 3600.0
     leadership_timeout_s: float = 120.0
+    # a roll's: a step that cannot go (an operator's hold, a gate: ``roll_status.GATES``) waits this long, why in the
+    # log and on the fleet page, then the roll halts (nothing of the step stopped) until its task is cleared
+    blocked_timeout_s: float = 1800.0
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **fixed: Any) -> Gates:
@@ -61,7 +64,7 @@ FORM_GATES = ("healthy_polls", "poll_interval_s", "isr_timeout_s", "pause_betwee
 GATE_PARAMS = (*FORM_GATES, "min_insync_replicas", "dry_run", "allow_quorum_loss")
 ONLY_WHEN_SET = frozenset({"allow_quorum_loss"})  # recorded only when true: plans without it read as before
 # the roll form's gates besides the repair's, and what a roll plan records (its hash, its approval text)
-ROLL_FORM_GATES = ("recovery_timeout_s", "leadership_timeout_s")
+ROLL_FORM_GATES = ("recovery_timeout_s", "leadership_timeout_s", "blocked_timeout_s")
 ROLL_GATE_PARAMS = (*GATE_PARAMS, *ROLL_FORM_GATES)
 # the restore form's: its timeout, the health gates and the static min ISR (recorded in the restore plan alike)
 RESTORE_GATE_PARAMS = ("timeout_s", "healthy_polls", "poll_interval_s", "isr_timeout_s", "min_insync_replicas")

@@ -78,7 +78,11 @@ class Journal:
         return State(self.data["brokers"][str(broker_id)]["state"])
 
     def changing(self, broker_id: int) -> bool:
-        """Whether a file of this broker may have been changed (the change step began, or finished)."""
+        """Whether a file of this broker may have been changed (the change step began, or finished). Never in an
+        attempt that changes no file (a roll: ``changes_files`` false): its halt keeps the lock only for a broker
+        left down."""
+        if self.data.get("changes_files") is False:
+            return False
         b = self.data["brokers"][str(broker_id)]
         return bool(b.get("changing")) or ORDER.index(State(b["state"])) >= ORDER.index(State.CHANGED)
 

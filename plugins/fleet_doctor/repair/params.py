@@ -124,4 +124,10 @@ def roll_params() -> dict[str, dict[str, Any]]:
             "minimum": 5,
             "description": "per step: leadership back within",
         },
+        "blocked_timeout_s": {
+            "default": int(DEFAULTS.blocked_timeout_s),
+            "type": "integer",
+            "minimum": 0,
+            "description": "a step held or blocked by a gate waits this long, then the roll halts",
+        },
     }

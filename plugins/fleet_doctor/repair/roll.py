@@ -26,6 +26,14 @@ broker of the batch before the next step, each broker's state journaled (``repai
 The next batch never stops while one still recovers or catches up: its pre-check comes after this batch's healthy
 polls. The active controller goes last: a batch that holds the controller of this moment (it can move during a
 roll) is split, the controller deferred to a batch of its own at the end.
+
+**Why blocked.** Before a step's pre-check the roll waits while the step cannot go: an operator holds one of its
+brokers, or a gate fails (``roll_status.GATES``: a broker outside the step not registered, a partition
+under-replicated, two of the step sharing a partition, a partition that would fall below min ISR). The gate, the
+partitions or brokers and since when go to the task log every few seconds and to the cluster's roll status
+(``roll_status``: the fleet page); past ``blocked_timeout_s`` the roll halts, nothing of the step stopped (the lock
+goes), and clearing the task resumes. The operator's skips are honoured there too: a skipped broker the roll has not
+stopped is left out (journaled ``skipped``), one it has stopped is started and waited for all the same.
 """
 
 from __future__ import annotations
@@ -53,20 +61,95 @@ from fleet_doctor.repair.roll_plan import (
     preferred_elections,
     shared_partitions,
 )
+from fleet_doctor.roll_status import (
+    BLOCKED,
+    DONE,
+    HALTED,
+    HELD,
+    MIN_ISR,
+    PARTITION_DISJOINT,
+    REGISTERED,
+    RUNNING,
+    UNDER_REPLICATED,
+    Blocked,
+    Control,
+    RollStatus,
+)
 
 LOG = logging.getLogger(__name__)
 ROLL_STEPS = (State.PRECHECKED, State.STOPPED, State.STARTED, State.HEALTHY, State.VERIFIED, State.DONE)
+# what a step does while it is in each state's step (the roll status's ``phase``)
+PHASES = {
+    State.PRECHECKED: "pre-check",
+    State.STOPPED: "stop",
+    State.STARTED: "start (registered again, a log recovery waited out)",
+    State.HEALTHY: "back in ISR",
+    State.VERIFIED: "leadership back",
+    State.DONE: "done",
+}
 
 
 class RollExecutor(Executor):
     """The chain of one attempt at an approved roll plan (``repair.roll_plan.build_roll_plan``): the executor's
     gates, stop, start, journal and failure handling, batch by batch, and the leadership step."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        controls: Callable[[], Control] = Control,
+        status: Callable[[RollStatus], None] | None = None,
+        run_id: str = "",
+        **kwargs: Any,
+    ) -> None:
+        """``controls``: the operator's holds and skips now (``roll_status.read_control``); ``status``: where the
+        roll's status goes (``roll_status.record_status``); ``run_id``: the Airflow run, in the status."""
         kwargs.setdefault("post_verify", lambda host, b, stage: [])  # nothing changed: nothing to verify on disk
         super().__init__(*args, **kwargs)
+        self.journal.data["changes_files"] = False  # a halt keeps the lock only for a broker left down
         self.isr_margin = int(self.plan.scope.get("isr_margin") or 0)
         self.leadership = dict(self.plan.scope.get("leadership") or {"via": LEADERSHIP_OFF})
+        self.controls = controls
+        self.status_sink = status or (lambda s: None)
+        self.run_id = run_id
+        self.step_no, self.steps_planned = 0, len(batches_of(self.plan))
+        self.current: tuple[int, ...] = ()
+        self.phase = ""
+        self.blocked: Blocked | None = None
+
+    def run(self) -> dict[str, Any]:
+        """``Executor.run``, the roll's status written at its end: done, or halted with why."""
+        try:
+            data = super().run()
+        except BaseException as e:
+            if not self.fenced:
+                self.publish(HALTED, str(e) or type(e).__name__)
+            raise
+        self.current, self.phase, self.blocked = (), "", None
+        self.publish(DONE)
+        return data
+
+    def publish(self, state: str | None = None, error: str | None = None) -> None:
+        """The roll's status now to ``status`` (best effort: a status that cannot go is logged, never fails)."""
+        restarted = [b.broker_id for b in self.plan.brokers if b.restart]
+        try:
+            self.status_sink(
+                RollStatus(
+                    run_id=self.run_id,
+                    plan_hash=self.plan.hash,
+                    state=state or (BLOCKED if self.blocked else RUNNING),
+                    updated_at=time.time(),
+                    step=self.step_no,
+                    steps=self.steps_planned,
+                    brokers=self.current,
+                    phase=self.phase,
+                    done=tuple(b for b in restarted if self.journal.completed(b) == State.DONE),
+                    skipped=tuple(b for b in restarted if self.journal.broker(b).get("skipped")),
+                    blocked=self.blocked,
+                    error=error,
+                )
+            )
+        except Exception as e:
+            LOG.warning("the roll's status could not be written: %s", e)
 
     # ---- the chain
     def chain(self) -> None:
@@ -77,6 +160,12 @@ class RollExecutor(Executor):
         while pending:
             batch = self._next_batch(pending)
             todo = [by_id[x] for x in batch.brokers if self.journal.completed(x) != State.DONE]
+            if not todo:
+                continue
+            self.step_no += 1
+            left = sum(1 for p in pending if any(self.journal.completed(x) != State.DONE for x in p.brokers))
+            self.steps_planned = self.step_no + left
+            todo = self._until_clear(todo)
             if not todo:
                 continue
             self._roll(batch, todo)
@@ -145,6 +234,8 @@ class RollExecutor(Executor):
                     continue
                 try:
                     self.fence()
+                    self.current, self.phase = tuple(b.broker_id for b in todo), PHASES[target]
+                    self.publish()
                     details = step(due, hosts)
                     for b in due:
                         self.journal.advance(b.broker_id, target, details.get(b.broker_id, ""))
@@ -166,26 +257,133 @@ class RollExecutor(Executor):
                 self._restart_if_unchanged(other, e)
         self._failed(b, e, where)
 
+    # ---- before a step: the operator's word, and the gates waited for
+    def _until_clear(self, todo: list[BrokerPlan]) -> list[BrokerPlan]:
+        """The step's brokers once it may go: the operator's skips left out, then waited for while a broker is held
+        or a gate fails (``_gate``), why in the log and the roll status; RepairError past ``blocked_timeout_s``.
+        Brokers resuming after their pre-check (started already by a halted attempt) are not gated again."""
+        progress: Progress | None = None
+        deadline = since = 0.0
+        try:
+            while True:
+                due = [b for b in todo if ORDER.index(self._resume_after(b)) < ORDER.index(State.PRECHECKED)]
+                if not due:
+                    return todo
+                try:
+                    control = self.controls()
+                except Exception as e:  # a hold must not be missed: nothing of the step has stopped, it halts
+                    raise RepairError(f"the operator's holds and skips cannot be read: {e}") from e
+                todo = self._skip(todo, control)
+                due = [b for b in due if b in todo]
+                if not todo or not due:
+                    return todo
+                self.current, self.phase = tuple(b.broker_id for b in todo), "waiting for its gates"
+                blocked = self._held(due, control) or self._gate(frozenset(b.broker_id for b in due))
+                if blocked is None:
+                    if self.blocked is not None:
+                        LOG.info("%s: no longer blocked (%s)", _named(self.current), self.blocked.gate)
+                    self.blocked = None
+                    self.publish()
+                    return todo
+                if progress is None:
+                    since, deadline = time.time(), time.monotonic() + self.gates.blocked_timeout_s
+                    what = f"step {self.step_no} of {self.steps_planned} ({_named(self.current)}): blocked"
+                    progress = self._progress(what, self.gates.blocked_timeout_s)
+                blocked = Blocked(blocked.gate, blocked.why, blocked.items, since)
+                if self.blocked is None or (blocked.gate, blocked.why, blocked.items) != (
+                    self.blocked.gate,
+                    self.blocked.why,
+                    self.blocked.items,
+                ):
+                    LOG.warning("%s: blocked: %s", _named(self.current), blocked.describe(10))
+                    self.blocked = blocked
+                    self.publish()
+                progress.update(blocked.describe())
+                if time.monotonic() >= deadline:
+                    raise RepairError(
+                        f"{_named(self.current)} blocked for {self.gates.blocked_timeout_s:.0f} s "
+                        f"(blocked_timeout_s), nothing of the step stopped: {blocked.describe(10)}"
+                    )
+                time.sleep(self.gates.poll_interval_s)
+        finally:
+            if progress is not None:
+                with progress:
+                    pass
+
+    def _skip(self, todo: list[BrokerPlan], control: Control) -> list[BrokerPlan]:
+        """``todo`` but the brokers the operator skips (journaled ``skipped``); a skip that comes after this roll
+        stopped the broker cannot hold: it is said, and the broker is started and waited for."""
+        out = []
+        for b in todo:
+            if b.broker_id not in control.skip:
+                out.append(b)
+                continue
+            said = control.describe(b.broker_id)
+            past = ORDER.index(self._resume_after(b)) >= ORDER.index(State.PRECHECKED)
+            if self.journal.left_down(b.broker_id) or past:
+                if self.journal.broker(b.broker_id).get("skip_too_late") != said:
+                    LOG.warning("broker %s: %s, too late: this roll stopped it; it is started again", b.broker_id, said)
+                    self._save_quietly(lambda b=b, said=said: self.journal.note(b.broker_id, "skip_too_late", said))
+                out.append(b)
+                continue
+            LOG.warning("broker %s: %s: left out of the roll, not restarted", b.broker_id, said)
+            self._save_quietly(lambda b=b, said=said: self.journal.note(b.broker_id, "skipped", said))
+        return out
+
+    @staticmethod
+    def _held(due: list[BrokerPlan], control: Control) -> Blocked | None:
+        held = [b.broker_id for b in due if b.broker_id in control.hold]
+        if not held:
+            return None
+        return Blocked(
+            HELD,
+            f"the operator holds {_named(held)} (release: bin/fleet-doctor roll-control release)",
+            tuple(f"broker {b}: {control.describe(b)}" for b in held),
+        )
+
+    def _gate(self, ids: frozenset[int]) -> Blocked | None:
+        """The first gate the step ``ids`` fails now, read live (None: it may go): every broker outside it
+        registered, no partition under-replicated or offline but for the step's own replicas, no two of the step
+        sharing a partition, min ISR (+ the margin for several) kept with all of it stopped."""
+        expected = {x.id for x in self.inventory.brokers}
+        registered = self.cluster.registered()
+        missing = sorted(expected - registered - ids)
+        if missing:
+            return Blocked(
+                REGISTERED,
+                f"broker(s) outside the step not registered ({self.cluster.registration})",
+                tuple(f"broker {b}" for b in missing),
+            )
+        partitions = self.cluster.partitions()
+        problems = self.cluster.problems(expected, ids, partitions=partitions)  # a roll repairs no replica
+        if problems:
+            return Blocked(UNDER_REPLICATED, "partitions under-replicated or offline", tuple(problems))
+        starting_only = not (ids & registered)  # all down already: nothing in sync stops
+        shared = [] if starting_only else shared_partitions(ids, partitions)
+        if shared:
+            return Blocked(
+                PARTITION_DISJOINT,
+                f"{_named(ids)} share partition(s) now (reassigned since the plan?)",
+                tuple(shared),
+            )
+        below = batch_below_min_isr(ids, partitions, self.isr_margin)
+        if below:
+            margin = f" + margin {self.isr_margin}" if len(ids) > 1 and self.isr_margin else ""
+            return Blocked(MIN_ISR, f"stopping {_named(ids)} would take below min ISR{margin}", tuple(below))
+        return None
+
     # ---- the steps, for a batch
     def _precheck_batch(self, bs: list[BrokerPlan], hosts: dict[int, BrokerHost]) -> dict[int, str]:
+        """Each host is its broker, the quorum gate for a voter, and the gates once more (``_until_clear`` waited
+        for them just now: one failing again here fails the step)."""
         ids = frozenset(b.broker_id for b in bs)
         self._together(bs, lambda b: hosts[b.broker_id].identity())
         quorum = ""
         for b in bs:
             quorum = _each(b, lambda b=b: self._quorum_gate(b))
-        expected = {x.id for x in self.inventory.brokers}
-        partitions = self.cluster.partitions()
-        problems = self.cluster.problems(expected, ids, partitions=partitions)  # a roll repairs no replica
-        if problems:
-            raise RepairError(f"pre-check before {_named(ids)}: " + "; ".join(problems[:10]))
-        starting_only = not (ids & self.cluster.registered())  # all down already: nothing in sync stops
-        shared = [] if starting_only else shared_partitions(ids, partitions)
-        if shared:
-            raise RepairError(f"{_named(ids)} share partition(s) now (reassigned since the plan?): {shared[:10]}")
-        below = batch_below_min_isr(ids, partitions, self.isr_margin)
-        if below:
-            margin = f" + margin {self.isr_margin}" if len(ids) > 1 and self.isr_margin else ""
-            raise RepairError(f"stopping {_named(ids)} would take below min ISR{margin}: " + "; ".join(below[:10]))
+        blocked = self._gate(ids)
+        if blocked is not None:
+            raise RepairError(f"pre-check before {_named(ids)}: {blocked.describe(10)}")
         what = "the hosts are these brokers" if len(ids) > 1 else "the host is this broker"
         detail = (
             f"{what}; all other brokers registered, no under-replicated partition, min ISR kept with "
