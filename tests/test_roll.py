@@ -7,6 +7,7 @@ failure starts the batch's other brokers again, and a rerun resumes."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,12 @@ import pytest
 
 from fleet_doctor.inventory import Inventory
 from fleet_doctor.remote import RemoteError
+from fleet_doctor.repair import approval_text
 from fleet_doctor.repair.broker import parse_broker_state, parse_election
 from fleet_doctor.repair.errors import RepairError
 from fleet_doctor.repair.gates import Gates
 from fleet_doctor.repair.journal import State
-from fleet_doctor.repair.plan import Plan
+from fleet_doctor.repair.plan import Plan, RestartPreview
 from fleet_doctor.repair.roll import RollExecutor
 from fleet_doctor.repair.roll_plan import (
     DOWN_FIRST,
@@ -29,7 +31,9 @@ from fleet_doctor.repair.roll_plan import (
     StepTimes,
     build_roll_plan,
     leadership_balance,
+    measure_recovery,
     measure_steps,
+    recovery_bytes,
 )
 from fleet_doctor.roll_status import HELD, MIN_ISR, UNDER_REPLICATED, Control, RollStatus
 from harness.fakes import Crash, FakeCluster, FakeFleet, FakePartition, fake_hosts
@@ -110,10 +114,9 @@ def roll_plan(fleet: FakeFleet, batched: bool, **kw: Any) -> Plan:
         controller=fleet.controller,
         down=set(BROKERS) - cluster.registered(),
         batched=batched,
-        recovery_bytes_per_s=1e8,
         isr_wait_s=1,
         pause_s=0,
-        **{"leadership": {"via": LEADERSHIP_VIA_TOOL}, **kw},
+        **{"leadership": {"via": LEADERSHIP_VIA_TOOL}, "recovery_bytes_per_s": 1e8, **kw},
     )
     return plan
 
@@ -470,3 +473,39 @@ def test_a_skip_after_the_roll_stopped_the_broker_cannot_hold_it_is_started_agai
     assert again.run()["status"] == "done"
     assert 2 in FakeCluster(fleet).registered()
     assert "skipped" not in again.journal.broker(2) and "skipped by carol" in again.journal.broker(2)["skip_too_late"]
+
+
+def test_the_log_recovery_rate_is_measured_per_cluster_and_kept_until_a_roll_measures_it_again(
+    tmp_path: Path,
+) -> None:
+    from types import SimpleNamespace
+
+    from fleet_doctor.repair.roll_tasks import record_step_times, step_times
+    from fleet_doctor.store import Store
+
+    fleet = make_fleet()
+    plan = roll_plan(fleet, batched=False)
+    gib = 1 << 30
+    down = dataclasses.replace(
+        plan.brokers[0],
+        preview=RestartPreview(False, False, 3, gib, 0, 0, 10.0, 0),  # down after an unclean stop: 1 GiB to recover
+    )
+    plan = dataclasses.replace(plan, brokers=[down, *plan.brokers[1:]])
+    assert recovery_bytes(plan) == {down.broker_id: gib}
+    journal = executor(plan, fleet, tmp_path).run()
+    journal["brokers"][str(down.broker_id)]["recovery"] = {"seconds": 8.0}
+    assert measure_recovery(journal, plan.hash, recovery_bytes(plan))["bytes_per_s"] == gib // 8
+    quick = json.loads(json.dumps(journal))
+    quick["brokers"][str(down.broker_id)]["recovery"] = {"seconds": 0.5}  # a poll's worth: says nothing of the rate
+    assert measure_recovery(quick, plan.hash, recovery_bytes(plan)) is None
+
+    settings = SimpleNamespace(store=Store(tmp_path / "store"))
+    record_step_times(settings, journal, plan)  # type: ignore[arg-type]
+    times = step_times(settings)  # type: ignore[arg-type]
+    assert times.recovery_bytes_per_s == gib // 8 and "median of 1 broker(s) that recovered" in times.recovery_source
+    record_step_times(settings, quick, plan)  # type: ignore[arg-type]  # no recovery measured: the rate stays
+    assert step_times(settings).recovery_bytes_per_s == gib // 8  # type: ignore[arg-type]
+    again = roll_plan(fleet, batched=False, times=times, recovery_bytes_per_s=times.recovery_bytes_per_s)
+    assert again.risk["predicted"]["recovery_source"] == times.recovery_source
+    body = approval_text.roll_request(again).body
+    assert "log recovery at 128.0 MiB/s, `measured on roll" in body, [x for x in body.splitlines() if "Predicted" in x]

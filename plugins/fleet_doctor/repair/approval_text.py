@@ -689,7 +689,9 @@ def roll_markdown(plan: Plan) -> str:
         + ".",
         f"- **Predicted time:** {_duration(predicted.get('batched_s', 0))} as planned, against "
         f"{_duration(predicted.get('one_at_a_time_s', 0))} one broker at a time "
-        f"({md_cell(predicted.get('step_times_source', ''), table=False)}).",
+        f"({md_cell(predicted.get('step_times_source', ''), table=False)}; log recovery at "
+        f"{_mib(int(predicted.get('recovery_bytes_per_s') or 0))}/s, "
+        f"{md_cell(predicted.get('recovery_source') or 'the default rate', table=False)}).",
         f"- **Leadership back:** {md_cell(scope['leadership'].get('via'), table=False)} "
         f"({md_cell(scope['leadership'].get('why', ''), table=False)}).",
     ]

@@ -25,6 +25,7 @@ again first, so the next node never stops while the last one still recovers.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -522,7 +523,9 @@ class Executor:
             while True:
                 if b.broker_id in self.cluster.registered():
                     took = time.monotonic() - started
-                    if recovered_s:
+                    if recovered_s:  # kept: a roll measures the cluster's recovery rate by it (roll_plan)
+                        recovery = {"seconds": round(recovered_s, 1)}
+                        self._save_quietly(functools.partial(self.journal.note, b.broker_id, "recovery", recovery))
                         return f"registered again after {took:.0f} s, {recovered_s:.0f} s of it recovering its logs"
                     return f"registered again after {took:.0f} s"
                 now = time.monotonic()

@@ -240,20 +240,76 @@ class StepTimes:
     election_s: float = DEFAULT_ELECTION_S
     source: str = "defaults (no roll of this cluster measured yet)"
     healthy_s: float | None = None  # measured: back in ISR and the healthy polls (None: the plan's polls)
+    # measured: a log recovery's bytes per second on this cluster (None: planner.RECOVERY_BYTES_PER_S), and where from
+    recovery_bytes_per_s: float | None = None
+    recovery_source: str = ""
 
     @classmethod
     def measured(cls, data: Mapping[str, Any] | None) -> StepTimes:
-        """The step times ``measure_steps`` wrote after the cluster's last roll; the defaults without one."""
-        if not data:
-            return cls()
-        when = time.strftime("%Y-%m-%d", time.gmtime(float(data.get("measured_at") or 0)))
+        """The step times ``measure_steps`` and the recovery rate ``measure_recovery`` wrote after the cluster's last
+        rolls that measured them; the defaults for what none measured."""
+        data = data or {}
+        recovery = data.get("recovery") or {}
+        rate = float(recovery["bytes_per_s"]) if recovery.get("bytes_per_s") else None
+        rated = (
+            f"measured on roll {str(recovery.get('roll', ''))[:12]} of {_day(recovery.get('measured_at'))}, median of "
+            f"{recovery.get('brokers')} broker(s) that recovered"
+            if rate
+            else ""
+        )
+        if "stop_s" not in data:
+            return cls(recovery_bytes_per_s=rate, recovery_source=rated)
         return cls(
             float(data["stop_s"]),
             float(data["start_s"]),
             float(data["election_s"]),
-            f"measured on roll {str(data.get('roll', ''))[:12]} of {when}, medians of {data.get('brokers')} broker(s)",
+            f"measured on roll {str(data.get('roll', ''))[:12]} of {_day(data.get('measured_at'))}, medians of "
+            f"{data.get('brokers')} broker(s)",
             float(data["healthy_s"]),
+            rate,
+            rated,
         )
+
+
+def _day(ts: Any) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(float(ts or 0)))
+
+
+MIN_MEASURED_RECOVERY_S = 2.0  # a recovery shorter than this says more about the poll than about the rate
+
+
+def measure_recovery(
+    journal: Mapping[str, Any], plan_hash: str, recovery_bytes: Mapping[int, int]
+) -> dict[str, Any] | None:
+    """The cluster's log recovery rate from a roll: the median, over its brokers that recovered their logs at their
+    start for at least ``MIN_MEASURED_RECOVERY_S`` (journaled ``recovery`` by ``Executor.wait_registered``), of the
+    bytes the plan predicted for that recovery (``recovery_bytes``) over the seconds it took. None without one."""
+    rates = []
+    for bid, b in journal.get("brokers", {}).items():
+        seconds = float((b.get("recovery") or {}).get("seconds") or 0)
+        size = recovery_bytes.get(int(bid), 0)
+        if seconds >= MIN_MEASURED_RECOVERY_S and size > 0:
+            rates.append(size / seconds)
+    if not rates:
+        return None
+    return {
+        "bytes_per_s": round(statistics.median(rates)),
+        "brokers": len(rates),
+        "roll": plan_hash,
+        "measured_at": time.time(),
+    }
+
+
+def recovery_bytes(plan: Any) -> dict[int, int]:
+    """The bytes each broker of ``plan`` recovers at its start as the plan predicted it (``recovery_s``'s terms)."""
+    out = {}
+    for b in plan.brokers:
+        p = b.preview
+        if p is None:
+            continue
+        clean = p.running or p.last_stop_clean
+        out[b.broker_id] = p.bytes_to_rebuild + (0 if clean else p.bytes_above_recovery_point)
+    return out
 
 
 def measure_steps(journal: Mapping[str, Any], plan_hash: str) -> dict[str, Any] | None:
@@ -327,6 +383,7 @@ def predict(
         "step_times": {"stop_s": times.stop_s, "start_s": times.start_s, "election_s": times.election_s},
         "step_times_source": times.source,
         "recovery_bytes_per_s": recovery_bytes_per_s,
+        "recovery_source": times.recovery_source or "the default rate (no recovery measured on this cluster yet)",
     }
 
 

@@ -27,7 +27,9 @@ from fleet_doctor.repair.roll_plan import (
     build_roll_plan,
     is_roll,
     leadership_way,
+    measure_recovery,
     measure_steps,
+    recovery_bytes,
 )
 from fleet_doctor.repair.session import cluster_lock, lock_mirror, repairs_dir, save_for_approval, ssh_connect
 from fleet_doctor.settings import Settings
@@ -76,6 +78,7 @@ def make_roll_plan(settings: Settings, params: dict[str, Any], cluster: ClusterH
         raise RepairError("a roll for reason 'other' says what it is for (the reason field): nothing planned")
     gates = Gates.from_params(params)
     run, previews = audit_previews(settings, asked)
+    times = step_times(settings)
     try:
         p = build_roll_plan(
             inv.cluster,
@@ -96,10 +99,10 @@ def make_roll_plan(settings: Settings, params: dict[str, Any], cluster: ClusterH
             kraft=inv.kraft,
             cluster_id=cluster.cluster_id(),  # type: ignore[attr-defined]
             leadership=leadership_way(inv),
-            recovery_bytes_per_s=RECOVERY_BYTES_PER_S,
+            recovery_bytes_per_s=times.recovery_bytes_per_s or RECOVERY_BYTES_PER_S,
             isr_wait_s=gates.healthy_polls * gates.poll_interval_s,
             pause_s=gates.pause_between_brokers_s,
-            times=step_times(settings),
+            times=times,
         )
     except ValueError as e:
         raise RepairError(f"the roll cannot be planned: {e}") from e
@@ -183,20 +186,28 @@ def roll(
         if approval is not None:
             journal.approved(approval)
         ex.run()
-    record_step_times(settings, journal.data, approved.hash)
+    record_step_times(settings, journal.data, approved)
     return report
 
 
-def record_step_times(settings: Settings, journal: dict[str, Any], plan_hash: str) -> None:
-    """The finished roll's measured step times in the cluster's store (``layout.ROLL_TIMINGS``): the next roll's
-    prediction goes by them. Best effort: a store that cannot be written costs the next prediction only."""
-    measured = measure_steps(journal, plan_hash)
-    if measured is None:
+def record_step_times(settings: Settings, journal: dict[str, Any], approved: Plan) -> None:
+    """The finished roll's measured step times and log recovery rate in the cluster's store
+    (``layout.ROLL_TIMINGS``): the next roll's prediction goes by them. A roll that measured one and not the other
+    keeps the other as it was. Best effort: a store that cannot be written costs the next prediction only."""
+    measured = measure_steps(journal, approved.hash)
+    recovery = measure_recovery(journal, approved.hash, recovery_bytes(approved))
+    if measured is None and recovery is None:
         return
     try:
-        settings.store.write_text(layout.ROLL_TIMINGS, json.dumps(measured, indent=2))
+        before = settings.store.read_json(layout.ROLL_TIMINGS) or {}
+        record = measured or {k: v for k, v in before.items() if k != "recovery"}
+        if recovery or before.get("recovery"):
+            record["recovery"] = recovery or before["recovery"]
+        if "stop_s" not in record:  # no step times measured yet: the recovery rate alone waits for them
+            record = {"recovery": record["recovery"]}
+        settings.store.write_text(layout.ROLL_TIMINGS, json.dumps(record, indent=2))
     except Exception as e:
-        LOG.warning("roll %s: the measured step times could not be stored: %s", plan_hash[:12], e)
+        LOG.warning("roll %s: the measured step times could not be stored: %s", approved.hash[:12], e)
 
 
 def step_times(settings: Settings) -> StepTimes:
