@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from fleet_doctor import layout, lock_state
+from fleet_doctor import layout, lock_state, roll_status
 from fleet_doctor.audit import alerts, history
 from fleet_doctor.audit.summary import RunSummary
 from fleet_doctor.console.app import create_app
@@ -23,9 +23,11 @@ from fleet_doctor.console.data import is_stale
 from fleet_doctor.fleet_dags import cron_of, fair_share, fleet_clusters, spread
 from fleet_doctor.inventory import InventoryError
 from fleet_doctor.lock_state import LockState
+from fleet_doctor.roll_status import BLOCKED, MIN_ISR, Blocked, RollStatus
 from fleet_doctor.settings import Settings
 from fleet_doctor.store import Store
 from harness import inventories
+from harness.corpus import REPO
 from harness.findings import finding
 
 
@@ -315,6 +317,49 @@ def test_the_overview_and_a_clusters_page_show_the_repair_lock(tmp_path: Path) -
     page = TestClient(create_app(lambda: s)).get("/clusters/held/")
     assert page.status_code == 200 and "data-testid='repair-lock' data-state='needs-human'" in page.text
     assert TestClient(create_app(lambda: s)).get("/clusters/absurd/").status_code == 200
+
+
+def test_a_clusters_page_says_why_its_roll_is_blocked_and_who_holds_or_skips_a_broker(tmp_path: Path) -> None:
+    """The roll as its worker last wrote it (``roll_status``): the gate, what holds it and since when on the cluster's
+    page, a mark in the overview's lock cell; the operator's holds and skips (set by ``bin/fleet-doctor
+    roll-control``, the command line a platform team scripts) with who and why; a damaged status is named."""
+    import os
+    import subprocess
+
+    s = fleet_of(tmp_path, inventories.inventory("blocked", brokers=3), inventories.inventory("garbled", brokers=3))
+    for n in ("blocked", "garbled"):
+        publish(s.for_cluster(n), "scheduled__1", [], n)
+    since = dt.datetime.now(dt.UTC).timestamp() - 600
+    gate = Blocked(MIN_ISR, "stopping broker 2 would take below min ISR", ("orders-3 (ISR [2, 3], min ISR 2)",), since)
+    roll_status.record_status(
+        s.for_cluster("blocked").store,
+        RollStatus("manual__7", "c" * 64, BLOCKED, since + 590, 2, 3, (2,), "waiting for its gates", (1,), (), gate),
+    )
+    s.for_cluster("garbled").store.write_text(layout.ROLL_CONTROL, '{"hold": {"x": 1}}')
+    env = {**os.environ, "FLEET_DOCTOR_INVENTORY": str(s.inventory), "FLEET_DOCTOR_DATA": str(s.data_root)}
+    cli = [str(REPO / "bin" / "fleet-doctor"), "roll-control", "blocked"]
+    done = subprocess.run([*cli, "hold", "3", "--by", "alice", "--why", "disk swap"], env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert subprocess.run([*cli, "skip", "1", "--by", "bob"], env=env, capture_output=True).returncode == 0
+    unknown = subprocess.run([*cli, "hold", "9"], env=env, capture_output=True, text=True)
+    assert unknown.returncode == 2 and "broker 9 is not in cluster blocked's inventory" in unknown.stderr
+    shown = json.loads(subprocess.run([*cli, "show", "--format", "json"], env=env, capture_output=True).stdout)
+    assert shown["hold"]["3"]["by"] == "alice" and shown["skip"]["1"]["by"] == "bob"
+    assert shown["roll"]["blocked"]["gate"] == MIN_ISR
+    text = subprocess.run([*cli, "show"], env=env, capture_output=True, text=True).stdout
+    assert "broker 3: held by alice at" in text and "roll: step 2 of 3 (broker 2) blocked: min-isr since" in text
+
+    page = TestClient(create_app(lambda: s)).get("/clusters/blocked/").text
+    assert "data-testid='roll' data-state='blocked' data-gate='min-isr'" in page
+    assert "Blocked at gate <b>min-isr</b> for 10 min" in page and "orders-3 (ISR [2, 3], min ISR 2)" in page
+    assert "broker 3: held by alice at" in page and "disk swap" in page and "broker 1: skipped by bob" in page
+    assert "roll-control blocked release BROKER" in page and "kafka_fleet_roll__blocked" in page
+    assert "roll blocked at min-isr" in overview(s)
+    garbled = TestClient(create_app(lambda: s)).get("/clusters/garbled/")
+    assert garbled.status_code == 200 and "data-testid='roll' data-state='unreadable'" in garbled.text
+    assert "roll-control.json: not a roll control" in garbled.text
+    assert subprocess.run([*cli, "release", "3"], env=env, capture_output=True).returncode == 0
+    assert roll_status.read_control(s.for_cluster("blocked").store).hold == {}
 
 
 T0 = 1_790_000_000.0

@@ -48,7 +48,8 @@ def _unix_time(value: Any) -> float | None:
 @dataclass(frozen=True)
 class LockState:
     """The cluster's repair lock as seen at ``observed_at`` (Unix time) by ``seen_by`` (``audit``, ``repair``,
-    ``restore``); ``zxid``: the newest ZooKeeper transaction that changed it (what orders observations)."""
+    ``restore``, ``roll``, ``purge``); ``zxid``: the newest ZooKeeper transaction that changed it (what orders
+    observations)."""
 
     held: bool
     observed_at: float

@@ -118,6 +118,63 @@ def _add_cluster_metadata(sub: Any) -> None:
     cp.set_defaults(func=_cmd_cluster_metadata, parser=cp)
 
 
+ROLL_CONTROL_HELP = (
+    "hold, skip or release a broker for the cluster's rolls, or show them and the running roll (docs/roll.md)",
+    "Hold a broker (a roll waits before the step that holds it, blocked, until it is released), skip it (a roll "
+    "leaves it out), release it, or show the standing holds and skips with the cluster's roll as last written (its "
+    "step, why it is blocked, since when). Written in the cluster's store (FLEET_DOCTOR_DATA), for the roll running "
+    "now and the next ones, until released. Exit status: 0 done, 2 usage, inventory or store error.",
+)
+
+
+def _cmd_roll_control(args: argparse.Namespace) -> int:
+    import getpass
+
+    from fleet_doctor import roll_status
+    from fleet_doctor.settings import Settings
+    from fleet_doctor.store import StoreError
+
+    try:
+        settings = Settings.from_env().for_cluster(args.cluster)
+        inv = settings.load_inventory()
+        if args.action != "show":
+            if args.broker is None:
+                args.parser.error(f"{args.action} needs a BROKER id")
+            if args.broker not in {b.id for b in inv.brokers}:
+                print(
+                    f"fleet-doctor: broker {args.broker} is not in cluster {inv.cluster}'s inventory", file=sys.stderr
+                )
+                return 2
+            by = args.by or getpass.getuser()
+            roll_status.change_control(settings.store, args.action, args.broker, by, args.why or "")
+        control = roll_status.read_control(settings.store)
+        status = roll_status.read_status(settings.store)
+    except (inventory.InventoryError, StoreError, ValueError, OSError) as e:
+        print(f"fleet-doctor: {e}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        out = {"cluster": inv.cluster, **control.to_json(), "roll": status.to_json() if status else None}
+        print(json.dumps(out, indent=2))
+        return 0
+    for b in sorted({*control.hold, *control.skip}):
+        print(f"broker {b}: {control.describe(b)}")
+    if not control.hold and not control.skip:
+        print(f"cluster {inv.cluster}: no broker held or skipped")
+    print(f"roll: {status.describe()}" if status else "roll: none has run on this cluster yet")
+    return 0
+
+
+def _add_roll_control(sub: Any) -> None:
+    rp = sub.add_parser("roll-control", help=ROLL_CONTROL_HELP[0], description=ROLL_CONTROL_HELP[1])
+    rp.add_argument("cluster", metavar="CLUSTER", help="the cluster (its inventory's cluster name)")
+    rp.add_argument("action", choices=("hold", "skip", "release", "show"))
+    rp.add_argument("broker", nargs="?", type=int, metavar="BROKER", help="the broker id (not for show)")
+    rp.add_argument("--by", metavar="NAME", help="who asks (default: this user)")
+    rp.add_argument("--why", metavar="TEXT", help="why (shown in the roll's log and on the fleet page)")
+    rp.add_argument("--format", choices=("text", "json"), default="text")
+    rp.set_defaults(func=_cmd_roll_control, parser=rp)
+
+
 def _cmd_inventory(args: argparse.Namespace) -> int:
     try:
         fleet = inventory.load_fleet(args.path)
@@ -276,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_metadata(sub)
     _add_scan(sub)
     _add_inventory(sub)
+    _add_roll_control(sub)
     return p
 
 

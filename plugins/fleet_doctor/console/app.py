@@ -32,7 +32,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse
 from fleet_doctor import layout
 from fleet_doctor.airflow_links import RepairScope, audit_dag
 from fleet_doctor.console import render
-from fleet_doctor.console.data import ClusterRow, cluster_row, load_view, read_lock
+from fleet_doctor.console.data import ClusterRow, cluster_row, load_view, read_lock, read_roll
 from fleet_doctor.console.metrics import CONTENT_TYPE, render_metrics
 from fleet_doctor.fleet_dags import ClusterDags, FleetDags, fleet_clusters
 from fleet_doctor.inventory import InventoryError
@@ -139,7 +139,9 @@ def create_app(
             code = err.status_code if isinstance(err, HTTPException) else 503
             return _html(render.error_page(str(message), nonce, cluster), render_csp(nonce), code)
         lock, lock_error = read_lock(store)
-        page = render.fleet_page(view, nonce, cluster=cluster, last=runs, lock=lock, lock_error=lock_error)
+        page = render.fleet_page(
+            view, nonce, cluster=cluster, last=runs, lock=lock, lock_error=lock_error, roll=read_roll(store)
+        )
         return _html(page, render_csp(nonce))
 
     @app.get("/clusters/{cluster}/repair", response_class=HTMLResponse, dependencies=[*read, *repair])

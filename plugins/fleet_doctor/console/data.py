@@ -2,7 +2,8 @@
 layout in the store): ``history/runs.jsonl`` (one row per run, oldest first), the latest run's
 ``history/audit_run=<run>/findings.jsonl`` (every finding with its status new / persisting / unverified /
 resolved) and its summary ``reports/<run>.json``, each cluster from its own store (``layout.cluster_store``); the
-fleet overview adds each cluster's inventory facts and its repair lock as last seen (``lock_state``)."""
+fleet overview adds each cluster's inventory facts and its repair lock as last seen (``lock_state``), and a cluster's
+roll as its worker last wrote it with the operator's holds and skips (``roll_status``)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from typing import Any
 
 from croniter import croniter
 
-from fleet_doctor import layout, lock_state
+from fleet_doctor import layout, lock_state, roll_status
 from fleet_doctor.audit.summary import STANDING, FindingStatus, RunSummary, counts, parse_time
 from fleet_doctor.finding_groups import FindingGroup, group_findings
 from fleet_doctor.fleet_dags import cron_of
 from fleet_doctor.inventory import Inventory
 from fleet_doctor.lock_state import NEEDS_HUMAN, LockState
+from fleet_doctor.roll_status import Control, RollStatus
 from fleet_doctor.rules import severity_rank
 from fleet_doctor.store import Store, StoreError
 
@@ -122,6 +124,7 @@ class ClusterRow:
     stale: bool = False  # the latest audit is older than the schedule allows (or there is none)
     lock: LockState | None = None  # the repair lock as last seen (``lock_state``); None: never seen
     lock_error: str | None = None  # its mirror could not be read
+    roll: RollView | None = None  # the cluster's roll as last written (``roll_status``)
 
     @property
     def summary(self) -> RunSummary | None:
@@ -162,6 +165,28 @@ def is_stale(schedule: str | None, finished_at: Any, now: dt.datetime) -> bool:
     return when is None or when < expected
 
 
+@dataclass(frozen=True)
+class RollView:
+    """A cluster's roll as its worker last wrote it, and the operator's standing holds and skips, or why they could
+    not be read."""
+
+    status: RollStatus | None
+    control: Control = field(default_factory=Control)
+    error: str | None = None
+
+    @property
+    def blocked(self) -> bool:
+        return self.status is not None and self.status.state == roll_status.BLOCKED
+
+
+def read_roll(store: Store) -> RollView:
+    """The cluster's roll status and controls (``roll_status``); what went wrong reading them, shown, not raised."""
+    try:
+        return RollView(roll_status.read_status(store), roll_status.read_control(store))
+    except (StoreError, ValueError) as err:
+        return RollView(None, Control(), str(err))
+
+
 def read_lock(store: Store) -> tuple[LockState | None, str | None]:
     """The cluster's repair lock as last seen, or why its mirror could not be read."""
     try:
@@ -174,6 +199,7 @@ def cluster_row(inv: Inventory, schedule: str | None, store: Callable[[], Store]
     """A cluster's row: its latest audit from its store (``store()``: finding it may read the data root)."""
     versions = sorted({b.kafka_version for b in inv.brokers})
     lock, lock_error = None, "the cluster's store cannot be read"
+    roll: RollView | None = None
     try:
         cluster_store = store()
     except StoreError as err:
@@ -181,6 +207,7 @@ def cluster_row(inv: Inventory, schedule: str | None, store: Callable[[], Store]
         error: str | None = str(err)
     else:
         lock, lock_error = read_lock(cluster_store)  # shown even when the history cannot be read
+        roll = read_roll(cluster_store)
         try:
             view, error = load_view(cluster_store), None
         except StoreError as err:
@@ -197,4 +224,5 @@ def cluster_row(inv: Inventory, schedule: str | None, store: Callable[[], Store]
         stale=error is None and is_stale(schedule, finished_at, now),
         lock=lock,
         lock_error=lock_error,
+        roll=roll,
     )

@@ -26,13 +26,15 @@ from fleet_doctor.airflow_links import (
     is_repairable,
     repair_dag,
     restore_dag,
+    roll_dag,
 )
 from fleet_doctor.audit.report import registry_notes, svg_history  # one implementation each, the report's
 from fleet_doctor.audit.summary import TIME_FORMAT, FindingStatus, parse_time
-from fleet_doctor.console.data import ClusterRow, FleetView, broker_label, distinct, matrix
+from fleet_doctor.console.data import ClusterRow, FleetView, RollView, broker_label, distinct, matrix
 from fleet_doctor.finding_groups import FindingGroup
 from fleet_doctor.inventory import InventoryProblem
 from fleet_doctor.lock_state import FREE, HELD, NEEDS_HUMAN, LockState
+from fleet_doctor.roll_status import BLOCKED, DONE, HALTED
 from fleet_doctor.rules import SEVERITY_ORDER
 
 MAX_FILES = 200  # files listed per group (the count says how many there are)
@@ -315,6 +317,54 @@ def repair_lock(lock: LockState | None, error: str | None, now: dt.datetime) -> 
     )
 
 
+def _unix_age(ts: float, now: dt.datetime) -> str:
+    return _age(dt.datetime.fromtimestamp(ts, dt.UTC).strftime(TIME_FORMAT), now)
+
+
+def roll_line(roll: RollView | None, now: dt.datetime, cluster: str) -> str:
+    """The cluster's roll as its worker last wrote it (``roll_status``): its step, why it is blocked (the gate, what
+    holds it, since when), or how it ended; and the operator's standing holds and skips."""
+    if roll is None:
+        return ""
+    if roll.error:
+        return f"<p>Roll: <span class='alert' data-testid='roll' data-state='unreadable'>{e(roll.error)}</span></p>"
+    out = []
+    s = roll.status
+    if s is not None:
+        style = {BLOCKED: "alert", HALTED: "alert", DONE: ""}.get(s.state, "note")
+        gate = f" data-gate='{e(s.blocked.gate)}'" if s.blocked else ""
+        written = _unix_age(s.updated_at, now)
+        line = (
+            f"<p>Roll: <span class='{style}' data-testid='roll' data-state='{e(s.state)}'{gate}>"
+            f"{e(s.describe())}</span>"
+            f" <span class='muted'>(run {e(s.run_id)}, plan {e(s.plan_hash[:12])}"
+            f"{f', written {e(written)}' if written else ''}; "
+            + airflow_link(dag_path(roll_dag(cluster)), "Roll DAG")
+            + ")</span></p>"
+        )
+        out.append(line)
+        if s.blocked is not None and s.state != DONE:
+            blocked_for = _unix_age(s.blocked.since, now).removesuffix(" ago")
+            items = "".join(f"<li>{e(x)}</li>" for x in s.blocked.items[:20])
+            more = f"<li>… {len(s.blocked.items) - 20} more</li>" if len(s.blocked.items) > 20 else ""
+            out.append(
+                f"<div data-testid='roll-blocked' data-gate='{e(s.blocked.gate)}'><p>Blocked at gate "
+                f"<b>{e(s.blocked.gate)}</b>{f' for {e(blocked_for)}' if blocked_for else ''}: {e(s.blocked.why)}</p>"
+                f"<ul>{items}{more}</ul></div>"
+            )
+    c = roll.control
+    if c.hold or c.skip:
+        items = "".join(
+            f"<li data-broker='{b}'>broker {b}: {e(c.describe(b))}</li>" for b in sorted({*c.hold, *c.skip})
+        )
+        out.append(
+            f"<div data-testid='roll-controls'><p>Held or skipped for every roll until released "
+            f"(<span class='mono'>bin/fleet-doctor roll-control {e(cluster)} release BROKER</span>):</p>"
+            f"<ul>{items}</ul></div>"
+        )
+    return "".join(out)
+
+
 def _brokers(ids: Any) -> str:
     return ", ".join(e(str(b)) for b in ids or []) or "none"
 
@@ -545,11 +595,12 @@ def fleet_page(
     now: dt.datetime | None = None,
     lock: LockState | None = None,
     lock_error: str | None = None,
+    roll: RollView | None = None,
 ) -> str:
-    """A cluster's page: the repair lock, the latest audit, its findings grouped, what was resolved, the trend over
-    the last runs."""
+    """A cluster's page: the repair lock, the roll, the latest audit, its findings grouped, what was resolved, the
+    trend over the last runs."""
     now = now or dt.datetime.now(dt.UTC)
-    lock_line = f"<p>Repair lock: {repair_lock(lock, lock_error, now)}</p>"
+    lock_line = f"<p>Repair lock: {repair_lock(lock, lock_error, now)}</p>" + roll_line(roll, now, cluster)
     scripts = [_script(nonce, PENDING_JS, DAGS=list(approval_dags(cluster)))]
     if view.summary is None:
         body = (
@@ -654,6 +705,15 @@ def _spark(runs: list[dict[str, Any]], last: int = 10) -> str:
     )
 
 
+def _roll_mark(row: ClusterRow) -> str:
+    """In the overview's lock cell: a roll blocked or halted now, and the gate."""
+    s = row.roll.status if row.roll else None
+    if s is None or s.state not in (BLOCKED, HALTED):
+        return ""
+    what = f"roll blocked at {s.blocked.gate}" if s.state == BLOCKED and s.blocked else f"roll {s.state}"
+    return f" <span class='alert' data-testid='roll-mark' data-state='{e(s.state)}'>{e(what)}</span>"
+
+
 def _lock_rank(row: ClusterRow) -> int:
     """The lock column's sort value: left for a person, held, unreadable, not seen, free."""
     if row.lock_error:
@@ -688,7 +748,7 @@ def _cluster_row(row: ClusterRow, now: dt.datetime) -> str:
         f"<td data-testid='not-audited' data-value='{len(row.not_audited)}'>"
         f"{_brokers(row.not_audited) if row.not_audited else ''}</td>"
         f"<td class='num' data-testid='pending' data-cluster='{e(row.cluster)}'></td>"
-        f"<td data-value='{_lock_rank(row)}'>{repair_lock(row.lock, row.lock_error, now)}</td></tr>"
+        f"<td data-value='{_lock_rank(row)}'>{repair_lock(row.lock, row.lock_error, now)}{_roll_mark(row)}</td></tr>"
     )
 
 

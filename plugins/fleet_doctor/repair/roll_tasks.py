@@ -9,7 +9,7 @@ import logging
 import time
 from typing import Any
 
-from fleet_doctor import layout
+from fleet_doctor import layout, roll_status
 from fleet_doctor.audit.history import latest_whole_fleet_run
 from fleet_doctor.cluster_health import ClusterHealth
 from fleet_doctor.repair import approval_text
@@ -153,6 +153,9 @@ def roll(
             brokers = data["brokers"]
             report.update(attempt_report(data, approved.restart_order))
             report["states"] = {b: brokers[str(b)]["state"] for b in approved.restart_order}
+            report["skipped"] = {
+                b: brokers[str(b)]["skipped"] for b in approved.restart_order if "skipped" in brokers[str(b)]
+            }
             report["leadership_left"] = {
                 b: brokers[str(b)]["leadership_left"]
                 for b in approved.restart_order
@@ -181,6 +184,9 @@ def roll(
             Gates.from_params(gated),
             dry_run=bool(gated.get("dry_run")),
             fence=lock.fence(),
+            controls=lambda: roll_status.read_control(settings.store),
+            status=lambda status: roll_status.record_status(settings.store, status),
+            run_id=run_id,
         )
         journal = ex.journal
         if approval is not None:

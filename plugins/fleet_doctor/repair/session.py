@@ -323,7 +323,8 @@ class LockedCluster:
         """The lock as it is held now, mirrored in the cluster's store when there is one (best effort: None, logged,
         when it cannot be read)."""
         try:
-            state = self.lock.seen("restore" if self.owner["step"] == "restore" else "repair", kept)
+            step = str(self.owner["step"])
+            state = self.lock.seen(step if step in ("restore", "roll", "purge") else "repair", kept)
         except Exception as e:
             LOG.warning("repair %s: the lock could not be read back: %s", self.owner["plan_hash"][:12], e)
             return None
