@@ -509,3 +509,13 @@ def test_the_log_recovery_rate_is_measured_per_cluster_and_kept_until_a_roll_mea
     assert again.risk["predicted"]["recovery_source"] == times.recovery_source
     body = approval_text.roll_request(again).body
     assert "log recovery at 128.0 MiB/s, `measured on roll" in body, [x for x in body.splitlines() if "Predicted" in x]
+
+
+def test_the_approval_names_the_holds_and_skips_standing_when_the_roll_is_planned() -> None:
+    fleet = make_fleet()
+    control = Control(hold={3: {"by": "alice", "at": 1.79e9, "why": "disk swap"}}, skip={9: {"by": "bob", "at": 0}})
+    plan = roll_plan(fleet, batched=False, standing={b: control.describe(b) for b in {*control.hold, *control.skip}})
+    assert plan.risk["controls"] == {"3": control.describe(3)}  # broker 9 is not rolled: not said
+    body = approval_text.roll_request(plan).body
+    assert "**Held or skipped by an operator now**" in body and "broker 3: held by alice at 2026-09-21T" in body
+    assert roll_plan(fleet, batched=False).hash == plan.hash  # what stands now is shown, never hashed

@@ -703,6 +703,12 @@ def roll_markdown(plan: Plan) -> str:
         )
     if scope.get("hold_out"):
         lines.append(f"- **Held out:** broker(s) {', '.join(map(str, scope['hold_out']))}.")
+    if risk.get("controls"):
+        said = "; ".join(f"broker {b}: {why}" for b, why in risk["controls"].items())
+        lines.append(
+            f"- **Held or skipped by an operator now** (`bin/fleet-doctor roll-control`; the roll honours them as "
+            f"they stand at each step): {md_cell(said, table=False)}."
+        )
     lines += [*_gates_lines(plan), "", "| step | brokers | racks | why | predicted |", "|---|---|---|---|---|"]
     for i, batch in enumerate(scope.get("batches") or (), 1):
         ids = batch["brokers"]

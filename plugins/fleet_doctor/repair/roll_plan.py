@@ -413,11 +413,13 @@ def build_roll_plan(
     isr_wait_s: float,
     pause_s: float,
     times: StepTimes = StepTimes(),
+    standing: Mapping[int, str] | None = None,
 ) -> Plan:
     """The roll's plan, whole and frozen: its scope (the reason, the brokers, the held-out ones, the batching and
     the batches, the gates: all hashed, all in the approval), one ``BrokerPlan`` per broker in restart order (no file
     action; its restart preview from the audit), and for the approver (not hashed) the predicted time batched and one
-    at a time, and the leadership balance as the plan found it."""
+    at a time, the leadership balance as the plan found it, and the operator's holds and skips standing now
+    (``standing``: broker -> what, from ``roll_status``; they may change before the roll reaches the broker)."""
     if reason.get("kind") not in ROLL_REASONS:
         raise ValueError(f"a roll's reason is one of {', '.join(ROLL_REASONS)} ({reason.get('kind')!r})")
     held = sorted(set(hold_out))
@@ -467,6 +469,8 @@ def build_roll_plan(
         "racks": {str(b): racks.get(b) for b in rolled},
         "voters": quorum,
     }
+    if standing:
+        risk["controls"] = {str(b): why for b, why in sorted(standing.items()) if b in rolled}
     return Plan(cluster, audit_run, scope, tuple(plans), (), tuple(skipped), risk)
 
 

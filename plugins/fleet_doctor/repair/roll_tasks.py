@@ -80,6 +80,11 @@ def make_roll_plan(settings: Settings, params: dict[str, Any], cluster: ClusterH
     run, previews = audit_previews(settings, asked)
     times = step_times(settings)
     try:
+        control = roll_status.read_control(settings.store)
+    except Exception as e:  # the roll reads them again at each step, and halts then if they still cannot be read
+        LOG.warning("roll: the operator's holds and skips cannot be read now: %s", e)
+        control = roll_status.Control()
+    try:
         p = build_roll_plan(
             inv.cluster,
             asked,
@@ -103,6 +108,7 @@ def make_roll_plan(settings: Settings, params: dict[str, Any], cluster: ClusterH
             isr_wait_s=gates.healthy_polls * gates.poll_interval_s,
             pause_s=gates.pause_between_brokers_s,
             times=times,
+            standing={b: control.describe(b) for b in {*control.hold, *control.skip}},
         )
     except ValueError as e:
         raise RepairError(f"the roll cannot be planned: {e}") from e
