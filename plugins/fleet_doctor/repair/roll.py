@@ -305,10 +305,13 @@ class RollExecutor(Executor):
                         f"(blocked_timeout_s), nothing of the step stopped: {blocked.describe(10)}"
                     )
                 time.sleep(self.gates.poll_interval_s)
-        finally:
+        except BaseException as e:
             if progress is not None:
-                with progress:
-                    pass
+                progress.failed(str(e))
+            raise
+        finally:
+            if progress is not None and not progress.finished:
+                progress.done()
 
     def _skip(self, todo: list[BrokerPlan], control: Control) -> list[BrokerPlan]:
         """``todo`` but the brokers the operator skips (journaled ``skipped``); a skip that comes after this roll
@@ -330,14 +333,14 @@ class RollExecutor(Executor):
             self._save_quietly(lambda b=b, said=said: self.journal.note(b.broker_id, "skipped", said))
         return out
 
-    @staticmethod
-    def _held(due: list[BrokerPlan], control: Control) -> Blocked | None:
+    def _held(self, due: list[BrokerPlan], control: Control) -> Blocked | None:
         held = [b.broker_id for b in due if b.broker_id in control.hold]
         if not held:
             return None
+        release = f"bin/fleet-doctor roll-control {self.inventory.cluster} release {held[0]}"
         return Blocked(
             HELD,
-            f"the operator holds {_named(held)} (release: bin/fleet-doctor roll-control release)",
+            f"the operator holds {_named(held)} (lifted by: {release})",
             tuple(f"broker {b}: {control.describe(b)}" for b in held),
         )
 
