@@ -150,3 +150,37 @@ def test_the_position_read_names_what_it_cannot_read(tmp_path: Path) -> None:
     pos = metadata_position(str(mdir))
     assert pos["log_end_offset"] == 0 and "quorum-state is not JSON" in pos["error"]
     assert main(["--position", "--bogus", str(mdir)]) == 2
+
+
+def test_the_reads_of_one_poll_share_one_round_even_when_following_the_image_is_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``KraftCluster.current``: a gate's ``registered`` right after its ``partitions`` (or ``_next_batch``'s
+    controller, voters and registrations) reads the voters once. Following the image takes longer than the window
+    itself on a real quorum (~0.45 s on the lab), so the window counts from the end of the round."""
+    import time as clock
+
+    from fleet_doctor.repair import kraft_cluster
+
+    rounds: list[float] = []
+
+    def read_quorum(endpoints: object, connect: object) -> QuorumView:
+        rounds.append(clock.monotonic())
+        return QuorumView((Voter(1, 10, 1, 1),), clock.monotonic())
+
+    def follow(self: object, view: QuorumView) -> None:
+        clock.sleep(kraft_cluster.SAME_POLL_S * 1.5)  # slower than the window
+
+    class Inventory:
+        controllers = ()
+        cluster_id = None
+
+    monkeypatch.setattr(kraft_cluster, "read_quorum", read_quorum)
+    monkeypatch.setattr(kraft_cluster.MetadataFollower, "follow", follow)
+    cluster = kraft_cluster.KraftCluster(Inventory(), connect=lambda e: None)
+    cluster.current()
+    cluster.current()  # the same poll
+    assert len(rounds) == 1
+    clock.sleep(kraft_cluster.SAME_POLL_S * 1.2)
+    cluster.current()  # the next poll
+    assert len(rounds) == 2

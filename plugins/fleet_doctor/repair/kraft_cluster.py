@@ -158,6 +158,7 @@ class KraftCluster(ClusterHealth):
         self.follower = MetadataFollower(self.endpoints, self.connect, inventory.cluster_id)
         self.view: QuorumView | None = None
         self.earlier: QuorumView | None = None
+        self.refreshed_at = 0.0  # when the last round (the voters read, the image followed) ended
 
     # ---- reading
     def refresh(self) -> QuorumView:
@@ -167,12 +168,15 @@ class KraftCluster(ClusterHealth):
             raise GateUnreadable(f"the quorum cannot be judged: {'; '.join(view.problems)}")
         self.follower.follow(view)
         self.earlier, self.view = self.view, view
+        self.refreshed_at = time.monotonic()
         return view
 
     def current(self) -> QuorumView:
         """``refresh``, unless the last round ended less than ``SAME_POLL_S`` ago: the reads of one poll of the gates
-        (``partitions``, then ``problems``' ``registered``) share one round of SSH reads."""
-        if self.view is not None and time.monotonic() - self.view.at < SAME_POLL_S:
+        (``partitions``, then ``problems``' ``registered``) share one round of SSH reads. Counted from the end of the
+        round (the image followed), not from the voters' read: following the image takes longer than ``SAME_POLL_S``
+        itself, and counted from the read, every second read of a poll read all the voters again."""
+        if self.view is not None and time.monotonic() - self.refreshed_at < SAME_POLL_S:
             return self.view
         return self.refresh()
 
