@@ -335,7 +335,9 @@ def test_a_clusters_page_says_why_its_roll_is_blocked_and_who_holds_or_skips_a_b
         s.for_cluster("blocked").store,
         RollStatus("manual__7", "c" * 64, BLOCKED, since + 590, 2, 3, (2,), "waiting for its gates", (1,), (), gate),
     )
-    s.for_cluster("garbled").store.write_text(layout.ROLL_CONTROL, '{"hold": {"x": 1}}')
+    s.for_cluster("garbled").store.write_text(layout.ROLL_CONTROL, '{"hold": {"2": {"by": "x", "at": "soon"}}}')
+    bad = {"run_id": "r", "plan_hash": "d" * 64, "state": "blocked", "updated_at": float("nan")}
+    s.for_cluster("garbled").store.write_text(layout.ROLL_STATUS, json.dumps(bad))  # NaN: ignored, logged
     env = {**os.environ, "FLEET_DOCTOR_INVENTORY": str(s.inventory), "FLEET_DOCTOR_DATA": str(s.data_root)}
     cli = [str(REPO / "bin" / "fleet-doctor"), "roll-control", "blocked"]
     done = subprocess.run([*cli, "hold", "3", "--by", "alice", "--why", "disk swap"], env=env, capture_output=True)
@@ -356,8 +358,12 @@ def test_a_clusters_page_says_why_its_roll_is_blocked_and_who_holds_or_skips_a_b
     assert "roll-control blocked release BROKER" in page and "kafka_fleet_roll__blocked" in page
     assert "roll blocked at min-isr" in overview(s)
     garbled = TestClient(create_app(lambda: s)).get("/clusters/garbled/")
-    assert garbled.status_code == 200 and "data-testid='roll' data-state='unreadable'" in garbled.text
-    assert "roll-control.json: not a roll control" in garbled.text
+    assert garbled.status_code == 200 and "data-testid='roll-error'" in garbled.text
+    assert "roll-control.json: not a roll control (hold of broker 2: not a time: &#x27;soon&#x27;)" in garbled.text
+    broken = subprocess.run(
+        [str(REPO / "bin" / "fleet-doctor"), "roll-control", "garbled", "show"], env=env, text=True, capture_output=True
+    )
+    assert broken.returncode == 2 and "not a roll control" in broken.stderr and "fix or delete it" in broken.stderr
     assert subprocess.run([*cli, "release", "3"], env=env, capture_output=True).returncode == 0
     assert roll_status.read_control(s.for_cluster("blocked").store).hold == {}
 

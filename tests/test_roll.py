@@ -519,3 +519,71 @@ def test_the_approval_names_the_holds_and_skips_standing_when_the_roll_is_planne
     body = approval_text.roll_request(plan).body
     assert "**Held or skipped by an operator now**" in body and "broker 3: held by alice at 2026-09-21T" in body
     assert roll_plan(fleet, batched=False).hash == plan.hash  # what stands now is shown, never hashed
+
+
+def test_a_hold_on_a_broker_the_roll_stopped_never_keeps_it_down(tmp_path: Path) -> None:
+    """A worker died with broker 2 stopped; the operator then holds it (and the controls cannot even be read on
+    a second try): the rerun starts it at once, whatever the controls say; the hold applies to brokers still up."""
+    fleet = make_fleet()
+    plan = roll_plan(fleet, batched=False)
+    fleet.faults[(2, "stop:after")] = "crash"
+    with pytest.raises(Crash):
+        executor(plan, fleet, tmp_path).run()
+    fleet.crash_journal()
+    fleet.revive()
+    hold = Control(hold={2: {"by": "alice", "at": time.time(), "why": ""}})
+    again, statuses = controlled(plan, fleet, tmp_path, lambda: hold, blocked_timeout_s=0.1)
+    assert again.run()["status"] == "done"  # the hold on 2 came after the roll stopped it: started, rolled
+    assert again.journal.completed(2) == State.DONE and 2 in FakeCluster(fleet).registered()
+    assert not any(s.blocked is not None and s.brokers == (2,) for s in statuses)
+
+    def unreadable() -> Control:
+        raise ValueError("roll-control.json: not a roll control")
+
+    fleet2 = make_fleet()
+    fleet2.faults[(2, "stop:after")] = "crash"
+    plan2 = roll_plan(fleet2, batched=False)
+    with pytest.raises(Crash):
+        executor(plan2, fleet2, tmp_path / "b").run()
+    fleet2.crash_journal()
+    fleet2.revive()
+    third, _ = controlled(plan2, fleet2, tmp_path / "b", unreadable)
+    with pytest.raises(RepairError, match="holds and skips cannot be read"):
+        third.run()
+    assert third.journal.completed(2) == State.DONE  # started first; the next step, which stops, is what halts
+    assert not third.journal.left_down(2) and third.journal.keeps_lock() is None
+
+
+def test_a_hold_that_arrives_during_the_pre_check_is_honoured_before_the_stop(tmp_path: Path) -> None:
+    fleet = make_fleet()
+    entry = {"by": "alice", "at": time.time(), "why": "late"}
+    held = {"calls": 0}
+    ex: RollExecutor | None = None
+
+    def controls() -> Control:
+        assert ex is not None
+        if held["calls"] == 0 and ex.phase == "pre-check" and ex.current == (3,):
+            held["calls"] = 1  # placed while broker 3's identity and gates were being checked
+        if 0 < held["calls"] <= 3:  # seen by the pre-check, then by two polls of the wait; then released
+            held["calls"] += 1
+            return Control(hold={3: entry})
+        return Control()
+
+    ex, statuses = controlled(roll_plan(fleet, batched=False), fleet, tmp_path, controls, blocked_timeout_s=30)
+    assert ex.run()["status"] == "done"
+    assert any(s.blocked is not None and s.blocked.gate == HELD and s.brokers == (3,) for s in statuses)
+    assert [b for what, b in fleet.events if what == "stop"] == [2, 3, 4, 5, 6, 1]
+    assert ex.journal.broker(3)["history"][0]["state"] == "step"
+
+
+def test_a_damaged_control_is_named_not_half_read(tmp_path: Path) -> None:
+    from fleet_doctor import roll_status
+    from fleet_doctor.store import Store
+
+    store = Store(tmp_path)
+    for bad in ('{"hold": {"3": {"by": "x", "at": "x"}}}', '{"skip": {"3": "bob"}}', '{"hold": {"x": {}}}', "[]"):
+        store.write_text("roll-control.json", bad)
+        with pytest.raises(ValueError, match=r"roll-control.json: not a roll control .*fix or delete it"):
+            roll_status.read_control(store)
+    store.write_text("roll-control.json", '{"hold": {"3": {"by": "x", "at": 1790000000}}}')
+    assert roll_status.read_control(store).describe(3).startswith("held by x at 2026-09-21T")

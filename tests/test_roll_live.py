@@ -141,17 +141,18 @@ def test_a_roll_through_the_approval_waits_out_a_recovery_and_gives_leadership_b
     if skipped is not None:
         roll_control(af, "skip", str(skipped), "--by", "bob")
 
-    af.approve(ROLL, run, "approve")
-    status = wait_status(store, lambda s: s.blocked is not None and s.blocked.gate == roll_status.HELD)
-    assert status.brokers == (held,) and status.state == roll_status.BLOCKED and status.done == (killed,), status
-    assert "held by alice" in status.blocked.items[0] and "swap a disk first" in status.blocked.items[0]
-    time.sleep(1.5)  # two more of the step's polls (1 s apart): still blocked, the held broker still running
-    assert roll_status.read_status(store).blocked.gate == roll_status.HELD
-    assert not [e for e in events(state)[held] if e["ts"] > t0 and e["event"] == "stop-requested"]
-    roll_control(af, "release", str(held))
-    assert af.wait_run(ROLL, run, 1200) == "success", af.task_states(ROLL, run)
-    if skipped is not None:
-        roll_control(af, "release", str(skipped))  # standing until released: the next roll would honour it too
+    try:
+        af.approve(ROLL, run, "approve")
+        status = wait_status(store, lambda s: s.blocked is not None and s.blocked.gate == roll_status.HELD)
+        assert status.brokers == (held,) and status.state == roll_status.BLOCKED and status.done == (killed,), status
+        assert "held by alice" in status.blocked.items[0] and "swap a disk first" in status.blocked.items[0]
+        time.sleep(1.5)  # two more of the step's polls (1 s apart): still blocked, the held broker still running
+        assert roll_status.read_status(store).blocked.gate == roll_status.HELD
+        assert not [e for e in events(state)[held] if e["ts"] > t0 and e["event"] == "stop-requested"]
+        roll_control(af, "release", str(held))
+        assert af.wait_run(ROLL, run, 1200) == "success", af.task_states(ROLL, run)
+    finally:  # standing until released: the next roll of the lab would honour them too
+        store.delete(layout.ROLL_CONTROL)
     attempt = next((pdir / "attempts").iterdir())
     result = json.loads((attempt / "result.json").read_text())
     rolled = [b for b in order if b != skipped]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -43,6 +44,15 @@ HOLD, SKIP, RELEASE = "hold", "skip", "release"
 
 def _when(ts: float) -> str:
     return time.strftime(TIME_FORMAT, time.gmtime(ts))
+
+
+def _unix_time(value: Any) -> float:
+    """A plausible Unix time (0 to 5138), else ValueError: a damaged object must not take a page or a roll down."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"not a time: {value!r}")
+    if not 0 <= value < 1e11:
+        raise ValueError(f"not a plausible time: {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,7 @@ class RollStatus:
                 run_id=str(data["run_id"]),
                 plan_hash=str(data["plan_hash"]),
                 state=str(data["state"]),
-                updated_at=float(data["updated_at"]),
+                updated_at=_unix_time(data["updated_at"]),
                 step=int(data.get("step") or 0),
                 steps=int(data.get("steps") or 0),
                 brokers=tuple(int(b) for b in data.get("brokers") or ()),
@@ -117,7 +127,7 @@ class RollStatus:
                     str(blocked["gate"]),
                     str(blocked["why"]),
                     tuple(str(x) for x in blocked.get("items") or ()),
-                    float(blocked.get("since") or 0),
+                    _unix_time(blocked.get("since") or 0),
                 ),
                 error=str(data["error"]) if data.get("error") else None,
             )
@@ -169,11 +179,21 @@ def read_control(store: Any) -> Control:
     data = store.read_json(ROLL_CONTROL)
     if data is None:
         return Control()
+
+    def entries(kind: str) -> dict[int, dict[str, Any]]:
+        out = {}
+        for b, v in (data.get(kind) or {}).items():
+            if not isinstance(v, dict) or not isinstance(v.get("by", ""), str) or not isinstance(v.get("why", ""), str):
+                raise ValueError(f"{kind} of broker {b}: {v!r} is not {{by, at, why}}")
+            try:
+                at = _unix_time(v.get("at", 0))
+            except ValueError as e:
+                raise ValueError(f"{kind} of broker {b}: {e}") from e
+            out[int(b)] = {"by": v.get("by", ""), "at": at, "why": v.get("why", "")}
+        return out
+
     try:
-        return Control(
-            {int(b): dict(v) for b, v in (data.get("hold") or {}).items()},
-            {int(b): dict(v) for b, v in (data.get("skip") or {}).items()},
-        )
+        return Control(entries("hold"), entries("skip"))
     except (AttributeError, TypeError, ValueError) as e:
         raise ValueError(f"{store.url(ROLL_CONTROL)}: not a roll control ({e}); fix or delete it") from e
 

@@ -145,7 +145,10 @@ def _cmd_roll_control(args: argparse.Namespace) -> int:
                     f"fleet-doctor: broker {args.broker} is not in cluster {inv.cluster}'s inventory", file=sys.stderr
                 )
                 return 2
-            by = args.by or getpass.getuser()
+            try:
+                by = args.by or getpass.getuser()
+            except (KeyError, OSError):  # no passwd entry and no USER / LOGNAME
+                by = "unknown"
             roll_status.change_control(settings.store, args.action, args.broker, by, args.why or "")
         control = roll_status.read_control(settings.store)
         status = roll_status.read_status(settings.store)

@@ -181,10 +181,18 @@ class RollView:
 
 def read_roll(store: Store) -> RollView:
     """The cluster's roll status and controls (``roll_status``); what went wrong reading them, shown, not raised."""
+    errors = []
+    status: RollStatus | None = None
+    control = Control()
     try:
-        return RollView(roll_status.read_status(store), roll_status.read_control(store))
-    except (StoreError, ValueError) as err:
-        return RollView(None, Control(), str(err))
+        status = roll_status.read_status(store)
+    except StoreError as err:
+        errors.append(str(err))
+    try:
+        control = roll_status.read_control(store)
+    except (StoreError, ValueError) as err:  # the status is shown all the same
+        errors.append(str(err))
+    return RollView(status, control, "; ".join(errors) or None)
 
 
 def read_lock(store: Store) -> tuple[LockState | None, str | None]:

@@ -326,9 +326,9 @@ def roll_line(roll: RollView | None, now: dt.datetime, cluster: str) -> str:
     holds it, since when), or how it ended; and the operator's standing holds and skips."""
     if roll is None:
         return ""
-    if roll.error:
-        return f"<p>Roll: <span class='alert' data-testid='roll' data-state='unreadable'>{e(roll.error)}</span></p>"
     out = []
+    if roll.error:
+        out.append(f"<p>Roll: <span class='alert' data-testid='roll-error'>{e(roll.error)}</span></p>")
     s = roll.status
     if s is not None:
         style = {BLOCKED: "alert", HALTED: "alert", DONE: ""}.get(s.state, "note")
@@ -343,7 +343,7 @@ def roll_line(roll: RollView | None, now: dt.datetime, cluster: str) -> str:
             + ")</span></p>"
         )
         out.append(line)
-        if s.blocked is not None and s.state != DONE:
+        if s.blocked is not None and s.state == BLOCKED:
             blocked_for = _unix_age(s.blocked.since, now).removesuffix(" ago")
             items = "".join(f"<li>{e(x)}</li>" for x in s.blocked.items[:20])
             more = f"<li>… {len(s.blocked.items) - 20} more</li>" if len(s.blocked.items) > 20 else ""

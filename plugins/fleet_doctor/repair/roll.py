@@ -143,7 +143,11 @@ class RollExecutor(Executor):
                     brokers=self.current,
                     phase=self.phase,
                     done=tuple(b for b in restarted if self.journal.completed(b) == State.DONE),
-                    skipped=tuple(b for b in restarted if self.journal.broker(b).get("skipped")),
+                    skipped=tuple(
+                        b
+                        for b in restarted
+                        if self.journal.broker(b).get("skipped") and self.journal.completed(b) != State.DONE
+                    ),
                     blocked=self.blocked,
                     error=error,
                 )
@@ -165,10 +169,17 @@ class RollExecutor(Executor):
             self.step_no += 1
             left = sum(1 for p in pending if any(self.journal.completed(x) != State.DONE for x in p.brokers))
             self.steps_planned = self.step_no + left
-            todo = self._until_clear(todo)
+            while True:
+                todo = self._until_clear(todo)
+                if not todo:
+                    break
+                try:
+                    self._roll(batch, todo)
+                    break
+                except _ControlsChanged as e:  # held or skipped during the pre-check: nothing stopped, wait again
+                    LOG.warning("%s: %s: back to waiting before the step", _named(b.broker_id for b in todo), e)
             if not todo:
                 continue
-            self._roll(batch, todo)
             left = sum(1 for p in pending for x in p.brokers if self.journal.completed(x) != State.DONE)
             if left and self.gates.pause_between_brokers_s:
                 what = f"pause after {_named(batch.brokers)} before the next step ({left} broker(s) left)"
@@ -235,11 +246,12 @@ class RollExecutor(Executor):
                 try:
                     self.fence()
                     self.current, self.phase = tuple(b.broker_id for b in todo), PHASES[target]
-                    self.publish()
+                    if target != State.STARTED:  # never a store write between a stop and its start
+                        self.publish()
                     details = step(due, hosts)
                     for b in due:
                         self.journal.advance(b.broker_id, target, details.get(b.broker_id, ""))
-                except FenceLost:
+                except (FenceLost, _ControlsChanged):
                     raise
                 except _BrokerFailed as e:
                     self._failed_batch(e.broker, todo, e.cause, f"step {target}")
@@ -261,7 +273,9 @@ class RollExecutor(Executor):
     def _until_clear(self, todo: list[BrokerPlan]) -> list[BrokerPlan]:
         """The step's brokers once it may go: the operator's skips left out, then waited for while a broker is held
         or a gate fails (``_gate``), why in the log and the roll status; RepairError past ``blocked_timeout_s``.
-        Brokers resuming after their pre-check (started already by a halted attempt) are not gated again."""
+        Brokers resuming after their pre-check (started already by a halted attempt) are not gated again, and a step
+        holding a broker this roll stopped is never held back: its pre-check comes at once (a failure there starts it
+        again), so no wait, hold or halt here leaves a broker the roll stopped down."""
         progress: Progress | None = None
         deadline = since = 0.0
         try:
@@ -269,13 +283,16 @@ class RollExecutor(Executor):
                 due = [b for b in todo if ORDER.index(self._resume_after(b)) < ORDER.index(State.PRECHECKED)]
                 if not due:
                     return todo
+                stopped = any(self.journal.left_down(b.broker_id) for b in todo)
                 try:
                     control = self.controls()
                 except Exception as e:  # a hold must not be missed: nothing of the step has stopped, it halts
+                    if stopped:
+                        return todo  # but a broker this roll stopped is started whatever they say
                     raise RepairError(f"the operator's holds and skips cannot be read: {e}") from e
                 todo = self._skip(todo, control)
                 due = [b for b in due if b in todo]
-                if not todo or not due:
+                if not todo or not due or stopped:
                     return todo
                 self.current, self.phase = tuple(b.broker_id for b in todo), "waiting for its gates"
                 blocked = self._held(due, control) or self._gate(frozenset(b.broker_id for b in due))
@@ -298,7 +315,8 @@ class RollExecutor(Executor):
                     LOG.warning("%s: blocked: %s", _named(self.current), blocked.describe(10))
                     self.blocked = blocked
                     self.publish()
-                progress.update(blocked.describe())
+                if progress.update(blocked.describe()):
+                    self.publish()  # the status stays fresh while blocked: a worker still alive
                 if time.monotonic() >= deadline:
                     raise RepairError(
                         f"{_named(self.current)} blocked for {self.gates.blocked_timeout_s:.0f} s "
@@ -350,6 +368,8 @@ class RollExecutor(Executor):
         sharing a partition, min ISR (+ the margin for several) kept with all of it stopped."""
         expected = {x.id for x in self.inventory.brokers}
         registered = self.cluster.registered()
+        if not (ids & registered):  # all down already: their start takes nothing below anything, it only helps
+            return None
         missing = sorted(expected - registered - ids)
         if missing:
             return Blocked(
@@ -361,8 +381,7 @@ class RollExecutor(Executor):
         problems = self.cluster.problems(expected, ids, partitions=partitions)  # a roll repairs no replica
         if problems:
             return Blocked(UNDER_REPLICATED, "partitions under-replicated or offline", tuple(problems))
-        starting_only = not (ids & registered)  # all down already: nothing in sync stops
-        shared = [] if starting_only else shared_partitions(ids, partitions)
+        shared = shared_partitions(ids, partitions)
         if shared:
             return Blocked(
                 PARTITION_DISJOINT,
@@ -387,6 +406,14 @@ class RollExecutor(Executor):
         blocked = self._gate(ids)
         if blocked is not None:
             raise RepairError(f"pre-check before {_named(ids)}: {blocked.describe(10)}")
+        if not any(self.journal.left_down(b.broker_id) for b in bs):  # the operator's word once more, right before
+            try:  # the stop (identity and the quorum gate may have taken minutes)
+                control = self.controls()
+            except Exception as e:
+                raise RepairError(f"the operator's holds and skips cannot be read: {e}") from e
+            late = sorted(b.broker_id for b in bs if b.broker_id in control.hold or b.broker_id in control.skip)
+            if late:
+                raise _ControlsChanged(f"{_named(late)} held or skipped during the pre-check")
         what = "the hosts are these brokers" if len(ids) > 1 else "the host is this broker"
         detail = (
             f"{what}; all other brokers registered, no under-replicated partition, min ISR kept with "
@@ -566,6 +593,10 @@ class RollExecutor(Executor):
         for b in bs:
             if b.broker_id in errors:
                 raise _BrokerFailed(b, errors[b.broker_id])
+
+
+class _ControlsChanged(Exception):
+    """A broker of the step was held or skipped while its pre-check ran: nothing of it stopped, it waits again."""
 
 
 class _BrokerFailed(Exception):
