@@ -38,7 +38,7 @@ LOG = logging.getLogger(__name__)
 FREE, HELD, NEEDS_HUMAN = "free", "held", "needs-human"
 
 
-def _unix_time(value: Any) -> float | None:
+def unix_time(value: Any) -> float | None:
     """A plausible Unix time (2001 to 5138), else None: a damaged mirror must not take a page down."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -76,7 +76,7 @@ class LockState:
             return "free"
         h = self.holder or {}
         plan = str(h.get("plan_hash") or "")[:12]
-        since = _unix_time(h.get("since"))
+        since = unix_time(h.get("since"))
         when = f", since {time.strftime(TIME_FORMAT, time.gmtime(since))}" if since is not None else ""
         text = f"held by run {h.get('run_id')} (plan {plan}, step {h.get('step')}{when})"
         if self.worker_alive:
@@ -93,7 +93,7 @@ class LockState:
         """The state in ``data`` (a mirror's or a discovery's JSON), None when it is not one."""
         if not isinstance(data, dict) or not isinstance(data.get("held"), bool):
             return None
-        observed = _unix_time(data.get("observed_at"))
+        observed = unix_time(data.get("observed_at"))
         zxid = data.get("zxid")
         if observed is None or not (zxid is None or (isinstance(zxid, int) and not isinstance(zxid, bool))):
             return None

@@ -3,7 +3,8 @@
 - ``layout.ROLL_STATUS``: the cluster's running (or last) roll as its worker last wrote it (``repair.roll``): its
   step of the plan and the step's brokers, what it does now, who is done or skipped, and, while a step cannot go,
   **why it is blocked**: which gate (``GATES``), which partitions or brokers, since when. Written when a step begins,
-  when a step moves on, whenever why it is blocked changes, and when the roll ends (done or halted, with why).
+  when it moves on (never between a stop and its start), whenever why it is blocked changes and every few seconds
+  while it stays blocked, and when the roll ends (done or halted, with why).
 - ``layout.ROLL_CONTROL``: the operator's word per broker (``bin/fleet-doctor roll-control``): **hold** a broker
   (the roll waits before the step that holds it, blocked, until it is released) or **skip** it (the roll leaves it
   out: never stopped). Read by the roll before each step and at every poll while a step is blocked; a skip comes too
@@ -19,24 +20,23 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fleet_doctor.audit.summary import TIME_FORMAT
 from fleet_doctor.layout import ROLL_CONTROL, ROLL_STATUS
+from fleet_doctor.lock_state import unix_time
 
 LOG = logging.getLogger(__name__)
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 # the gates a roll's step waits at (``Blocked.gate``), in the order they are checked
 HELD = "held"  # an operator holds a broker of the step
-QUORUM = "quorum"  # KRaft: the quorum would not stay healthy without the voter
 REGISTERED = "brokers-registered"  # a broker outside the step is not registered
 UNDER_REPLICATED = "under-replicated"  # a partition is under-replicated or offline (not counting the step's own)
 PARTITION_DISJOINT = "partition-disjoint"  # two brokers of the step share a partition (reassigned since the plan)
 MIN_ISR = "min-isr"  # with the step stopped, a partition keeps fewer than min.insync.replicas (+ the margin) in ISR
-GATES = (HELD, QUORUM, REGISTERED, UNDER_REPLICATED, PARTITION_DISJOINT, MIN_ISR)
+GATES = (HELD, REGISTERED, UNDER_REPLICATED, PARTITION_DISJOINT, MIN_ISR)
 
 RUNNING, BLOCKED, DONE, HALTED = "running", "blocked", "done", "halted"
 HOLD, SKIP, RELEASE = "hold", "skip", "release"
@@ -47,12 +47,11 @@ def _when(ts: float) -> str:
 
 
 def _unix_time(value: Any) -> float:
-    """A plausible Unix time (0 to 5138), else ValueError: a damaged object must not take a page or a roll down."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    """``lock_state.unix_time``, or ValueError: a damaged object must not take a page or a roll down."""
+    checked = unix_time(value)
+    if checked is None:
         raise ValueError(f"not a time: {value!r}")
-    if not 0 <= value < 1e11:
-        raise ValueError(f"not a plausible time: {value!r}")
-    return float(value)
+    return checked
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ class RollStatus:
                     str(blocked["gate"]),
                     str(blocked["why"]),
                     tuple(str(x) for x in blocked.get("items") or ()),
-                    _unix_time(blocked.get("since") or 0),
+                    _unix_time(blocked.get("since")),
                 ),
                 error=str(data["error"]) if data.get("error") else None,
             )
@@ -172,6 +171,10 @@ class Control:
                 return f"{kind} by {e.get('by') or '?'} at {_when(float(e.get('at') or 0))}{why}"
         return ""
 
+    def said(self) -> dict[int, str]:
+        """Every broker held or skipped, in order, with what was said (``describe``)."""
+        return {b: self.describe(b) for b in sorted({*self.hold, *self.skip})}
+
 
 def read_control(store: Any) -> Control:
     """The cluster's standing holds and skips (none when nothing was ever asked). StoreError when the store cannot be
@@ -186,7 +189,7 @@ def read_control(store: Any) -> Control:
             if not isinstance(v, dict) or not isinstance(v.get("by", ""), str) or not isinstance(v.get("why", ""), str):
                 raise ValueError(f"{kind} of broker {b}: {v!r} is not {{by, at, why}}")
             try:
-                at = _unix_time(v.get("at", 0))
+                at = _unix_time(v.get("at"))
             except ValueError as e:
                 raise ValueError(f"{kind} of broker {b}: {e}") from e
             out[int(b)] = {"by": v.get("by", ""), "at": at, "why": v.get("why", "")}
@@ -211,6 +214,6 @@ def change_control(store: Any, action: str, broker: int, by: str, why: str = "")
         hold[broker] = entry
     elif action == SKIP:
         skip[broker] = entry
-    changed = replace(now, hold=hold, skip=skip)
+    changed = Control(hold, skip)
     store.write_text(ROLL_CONTROL, json.dumps(changed.to_json(), indent=2) + "\n")
     return changed

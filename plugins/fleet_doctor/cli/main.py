@@ -159,9 +159,9 @@ def _cmd_roll_control(args: argparse.Namespace) -> int:
         out = {"cluster": inv.cluster, **control.to_json(), "roll": status.to_json() if status else None}
         print(json.dumps(out, indent=2))
         return 0
-    for b in sorted({*control.hold, *control.skip}):
-        print(f"broker {b}: {control.describe(b)}")
-    if not control.hold and not control.skip:
+    for b, said in control.said().items():
+        print(f"broker {b}: {said}")
+    if not control.said():
         print(f"cluster {inv.cluster}: no broker held or skipped")
     print(f"roll: {status.describe()}" if status else "roll: none has run on this cluster yet")
     return 0

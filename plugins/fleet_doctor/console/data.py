@@ -174,10 +174,6 @@ class RollView:
     control: Control = field(default_factory=Control)
     error: str | None = None
 
-    @property
-    def blocked(self) -> bool:
-        return self.status is not None and self.status.state == roll_status.BLOCKED
-
 
 def read_roll(store: Store) -> RollView:
     """The cluster's roll status and controls (``roll_status``); what went wrong reading them, shown, not raised."""

@@ -308,7 +308,7 @@ def repair_lock(lock: LockState | None, error: str | None, now: dt.datetime) -> 
         return f"<span class='alert' data-testid='repair-lock' data-state='unreadable'>{e(error)}</span>"
     if lock is None:
         return "<span class='muted' data-testid='repair-lock' data-state='unknown'>not seen yet</span>"
-    age = _age(dt.datetime.fromtimestamp(lock.observed_at, dt.UTC).strftime(TIME_FORMAT), now)
+    age = _unix_age(lock.observed_at, now)
     state = lock.state
     style = {NEEDS_HUMAN: "alert", HELD: "note", FREE: ""}[state]
     return (
@@ -352,11 +352,9 @@ def roll_line(roll: RollView | None, now: dt.datetime, cluster: str) -> str:
                 f"<b>{e(s.blocked.gate)}</b>{f' for {e(blocked_for)}' if blocked_for else ''}: {e(s.blocked.why)}</p>"
                 f"<ul>{items}{more}</ul></div>"
             )
-    c = roll.control
-    if c.hold or c.skip:
-        items = "".join(
-            f"<li data-broker='{b}'>broker {b}: {e(c.describe(b))}</li>" for b in sorted({*c.hold, *c.skip})
-        )
+    said = roll.control.said()
+    if said:
+        items = "".join(f"<li data-broker='{b}'>broker {b}: {e(why)}</li>" for b, why in said.items())
         out.append(
             f"<div data-testid='roll-controls'><p>Held or skipped for every roll until released "
             f"(<span class='mono'>bin/fleet-doctor roll-control {e(cluster)} release BROKER</span>):</p>"

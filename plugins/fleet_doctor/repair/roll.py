@@ -285,11 +285,11 @@ class RollExecutor(Executor):
                     return todo
                 stopped = any(self.journal.left_down(b.broker_id) for b in todo)
                 try:
-                    control = self.controls()
-                except Exception as e:  # a hold must not be missed: nothing of the step has stopped, it halts
+                    control = self._read_controls()
+                except RepairError:
                     if stopped:
-                        return todo  # but a broker this roll stopped is started whatever they say
-                    raise RepairError(f"the operator's holds and skips cannot be read: {e}") from e
+                        return todo  # a broker this roll stopped is started whatever they say
+                    raise
                 todo = self._skip(todo, control)
                 due = [b for b in due if b in todo]
                 if not todo or not due or stopped:
@@ -307,11 +307,7 @@ class RollExecutor(Executor):
                     what = f"step {self.step_no} of {self.steps_planned} ({_named(self.current)}): blocked"
                     progress = self._progress(what, self.gates.blocked_timeout_s)
                 blocked = Blocked(blocked.gate, blocked.why, blocked.items, since)
-                if self.blocked is None or (blocked.gate, blocked.why, blocked.items) != (
-                    self.blocked.gate,
-                    self.blocked.why,
-                    self.blocked.items,
-                ):
+                if blocked != self.blocked:  # a new why (``since`` is this wait's)
                     LOG.warning("%s: blocked: %s", _named(self.current), blocked.describe(10))
                     self.blocked = blocked
                     self.publish()
@@ -330,6 +326,14 @@ class RollExecutor(Executor):
         finally:
             if progress is not None and not progress.finished:
                 progress.done()
+
+    def _read_controls(self) -> Control:
+        """The operator's holds and skips now; RepairError when they cannot be read (a hold must not be missed:
+        the step halts before anything of it stops)."""
+        try:
+            return self.controls()
+        except Exception as e:
+            raise RepairError(f"the operator's holds and skips cannot be read: {e}") from e
 
     def _skip(self, todo: list[BrokerPlan], control: Control) -> list[BrokerPlan]:
         """``todo`` but the brokers the operator skips (journaled ``skipped``); a skip that comes after this roll
@@ -407,10 +411,7 @@ class RollExecutor(Executor):
         if blocked is not None:
             raise RepairError(f"pre-check before {_named(ids)}: {blocked.describe(10)}")
         if not any(self.journal.left_down(b.broker_id) for b in bs):  # the operator's word once more, right before
-            try:  # the stop (identity and the quorum gate may have taken minutes)
-                control = self.controls()
-            except Exception as e:
-                raise RepairError(f"the operator's holds and skips cannot be read: {e}") from e
+            control = self._read_controls()  # the stop (identity and the quorum gate may have taken minutes)
             late = sorted(b.broker_id for b in bs if b.broker_id in control.hold or b.broker_id in control.skip)
             if late:
                 raise _ControlsChanged(f"{_named(late)} held or skipped during the pre-check")

@@ -301,15 +301,8 @@ def measure_recovery(
 
 
 def recovery_bytes(plan: Any) -> dict[int, int]:
-    """The bytes each broker of ``plan`` recovers at its start as the plan predicted it (``recovery_s``'s terms)."""
-    out = {}
-    for b in plan.brokers:
-        p = b.preview
-        if p is None:
-            continue
-        clean = p.running or p.last_stop_clean
-        out[b.broker_id] = p.bytes_to_rebuild + (0 if clean else p.bytes_above_recovery_point)
-    return out
+    """The bytes each broker of ``plan`` recovers at its start as the plan predicted it (``recovery_s``)."""
+    return {b.broker_id: _recovered_bytes(b.preview)[0] for b in plan.brokers if b.preview is not None}
 
 
 def measure_steps(journal: Mapping[str, Any], plan_hash: str) -> dict[str, Any] | None:
@@ -345,13 +338,17 @@ def recovery_s(preview: RestartPreview | None, recovery_bytes_per_s: float) -> t
     cleanly recovers nothing but the indexes it lacks; one down after an unclean stop, or killed because its
     controlled shutdown did not finish, recovers every segment from the one holding its recovery point
     (kafka-reference.md §2.4)."""
-    if preview is None:
-        return 0.0, 0.0
+    now, unclean = _recovered_bytes(preview)
     rate = max(recovery_bytes_per_s, 1.0)
-    unclean = (preview.bytes_above_recovery_point + preview.bytes_to_rebuild) / rate
-    if preview.running or preview.last_stop_clean:
-        return round(preview.bytes_to_rebuild / rate, 1), round(unclean, 1)
-    return round(unclean, 1), round(unclean, 1)
+    return round(now / rate, 1), round(unclean / rate, 1)
+
+
+def _recovered_bytes(preview: RestartPreview | None) -> tuple[int, int]:
+    """The bytes a broker recovers at its next start: (predicted, if its stop is not clean) (``recovery_s``)."""
+    if preview is None:
+        return 0, 0
+    unclean = preview.bytes_above_recovery_point + preview.bytes_to_rebuild
+    return (preview.bytes_to_rebuild if preview.running or preview.last_stop_clean else unclean), unclean
 
 
 def predict(

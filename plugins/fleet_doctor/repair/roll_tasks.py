@@ -108,7 +108,7 @@ def make_roll_plan(settings: Settings, params: dict[str, Any], cluster: ClusterH
             isr_wait_s=gates.healthy_polls * gates.poll_interval_s,
             pause_s=gates.pause_between_brokers_s,
             times=times,
-            standing={b: control.describe(b) for b in {*control.hold, *control.skip}},
+            standing=control.said(),
         )
     except ValueError as e:
         raise RepairError(f"the roll cannot be planned: {e}") from e
