@@ -505,6 +505,9 @@ def test_the_log_recovery_rate_is_measured_per_cluster_and_kept_until_a_roll_mea
     assert times.recovery_bytes_per_s == gib // 8 and "median of 1 broker(s) that recovered" in times.recovery_source
     record_step_times(settings, quick, plan)  # type: ignore[arg-type]  # no recovery measured: the rate stays
     assert step_times(settings).recovery_bytes_per_s == gib // 8  # type: ignore[arg-type]
+    settings.store.write_text("roll-timings.json", "{torn")  # a damaged record is replaced, not left to block
+    record_step_times(settings, journal, plan)  # type: ignore[arg-type]
+    assert step_times(settings).recovery_bytes_per_s == gib // 8  # type: ignore[arg-type]
     again = roll_plan(fleet, batched=False, times=times, recovery_bytes_per_s=times.recovery_bytes_per_s)
     assert again.risk["predicted"]["recovery_source"] == times.recovery_source
     body = approval_text.roll_request(again).body

@@ -211,7 +211,12 @@ def record_step_times(settings: Settings, journal: dict[str, Any], approved: Pla
     if measured is None and recovery is None:
         return
     try:
-        before = settings.store.read_json(layout.ROLL_TIMINGS) or {}
+        before = settings.store.read_json(layout.ROLL_TIMINGS)
+        before = before if isinstance(before, dict) else {}
+    except Exception as e:  # a damaged record is replaced, never left to block every later one
+        LOG.warning("roll %s: the earlier measurements cannot be read (replaced): %s", approved.hash[:12], e)
+        before = {}
+    try:
         record = measured or {k: v for k, v in before.items() if k != "recovery"}
         if recovery or before.get("recovery"):
             record["recovery"] = recovery or before["recovery"]
