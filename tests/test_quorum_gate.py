@@ -7,6 +7,7 @@ voters refused unless the quorum's loss is accepted. The same gate on the live K
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,7 +165,7 @@ def test_the_reads_of_one_poll_share_one_round_even_when_following_the_image_is_
 
     rounds: list[float] = []
 
-    def read_quorum(endpoints: object, connect: object) -> QuorumView:
+    def read_quorum(endpoints: object, connect: object, **kw: object) -> QuorumView:
         rounds.append(clock.monotonic())
         return QuorumView((Voter(1, 10, 1, 1),), clock.monotonic())
 
@@ -184,3 +185,79 @@ def test_the_reads_of_one_poll_share_one_round_even_when_following_the_image_is_
     clock.sleep(kraft_cluster.SAME_POLL_S * 1.2)
     cluster.current()  # the next poll
     assert len(rounds) == 2
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.active = True
+
+    def is_active(self) -> bool:
+        return self.active
+
+
+class _Client:
+    """A connection as ``audit.kraft.Sessions`` uses it: its transport, and close."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.closed, self.transport = n, False, _Transport()
+
+    def get_transport(self) -> _Transport:
+        return self.transport
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _sessions() -> tuple[Any, list[_Client]]:
+    from fleet_doctor.audit import kraft
+
+    opened: list[_Client] = []
+
+    def connect(endpoint: dict[str, object]) -> _Client:
+        opened.append(_Client(len(opened)))
+        return opened[-1]
+
+    return kraft.Sessions(connect), opened
+
+
+def test_the_gates_keep_one_connection_per_voter_and_open_a_new_one_for_a_stale_or_failing_one() -> None:
+    from fleet_doctor.audit.kraft import MetadataReadError
+
+    sessions, opened = _sessions()
+    one, two = {"controller_id": 1}, {"controller_id": 2}
+    assert sessions.read(one, lambda c: c.n) == 0
+    assert sessions.read(one, lambda c: c.n) == 0  # kept
+    assert sessions.read(two, lambda c: c.n) == 1  # each voter its own
+    opened[0].transport.active = False  # the controller's sshd went away
+    assert sessions.read(one, lambda c: c.n) == 2 and opened[0].closed
+
+    def stale_first(c: _Client) -> int:  # a kept connection that fails is tried once more on a new one
+        if c.n == 2:
+            raise MetadataReadError("controller 1: the decoder could not run: session dropped")
+        return c.n
+
+    assert sessions.read(one, stale_first) == 3 and opened[2].closed
+
+    def fails(c: _Client) -> int:
+        raise MetadataReadError(f"controller 1: the decoder exited 1 (connection {c.n})")
+
+    with pytest.raises(MetadataReadError, match="connection 4"):  # failing on the kept one and on a new one
+        sessions.read(one, fails)
+    assert opened[3].closed and opened[4].closed and len(opened) == 5
+    assert sessions.read(one, lambda c: c.n) == 5  # nothing failing is kept
+    sessions.close()
+    assert all(c.closed for c in opened)
+
+
+def test_a_kept_connection_is_shown_to_be_its_controller_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet_doctor.audit import kraft
+
+    checks: list[int] = []
+    monkeypatch.setattr(kraft, "verify_identity", lambda remote, cid, *a, **k: checks.append(cid) or f"node {cid}")
+    endpoint = {"controller_id": 1, "host": "h", "ssh_port": 22, "metadata_log_dir": "/m", "host_key": "ssh-ed25519 A"}
+    kept, other = _Client(0), _Client(1)
+    assert kraft._verified(kept, endpoint)[3] == kraft._verified(kept, endpoint)[3] == "node 1"
+    assert checks == [1]
+    kraft._verified(other, endpoint)  # a new connection: checked again
+    kraft._verified(kept, {**endpoint, "host_key": "ssh-ed25519 B"})  # another pinned key: checked again
+    assert checks == [1, 1, 1]

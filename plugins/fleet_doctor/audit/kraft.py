@@ -23,9 +23,11 @@ import functools
 import json
 import shlex
 import tempfile
+import threading
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from fleet_doctor import cluster_metadata
 from fleet_doctor.identity import verify_identity
@@ -213,13 +215,32 @@ def _verified(client: Any, endpoint: dict[str, Any]) -> tuple[int, str, Remote, 
     remote.who = f"controller {cid}"
     if not endpoint.get("host_key"):
         raise MetadataReadError(f"{who}: no pinned host_key in the discovered controller: rerun discover")
+    shown = (cid, endpoint["host_key"], endpoint["metadata_log_dir"])
+    identity = _shown(client).get(shown)
+    if identity is not None:  # this connection was shown to reach that controller: the host behind it is the same
+        return cid, who, remote, identity
     try:  # the metadata log dir was formatted by kafka-storage: its meta.properties must exist and name this node
         identity = verify_identity(
             remote, cid, endpoint["host_key"], [endpoint["metadata_log_dir"]], where=where, require_meta=True
         )
     except Exception as e:  # IdentityError, or the connection went away
         raise MetadataReadError(f"{who}: not shown to be controller {cid}: {e}") from e
+    _shown(client)[shown] = identity
     return cid, who, remote, identity
+
+
+# open connections already shown to reach a controller (``_verified``): (controller id, pinned host key, metadata log
+# dir) -> what was checked. Kept only as long as the connection object lives: a new connection is checked again
+_SHOWN: weakref.WeakKeyDictionary[Any, dict[tuple[int, str, str], str]] = weakref.WeakKeyDictionary()
+_SHOWN_LOCK = threading.Lock()  # the voters of a quorum are read from threads at once
+
+
+def _shown(client: Any) -> dict[tuple[int, str, str], str]:
+    with _SHOWN_LOCK:
+        try:
+            return _SHOWN.setdefault(client, {})
+        except TypeError:  # an object that cannot be weakly referenced: checked at every read
+            return {}
 
 
 POSITION_TIMEOUT_S = 30.0
@@ -382,6 +403,70 @@ def connected(endpoint: dict[str, Any], connect: Connect) -> Any:
         where = f"{endpoint.get('host')}:{endpoint.get('ssh_port')}"
         cid = endpoint.get("controller_id")
         raise MetadataReadError(f"controller {cid} ({where}): cannot connect: {type(e).__name__}: {e}") from e
+
+
+T = TypeVar("T")
+
+
+class Sessions:
+    """One SSH connection per controller, kept open between reads: a repair's gates read every voter at every poll,
+    and a poll then costs the decoder's run on each, not also an SSH handshake and an identity check (``_verified``
+    checks a connection once). A kept connection whose transport has gone is opened again; a read that fails on a
+    kept connection is tried once more on a new one (a connection gone stale fails like any read), so a failure means
+    what it meant with a connection per read. ``close`` closes them all (also done when the object is collected)."""
+
+    def __init__(self, connect: Connect) -> None:
+        self.connect = connect
+        self.clients: dict[int, Any] = {}
+        self._locks: dict[int, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self.opened = 0  # connections opened, to measure what the reads cost
+        self._finalizer = weakref.finalize(self, _close_all, self.clients)
+
+    def read(self, endpoint: dict[str, Any], read: Callable[[Any], T]) -> T:
+        """``read(client)`` over the controller's connection, kept or new; MetadataReadError as ``read`` raises it or
+        naming the controller when it cannot be reached. Reads of different controllers may run at once."""
+        cid = int(endpoint["controller_id"])
+        with self._guard:
+            lock = self._locks.setdefault(cid, threading.Lock())
+        with lock:
+            kept = self.clients.pop(cid, None)
+            if kept is not None and _active(kept):
+                try:
+                    out = read(kept)
+                except MetadataReadError:
+                    kept.close()  # stale, or the read failed: the next try is on a new connection
+                else:
+                    self.clients[cid] = kept
+                    return out
+            elif kept is not None:
+                kept.close()
+            client = connected(endpoint, self.connect)
+            self.opened += 1
+            try:
+                out = read(client)
+            except BaseException:
+                client.close()
+                raise
+            self.clients[cid] = client
+            return out
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _active(client: Any) -> bool:
+    transport = client.get_transport() if hasattr(client, "get_transport") else None
+    return transport is not None and transport.is_active()
+
+
+def _close_all(clients: dict[int, Any]) -> None:
+    for client in clients.values():
+        try:
+            client.close()
+        except Exception:  # closing a connection that went away: nothing more to do
+            pass
+    clients.clear()
 
 
 def read_controllers(

@@ -48,6 +48,7 @@ class MetadataFollower:
     def __init__(self, endpoints: dict[int, dict[str, Any]], connect: kraft.Connect, expected: str | None) -> None:
         self.endpoints = endpoints
         self.connect = connect
+        self.sessions = kraft.Sessions(connect)  # one connection per voter, kept between polls (the quorum's too)
         self.expected = expected  # the cluster.id every voter read must name (the inventory's), when known
         self.cluster_id: str | None = None  # the cluster.id the voters' meta.properties name, as read
         self.image: cm.Image | None = None
@@ -89,20 +90,21 @@ class MetadataFollower:
         cid = int(endpoint["controller_id"])
         resume = self.resume[1] if self.resume is not None and self.resume[0] == cid else None
         start = self.next_offset if self.image is not None else 0
-        fresh = cm.Image()
-        follow: list[dict[str, Any]] = []
 
-        def on_record(rec: dict[str, Any]) -> None:
-            if start == 0:  # a whole image: streamed into a new one (a big cluster's is never kept twice)
-                fresh.replay(rec["name"], rec["fields"])
-            else:  # a few records: applied once the read is whole, or not at all
-                follow.append(rec)
+        def read(client: Any) -> tuple[dict[str, Any], dict[str, Any], cm.Image, list[dict[str, Any]]]:
+            fresh = cm.Image()  # per try: a read tried again on a new connection starts over
+            follow: list[dict[str, Any]] = []
 
-        client = kraft.connected(endpoint, self.connect)
-        try:
+            def on_record(rec: dict[str, Any]) -> None:
+                if start == 0:  # a whole image: streamed into a new one (a big cluster's is never kept twice)
+                    fresh.replay(rec["name"], rec["fields"])
+                else:  # a few records: applied once the read is whole, or not at all
+                    follow.append(rec)
+
             head, end = kraft.read_records(client, endpoint, start, hw, on_record, resume=resume)
-        finally:
-            client.close()
+            return head, end, fresh, follow
+
+        head, end, fresh, follow = self.sessions.read(endpoint, read)
         who = f"controller {cid}"
         known = self.expected or self.cluster_id
         if known is not None and head.get("cluster_id") not in (None, known):
@@ -163,7 +165,7 @@ class KraftCluster(ClusterHealth):
     # ---- reading
     def refresh(self) -> QuorumView:
         """Every voter's log end now, and the image followed up to the committed end; GateUnreadable otherwise."""
-        view = read_quorum(list(self.endpoints.values()), self.connect)
+        view = read_quorum(list(self.endpoints.values()), self.connect, sessions=self.follower.sessions)
         if view.problems:
             raise GateUnreadable(f"the quorum cannot be judged: {'; '.join(view.problems)}")
         self.follower.follow(view)
@@ -179,6 +181,10 @@ class KraftCluster(ClusterHealth):
         if self.view is not None and time.monotonic() - self.refreshed_at < SAME_POLL_S:
             return self.view
         return self.refresh()
+
+    def close(self) -> None:
+        """Close the connections to the voters kept between polls (``kraft.Sessions``)."""
+        self.follower.sessions.close()
 
     @property
     def image(self) -> cm.Image:

@@ -169,29 +169,30 @@ def _lag(view: QuorumView, node_id: int) -> str:
 
 
 def read_quorum(
-    endpoints: Iterable[dict[str, Any]], connect: Any = None, *, timeout: float | None = None
+    endpoints: Iterable[dict[str, Any]],
+    connect: Any = None,
+    *,
+    timeout: float | None = None,
+    sessions: Any = None,
 ) -> QuorumView:
     """Every voter (the inventory's controllers, ``Inventory.controller_endpoint``) read now over SSH
-    (``connect(endpoint)``, default its Airflow connection): the decoder's ``--position`` on each, a walk of its
-    newest segment's batch headers. A voter that cannot be read is one with no log end offset, its error kept; voters
-    whose logs name another cluster id than most, or whose ``quorum-state`` names other voters than the inventory,
-    make the view untrustworthy (``problems``): the gate then holds."""
+    (``connect(endpoint)``, default its Airflow connection; or over the connections ``sessions``, an
+    ``audit.kraft.Sessions``, keeps open between reads): the decoder's ``--position`` on each, a walk of its newest
+    segment's batch headers. A voter that cannot be read is one with no log end offset, its error kept; voters whose
+    logs name another cluster id than most, or whose ``quorum-state`` names other voters than the inventory, make the
+    view untrustworthy (``problems``): the gate then holds."""
     from fleet_doctor.audit import kraft
 
-    connect = connect or kraft.airflow_connect
     endpoints = list(endpoints)
     ids = sorted(int(e["controller_id"]) for e in endpoints)
     program = kraft.decoder_program()
     extra = {} if timeout is None else {"timeout": timeout}
+    reads = sessions if sessions is not None else kraft.Sessions(connect or kraft.airflow_connect)
 
     def one(endpoint: dict[str, Any]) -> tuple[Voter, dict[str, Any] | None]:
         cid = int(endpoint["controller_id"])
         try:
-            client = kraft.connected(endpoint, connect)
-            try:
-                pos = kraft.read_position(client, endpoint, program=program, **extra)
-            finally:
-                client.close()
+            pos = reads.read(endpoint, lambda client: kraft.read_position(client, endpoint, program=program, **extra))
         except kraft.MetadataReadError as e:
             return Voter(cid, None, error=str(e)), None
         leader = pos.get("quorum_leader_id")
@@ -199,8 +200,12 @@ def read_quorum(
         return Voter(cid, pos["log_end_offset"], leader, pos.get("quorum_leader_epoch")), pos
 
     started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, len(endpoints)), thread_name_prefix="quorum-read") as pool:
-        results = list(pool.map(one, endpoints))  # every voter at about the same moment: their ends compare
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, len(endpoints)), thread_name_prefix="quorum-read") as pool:
+            results = list(pool.map(one, endpoints))  # every voter at about the same moment: their ends compare
+    finally:
+        if sessions is None:
+            reads.close()
     voters = [v for v, _ in results]
     read = {v.node_id: pos for v, pos in results if pos is not None}
     problems = []

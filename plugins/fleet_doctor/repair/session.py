@@ -235,6 +235,11 @@ class DirectoryLock(RepairLock):
     def __init__(self, lock: DirLock, connect: Any = None, live: KraftCluster | None = None) -> None:
         self.lock, self.key, self.connect, self.live = lock, lock.key, connect, live
 
+    def close(self) -> None:
+        """The connections to the voters the gates kept open (``gates`` shares them with ``live``)."""
+        if self.live is not None:
+            self.live.close()
+
     def _checked(self, what: Callable[[], Any]) -> Any:
         try:
             return what()
@@ -480,8 +485,11 @@ def cluster_lock(
             if lock_dir is None:
                 raise RepairError(f"cluster {inv.cluster} is a KRaft cluster: its repair lock needs a lock dir")
             backend = directory_lock(lock_dir, inv, connect, hold.pop("cluster_id", None), hold.pop("lease_s", None))
-            with held_lock(backend, inv, owner, report, **hold) as lock:
-                yield lock
+            try:
+                with held_lock(backend, inv, owner, report, **hold) as lock:
+                    yield lock
+            finally:
+                backend.close()
             return
         auth = credentials(inv)
         if auth is None and not inv.allow_anonymous_zookeeper:
