@@ -150,6 +150,28 @@ def view_of(cluster: Any) -> dict[tuple[str, int], tuple[list[int], list[int], i
     return {(p["topic"], p["partition"]): (p["replicas"], p["isr"], p["leader"]) for p in cluster.partitions()}
 
 
+def test_the_gates_keep_one_connection_per_voter_and_open_it_again_when_it_breaks(lab: dict[str, Any]) -> None:
+    import socket
+
+    fleet.wait_healthy(lab["state"], timeout=60)
+    cluster = kraft_cluster(lab)
+    sessions = cluster.follower.sessions
+    try:
+        for _ in range(4):
+            cluster.refresh()
+        assert sessions.opened == len(VOTERS)  # one per voter, however many polls
+        leader = cluster.controller()
+        broken = sessions.clients[leader]
+        broken.get_transport().sock.shutdown(socket.SHUT_RDWR)  # the network drops it between two polls
+        view = cluster.refresh()
+        assert all(v.log_end_offset is not None for v in view.voters), view  # every voter read all the same
+        assert sessions.opened == len(VOTERS) + 1 and sessions.clients[leader] is not broken
+        assert broken.get_transport() is None  # the broken one closed
+    finally:
+        cluster.close()
+    assert sessions.clients == {}
+
+
 def test_the_cluster_view_follows_the_committed_image_a_few_records_at_a_time(lab: dict[str, Any]) -> None:
     state = lab["state"]
     fleet.wait_healthy(state, timeout=60)

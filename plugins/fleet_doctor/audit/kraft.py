@@ -436,6 +436,9 @@ class Sessions:
                     out = read(kept)
                 except MetadataReadError:
                     kept.close()  # stale, or the read failed: the next try is on a new connection
+                except BaseException:
+                    kept.close()
+                    raise
                 else:
                     self.clients[cid] = kept
                     return out
@@ -443,6 +446,7 @@ class Sessions:
                 kept.close()
             client = connected(endpoint, self.connect)
             self.opened += 1
+            _keep_alive(client)
             try:
                 out = read(client)
             except BaseException:
@@ -452,12 +456,25 @@ class Sessions:
             return out
 
     def close(self) -> None:
-        self._finalizer()
+        _close_all(self.clients)  # a read after this opens a new one (closed here again, or when collected)
+
+
+KEEPALIVE_S = 15  # a kept connection sends an SSH keepalive when idle this long: a firewall keeps its state
+
+
+def _transport(client: Any) -> Any:
+    return client.get_transport() if hasattr(client, "get_transport") else None
 
 
 def _active(client: Any) -> bool:
-    transport = client.get_transport() if hasattr(client, "get_transport") else None
+    transport = _transport(client)
     return transport is not None and transport.is_active()
+
+
+def _keep_alive(client: Any) -> None:
+    transport = _transport(client)
+    if transport is not None and hasattr(transport, "set_keepalive"):
+        transport.set_keepalive(KEEPALIVE_S)
 
 
 def _close_all(clients: dict[int, Any]) -> None:
