@@ -160,6 +160,10 @@ def test_the_gates_keep_one_connection_per_voter_and_open_it_again_when_it_break
         for _ in range(4):
             cluster.refresh()
         assert sessions.opened == len(VOTERS)  # one per voter, however many polls
+        for client in sessions.clients.values():  # a dead host is noticed in seconds, not at TCP's give-up
+            sock = client.get_transport().sock
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 10_000
         leader = cluster.controller()
         broken = sessions.clients[leader]
         broken.get_transport().sock.shutdown(socket.SHUT_RDWR)  # the network drops it between two polls

@@ -220,7 +220,7 @@ def _sessions() -> tuple[Any, list[_Client]]:
     return kraft.Sessions(connect), opened
 
 
-def test_the_gates_keep_one_connection_per_voter_and_open_a_new_one_for_a_stale_or_failing_one() -> None:
+def test_the_gates_keep_one_connection_per_voter_and_open_a_new_one_for_a_stale_or_broken_one() -> None:
     from fleet_doctor.audit.kraft import MetadataReadError
 
     sessions, opened = _sessions()
@@ -231,22 +231,36 @@ def test_the_gates_keep_one_connection_per_voter_and_open_a_new_one_for_a_stale_
     opened[0].transport.active = False  # the controller's sshd went away
     assert sessions.read(one, lambda c: c.n) == 2 and opened[0].closed
 
-    def stale_first(c: _Client) -> int:  # a kept connection that fails is tried once more on a new one
+    def broken_under_the_read(c: _Client) -> int:  # a kept connection that breaks is tried once more on a new one
         if c.n == 2:
-            raise MetadataReadError("controller 1: the decoder could not run: session dropped")
+            try:
+                raise EOFError("the peer closed the connection")
+            except EOFError as e:
+                raise MetadataReadError("controller 1: the decoder could not run: session dropped") from e
         return c.n
 
-    assert sessions.read(one, stale_first) == 3 and opened[2].closed
+    assert sessions.read(one, broken_under_the_read) == 3 and opened[2].closed
 
-    def fails(c: _Client) -> int:
-        raise MetadataReadError(f"controller 1: the decoder exited 1 (connection {c.n})")
+    def broken_then_down(c: _Client) -> int:  # broken, and the controller's host down: both said
+        if c.n == 3:
+            c.transport.active = False
+            raise MetadataReadError("controller 1: the decoder could not run: session dropped")
+        raise MetadataReadError(f"controller 1 (h:22): cannot connect (connection {c.n})")
 
-    with pytest.raises(MetadataReadError, match="connection 4"):  # failing on the kept one and on a new one
-        sessions.read(one, fails)
+    with pytest.raises(MetadataReadError, match=r"cannot connect \(connection 4\).*kept connection broke.*dropped"):
+        sessions.read(one, broken_then_down)
     assert opened[3].closed and opened[4].closed and len(opened) == 5
     assert sessions.read(one, lambda c: c.n) == 5  # nothing failing is kept
+
+    def decoder_fails(c: _Client) -> int:  # the read's own failure on a working connection: not tried again
+        raise MetadataReadError(f"controller 1: the decoder exited 3 (connection {c.n})")
+
+    with pytest.raises(MetadataReadError, match="connection 5"):
+        sessions.read(one, decoder_fails)
+    assert opened[5].closed and len(opened) == 6  # no second run on the controller
+    assert sessions.read(one, lambda c: c.n) == 6  # the next read on a new connection
     sessions.close()
-    assert all(c.closed for c in opened)
+    assert all(c.closed for c in opened) and sessions.clients == {}
 
 
 def test_a_kept_connection_is_shown_to_be_its_controller_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,3 +275,32 @@ def test_a_kept_connection_is_shown_to_be_its_controller_once(monkeypatch: pytes
     kraft._verified(other, endpoint)  # a new connection: checked again
     kraft._verified(kept, {**endpoint, "host_key": "ssh-ed25519 B"})  # another pinned key: checked again
     assert checks == [1, 1, 1]
+
+
+def test_a_read_over_a_kept_connection_still_needs_the_node_id_of_meta_properties(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The identity check runs once per connection: each read then stands on the node id the decoder reads from the
+    metadata log dir's meta.properties, and a decoder that could not read it refuses the read, as the check did."""
+    import json as js
+    from types import SimpleNamespace
+
+    from fleet_doctor.audit import kraft
+
+    said: dict[str, object] = {}
+
+    class Remote:
+        def stream(self, command: str, program: bytes, sink: Any, timeout: float) -> Any:
+            sink((js.dumps({"kind": "metadata_position", **said}) + "\n").encode())
+            return SimpleNamespace(exit_status=0, stderr="")
+
+    monkeypatch.setattr(kraft, "_verified", lambda client, endpoint: (1, "controller 1", Remote(), "node 1"))
+    endpoint = {"controller_id": 1, "metadata_log_dir": "/m"}
+    said.update(node_id=1, cluster_id="c")
+    assert kraft.read_position(object(), endpoint, program=b"")["node_id"] == 1
+    said.update(node_id=None, error="/m/meta.properties cannot be read: ENOENT")
+    with pytest.raises(kraft.MetadataReadError, match=r"could not read the metadata log dir's node id: .*ENOENT"):
+        kraft.read_position(object(), endpoint, program=b"")
+    said.update(node_id=2)
+    with pytest.raises(kraft.MetadataReadError, match="belongs to node 2, not controller 1"):
+        kraft.read_position(object(), endpoint, program=b"")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import shlex
+import socket
 import tempfile
 import threading
 import weakref
@@ -276,10 +277,8 @@ def read_position(
         raise MetadataReadError(f"{who}: the decoder's --position output is not one JSON record: {e}") from None
     if not isinstance(record, dict) or record.get("kind") != "metadata_position":
         raise MetadataReadError(f"{who}: the decoder's --position output is not a metadata_position record")
-    if record.get("node_id") not in (None, cid):
-        raise MetadataReadError(
-            f"{who}: the metadata log dir belongs to node {record['node_id']}, not controller {cid}"
-        )
+    if record.get("node_id") != cid:  # meta.properties read by the decoder (the identity check may be a kept one)
+        raise MetadataReadError(f"{who}: {_not_this_node(record, cid)}")
     return record
 
 
@@ -352,9 +351,15 @@ def read_records(
     head, end = state["head"], state["end"]
     if head is None or end is None or end.get("complete") is not True:
         raise MetadataReadError(f"{who}: the decoder's output ends without a complete {RECORDS_END} record (cut off?)")
-    if head.get("node_id") not in (None, cid):
-        raise MetadataReadError(f"{who}: the metadata log dir belongs to node {head['node_id']}, not controller {cid}")
+    if head.get("node_id") != cid:  # meta.properties read by the decoder (the identity check may be a kept one)
+        raise MetadataReadError(f"{who}: {_not_this_node(head, cid)}")
     return head, end
+
+
+def _not_this_node(record: dict[str, Any], cid: int) -> str:
+    if record.get("node_id") is None:
+        return f"the decoder could not read the metadata log dir's node id: {record.get('error') or 'none given'}"
+    return f"the metadata log dir belongs to node {record['node_id']}, not controller {cid}"
 
 
 def read_controller(
@@ -411,9 +416,13 @@ T = TypeVar("T")
 class Sessions:
     """One SSH connection per controller, kept open between reads: a repair's gates read every voter at every poll,
     and a poll then costs the decoder's run on each, not also an SSH handshake and an identity check (``_verified``
-    checks a connection once). A kept connection whose transport has gone is opened again; a read that fails on a
-    kept connection is tried once more on a new one (a connection gone stale fails like any read), so a failure means
-    what it meant with a connection per read. ``close`` closes them all (also done when the object is collected)."""
+    checks a connection once; each read still checks the node and cluster ids the decoder reads from
+    ``meta.properties``). A kept connection whose transport has gone is opened again. A read that fails because its
+    kept connection broke (the transport gone, or an SSH or socket error under the read) is tried once more on a new
+    connection; any other failure (the decoder's exit status, its output, a timeout) is raised as it is, the
+    connection closed: a failure means what it meant with a connection per read. Kept connections send SSH keepalives
+    and their sockets give up on a peer that stops acknowledging (``_keep_alive``), so a dead host is noticed within
+    seconds, as a new connection's timeout noticed it. ``close`` closes them all (also done when collected)."""
 
     def __init__(self, connect: Connect) -> None:
         self.connect = connect
@@ -431,11 +440,16 @@ class Sessions:
             lock = self._locks.setdefault(cid, threading.Lock())
         with lock:
             kept = self.clients.pop(cid, None)
+            broke: MetadataReadError | None = None
             if kept is not None and _active(kept):
+                transport = _transport(kept)
                 try:
                     out = read(kept)
-                except MetadataReadError:
-                    kept.close()  # stale, or the read failed: the next try is on a new connection
+                except MetadataReadError as e:
+                    kept.close()
+                    if not _connection_broke(e, transport):
+                        raise  # the read's own failure: the same on a new connection
+                    broke = e
                 except BaseException:
                     kept.close()
                     raise
@@ -445,10 +459,16 @@ class Sessions:
             elif kept is not None:
                 kept.close()
             client = connected(endpoint, self.connect)
-            self.opened += 1
-            _keep_alive(client)
             try:
+                with self._guard:
+                    self.opened += 1
+                _keep_alive(client)
                 out = read(client)
+            except MetadataReadError as e:
+                client.close()
+                if broke is None:
+                    raise
+                raise MetadataReadError(f"{e} (tried again after its kept connection broke: {broke})") from e
             except BaseException:
                 client.close()
                 raise
@@ -459,7 +479,8 @@ class Sessions:
         _close_all(self.clients)  # a read after this opens a new one (closed here again, or when collected)
 
 
-KEEPALIVE_S = 15  # a kept connection sends an SSH keepalive when idle this long: a firewall keeps its state
+KEEPALIVE_S = 15  # a kept connection sends an SSH keepalive when idle this long (a firewall keeps its state) ...
+UNACKED_S = 10  # ... and its socket gives up when what it sent is not acknowledged for this long (a dead host)
 
 
 def _transport(client: Any) -> Any:
@@ -471,19 +492,45 @@ def _active(client: Any) -> bool:
     return transport is not None and transport.is_active()
 
 
+def _connection_broke(error: BaseException, transport: Any) -> bool:
+    """Whether a read failed because its connection broke: the transport no longer active, or an SSH or socket
+    error (EOF, reset, a socket timeout) under the read's error."""
+    if transport is None or not transport.is_active():
+        return True
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, (EOFError, OSError)) or any(c.__name__ == "SSHException" for c in type(cause).__mro__):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _keep_alive(client: Any) -> None:
     transport = _transport(client)
-    if transport is not None and hasattr(transport, "set_keepalive"):
+    if transport is None:
+        return
+    if hasattr(transport, "set_keepalive"):
         transport.set_keepalive(KEEPALIVE_S)
+    sock = getattr(transport, "sock", None)
+    if isinstance(sock, socket.socket):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(UNACKED_S * 1000))
+        except OSError:  # a socket that refuses the options (a proxy command's): the keepalives alone
+            pass
 
 
 def _close_all(clients: dict[int, Any]) -> None:
-    for client in clients.values():
+    while clients:
+        try:
+            _, client = clients.popitem()
+        except KeyError:  # emptied meanwhile
+            return
         try:
             client.close()
         except Exception:  # closing a connection that went away: nothing more to do
             pass
-    clients.clear()
 
 
 def read_controllers(

@@ -186,6 +186,12 @@ class KraftCluster(ClusterHealth):
         """Close the connections to the voters kept between polls (``kraft.Sessions``)."""
         self.follower.sessions.close()
 
+    def __enter__(self) -> KraftCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def image(self) -> cm.Image:
         if self.follower.image is None:

@@ -31,7 +31,9 @@ def plan(settings: Settings, params: dict[str, Any]) -> dict[str, Any]:
     (ZooKeeper's ``/controller``; on KRaft the quorum's leader, its voters ordered after the brokers)."""
     inv = settings.load_inventory()
     if inv.kraft:
-        return make_restore_plan(settings, params, KraftCluster(inv).controller())
+        with KraftCluster(inv) as live:
+            controller = live.controller()
+        return make_restore_plan(settings, params, controller)
     with cluster_session(inv, timeout=10, start_timeout=15) as zk:
         controller = Cluster(zk).controller()
     return make_restore_plan(settings, params, controller)

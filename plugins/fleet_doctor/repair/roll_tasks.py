@@ -45,7 +45,8 @@ def plan(settings: Settings, params: dict[str, Any], connect_controller: Any = N
     inv = settings.load_inventory()
     min_isr = static_min_isr(params, inv.min_insync_replicas)
     if inv.kraft:
-        return make_roll_plan(settings, params, KraftCluster(inv, connect_controller, min_isr))
+        with KraftCluster(inv, connect_controller, min_isr) as live:
+            return make_roll_plan(settings, params, live)
     with cluster_session(inv, timeout=10, start_timeout=15) as zk:
         return make_roll_plan(settings, params, Cluster(zk, default_min_isr=min_isr))
 

@@ -415,7 +415,11 @@ def directory_lock(
     hold (``lock_key``: read live, checked against the inventory's and the plan's); ``lease_s``: how long a dead
     worker's liveness is waited out (default ``dir_lock.LEASE_S``)."""
     live = KraftCluster(inv, connect)
-    key = lock_key(live, inv, cluster_id)  # a quorum that cannot be read: refused there
+    try:
+        key = lock_key(live, inv, cluster_id)  # a quorum that cannot be read: refused there
+    except BaseException:
+        live.close()
+        raise
     return DirectoryLock(DirLock(lock_dir, key, lease_s if lease_s is not None else dir_lock.LEASE_S), connect, live)
 
 
