@@ -165,7 +165,7 @@ def test_the_reads_of_one_poll_share_one_round_even_when_following_the_image_is_
 
     rounds: list[float] = []
 
-    def read_quorum(endpoints: object, connect: object, **kw: object) -> QuorumView:
+    def read_quorum(endpoints: object, connect: object = None, **kw: object) -> QuorumView:
         rounds.append(clock.monotonic())
         return QuorumView((Voter(1, 10, 1, 1),), clock.monotonic())
 

@@ -217,7 +217,7 @@ def _verified(client: Any, endpoint: dict[str, Any]) -> tuple[int, str, Remote, 
     if not endpoint.get("host_key"):
         raise MetadataReadError(f"{who}: no pinned host_key in the discovered controller: rerun discover")
     shown = (cid, endpoint["host_key"], endpoint["metadata_log_dir"])
-    identity = _shown(client).get(shown)
+    identity = _shown(_transport(client)).get(shown)
     if identity is not None:  # this connection was shown to reach that controller: the host behind it is the same
         return cid, who, remote, identity
     try:  # the metadata log dir was formatted by kafka-storage: its meta.properties must exist and name this node
@@ -226,21 +226,22 @@ def _verified(client: Any, endpoint: dict[str, Any]) -> tuple[int, str, Remote, 
         )
     except Exception as e:  # IdentityError, or the connection went away
         raise MetadataReadError(f"{who}: not shown to be controller {cid}: {e}") from e
-    _shown(client)[shown] = identity
+    _shown(_transport(client))[shown] = identity
     return cid, who, remote, identity
 
 
-# open connections already shown to reach a controller (``_verified``): (controller id, pinned host key, metadata log
-# dir) -> what was checked. Kept only as long as the connection object lives: a new connection is checked again
+# open connections (their SSH transports) already shown to reach a controller (``_verified``): (controller id, pinned
+# host key, metadata log dir) -> what was checked. Kept as long as the transport lives: a new connection, even through
+# the same client object, is checked again
 _SHOWN: weakref.WeakKeyDictionary[Any, dict[tuple[int, str, str], str]] = weakref.WeakKeyDictionary()
 _SHOWN_LOCK = threading.Lock()  # the voters of a quorum are read from threads at once
 
 
-def _shown(client: Any) -> dict[tuple[int, str, str], str]:
+def _shown(transport: Any) -> dict[tuple[int, str, str], str]:
     with _SHOWN_LOCK:
         try:
-            return _SHOWN.setdefault(client, {})
-        except TypeError:  # an object that cannot be weakly referenced: checked at every read
+            return _SHOWN.setdefault(transport, {})
+        except TypeError:  # no transport (None), or one that cannot be weakly referenced: checked at every read
             return {}
 
 
@@ -499,6 +500,7 @@ def _connection_broke(error: BaseException, transport: Any) -> bool:
         return True
     cause: BaseException | None = error
     while cause is not None:
+        # paramiko's SSHException by name: this module leaves importing paramiko to the SSH hook (remote.py)
         if isinstance(cause, (EOFError, OSError)) or any(c.__name__ == "SSHException" for c in type(cause).__mro__):
             return True
         cause = cause.__cause__ or cause.__context__

@@ -47,7 +47,6 @@ class MetadataFollower:
 
     def __init__(self, endpoints: dict[int, dict[str, Any]], connect: kraft.Connect, expected: str | None) -> None:
         self.endpoints = endpoints
-        self.connect = connect
         self.sessions = kraft.Sessions(connect)  # one connection per voter, kept between polls (the quorum's too)
         self.expected = expected  # the cluster.id every voter read must name (the inventory's), when known
         self.cluster_id: str | None = None  # the cluster.id the voters' meta.properties name, as read
@@ -165,7 +164,7 @@ class KraftCluster(ClusterHealth):
     # ---- reading
     def refresh(self) -> QuorumView:
         """Every voter's log end now, and the image followed up to the committed end; GateUnreadable otherwise."""
-        view = read_quorum(list(self.endpoints.values()), self.connect, sessions=self.follower.sessions)
+        view = read_quorum(list(self.endpoints.values()), sessions=self.follower.sessions)
         if view.problems:
             raise GateUnreadable(f"the quorum cannot be judged: {'; '.join(view.problems)}")
         self.follower.follow(view)
