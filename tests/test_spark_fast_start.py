@@ -284,6 +284,24 @@ def test_a_warm_pool_keeps_one_driver_and_a_run_with_other_settings_replaces_it(
     assert other.closed == 1 and spark._WARM_POOLS == []
 
 
+def test_a_run_naming_the_environment_the_driver_has_anyway_is_served_by_the_same_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A repair's re-verify names the store's AWS_* variables (read from the worker's environment, which a
+    spark-submit inherits anyway); its post-verifies name none. The driver's environment is the same for both: one
+    driver serves them all (measured: a repair's execute task started a second driver JVM, ~7 s, for its first
+    post-verify). A variable whose value differs from the environment's is another driver."""
+    monkeypatch.setattr(spark, "WarmDriver", CountedDriver)
+    monkeypatch.setattr(spark, "_WARM_POOLS", [])
+    monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+    with spark.warm_drivers() as pool:
+        verify = pool.driver("local[2]", {"a": "1"}, "", {"AWS_CA_BUNDLE": "/etc/ssl/certs/ca-certificates.crt"})
+        assert pool.driver("local[2]", {"a": "1"}, "", None) is verify
+        assert pool.driver("local[2]", {"a": "1"}, "", {}) is verify
+        other = pool.driver("local[2]", {"a": "1"}, "", {"AWS_CA_BUNDLE": "/elsewhere.pem"})
+        assert other is not verify and verify.closed == 1
+
+
 def test_spark_submit_runs_this_interpreter() -> None:
     assert spark.spark_env()["PYSPARK_PYTHON"] == sys.executable
 

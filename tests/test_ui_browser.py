@@ -51,7 +51,7 @@ from fleet_lab import demo
 from fleet_lab import fleet as lab
 from fleet_lab.airflow_stack import LiveAirflow
 from fleet_lab.fleet import LOOPBACK, descendants, listening_sockets
-from fleet_lab.zk_server import free_port, pid_alive
+from fleet_lab.zk_server import free_port, pid_alive, started_at
 from harness.live_stack import FAST, REPAIR, attempt_of, events, fleet_snapshot, plan_dir, zk_json
 
 pytestmark = pytest.mark.timeout(1800)
@@ -555,10 +555,15 @@ def test_ctrl_c_stops_every_process_ui_started(stack: dict[str, Any]) -> None:
     assert len(started["lab"]) == 7 and all(started["lab"]), status  # ZooKeeper, 3 sshd, 3 brokers
     assert len(started["KRaft lab"]) == 6 and all(started["KRaft lab"])  # 3 sshd, 3 combined nodes
     assert len(started["ui's children (Airflow and what it forked, ZooKeeper, sshd)"]) >= 4
+    # each process by its PID and start time: the suite starts enough processes that PIDs wrap within minutes
+    when = {what: {p: started_at(p) for p in pids} for what, pids in started.items()}
     ui.proc.send_signal(signal.SIGINT)
     assert ui.proc.wait(timeout=180) == 0, ui.output
     assert "[ui] every process started is stopped" in ui.output
-    left = {what: [p for p in pids if pid_alive(p)] for what, pids in started.items()}
+    left = {
+        what: [p for p, t in pids.items() if t is not None and started_at(p) == t and pid_alive(p)]
+        for what, pids in when.items()
+    }
     assert left == {what: [] for what in started}, ui.output[-3000:]
     assert not listening_addresses(port)
     assert not lab.is_up(stack["lab"]) and not lab.is_up(kraft_dir)

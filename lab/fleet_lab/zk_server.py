@@ -142,6 +142,16 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def started_at(pid: int) -> int | None:
+    """When the process ``pid`` started (clock ticks since boot, /proc/PID/stat's starttime), None when there is no
+    such process: with the PID, it names one process (a PID alone may have been reused since)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
+
+
 def process_mentions(pid: int | None, needle: str) -> bool:
     """True while ``pid`` is alive and its command line contains ``needle`` (a PID file is never trusted
     alone: the PID may have been reused)."""

@@ -572,7 +572,9 @@ class WarmPool:
         self._lock = threading.Lock()
 
     def driver(self, master: str, conf: Mapping[str, str], jars: str, env: Mapping[str, str] | None) -> WarmDriver:
-        key = json.dumps([master, sorted(conf.items()), jars, sorted((env or {}).items())])
+        # the driver's environment as it would start (``spark_env()`` under ``env``): a run that names variables the
+        # process's environment already gives it (a store's AWS_* settings read from it) is served by the same driver
+        key = json.dumps([master, sorted(conf.items()), jars, sorted({**spark_env(), **(env or {})}.items())])
         with self._lock:
             if self.current is None or key != self.key:
                 if self.current is not None:
