@@ -159,12 +159,46 @@ AIRFLOW_MODULES = {
     "test_roll_live",
 }
 AIRFLOW_GROUP = "live-airflow"
+# about how long each group takes, in seconds (a full `bin/dev test` on 2 CPUs and three workers, from each group's
+# first test's start to its last test's end, fixtures included; 2026-11-30, 1260 s): only the order in which the
+# workers take the groups comes from it, the longest first, so that the workers end together (a group not listed
+# counts GROUP_SECONDS_PER_TEST a test). tests/test_tiers.py checks that every group named here still exists.
+GROUP_SECONDS = {
+    AIRFLOW_GROUP: 865,
+    "test_fault_matrix": 342,
+    "test_ui_browser": 285,
+    "test_kraft_fault_matrix": 268,
+    "test_spark_fast_start": 200,
+    "test_kraft_detection": 185,
+    "test_audit_e2e": 173,
+    "test_repair_safety": 128,
+    "test_kraft_e2e": 113,
+    "test_audit_s3": 108,
+    "test_kraft_audit": 98,
+    "test_docker_deploy": 96,
+    "test_wheel": 87,
+    "test_detection": 86,
+    "test_repair": 62,
+    "test_lab": 59,
+    "test_deploy": 56,
+    "test_kraft_gates": 46,
+    "test_roll_fault": 39,
+    "test_fakes_contract": 37,
+    "test_repair_progress": 33,
+    "test_lab_kraft": 29,
+    "test_lab_roll": 21,
+    "test_cluster_metadata": 19,
+    "test_lab_detection": 18,
+    "test_tiers": 18,
+    "test_scan_cli": 15,
+}
+GROUP_SECONDS_PER_TEST = 0.1
 # programs a unit test may not start (a basename, or a module run with -m)
 SERVERS = ("sshd", "java", "spark-submit", "airflow", "chromium", "chrome", "docker", "dockerd", "moto_server", "node")
 SERVER_MODULES = ("airflow", "fleet_lab.broker", "fleet_lab.cli")
 
 
-# Two workers (bin/dev test: pytest-xdist, --dist loadgroup): a module's tests stay together on one worker (its
+# Three workers (bin/dev test: pytest-xdist, --dist loadgroup): a module's tests stay together on one worker (its
 # module fixtures are made once), and every test that uses the session's shared labs and live Airflow runs on the same
 # worker (one live Airflow). Each worker takes its own slice of the lab's ports (fleet_lab.zk_server.free_port).
 if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
@@ -183,12 +217,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if module in LIVE_MODULES or LIVE_FIXTURES & fixtures or "s3" in param.values():
             item.add_marker(pytest.mark.live)
         item.add_marker(pytest.mark.xdist_group(AIRFLOW_GROUP if module in AIRFLOW_MODULES else module))
-    # the live Airflow's modules back to back (in one process, FLEET_DOCTOR_TEST_WORKERS=0, it then starts once: it
-    # stops after the last test of its group), then the other live modules. Under xdist, loadgroup hands the groups
-    # out by number of tests (its --loadscope-reorder, on by default). Handing them out longest first instead
-    # (measured seconds per group) was tried and measured slower: 1452 s against 1362-1382 s, as every heavy module
-    # then ran beside another heavy one (Spark, a live Airflow, Chromium) and took 25-50 % longer
-    items.sort(key=lambda i: (group_of(i) != AIRFLOW_GROUP, not i.get_closest_marker("live")))
+    # the longest groups first (the live Airflow's modules back to back: in one process, FLEET_DOCTOR_TEST_WORKERS=0,
+    # it then starts once and stops after the last test of its group), so that the workers take the many short unit
+    # modules last and end together: xdist hands out the groups in the order their first test comes (its own
+    # reordering, by number of tests, is turned off in pytest_configure: the modules of few long tests, such as the
+    # KRaft fault matrix, came last and one worker ran on for over a minute). On two workers this order measured
+    # slower (1452 s against 1362-1382 s: each heavy module ran beside the other heavy one); on three, each runs
+    # beside two others whatever the order
+    items[:] = ordered_by_group_seconds(items)
     if os.environ.get("FLEET_DOCTOR_TEST_ORDER") == "reverse":  # order independence: each module's tests reversed
         by_module: dict[str, list[pytest.Item]] = {}
         for item in items:
@@ -201,6 +237,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     its four processes would go on polling for the rest of the session (a test that asks for it again starts it)."""
     if SHARED_LABS and group_of(item) == AIRFLOW_GROUP and (nextitem is None or group_of(nextitem) != AIRFLOW_GROUP):
         SHARED_LABS[-1].stop_airflow()
+
+
+def ordered_by_group_seconds(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with their groups (``xdist_group``) longest first by ``GROUP_SECONDS`` (a group not listed: its
+    number of tests times ``GROUP_SECONDS_PER_TEST``), ties by name; each group's tests in their order."""
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        groups.setdefault(group_of(item) or "", []).append(item)
+
+    def seconds(group: str) -> float:
+        return GROUP_SECONDS.get(group, len(groups[group]) * GROUP_SECONDS_PER_TEST)
+
+    return [i for g in sorted(groups, key=lambda g: (-seconds(g), g)) for i in groups[g]]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist's --dist loadgroup hands the groups out by number of tests unless told not to
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def group_of(item: pytest.Item) -> str | None:

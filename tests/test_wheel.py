@@ -54,7 +54,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
     wheel = build_wheel(root / "dist", root / "src")
     venv = root / "venv"
     run([sys.executable, "-m", "venv", str(venv)])
-    run([str(venv / "bin" / "pip"), "install", "-q", str(wheel), "-c", str(REPO / "constraints.txt")], timeout=900)
+    # --no-compile, as bin/dev installs: a module is byte-compiled when first imported, not all of Airflow and Spark
+    run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-compile", str(wheel), "-c", str(REPO / "constraints.txt")],
+        timeout=900,
+    )
     dags, plugins, home = root / "dags", root / "plugins", root / "airflow"
     for d in (dags, plugins, home):
         d.mkdir()
