@@ -67,7 +67,7 @@ from fleet_lab.kafka_files import (
     write_meta_properties,
     write_partition_metadata,
 )
-from fleet_lab.zk_server import ZooKeeperServer, free_ports, pid_alive, process_mentions
+from fleet_lab.zk_server import ZooKeeperServer, free_ports, pid_alive, proc_stat, process_mentions
 
 DEFAULT_CLUSTER = "lab"  # the lab cluster's name (its inventory, its DAGs kafka_fleet_<kind>__lab)
 
@@ -733,10 +733,9 @@ def descendants(pid: int) -> list[int]:
     or process group)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+        fields = proc_stat(entry) if entry.isdigit() else None
+        if fields is not None and len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):

@@ -133,23 +133,30 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> s
         return ""
 
 
-def pid_alive(pid: int) -> bool:
-    """True while a process with this PID exists (a zombie counts as gone)."""
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first, then ppid, ...; starttime is [19]), None
+    when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            fields = f.read().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+        return None
+    return fields or None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while a process with this PID exists (a zombie counts as gone)."""
+    fields = proc_stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def started_at(pid: int) -> int | None:
-    """When the process ``pid`` started (clock ticks since boot, /proc/PID/stat's starttime), None when there is no
-    such process: with the PID, it names one process (a PID alone may have been reused since)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+    """When the process ``pid`` started (clock ticks since boot, its starttime), None when there is no such process
+    (a zombie counts as gone): with the PID, it names one process (a PID alone may have been reused since)."""
+    fields = proc_stat(pid)
+    if fields is None or fields[0] == "Z" or len(fields) < 20:
         return None
+    return int(fields[19])
 
 
 def process_mentions(pid: int | None, needle: str) -> bool:
