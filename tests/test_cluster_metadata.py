@@ -222,6 +222,33 @@ def test_greenlemon_logs_snapshots_and_last_leader_change(real: dict) -> None:
         assert all(sorted(parts[p]) == [1, 2, 3] for p in ("14", "26", "36"))
 
 
+def test_the_quorums_controller_is_the_same_whichever_nodes_metadata_is_used(real: dict) -> None:
+    """Each node's view (``node_controller``: its quorum-state's leader, else its last LEADER_CHANGE's) and the
+    cluster's (``quorum_controller``: a majority of the voters at the newest epoch). greenlemon's real quorum-states
+    disagree (kafka2 still at epoch 189 under leader 3): the cluster's controller is 1 at 190 from any two of three
+    nodes that agree, and none from two that disagree. Which node's log is the freshest does not enter."""
+    heads = [real[(GREENLEMON, n)][0] for n in ("kafka1", "kafka2", "kafka3")]
+    assert [cm.node_controller(h) for h in heads] == [(1, 190), (3, 189), (1, 190)]
+    assert [
+        (r["controller_id"], r["controller_epoch"])
+        for n in ("kafka1", "kafka2", "kafka3")
+        for r in kinds(real[(GREENLEMON, n)], "cluster")
+    ] == [(1, 190), (3, 189), (1, 190)]  # the decoder's cluster record: that node's view
+    for order in ([0, 1, 2], [2, 1, 0], [1, 0, 2]):
+        assert cm.quorum_controller([heads[k] for k in order], 3) == (1, 190)
+    assert cm.quorum_controller(heads[:2], 3) == (None, 190)  # one view each at the newest epoch of two read
+    assert cm.quorum_controller(heads[1:2], 1) == (3, 189)  # a single voter: its own view
+    # the demo's quorum-state-divergent: node 3's file names leader 2 at the leader's epoch (its log follows 1)
+    lab = [{"quorum_leader_id": 1, "quorum_leader_epoch": 2}] * 2 + [{"quorum_leader_id": 2, "quorum_leader_epoch": 2}]
+    assert cm.node_controller(lab[2]) == (2, 2) and cm.quorum_controller(lab[::-1], 3) == (1, 2)
+    # mid-election (-1): the node's last LEADER_CHANGE stands for its view; none known at all: no view
+    electing = {"quorum_leader_id": -1, "quorum_leader_epoch": 8, "last_leader_change_leader_id": 2}
+    assert cm.node_controller({**electing, "last_leader_change_epoch": 7}) == (2, 7)
+    assert cm.node_controller({"quorum_leader_id": -1, "quorum_leader_epoch": 8}) == (None, None)
+    assert cm.majority_leader([(None, 8), (2, 7), (2, 7)], 3) == (None, 8)  # the newest epoch has no leader yet
+    assert cm.majority_leader([], 3) == (None, None)
+
+
 def test_greenlemon_nodes_agree_on_the_image(real: dict) -> None:
     """Three nodes, two snapshots and logs one batch apart: the same topics, assignments and brokers."""
 

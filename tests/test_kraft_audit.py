@@ -532,6 +532,43 @@ def test_discover_and_snapshot_on_the_live_kraft_lab(lab: dict[str, Any], tmp_pa
     assert [h["controller_id"] for h in headers if h["kind"] == "cluster_metadata"] == [1, 2, 3]
 
 
+def test_the_active_controller_is_the_quorums_whichever_log_is_the_freshest(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """The demo's quorum-state-divergent: a follower's quorum-state names another leader at the leader's epoch (the
+    running node never reads it again). The leader's NoOpRecords move every log, so the controller read last is
+    usually a batch ahead and gives the cluster's facts; its own view must not become the cluster's controller: the
+    repair plan flags that one and restarts it last, and its hash covers it, so two audits must agree (a stale-plan
+    abort in the browser repair of the demo's KRaft cluster came from this)."""
+    from fleet_lab import fleet, incidents
+
+    state = lab["state"]
+    fleet.wait_healthy(state, timeout=60)
+    leader = fleet.quorum_leader(state)
+    assert leader is not None
+    follower = max(b.id for b in state.brokers if b.id != leader[0])
+    qs = Path(state.broker(follower).log_dirs[0]) / inv.CLUSTER_METADATA_DIR / "quorum-state"
+    saved = qs.read_bytes()
+    try:
+        done = incidents.inject(state, "quorum-state-divergent", broker=follower)
+        assert done.details["leader_written"] != leader[0]
+        ordered = [i for i in (1, 2, 3) if i != follower] + [follower]  # the diverged node read last
+        i = kraft_inventory(lab, [{"id": n, "metadata_log_dir": state.broker(n).log_dirs[0]} for n in ordered])
+        s = Settings(inventory=state.inventory_path, data_root=tmp_path / "data")
+        for run in ("q1", "q2", "q3"):
+            found = steps.discover(i, connect=connect, store=s.store, area=layout.staging(run))
+            source = found["metadata_source"]
+            assert (source["active_controller"], source["active_controller_epoch"]) == leader, source
+            [cluster] = [r for r in s.store.read_jsonl(layout.staging(run).cluster_metadata) if r["kind"] == "cluster"]
+            assert (cluster["controller_id"], cluster["controller_epoch"]) == leader
+            text = report.metadata_source_text(source)
+            assert f"; quorum leader {leader[0]} (epoch {leader[1]})" in text
+            if source["controller"] == follower:  # its own view, named beside the quorum's
+                assert f", though its quorum-state names {done.details['leader_written']}" in text
+    finally:
+        qs.write_bytes(saved)
+
+
 def test_live_fallback_when_a_controllers_host_is_gone(lab: dict[str, Any]) -> None:
     from fleet_lab import fleet
 

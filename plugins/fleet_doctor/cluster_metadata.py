@@ -1724,11 +1724,7 @@ def _records(head, img, rp):
         return rec
 
     yield out(head)
-    controller_id = controller_epoch = None
-    if head["quorum_leader_id"] is not None and head["quorum_leader_id"] >= 0:
-        controller_id, controller_epoch = head["quorum_leader_id"], head["quorum_leader_epoch"]
-    elif head["last_leader_change_leader_id"] is not None:
-        controller_id, controller_epoch = head["last_leader_change_leader_id"], head["last_leader_change_epoch"]
+    controller_id, controller_epoch = node_controller(head)
     yield out(
         {
             "kind": "cluster",
@@ -2015,6 +2011,41 @@ def log_position(header):
     epochs = [e for e in (header.get("log_max_epoch"), header.get("snapshot_epoch")) if isinstance(e, int)]
     ends = [o for o in (header.get("log_end_offset"), header.get("snapshot_end_offset")) if isinstance(o, int)]
     return (whole, max(epochs) if epochs else -1, max(ends) if ends else -1)
+
+
+def node_controller(header):
+    """The active controller as one node knows it, from its ``cluster_metadata`` header: (leader id, epoch) of its
+    ``quorum-state`` when that names a leader (>= 0), else of the last ``LEADER_CHANGE`` in its log; (None, None) when
+    neither is known. One node's view: a ``quorum-state`` restored or edited by hand names whom it likes (kraft-ref
+    §6), so a cluster's controller is ``quorum_controller``'s, not one node's."""
+    leader, epoch = header.get("quorum_leader_id"), header.get("quorum_leader_epoch")
+    if isinstance(leader, int) and leader >= 0:
+        return leader, epoch
+    if header.get("last_leader_change_leader_id") is not None:
+        return header["last_leader_change_leader_id"], header.get("last_leader_change_epoch")
+    return None, None
+
+
+def majority_leader(views, voters):
+    """Raft's one leader per epoch, from the voters' views (each (leader id or None, epoch or None)): at the newest
+    epoch any view knows, the leader a majority of ``voters`` (a count) name, and that epoch; (None, epoch) when none
+    has a majority there (an election going on, or views that disagree), (None, None) when no view knows an epoch.
+    A minority naming another leader at that epoch does not unseat the one the majority follows."""
+    known = [(leader, epoch) for leader, epoch in views if isinstance(epoch, int)]
+    if not known:
+        return None, None
+    newest = max(epoch for _leader, epoch in known)
+    named = [leader for leader, epoch in known if epoch == newest and leader is not None]
+    leader = max(sorted(set(named)), key=named.count, default=None)
+    return (leader if leader is not None and named.count(leader) >= voters // 2 + 1 else None), newest
+
+
+def quorum_controller(headers, voters):
+    """The cluster's active controller from several nodes' ``cluster_metadata`` headers (``voters``: how many voters
+    the quorum has): ``majority_leader`` over each node's ``node_controller``. The same whichever node's metadata is
+    the freshest (``log_position``): the audit's choice of a source moves with every NoOpRecord, this answer does
+    not. (None, epoch) when no leader has a majority."""
+    return majority_leader([node_controller(h) for h in headers], voters)
 
 
 def format_records(records):

@@ -14,7 +14,9 @@ the last few batches at most (on 3.3+ the leader writes a NoOpRecord every ``met
 controller read last is often a batch ahead) and any of them gives the same facts; a controller that was stopped
 (its host still up) or cut off has a log that stopped where it left the quorum, and its registrations would say that
 brokers started since are not there. A log whose image misses records (a snapshot gap, a batch failing its CRC) is
-used only when no whole one was read.
+used only when no whole one was read. One fact is the quorum's, not that log's: the active controller, the leader a
+majority of the controllers read name at the newest epoch (``cluster_metadata.quorum_controller``), since which log
+is a batch ahead changes from one read to the next and one voter's ``quorum-state`` may name another leader.
 """
 
 from __future__ import annotations
@@ -119,6 +121,26 @@ class ControllerRead:
         self.lines = [json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in own]
         self.kept = own
 
+    def name_controller(self, controller: tuple[int | None, int | None]) -> None:
+        """Make this read's ``cluster`` record name the cluster's active controller as the quorum knows it
+        (``cluster_metadata.quorum_controller`` over every controller read), not this node's own view: the read
+        used is whichever log was the freshest at that moment, and one voter's ``quorum-state`` may name another
+        leader. The plan flags the controller and restarts it last, and its hash covers that: two audits of the same
+        cluster must name the same one."""
+        cid, epoch = controller
+        for n, raw in enumerate(self.lines[:2]):  # the decoder prints its header, then the cluster record
+            record = json.loads(raw)
+            if record.get("kind") == "cluster":
+                record.update(controller_id=cid, controller_epoch=epoch)
+                self.lines[n] = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+                self.kept = [record if r.get("kind") == "cluster" else r for r in self.kept]
+                return
+
+    def controller(self) -> tuple[int | None, int | None]:
+        """(controller id, epoch) of this read's ``cluster`` record."""
+        record = next((r for r in self.kept if r.get("kind") == "cluster"), {})
+        return record.get("controller_id"), record.get("controller_epoch")
+
     def position(self) -> tuple[bool, int, int]:
         """How good this controller's metadata is (``cluster_metadata.log_position``, the one rule scan uses too):
         a whole image first (no snapshot gap, no CRC failure), then how far it goes as Raft compares logs (the
@@ -141,8 +163,11 @@ class ControllerRead:
             "log_end_offset": h.get("log_end_offset"),
             "log_max_epoch": h.get("log_max_epoch"),
             "whole": self.whole(),
-            "quorum_leader_id": h.get("quorum_leader_id"),
+            "quorum_leader_id": h.get("quorum_leader_id"),  # this controller's own quorum-state
             "quorum_leader_epoch": h.get("quorum_leader_epoch"),
+            # the cluster's active controller, as a majority of the voters read name it (``name_controller``)
+            "active_controller": self.controller()[0],
+            "active_controller_epoch": self.controller()[1],
             "problems": sum(1 for r in self.kept if r.get("kind") == PROBLEM),
         }
 
@@ -546,7 +571,8 @@ def read_controllers(
     inventory's order breaking ties: the module docstring), the others in the inventory's order keeping only their
     header and problems, and, per controller that could not be read, ``{"controller", "error"}``. Controllers whose
     metadata names another cluster.id than most of them (the first one's, on a tie) are such errors too: an inventory
-    that mixes two clusters' controllers must not take one cluster's facts for the other's."""
+    that mixes two clusters' controllers must not take one cluster's facts for the other's. The chosen read's
+    ``cluster`` record names the quorum's active controller (``ControllerRead.name_controller``)."""
     connect = connect or airflow_connect
     # a decoder that cannot be built here is this worker's problem: raised, not blamed on a controller
     program = decoder_program() if program is None else program
@@ -593,6 +619,7 @@ def read_controllers(
     order = [int(e["controller_id"]) for e in endpoints_seen]
     errors.sort(key=lambda e: order.index(e["controller"]))
     chosen = best[cluster]
+    chosen.name_controller(cluster_metadata.quorum_controller([r.header for r in same], len(endpoints_seen)))
     return [chosen, *(r for r in same if r is not chosen)], errors
 
 

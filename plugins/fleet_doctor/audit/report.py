@@ -46,8 +46,16 @@ def metadata_source_text(source: dict[str, Any]) -> str:
     else:
         text += ", no snapshot"
     text += f", log end offset {source.get('log_end_offset')}"
-    if source.get("quorum_leader_id") is not None:
-        text += f"; quorum leader {source['quorum_leader_id']} (epoch {source.get('quorum_leader_epoch')})"
+    own, active = source.get("quorum_leader_id"), source.get("active_controller")
+    names = isinstance(own, int) and own >= 0  # -1: its quorum-state knows no leader
+    own_text = f"its quorum-state names {own} (epoch {source.get('quorum_leader_epoch')})"
+    if active is not None:
+        text += f"; quorum leader {active} (epoch {source.get('active_controller_epoch')})"
+        text += f", though {own_text}" if names and own != active else ""
+    elif "active_controller" in source:  # read since the quorum's view is recorded: no leader has a majority
+        text += "; no quorum leader that a majority of the controllers name" + (f" ({own_text})" if names else "")
+    elif own is not None:  # a run staged before: this controller's own view only
+        text += f"; quorum leader {own} (epoch {source.get('quorum_leader_epoch')})"
     if source.get("whole") is False:
         text += "; its image misses records (a snapshot gap or a CRC failure) and no whole one could be read"
     return text

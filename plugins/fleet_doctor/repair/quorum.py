@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from fleet_doctor.cluster_metadata import majority_leader
+
 MAX_ROUND_GAP_S = 10.0  # two rounds of reads further apart than this are not compared
 
 
@@ -68,14 +70,10 @@ class QuorumView:
         voter that could be read; else None (an election is going on, or the leader is down). Raft has one leader
         per epoch: a minority naming another at that epoch (a ``quorum-state`` restored or edited by hand, which
         Kafka reads only at startup) does not unseat the one the majority follows."""
-        known = [v for v in self.voters if v.leader_epoch is not None and v.log_end_offset is not None]
-        if not known:
-            return None
-        epoch = max(v.leader_epoch for v in known if v.leader_epoch is not None)
-        named = [v.leader_id for v in known if v.leader_epoch == epoch and v.leader_id is not None]
-        leader = max(set(named), key=named.count, default=None)
         readable = {v.node_id for v in self.voters if v.log_end_offset is not None}
-        return leader if leader in readable and named.count(leader) >= self.majority else None
+        views = [(v.leader_id, v.leader_epoch) for v in self.voters if v.node_id in readable]
+        leader, _epoch = majority_leader(views, len(self.voters))
+        return leader if leader in readable else None
 
 
 def caught_up(view: QuorumView, earlier: QuorumView | None = None, max_gap_s: float = MAX_ROUND_GAP_S) -> set[int]:
