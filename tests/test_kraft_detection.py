@@ -244,6 +244,10 @@ def test_every_kraft_sample_was_decoded_from_its_own_metadata(sample_runs):
     # greenlemon: the facts come from the node whose log goes furthest (kafka1: epoch 190, offset 30638)
     assert sample_runs["greenlemon"].kraft.source["dir"].endswith("kafka1/__cluster_metadata-0")
     assert sample_runs["greenlemon"].kraft.source["quorum_leader_epoch"] == 190
+    # the cluster's controller is the quorum's (two of three quorum-states name 1 at 190), as the audit names it
+    green = sample_runs["greenlemon"].kraft
+    assert (green.source["active_controller"], green.source["active_controller_epoch"]) == (1, 190)
+    assert [(r["controller_id"], r["controller_epoch"]) for r in green.cluster if r["kind"] == "cluster"] == [(1, 190)]
 
 
 @pytest.mark.parametrize("name", list(SAMPLES))

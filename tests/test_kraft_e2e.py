@@ -69,6 +69,7 @@ def test_kraft_audit_end_to_end(fleet: dict[str, Any]) -> None:
     assert summary["metadata_mode"] == "kraft"
     source = summary["metadata_source"]
     assert source["controller"] in (1, 2, 3) and source["log_end_offset"] > 0, source
+    assert (source["active_controller"], source["active_controller_epoch"]) == leader, source
     assert open_findings(rows, "critical", "warning", "info") == [], rows
     staged = fleet["store"] / "staging"
     cluster_files = sorted(staged.glob("*/cluster-metadata.jsonl"))

@@ -67,7 +67,12 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
     """Decode each metadata dir. A ``--cluster-metadata`` dir that cannot be read at all is a ScanError; a log dir's
     own ``__cluster_metadata-0`` that cannot be read becomes a header with its error (a finding, not an exit)."""
     from fleet_doctor import probe
-    from fleet_doctor.cluster_metadata import ClusterMetadataError, log_position, read_cluster_metadata
+    from fleet_doctor.cluster_metadata import (
+        ClusterMetadataError,
+        log_position,
+        quorum_controller,
+        read_cluster_metadata,
+    )
 
     nodes: list[list[dict[str, Any]]] = []
     for d in dirs:
@@ -95,6 +100,11 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
     chosen = max(range(len(nodes)), key=rank)
     controllers = [r for records in nodes for r in records if r.get("kind") in ("cluster_metadata", "metadata_problem")]
     head = nodes[chosen][0]
+    # the cluster's controller as the audit names it: the quorum's over the nodes given, not the chosen node's view
+    active, epoch = quorum_controller([records[0] for records in nodes if _decoded(records)], len(nodes))
+    for r in nodes[chosen]:
+        if r.get("kind") == "cluster":
+            r.update(controller_id=active, controller_epoch=epoch)
     source = {
         k: head.get(k)
         for k in (
@@ -107,6 +117,7 @@ def decode_kraft(dirs: list[str], explicit: list[str] | None = None) -> KraftMet
             "quorum_leader_epoch",
         )
     }
+    source.update(active_controller=active, active_controller_epoch=epoch)
     return KraftMetadata(nodes[chosen] if _decoded(nodes[chosen]) else None, controllers, source)
 
 
@@ -203,7 +214,10 @@ def scan(
                 "controller": source.get("node_id"),
                 "metadata_log_dir": source.get("dir"),
                 **{k: source.get(k) for k in ("snapshot", "snapshot_end_offset", "log_end_offset")},
-                **{k: source.get(k) for k in ("quorum_leader_id", "quorum_leader_epoch")},
+                **{
+                    k: source.get(k)
+                    for k in ("quorum_leader_id", "quorum_leader_epoch", "active_controller", "active_controller_epoch")
+                },
             }
         return ScanResult(found.findings, summary, brokers, source)
 
