@@ -222,6 +222,59 @@ def test_summary_and_report_name_the_controller_and_snapshot_used(tmp_path: Path
     assert "not registered in the metadata log" in page and "ZooKeeper" not in page
 
 
+def test_the_plan_names_the_quorums_controller_whichever_controllers_log_is_the_freshest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Offline, the demo's case made certain: node 3's quorum-state names leader 2 at epoch 2 (1 leads), and either
+    node 3's log or node 1's is a batch ahead. Whichever is chosen, the staged cluster record (its lines and its
+    parsed copy), the source and the plan's controller name 1: the plan hash does not move with the NoOpRecords."""
+    from fleet_doctor.repair.planner import FleetFacts
+
+    def read_of(cid: int, leader: int, end: int) -> kraft.ControllerRead:
+        head = {
+            "kind": "cluster_metadata",
+            "source": "kraft",
+            "node_id": cid,
+            "cluster_id": "c1",
+            "quorum_leader_id": leader,
+            "quorum_leader_epoch": 2,
+            "log_max_epoch": 2,
+            "log_end_offset": end,
+            "image_complete": True,
+            "error": None,
+        }
+        cluster = {"kind": "cluster", "cluster_id": "c1", "controller_id": leader, "controller_epoch": 2}
+        records = [head, cluster, {"kind": "topic", "topic": "t"}, {"kind": "cluster_metadata_end", "complete": True}]
+        lines = [json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in records]
+        return kraft.ControllerRead({"controller_id": cid}, lines, "", kept=[head, cluster, records[-1]])
+
+    endpoints = [{"controller_id": n} for n in (1, 2, 3)]
+    monkeypatch.setattr(kraft, "connected", lambda endpoint, connect: SimpleNamespace(close=lambda: None))
+    views = {1: 1, 2: 1, 3: 2}  # whom each node's quorum-state names
+    plans = []
+    for ends in ({1: 50, 2: 50, 3: 51}, {1: 52, 2: 51, 3: 51}):  # node 3 ahead, then node 1
+
+        def read(client: Any, e: dict[str, Any], ends: dict[int, int] = ends, **kw: Any) -> kraft.ControllerRead:
+            return read_of(e["controller_id"], views[e["controller_id"]], ends[e["controller_id"]])
+
+        monkeypatch.setattr(kraft, "read_controller", read)
+        reads, errors = kraft.read_controllers(endpoints, connect=lambda e: None, program=b"")
+        chosen = reads[0]
+        assert errors == [] and chosen.controller_id == max(ends, key=lambda n: (ends[n], -n))
+        staged = [json.loads(line) for line in chosen.lines]
+        assert [(r["controller_id"], r["controller_epoch"]) for r in staged if r["kind"] == "cluster"] == [(1, 2)]
+        assert chosen.controller() == (1, 2) and staged[2] == {"kind": "topic", "topic": "t"}
+        source = chosen.source()
+        assert (source["active_controller"], source["quorum_leader_id"]) == (1, views[chosen.controller_id])
+        plans.append(FleetFacts({}, staged).controller)
+    assert plans == [1, 1]
+    # a decoder output without its cluster record is an error naming the controller, not the node's own view kept
+    broken = read_of(3, 2, 51)
+    broken.lines = [broken.lines[0], broken.lines[-1]]
+    with pytest.raises(kraft.MetadataReadError, match="controller 3: the decoder printed no cluster record"):
+        broken.name_controller((1, 2))
+
+
 def test_no_controller_read_is_reported_and_alerted(tmp_path: Path) -> None:
     from fleet_doctor.audit import alerts
 

@@ -135,6 +135,8 @@ class ControllerRead:
                 self.lines[n] = json.dumps(record, separators=(",", ":")).encode() + b"\n"
                 self.kept = [record if r.get("kind") == "cluster" else r for r in self.kept]
                 return
+        # the decoder always prints one: without it the staged facts would name this node's own view again
+        raise MetadataReadError(f"controller {self.controller_id}: the decoder printed no cluster record")
 
     def controller(self) -> tuple[int | None, int | None]:
         """(controller id, epoch) of this read's ``cluster`` record."""
