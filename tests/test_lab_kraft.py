@@ -553,6 +553,13 @@ def test_metadata_log_torn_and_crc(ilab: dict[str, Any]) -> None:
 
 
 def test_metadata_snapshot_gap(ilab: dict[str, Any]) -> None:
+    # the incident deletes a follower's first metadata segment: the log must have rolled a second one (4 KiB segments,
+    # the leader's NoOpRecords fill one in about half a minute), whatever ran in this lab before
+    followers = [b["id"] for b in ilab["brokers"] if b["id"] != leader_of(ilab)]
+    deadline = time.monotonic() + 180
+    while any(len(list(metadata_dir(ilab, b).glob("*.log"))) < 2 for b in followers):
+        assert time.monotonic() < deadline, "no follower's metadata log rolled a second segment within 180 s"
+        time.sleep(0.5)
     done = inject(ilab, "metadata-snapshot-gap")
     assert done["rule"] == "metadata-snapshot-gap"
     mdir = metadata_dir(ilab, done["broker_id"])
