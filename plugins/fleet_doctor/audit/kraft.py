@@ -155,6 +155,7 @@ class ControllerRead:
     def source(self) -> dict[str, Any]:
         """What the report names: which controller, which snapshot file, how far the log goes."""
         h = self.header
+        active, active_epoch = self.controller()
         return {
             "controller": self.controller_id,
             "host": f"{self.endpoint.get('host')}:{self.endpoint.get('ssh_port')}",
@@ -168,8 +169,8 @@ class ControllerRead:
             "quorum_leader_id": h.get("quorum_leader_id"),  # this controller's own quorum-state
             "quorum_leader_epoch": h.get("quorum_leader_epoch"),
             # the cluster's active controller, as a majority of the voters read name it (``name_controller``)
-            "active_controller": self.controller()[0],
-            "active_controller_epoch": self.controller()[1],
+            "active_controller": active,
+            "active_controller_epoch": active_epoch,
             "problems": sum(1 for r in self.kept if r.get("kind") == PROBLEM),
         }
 
