@@ -684,6 +684,41 @@ def test_metadata_log_appends_rolls_and_truncates(tmp_path: Path, running: bool)
     assert not [p for p in mdir.glob("*.log") if p.name != "00000000000000000700.log"]
 
 
+def test_a_reader_passes_over_no_op_batches_and_nothing_else(tmp_path: Path) -> None:
+    """What a lab broker skips re-reading its image for (``after_no_ops``): the active controller's NoOpRecord
+    batches after the batch it read last; a record of any other kind, a control batch, a truncation that took its
+    last batch away, or a log that does not yet reach the end it was told, each make it read the log again."""
+    from fleet_lab.kafka_files import KafkaFeatures
+
+    mdir = tmp_path / cm.METADATA_DIR_NAME
+    log = kraft.MetadataLog(mdir, KafkaFeatures.of("3.7.1"), 4096).create()
+    fence = kraft.MetadataRecord("FenceBrokerRecord", 0, {"Id": 1, "Epoch": 5})
+    log.append(kraft.data_batch(0, 1, [fence.encode()], kraft.now_ms()))
+    read_to = kraft.batch_ending_at(mdir, log.next_offset)
+    assert read_to is not None and read_to.last_offset == 0
+    assert kraft.batch_ending_at(mdir, 5) is None  # no batch ends at 4
+    _noop_batches(log, 40, 1)  # rolls segments (4 KiB): the walk crosses them
+    assert len(log.bases) >= 2
+    passed = kraft.after_no_ops(mdir, read_to, log.next_offset)
+    assert passed is not None and passed == log.last
+    assert kraft.after_no_ops(mdir, read_to, log.next_offset + 1) is None  # the log does not reach that far yet
+    assert kraft.after_no_ops(mdir, passed, log.next_offset) == passed  # nothing new: where it stood
+    end = log.next_offset
+    log.append(kraft.data_batch(end, 1, [fence.encode()], kraft.now_ms()))
+    assert kraft.after_no_ops(mdir, passed, log.next_offset) is None  # a FenceBrokerRecord changes the image
+    at = log.last
+    no_op = kraft.MetadataRecord("NoOpRecord", 0, {}).encode()
+    log.append(kraft.data_batch(log.next_offset, 1, [no_op, fence.encode()], kraft.now_ms()))
+    assert kraft.after_no_ops(mdir, at, log.next_offset) is None  # a NoOpRecord beside another record
+    at = log.last
+    log.append(kraft.control_batch(log.next_offset, 2, "LEADER_CHANGE", kraft.leader_change(1, [1], [1]), 0))
+    assert kraft.after_no_ops(mdir, at, log.next_offset) is None  # a control batch: read again
+    log.truncate_to(end)  # the batch read last is gone; the same offsets hold other batches
+    _noop_batches(log, 3, 3)
+    assert kraft.after_no_ops(mdir, at, log.next_offset) is None
+    assert kraft.after_no_ops(mdir, passed, log.next_offset) == log.last
+
+
 def test_a_node_with_an_uncommitted_tail_truncates_it_to_the_new_leaders_log(ilab: dict[str, Any]) -> None:
     """An old leader restarting with a batch nobody fetched (appended in its epoch just before it died) finds that
     the new leader's log holds another batch at that offset: it truncates to the last batch both hold and fetches."""

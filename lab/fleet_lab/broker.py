@@ -606,6 +606,7 @@ class LabBroker:
         self.quorum: Any = None  # KRaft: the node's fleet_lab.quorum.QuorumNode
         self.kraft_image: Any = None  # KRaft: the metadata image last read from this node's metadata log
         self.kraft_image_offset = -1
+        self.kraft_image_last: Any = None  # KRaft: the header of the last batch the image was read to (or passed)
 
     # ---- startup
     def startup(self) -> None:
@@ -1139,19 +1140,29 @@ class LabBroker:
 
     def _read_kraft_image(self) -> Any:
         """The image of this node's metadata log, read by the product's decoder (what BrokerMetadataPublisher
-        holds); re-read only when the log grew."""
-        from fleet_lab.kraft import read_image
+        holds); re-read only when the log grew by more than the active controller's NoOpRecords (which an idle
+        controller writes every ``metadata.max.idle.interval.ms``: re-reading the whole log for each cost an idle
+        lab broker most of its CPU)."""
+        from fleet_lab.kraft import after_no_ops, batch_ending_at, read_image
 
         end = self.quorum.end_offset()
-        if end != self.kraft_image_offset or self.kraft_image is None:
-            try:
-                _head, image = read_image(self.quorum.mdir)
-            except Exception as e:  # the dir unreadable right now: keep the image we have
-                if self.kraft_image is None:
-                    raise StartupFatal(f"Cannot read the metadata log {self.quorum.mdir}: {e}") from e
-                LOG.warning("[BrokerServer id=%d] metadata log not readable: %s", self.cfg.broker_id, e)
-                return self.kraft_image
-            self.kraft_image, self.kraft_image_offset = image, end
+        if self.kraft_image is not None and end == self.kraft_image_offset:
+            return self.kraft_image
+        mdir = self.quorum.mdir
+        try:
+            if self.kraft_image is not None and self.kraft_image_last is not None and end > self.kraft_image_offset:
+                passed = after_no_ops(mdir, self.kraft_image_last, end)
+                if passed is not None:
+                    self.kraft_image_offset, self.kraft_image_last = end, passed
+                    return self.kraft_image
+            last = batch_ending_at(mdir, end)  # before the read: a log changed meanwhile is read again next time
+            _head, image = read_image(mdir)
+        except Exception as e:  # the dir unreadable right now: keep the image we have
+            if self.kraft_image is None:
+                raise StartupFatal(f"Cannot read the metadata log {mdir}: {e}") from e
+            LOG.warning("[BrokerServer id=%d] metadata log not readable: %s", self.cfg.broker_id, e)
+            return self.kraft_image
+        self.kraft_image, self.kraft_image_offset, self.kraft_image_last = image, end, last
         return self.kraft_image
 
     def _rename_stray_logs(self) -> None:

@@ -944,6 +944,41 @@ def read_image(mdir: Path) -> tuple[dict[str, Any], cm.Image]:
     return records[0], image_from_decoded(records)
 
 
+NO_OP_VALUE = MetadataRecord("NoOpRecord", 0).encode()  # KIP-835's record: it leaves the image as it was
+
+
+def batch_ending_at(mdir: Path, end_offset: int) -> BatchHeader | None:
+    """The header of the complete batch of a metadata log whose last offset is ``end_offset - 1`` (the last one a
+    reader that reached ``end_offset`` took), None when there is none."""
+    refs = read_batch_refs(mdir, end_offset - 1) if end_offset > 0 else []
+    return refs[0].header if refs and refs[0].header.last_offset == end_offset - 1 else None
+
+
+def after_no_ops(mdir: Path, last: BatchHeader, end_offset: int) -> BatchHeader | None:
+    """Where a reader of the log stands once it reaches ``end_offset`` from ``last`` (the header of the batch it
+    took last), when that changes nothing it holds: the log still holds ``last`` where it was (no truncation, no
+    snapshot reload took it away), and every batch after it up to ``end_offset`` is a data batch of NoOpRecords
+    only (what the active controller writes when idle, KIP-835; what a broker's metadata publisher passes over). The
+    header of the batch ending at ``end_offset - 1`` then; None otherwise (the reader reads the log again)."""
+    refs = read_batch_refs(mdir, last.last_offset)
+    if not refs or refs[0].header != last:
+        return None
+    reached = last
+    for ref in refs[1:]:
+        if ref.header.base_offset >= end_offset:
+            break
+        if ref.header.control:
+            return None
+        try:
+            _head, records = cm.batch_records(read_batch(ref))
+        except cm.DecodeError:
+            return None
+        if any(r.value != NO_OP_VALUE for r in records):
+            return None
+        reached = ref.header
+    return reached if reached.last_offset == end_offset - 1 else None
+
+
 # --------------------------------------------------------------------------------------------
 # A stopped cluster's metadata, written before the nodes start
 @dataclass
