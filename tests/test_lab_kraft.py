@@ -687,8 +687,10 @@ def test_metadata_log_appends_rolls_and_truncates(tmp_path: Path, running: bool)
 def test_a_reader_passes_over_no_op_batches_and_nothing_else(tmp_path: Path) -> None:
     """What a lab broker skips re-reading its image for (``after_no_ops``): the active controller's NoOpRecord
     batches after the batch it read last; a record of any other kind, a control batch, a truncation that took its
-    last batch away, or a log that does not yet reach the end it was told, each make it read the log again."""
+    last batch away (even with the log grown back over the same offsets), or a log that does not yet reach the end
+    it was told, each make it read the log again."""
     from fleet_lab.kafka_files import KafkaFeatures
+    from fleet_lab.quorum import QuorumNode
 
     mdir = tmp_path / cm.METADATA_DIR_NAME
     log = kraft.MetadataLog(mdir, KafkaFeatures.of("3.7.1"), 4096).create()
@@ -713,10 +715,37 @@ def test_a_reader_passes_over_no_op_batches_and_nothing_else(tmp_path: Path) -> 
     at = log.last
     log.append(kraft.control_batch(log.next_offset, 2, "LEADER_CHANGE", kraft.leader_change(1, [1], [1]), 0))
     assert kraft.after_no_ops(mdir, at, log.next_offset) is None  # a control batch: read again
-    log.truncate_to(end)  # the batch read last is gone; the same offsets hold other batches
-    _noop_batches(log, 3, 3)
-    assert kraft.after_no_ops(mdir, at, log.next_offset) is None
+    # a truncation, and the log grown back over the same offsets in a new epoch: batches of the same offsets and
+    # sizes as those read (one NoOpRecord each), but not them
+    read = [r.header for r in kraft.read_batch_refs(mdir, end)]
+    log.truncate_to(end)
+    for h in read:
+        log.append(kraft.data_batch(h.base_offset, 3, [no_op] * (h.last_offset - h.base_offset + 1), kraft.now_ms()))
+    again = [r.header for r in kraft.read_batch_refs(mdir, end)]
+    assert [(h.base_offset, h.last_offset) for h in again] == [(h.base_offset, h.last_offset) for h in read]
+    for h in read:
+        assert kraft.after_no_ops(mdir, h, log.next_offset) is None
+    assert kraft.after_no_ops(mdir, again[0], log.next_offset) == log.last
     assert kraft.after_no_ops(mdir, passed, log.next_offset) == log.last
+    # what the broker asks its quorum node: the same, at the log's end, under the node's lock
+    node = QuorumNode(
+        {
+            "node_id": 1,
+            "voters": [{"id": 1, "metadata_log_dir": str(tmp_path)}],
+            "directory_ids": {},
+            "session_timeout_ms": 9000,
+            "snapshot_bytes": 1 << 20,
+        },
+        KafkaFeatures.of("3.7.1"),
+        tmp_path / "run",
+        0,
+    )
+    assert node.mdir == mdir and node.passed_no_ops(passed) is None  # no log open yet
+    node.log = log
+    assert node.passed_no_ops(passed) == (log.next_offset, log.last)
+    assert node.passed_no_ops(read[-1]) is None
+    log.append(kraft.data_batch(log.next_offset, 3, [fence.encode()], kraft.now_ms()))
+    assert node.passed_no_ops(passed) is None
 
 
 def test_a_node_with_an_uncommitted_tail_truncates_it_to_the_new_leaders_log(ilab: dict[str, Any]) -> None:

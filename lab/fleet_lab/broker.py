@@ -1143,18 +1143,20 @@ class LabBroker:
         holds); re-read only when the log grew by more than the active controller's NoOpRecords (which an idle
         controller writes every ``metadata.max.idle.interval.ms``, 500 ms: re-reading the whole log for
         each cost an idle lab broker about a quarter of its CPU)."""
-        from fleet_lab.kraft import after_no_ops, batch_ending_at, read_image
+        from fleet_lab.kraft import batch_ending_at, read_image
 
-        end = self.quorum.end_offset()
-        if self.kraft_image is not None and end == self.kraft_image_offset:
-            return self.kraft_image
         mdir = self.quorum.mdir
         try:
-            if self.kraft_image is not None and self.kraft_image_last is not None and end > self.kraft_image_offset:
-                passed = after_no_ops(mdir, self.kraft_image_last, end)
-                if passed is not None:
-                    self.kraft_image_offset, self.kraft_image_last = end, passed
+            if self.kraft_image is not None and self.kraft_image_last is not None:
+                # the batch read last still in place (not truncated away, even if the log grew back to the same end),
+                # nothing but NoOpRecords after it
+                stands = self.quorum.passed_no_ops(self.kraft_image_last)
+                if stands is not None:
+                    self.kraft_image_offset, self.kraft_image_last = stands
                     return self.kraft_image
+            end = self.quorum.end_offset()
+            if self.kraft_image is not None and self.kraft_image_last is None and end == self.kraft_image_offset:
+                return self.kraft_image  # a log with no batch to hold on to (empty, or a snapshot's end): by its end
             last = batch_ending_at(mdir, end)  # before the read: a log changed meanwhile is read again next time
             _head, image = read_image(mdir)
         except Exception as e:  # the dir unreadable right now: keep the image we have

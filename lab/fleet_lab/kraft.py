@@ -959,7 +959,9 @@ def after_no_ops(mdir: Path, last: BatchHeader, end_offset: int) -> BatchHeader 
     took last), when that changes nothing it holds: the log still holds ``last`` where it was (no truncation, no
     snapshot reload took it away), and every batch after it up to ``end_offset`` is a data batch of NoOpRecords
     only (what the active controller writes when idle, KIP-835; what a broker's metadata publisher passes over). The
-    header of the batch ending at ``end_offset - 1`` then; None otherwise (the reader reads the log again)."""
+    header of the batch ending at ``end_offset - 1`` then; None otherwise (the reader reads the log again). The log
+    must not change during the call (``QuorumNode.passed_no_ops`` holds the node's mutex): the batches are read at
+    the places the walk found them."""
     refs = read_batch_refs(mdir, last.last_offset)
     if not refs or refs[0].header != last:
         return None
@@ -971,7 +973,7 @@ def after_no_ops(mdir: Path, last: BatchHeader, end_offset: int) -> BatchHeader 
             return None
         try:
             _head, records = cm.batch_records(read_batch(ref))
-        except cm.DecodeError:
+        except (OSError, cm.DecodeError):  # a segment gone meanwhile, a batch torn: read the log again
             return None
         if any(r.value != NO_OP_VALUE for r in records):
             return None

@@ -50,10 +50,12 @@ from fleet_lab.admin import controller_answers
 from fleet_lab.kafka_files import KafkaFeatures, segment_bases, write_atomic
 from fleet_lab.kraft import (
     METADATA_DIR,
+    BatchHeader,
     BrokerInfo,
     Controller,
     MetadataLog,
     MetadataRecord,
+    after_no_ops,
     control_batch,
     data_batch,
     encode_snapshot,
@@ -231,6 +233,18 @@ class QuorumNode:
     def end_offset(self) -> int:
         with self._mutex:
             return self.log.next_offset if self.log else 0
+
+    def passed_no_ops(self, last: BatchHeader) -> tuple[int, BatchHeader] | None:
+        """(the log end, the header of its last batch) when this node's log still holds ``last`` where it was and
+        nothing after it but the active controller's NoOpRecord batches (``fleet_lab.kraft.after_no_ops``): an image
+        read up to ``last`` stands. Read under the node's mutex, so that no append or truncation moves the batches
+        between the walk and the reads. None otherwise."""
+        with self._mutex:
+            if self.log is None:
+                return None
+            end = self.log.next_offset
+            reached = after_no_ops(self.mdir, last, end)
+            return None if reached is None else (end, reached)
 
     def caught_up(self) -> bool:
         """A leader is known and this node's log reaches the leader's end (or this node leads)."""
