@@ -696,9 +696,9 @@ def test_a_reader_passes_over_no_op_batches_and_nothing_else(tmp_path: Path) -> 
     log = kraft.MetadataLog(mdir, KafkaFeatures.of("3.7.1"), 4096).create()
     fence = kraft.MetadataRecord("FenceBrokerRecord", 0, {"Id": 1, "Epoch": 5})
     log.append(kraft.data_batch(0, 1, [fence.encode()], kraft.now_ms()))
-    read_to = kraft.batch_ending_at(mdir, log.next_offset)
+    read_to = log.last
     assert read_to is not None and read_to.last_offset == 0
-    assert kraft.batch_ending_at(mdir, 5) is None  # no batch ends at 4
+    assert [r.header for r in kraft.read_batch_refs(mdir)] == [read_to]  # the log's own header is the file's
     _noop_batches(log, 40, 1)  # rolls segments (4 KiB): the walk crosses them
     assert len(log.bases) >= 2
     passed = kraft.after_no_ops(mdir, read_to, log.next_offset)
@@ -741,7 +741,9 @@ def test_a_reader_passes_over_no_op_batches_and_nothing_else(tmp_path: Path) -> 
         0,
     )
     assert node.mdir == mdir and node.passed_no_ops(passed) is None  # no log open yet
+    assert node.log_end() == (0, None)
     node.log = log
+    assert node.log_end() == (log.next_offset, log.last)
     assert node.passed_no_ops(passed) == (log.next_offset, log.last)
     assert node.passed_no_ops(read[-1]) is None
     log.append(kraft.data_batch(log.next_offset, 3, [fence.encode()], kraft.now_ms()))

@@ -1143,7 +1143,7 @@ class LabBroker:
         holds); re-read only when the log grew by more than the active controller's NoOpRecords (which an idle
         controller writes every ``metadata.max.idle.interval.ms``, 500 ms: re-reading the whole log for
         each cost an idle lab broker about a quarter of its CPU)."""
-        from fleet_lab.kraft import batch_ending_at, read_image
+        from fleet_lab.kraft import read_image
 
         mdir = self.quorum.mdir
         try:
@@ -1154,10 +1154,9 @@ class LabBroker:
                 if stands is not None:
                     self.kraft_image_offset, self.kraft_image_last = stands
                     return self.kraft_image
-            end = self.quorum.end_offset()
+            end, last = self.quorum.log_end()  # before the read: a log changed meanwhile is read again next time
             if self.kraft_image is not None and self.kraft_image_last is None and end == self.kraft_image_offset:
                 return self.kraft_image  # a log with no batch to hold on to (empty, or a snapshot's end): by its end
-            last = batch_ending_at(mdir, end)  # before the read: a log changed meanwhile is read again next time
             _head, image = read_image(mdir)
         except Exception as e:  # the dir unreadable right now: keep the image we have
             if self.kraft_image is None:

@@ -947,13 +947,6 @@ def read_image(mdir: Path) -> tuple[dict[str, Any], cm.Image]:
 NO_OP_VALUE = MetadataRecord("NoOpRecord", 0).encode()  # KIP-835's record: it leaves the image as it was
 
 
-def batch_ending_at(mdir: Path, end_offset: int) -> BatchHeader | None:
-    """The header of the complete batch of a metadata log whose last offset is ``end_offset - 1`` (the last one a
-    reader that reached ``end_offset`` took), None when there is none."""
-    refs = read_batch_refs(mdir, end_offset - 1) if end_offset > 0 else []
-    return refs[0].header if refs and refs[0].header.last_offset == end_offset - 1 else None
-
-
 def after_no_ops(mdir: Path, last: BatchHeader, end_offset: int) -> BatchHeader | None:
     """Where a reader of the log stands once it reaches ``end_offset`` from ``last`` (the header of the batch it
     took last), when that changes nothing it holds: the log still holds ``last`` where it was (no truncation, no

@@ -234,6 +234,12 @@ class QuorumNode:
         with self._mutex:
             return self.log.next_offset if self.log else 0
 
+    def log_end(self) -> tuple[int, BatchHeader | None]:
+        """(the log end, the header of its last batch: None for an empty log or one that starts at a snapshot's end),
+        as the log holds them now."""
+        with self._mutex:
+            return (self.log.next_offset, self.log.last) if self.log else (0, None)
+
     def passed_no_ops(self, last: BatchHeader) -> tuple[int, BatchHeader] | None:
         """(the log end, the header of its last batch) when this node's log still holds ``last`` where it was and
         nothing after it but the active controller's NoOpRecord batches (``fleet_lab.kraft.after_no_ops``): an image
