@@ -52,10 +52,11 @@ SHARED_LABS: list[Any] = []  # the session's SharedLabs, once made (pytest_runte
 @pytest.fixture(scope="session", autouse=True)
 def warm_detection() -> Iterator[fd_spark.WarmPool]:
     """The detections this test process runs (a snapshot's audit, a repair's re-verify and post-verifies, a scan in
-    process) are served by warm drivers (``fleet_doctor.spark.warm_drivers``, as a repair's execute task serves its
-    own): the detection app, through spark-submit, started once per setting instead of once per detection. A
-    driver starts with the first detection that needs it; a test marked ``spark_submit`` (one about spark-submit
-    itself) gets a spark-submit of its own."""
+    process) are served by the session's detection service (``pytest_configure``) where it runs their settings,
+    else by warm drivers (``fleet_doctor.spark.warm_drivers``, as a repair's execute task serves its own): the
+    detection app, through spark-submit, started once per setting instead of once per detection. A driver starts
+    with the first detection that needs it; a test marked ``spark_submit`` (one about spark-submit itself) gets a
+    spark-submit of its own."""
     with fd_spark.warm_drivers() as pool:
         yield pool
 
@@ -64,6 +65,7 @@ def warm_detection() -> Iterator[fd_spark.WarmPool]:
 def spark_submit_itself(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("spark_submit"):
         monkeypatch.setattr(fd_spark, "_WARM_POOLS", [])
+        monkeypatch.delenv(fd_spark.DETECT_SERVICE_ENV, raising=False)
 
 
 @pytest.fixture(scope="session")
@@ -256,6 +258,25 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist's --dist loadgroup hands the groups out by number of tests unless told not to
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    # one detection service for the whole session (harness.detect_service), started by the process that runs it (not
+    # by an xdist worker: they inherit it) unless only the unit tier runs, or the environment names one already
+    unit_only = (config.option.markexpr or "").strip() == "not live"
+    if not hasattr(config, "workerinput") and not unit_only and not os.environ.get(fd_spark.DETECT_SERVICE_ENV):
+        from harness.detect_service import SessionService
+
+        service = SessionService()
+        SERVICES.append(service)
+        os.environ[fd_spark.DETECT_SERVICE_ENV] = str(service.socket)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while SERVICES:
+        said = SERVICES.pop().stop()
+        os.environ.pop(fd_spark.DETECT_SERVICE_ENV, None)
+        print(f"\nthe session's detection service: {said}")
+
+
+SERVICES: list[Any] = []  # the session's detection service, where this process started it
 
 
 def group_of(item: pytest.Item) -> str | None:

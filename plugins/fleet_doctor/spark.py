@@ -405,10 +405,16 @@ def run_detect(
 ) -> None:
     """The detection app through spark-submit on this machine, with ``env`` on top of ``spark_env()`` and Spark's
     authentication secret from ``secret_file`` (a standalone cluster's: ``spark_auth``); SparkError with the end of
-    its stderr when it fails. Inside ``warm_drivers()``, a local run is served by a warm driver of the same
-    settings instead (``WarmDriver``: the same app, one JVM for many runs)."""
+    its stderr when it fails. A local run is served instead by the machine's detection service when
+    ``FLEET_DOCTOR_DETECT_SERVICE`` names one that runs its settings (``DetectService``), else, inside
+    ``warm_drivers()``, by a warm driver of this process with the same settings (``WarmDriver``: the same app, one JVM
+    for many runs)."""
+    local = profile_for(master) == "local" and not secret_file
+    service = os.environ.get(DETECT_SERVICE_ENV, "")
+    if local and service and served(service, service_settings(master, conf, jars, env), args):
+        return
     pool = _WARM_POOLS[-1] if _WARM_POOLS else None
-    if pool is not None and profile_for(master) == "local" and not secret_file:
+    if pool is not None and local:
         pool.driver(master, conf, jars, env).detect(args)
         return
     archive = class_archive(master)
@@ -607,3 +613,163 @@ def warm_drivers() -> Iterator[WarmPool]:
     finally:
         _WARM_POOLS.remove(pool)
         pool.close()
+
+
+# ---- the detection service: one warm driver on this machine for the small detections of many processes
+DETECT_SERVICE_ENV = "FLEET_DOCTOR_DETECT_SERVICE"  # the socket of this machine's detection service, if it has one
+# the driver's environment less what a detection does not depend on: the process basics, the paths that find its code
+# (what it runs is compared on its own: the java, the Python, Spark, the app and the library) and the product's
+# variables (the app reads none of them)
+SERVICE_ENV_IGNORED = frozenset({"PATH", "HOME", "USER", "LOGNAME", "HOSTNAME", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV"})
+SERVICE_BACKLOG = 16  # runs waiting to be accepted; each is served in turn
+
+
+def service_settings(
+    master: str, conf: Mapping[str, str], jars: str = "", env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """What a detection service must share with a run to serve it, each part as a digest (the environment carries
+    the store's credentials): the master (a local one's profile: the findings do not depend on its number of
+    threads, the service's own), the Spark settings, the jars, the driver's environment (``spark_env()`` under
+    ``env``, with Spark and the Python it runs, less ``SERVICE_ENV_IGNORED`` and ``FLEET_DOCTOR_*``), the java, the
+    detection app and the library it ships."""
+    driver_env = {
+        k: v
+        for k, v in {**spark_env(), **(env or {})}.items()
+        if k not in SERVICE_ENV_IGNORED and not k.startswith("FLEET_DOCTOR_")
+    }
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):  # a venv's python and python3: the same interpreter
+        if driver_env.get(name):
+            python = driver_env[name]
+            driver_env[name] = f"{os.path.realpath(os.path.dirname(python))}:{os.path.realpath(python)}"
+    parts: dict[str, Any] = {
+        "master": "local" if profile_for(master) == "local" else master,
+        "settings": sorted(conf.items()),
+        "jars": jars,
+        "environment": sorted(driver_env.items()),
+        "java": _java() or "",
+        "app": hashlib.sha256(DETECT_APP.read_bytes()).hexdigest(),
+        "library": library_archive().name,
+    }
+    return {name: hashlib.sha256(json.dumps(v).encode()).hexdigest() for name, v in parts.items()}
+
+
+def unfit_service_socket(path: str) -> str | None:
+    """Why the socket at ``path`` is not one to send detections to (not a socket; not this user's; in a directory
+    others could write to, where someone else could have put it), else None."""
+    try:
+        st, parent = os.lstat(path), os.lstat(os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if not stat.S_ISSOCK(st.st_mode):
+        return "is not a socket"
+    if st.st_uid != os.getuid() or parent.st_uid != os.getuid():
+        return "is not this user's"
+    if parent.st_mode & 0o022:
+        return "is in a directory others can write to"
+    return None
+
+
+def served(path: str, settings: Mapping[str, str], args: list[str]) -> bool:
+    """One detection (the app's arguments ``args``, its ``service_settings``) sent to the detection service at the
+    socket ``path``: True when the service ran it (SparkError when it failed there); False when it cannot serve it
+    (no such service, not this user's, other settings: said in the log), and the caller runs it itself."""
+    problem = unfit_service_socket(path)
+    if problem is None:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.connect(path)
+                conn.sendall((json.dumps({"settings": dict(settings), "args": list(args)}) + "\n").encode())
+                with conn.makefile("r", encoding="utf-8") as replies:
+                    line = replies.readline()
+        except OSError as e:
+            line, problem = "", f"cannot be reached ({e.strerror or e})"
+        if not line and problem is None:
+            problem = "closed without a reply"
+    if problem is not None:
+        LOG.warning("detection service %s %s: this process runs the detection", path, problem)
+        return False
+    reply = json.loads(line)
+    if "refused" in reply:
+        LOG.info("detection service %s: %s; this process runs the detection", path, reply["refused"])
+        return False
+    if not reply.get("ok"):
+        raise SparkError(f"detection app failed (detection service {path}):\n{reply.get('error', '')}")
+    return True
+
+
+class DetectService:
+    """A warm driver (``WarmDriver``) serving the small local detections of every process of this user on this
+    machine that names its socket in ``FLEET_DOCTOR_DETECT_SERVICE`` (an Airflow worker's audit and repair tasks, a
+    scan): each pays a detection, not a driver JVM's start. It serves the runs whose ``service_settings`` are its
+    own (``master``'s profile with the small-input settings, this environment) and refuses the others (a big
+    input, other settings), which run their own spark-submit. One run at a time, in turn (a driver JVM holds about
+    1 GB); the driver starts with the first run. The socket is made in a private directory, readable by this user
+    only."""
+
+    def __init__(self, path: Path, master: str = "local[*]") -> None:
+        self.path, self.master = Path(path), master
+        self.conf = {**conf_for(master), **SHORT_RUN_CONF, **SMALL_INPUT_CONF}
+        self.settings = service_settings(master, self.conf)
+        self.driver = WarmDriver(master, self.conf)
+        self.served = self.refused = 0
+        self._listener: socket.socket | None = None
+
+    def listen(self) -> None:
+        directory = self.path.parent
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = directory.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise SparkError(f"{directory}: not a private directory of this user's (mode 0700) for the service")
+        if (
+            self.path.is_socket()
+        ):  # this user's, in this user's private directory: a running service's, or a stopped one's
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                if probe.connect_ex(str(self.path)) == 0:
+                    raise SparkError(f"{self.path}: a detection service already serves there")
+            self.path.unlink()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.path))
+        listener.listen(SERVICE_BACKLOG)
+        self._listener = listener
+
+    def serve_forever(self) -> None:
+        """Each run as it comes (its own thread reads it; the driver serves one at a time) until ``close``."""
+        if self._listener is None:
+            self.listen()
+        assert self._listener is not None
+        while True:
+            try:
+                conn = self._listener.accept()[0]
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("r", encoding="utf-8") as requests:
+            try:
+                line = requests.readline()
+                if not line:  # a connection that asks nothing (a check that the service is up)
+                    return
+                request = json.loads(line)
+                asked = request.get("settings") or {}
+                differ = sorted(k for k in self.settings.keys() | asked.keys() if asked.get(k) != self.settings.get(k))
+                if differ:
+                    self.refused += 1
+                    reply: dict[str, Any] = {"refused": f"runs other settings ({', '.join(differ)} differ)"}
+                else:
+                    reply = {"ok": True, "summary": self.driver.detect(list(request["args"]))}
+                    self.served += 1
+            except (SparkError, ValueError, KeyError, TypeError) as e:
+                reply = {"ok": False, "error": str(e)[-6000:]}
+            LOG.info("detection service: %s", "served" if reply.get("ok") else reply.get("refused") or "failed")
+            with contextlib.suppress(OSError):
+                conn.sendall((json.dumps(reply) + "\n").encode())
+
+    def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+            listener.close()
+            self.path.unlink(missing_ok=True)
+        self.driver.close()

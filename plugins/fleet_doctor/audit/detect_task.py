@@ -6,7 +6,9 @@ the worker that runs it knows filled in when it runs:
 - the settings the staged input's size calls for (``spark.input_conf``), and for a ``local`` master the driver's
   class-data sharing archive (``spark.class_archive``): a lab or a handful of brokers is detected in seconds;
 - the library, shipped as a ``--py-files`` archive built from the worker's own copy;
-- for a ``local`` master, spark-submit's environment: this interpreter's Spark and Python, a loopback driver. A
+- for a ``local`` master, the worker's detection service where it has one that runs these settings
+  (``FLEET_DOCTOR_DETECT_SERVICE``: one warm driver for the worker's detections, no spark-submit), else
+  spark-submit's environment: this interpreter's Spark and Python, a loopback driver. A
   cluster master gets none of it (the provider would hand it on to YARN's application master or refuse it in
   standalone cluster mode, and a loopback driver address is unreachable from executors elsewhere). The store's
   ``AWS_*`` credentials are never set here: spark-submit inherits them from the worker's environment (never in the
@@ -17,6 +19,7 @@ This module imports Airflow: only the DAG file imports it.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -51,8 +54,22 @@ class DetectOperator(SparkSubmitOperator):
             self.env_vars = {**local, **(self.env_vars or {})}
         return master
 
+    def served(self, master: str) -> bool:
+        """Whether the worker's detection service (``FLEET_DOCTOR_DETECT_SERVICE``: ``spark.DetectService``) ran this
+        detection: only a local master's, without an authentication secret, and where it runs these settings."""
+        service = os.environ.get(spark.DETECT_SERVICE_ENV, "")
+        if not service or spark.profile_for(master) != "local" or self.secret_file:
+            return False
+        settings = spark.service_settings(master, self.conf, self.jars or "", self.env_vars)
+        if not spark.served(service, settings, list(self.application_args or [])):
+            return False
+        self.log.info("Spark master %s: detected by the detection service %s, settings %s", master, service, self.conf)
+        return True
+
     def execute(self, context: Any) -> None:
         master = self.prepare()
+        if self.served(master):
+            return
         archive = spark.class_archive(master)
         self.conf = archive.conf(self.conf)
         self.log.info("Spark master %s: profile %s, settings %s", master, spark.profile_for(master), self.conf)

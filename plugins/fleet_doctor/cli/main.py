@@ -309,6 +309,45 @@ def _add_scan(sub: Any) -> None:
     sp.set_defaults(func=_cmd_scan, parser=sp)
 
 
+def _cmd_detect_service(args: argparse.Namespace) -> int:
+    import signal
+    from pathlib import Path
+
+    from fleet_doctor import spark
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    service = spark.DetectService(Path(args.socket), args.master)
+    try:
+        service.listen()
+    except (OSError, spark.SparkError) as e:
+        print(f"fleet-doctor detect-service: error: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stops the driver on the way out
+    print(f"fleet-doctor detect-service: serving on {args.socket} ({args.master})", flush=True)
+    try:
+        service.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
+        print(f"fleet-doctor detect-service: stopped ({service.served} served, {service.refused} refused)", flush=True)
+    return 0
+
+
+def _add_detect_service(sub: Any) -> None:
+    dp = sub.add_parser(
+        "detect-service",
+        help="serve this machine's small detections from one warm Spark driver (FLEET_DOCTOR_DETECT_SERVICE)",
+        description="Start one warm Spark driver and serve, through a Unix socket, the small local detections of "
+        "every process of this user that names the socket in FLEET_DOCTOR_DETECT_SERVICE (an Airflow worker's audit "
+        "and repair tasks, a scan): each pays a detection instead of a driver JVM's start. Runs with other settings "
+        "are refused and run their own spark-submit. Stops on SIGTERM or Ctrl-C.",
+    )
+    dp.add_argument("--socket", required=True, metavar="PATH", help="the socket to serve on (its directory: 0700)")
+    dp.add_argument("--master", default="local[*]", help="the Spark master it serves (default local[*])")
+    dp.set_defaults(func=_cmd_detect_service, parser=dp)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleet-doctor", description="Audit Kafka broker log directories.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -337,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scan(sub)
     _add_inventory(sub)
     _add_roll_control(sub)
+    _add_detect_service(sub)
     return p
 
 
