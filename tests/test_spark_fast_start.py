@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -174,7 +175,8 @@ def _detect(work: Path, zk: list[dict], name: str, java_options: str = "") -> li
     )
     conf = {**spark.conf_for("local[2]"), **spark.input_conf(args)}
     assert conf == {**spark.PROFILES["local"], **spark.SMALL_INPUT_CONF}
-    conf[spark.JAVA_OPTIONS] += f" {java_options}"
+    if java_options:
+        conf[spark.JAVA_OPTIONS] += f" {java_options}"
     spark.run_detect("local[2]", conf, args)
     return [json.loads(line) for line in (run / "findings.jsonl").read_text().splitlines()]
 
@@ -246,6 +248,50 @@ def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
     assert not running_processes_of_group(pid)  # a zombie left to a slow reaper (the CI's init) is not running
     assert first == again == third
     assert {f["topic"] for f in first if f["rule"] == "topic-id-mismatch"} == {"design1"}
+
+
+@pytest.mark.spark_submit  # its own service, not the session's
+def test_a_detection_service_serves_another_processs_scan_and_this_ones_with_the_same_findings(
+    corpus: Path, aryan_staged: tuple[Path, list[dict]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fleet-doctor detect-service`` (a process of its own, as a worker would run it) serves a ``fleet-doctor
+    scan`` run by another process and a detection of this one: one driver JVM for both, the same findings; SIGTERM
+    stops it and its driver (no process of its group left, its socket gone)."""
+    if spark._java() is None:
+        pytest.skip("no java on this machine")
+    where = tmp_path / "service"
+    env = {**os.environ, "PYTHONPATH": str(Path(spark.__file__).parents[1])}
+    env.pop(spark.DETECT_SERVICE_ENV, None)
+    cmd = [sys.executable, "-m", "fleet_doctor.cli", "detect-service", "--socket", str(where / "socket")]
+    service = subprocess.Popen(
+        [*cmd, "--master", "local[2]"], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert service.stdout is not None
+        assert "serving on" in service.stdout.readline()
+        env[spark.DETECT_SERVICE_ENV] = str(where / "socket")
+        aryan = corpus / ARYAN
+        scan = [sys.executable, "-m", "fleet_doctor.cli", "scan", str(aryan / "kafka-logs"), "--format", "json"]
+        ran = subprocess.run(
+            [*scan, "--zk-snapshot-file", str(aryan / "zookeeper"), "--kafka-version", "3.1.0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert ran.returncode in (0, 1), ran.stderr[-3000:]
+        scanned = json.loads(ran.stdout)["findings"]
+        monkeypatch.setenv(spark.DETECT_SERVICE_ENV, str(where / "socket"))
+        work, zk = aryan_staged
+        mine = _detect(work, zk, "served")
+    finally:
+        service.terminate()
+        out, _ = service.communicate(timeout=120)
+    assert service.returncode == 0 and "stopped (2 served, 0 refused)" in out, out
+    assert not running_processes_of_group(service.pid) and not (where / "socket").exists()
+    mismatched = {f["topic"] for f in mine if f["rule"] == "topic-id-mismatch"}
+    assert mismatched == {f["topic"] for f in scanned if f["rule"] == "topic-id-mismatch"} == {"design1"}
+    assert sorted(f["rule"] for f in mine) == sorted(f["rule"] for f in scanned)
 
 
 def running_processes_of_group(pgid: int) -> list[str]:

@@ -688,7 +688,11 @@ def served(path: str, settings: Mapping[str, str], args: list[str]) -> bool:
     if problem is not None:
         LOG.warning("detection service %s %s: this process runs the detection", path, problem)
         return False
-    reply = json.loads(line)
+    try:
+        reply = json.loads(line)
+    except ValueError:
+        LOG.warning("detection service %s answered garbage: this process runs the detection", path)
+        return False
     if "refused" in reply:
         LOG.info("detection service %s: %s; this process runs the detection", path, reply["refused"])
         return False
@@ -720,9 +724,8 @@ class DetectService:
         st = directory.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
             raise SparkError(f"{directory}: not a private directory of this user's (mode 0700) for the service")
-        if (
-            self.path.is_socket()
-        ):  # this user's, in this user's private directory: a running service's, or a stopped one's
+        # a socket there is this user's, in this user's private directory: a running service's, or a stopped one's
+        if self.path.is_socket():
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
                 if probe.connect_ex(str(self.path)) == 0:
                     raise SparkError(f"{self.path}: a detection service already serves there")
@@ -759,7 +762,13 @@ class DetectService:
                 else:
                     reply = {"ok": True, "summary": self.driver.detect(list(request["args"]))}
                     self.served += 1
-            except (SparkError, ValueError, KeyError, TypeError) as e:
+            except (
+                SparkError,
+                ValueError,
+                KeyError,
+                TypeError,
+                AttributeError,
+            ) as e:  # the run's, or a garbled request
                 reply = {"ok": False, "error": str(e)[-6000:]}
             LOG.info("detection service: %s", "served" if reply.get("ok") else reply.get("refused") or "failed")
             with contextlib.suppress(OSError):
