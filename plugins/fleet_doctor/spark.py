@@ -637,10 +637,14 @@ def service_settings(
         for k, v in {**spark_env(), **(env or {})}.items()
         if k not in SERVICE_ENV_IGNORED and not k.startswith("FLEET_DOCTOR_")
     }
-    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):  # a venv's python and python3: the same interpreter
+    # one installation reached by other paths (a venv's python and python3, a symlinked venv): the same code
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
         if driver_env.get(name):
             python = driver_env[name]
             driver_env[name] = f"{os.path.realpath(os.path.dirname(python))}:{os.path.realpath(python)}"
+    for name in ("SPARK_HOME", "JAVA_HOME"):
+        if driver_env.get(name):
+            driver_env[name] = os.path.realpath(driver_env[name])
     parts: dict[str, Any] = {
         "master": "local" if profile_for(master) == "local" else master,
         "settings": sorted(conf.items()),
