@@ -87,6 +87,7 @@ def test_the_settings_compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     )
     monkeypatch.setenv("FLEET_DOCTOR_DATA", "/elsewhere")
     monkeypatch.setenv("HOME", "/elsewhere")
+    monkeypatch.setenv("SPARK_BUFFER_SIZE", "65536")  # what an in-process SparkContext sets (a test's, here)
     assert spark.service_settings("local[2]", conf) == base
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)

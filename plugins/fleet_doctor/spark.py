@@ -618,9 +618,13 @@ def warm_drivers() -> Iterator[WarmPool]:
 # ---- the detection service: one warm driver on this machine for the small detections of many processes
 DETECT_SERVICE_ENV = "FLEET_DOCTOR_DETECT_SERVICE"  # the socket of this machine's detection service, if it has one
 # the driver's environment less what a detection does not depend on: the process basics, the paths that find its code
-# (what it runs is compared on its own: the java, the Python, Spark, the app and the library) and the product's
-# variables (the app reads none of them)
-SERVICE_ENV_IGNORED = frozenset({"PATH", "HOME", "USER", "LOGNAME", "HOSTNAME", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV"})
+# (what it runs is compared on its own: the java, the Python, Spark, the app and the library), what a SparkContext in
+# the calling process sets from its settings (every driver sets them again from its own) and the product's variables
+# (the app reads none of them)
+SERVICE_ENV_IGNORED = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "HOSTNAME", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV"}
+    | {"SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE"}
+)
 SERVICE_BACKLOG = 16  # runs waiting to be accepted; each is served in turn
 
 
