@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,16 +22,27 @@ from fleet_doctor import spark
 
 
 class FakeDriver:
-    """Stands in for the service's ``WarmDriver``: the runs it was given; a run naming "fail" fails as the app would."""
+    """Stands in for the service's ``WarmDriver``: the runs it was given; a run naming "fail" fails as the app would,
+    one naming "die" kills the driver (``proc`` None, as ``WarmDriver`` leaves it), one naming "wait" waits for
+    ``release``."""
 
     def __init__(self) -> None:
         self.runs: list[list[str]] = []
         self.closed = 0
+        self.proc: object | None = object()
+        self.started, self.release = threading.Event(), threading.Event()
 
     def detect(self, args: list[str]) -> dict[str, Any]:
         self.runs.append(args)
+        self.proc = self.proc or object()  # a dead driver is started again by the next run
+        if "wait" in args:
+            self.started.set()
+            assert self.release.wait(30)
         if "fail" in args:
             raise spark.SparkError("detection app failed (warm driver):\nPATH_NOT_FOUND")
+        if "die" in args:
+            self.proc = None
+            raise spark.SparkError("warm detection driver exited (exit -9):\n")
         return {"audit_run": args[-1], "total": 3}
 
     def close(self) -> None:
@@ -150,7 +162,7 @@ def test_the_audits_detect_task_is_served_with_a_small_input(
     (tmp_path / "probe").mkdir()
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
     monkeypatch.setenv(spark.DETECT_SERVICE_ENV, str(service.path))
-    args = ["--probe-dir", str(tmp_path / "probe"), "--output", "x", "--audit-run", "a1"]
+    args = ["--probe-dir", str(tmp_path / "probe"), "--output", str(tmp_path / "x"), "--audit-run", "a1"]
     op = DetectOperator(task_id="detect", conn_id="spark_default", application_args=args)
     assert op.served(op.prepare()) is True
     assert service.driver.runs == [args]  # type: ignore[attr-defined]
@@ -158,6 +170,8 @@ def test_the_audits_detect_task_is_served_with_a_small_input(
         task_id="detect", conn_id="spark_default", conf={"spark.sql.shuffle.partitions": "3"}, application_args=args
     )
     assert configured.served(configured.prepare()) is False  # settings of its own: its own spark-submit
+    memory = DetectOperator(task_id="detect", conn_id="spark_default", application_args=args, driver_memory="8g")
+    assert memory.served(memory.prepare()) is False and memory.submits_more() == ["driver memory"]
     secret = DetectOperator(task_id="detect", conn_id="spark_default", application_args=args, secret_file="/s")
     assert secret.served("local[2]") is False  # a secret: never sent anywhere
     assert service.refused == 1 and len(service.driver.runs) == 1  # type: ignore[attr-defined]
@@ -177,3 +191,95 @@ def test_no_service_named_no_service_asked(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(RuntimeError, match="submitted"):
         spark.run_detect("spark://127.0.0.1:7077", {}, ["--audit-run", "r"])  # a cluster's: never the service
     assert len(asked) == 1
+
+
+def test_a_run_whose_driver_died_is_run_by_its_caller_and_the_next_is_served(service: spark.DetectService) -> None:
+    assert spark.served(str(service.path), service.settings, ["die"]) is False  # the caller runs its own
+    assert spark.served(str(service.path), service.settings, ["--audit-run", "r3"]) is True
+    assert service.driver.runs == [["die"], ["--audit-run", "r3"]]  # type: ignore[attr-defined]
+
+
+def test_runs_wait_in_turn_and_one_too_many_is_busy(service: spark.DetectService) -> None:
+    """One run at a time, first come first served; beyond ``SERVICE_QUEUE`` waiting, a run is refused (busy)."""
+    driver: FakeDriver = service.driver  # type: ignore[assignment]
+    results: dict[str, bool] = {}
+
+    def client(name: str) -> None:
+        results[name] = spark.served(str(service.path), service.settings, [name])
+
+    first = threading.Thread(target=client, args=("wait",))
+    first.start()
+    assert driver.started.wait(10)
+    waiting = [threading.Thread(target=client, args=(f"q{i}",)) for i in range(spark.SERVICE_QUEUE)]
+    for t in waiting:
+        t.start()
+    deadline = time.monotonic() + 10
+    while service._runs.qsize() < spark.SERVICE_QUEUE and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert spark.served(str(service.path), service.settings, ["one-too-many"]) is False  # busy: runs its own
+    driver.release.set()
+    for t in (first, *waiting):
+        t.join(10)
+    assert all(results.values()) and len(results) == spark.SERVICE_QUEUE + 1
+    ran = [r[0] for r in driver.runs]
+    assert ran[0] == "wait" and sorted(ran[1:]) == sorted(f"q{i}" for i in range(spark.SERVICE_QUEUE))
+    assert service.refused == 1 and ["one-too-many"] not in driver.runs
+
+
+def test_a_stop_tells_waiting_runs_to_run_their_own_and_a_lost_service_fails_the_started_one(tmp_path: Path) -> None:
+    """Never two runs of one detection at once: a run the service had not started when it stopped is run by its
+    caller; the one it had started (told "accepted") fails in its caller instead of running a second time."""
+    service = spark.DetectService(tmp_path / "service" / "socket", "local[2]")
+    driver = FakeDriver()
+    service.driver = driver  # type: ignore[assignment]
+    service.listen()
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    outcome: dict[str, Any] = {}
+
+    def client(name: str) -> None:
+        try:
+            outcome[name] = spark.served(str(service.path), service.settings, [name])
+        except spark.SparkError as e:
+            outcome[name] = e
+
+    started, queued = threading.Thread(target=client, args=("wait",)), threading.Thread(target=client, args=("q",))
+    started.start()
+    assert driver.started.wait(10)
+    queued.start()
+    deadline = time.monotonic() + 10
+    while service._runs.qsize() < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stopper = threading.Thread(target=service.close)
+    stopper.start()
+    queued.join(10)
+    assert outcome["q"] is False and ["q"] not in driver.runs  # not started: its caller runs it
+    driver.release.set()
+    stopper.join(30)
+    started.join(10)
+    assert outcome["wait"] is True  # the started one finished before the stop
+    # a service that goes away mid-run (here: the reply cut after "accepted")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as fake:
+        fake.bind(str(tmp_path / "service" / "cut"))
+        fake.listen(1)
+
+        def accept_then_vanish() -> None:
+            conn = fake.accept()[0]
+            conn.makefile("r").readline()
+            conn.sendall(b'{"accepted": true}\n')
+            conn.close()
+
+        threading.Thread(target=accept_then_vanish, daemon=True).start()
+        with pytest.raises(spark.SparkError, match="went away while it ran the detection"):
+            spark.served(str(tmp_path / "service" / "cut"), {}, ["x"])
+
+
+def test_a_run_naming_a_relative_path_is_not_sent(service: spark.DetectService) -> None:
+    """The service would resolve it in its own working directory: the caller runs it itself."""
+    assert spark.served(str(service.path), service.settings, ["--output", "findings", "--audit-run", "r"]) is False
+    assert spark.served(str(service.path), service.settings, ["--output", "s3a://b/findings"]) is True
+    assert service.driver.runs == [["--output", "s3a://b/findings"]]  # type: ignore[attr-defined]
+
+
+def test_a_service_serves_only_a_local_master(tmp_path: Path) -> None:
+    with pytest.raises(spark.SparkError, match="serves a local master"):
+        spark.DetectService(tmp_path / "socket", "spark://127.0.0.1:7077")

@@ -22,10 +22,12 @@ import itertools
 import json
 import logging
 import os
+import queue
 import shutil
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -625,7 +627,10 @@ SERVICE_ENV_IGNORED = frozenset(
     {"PATH", "HOME", "USER", "LOGNAME", "HOSTNAME", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV"}
     | {"SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE"}
 )
-SERVICE_BACKLOG = 16  # runs waiting to be accepted; each is served in turn
+SERVICE_QUEUE = 8  # runs waiting for the driver; one more is refused (busy) and runs its own driver
+SERVICE_CONNECT_S = 5.0  # a client's connect and request; the run itself may take as long as it takes
+# the detection app's flags that name a path: the service resolves them in its own working directory
+PATH_FLAGS = (*INPUT_FLAGS, "--output", "--summary", "--findings-json")
 
 
 def service_settings(
@@ -634,8 +639,9 @@ def service_settings(
     """What a detection service must share with a run to serve it, each part as a digest (the environment carries
     the store's credentials): the master (a local one's profile: the findings do not depend on its number of
     threads, the service's own), the Spark settings, the jars, the driver's environment (``spark_env()`` under
-    ``env``, with Spark and the Python it runs, less ``SERVICE_ENV_IGNORED`` and ``FLEET_DOCTOR_*``), the java, the
-    detection app and the library it ships."""
+    ``env``, with Spark and the Python it runs, less ``SERVICE_ENV_IGNORED`` and ``FLEET_DOCTOR_*``), the JVM and
+    Spark's jars (``_class_archive_key``: a JDK or Spark upgraded in place is another), the detection app and the
+    library it ships."""
     driver_env = {
         k: v
         for k, v in {**spark_env(), **(env or {})}.items()
@@ -654,7 +660,7 @@ def service_settings(
         "settings": sorted(conf.items()),
         "jars": jars,
         "environment": sorted(driver_env.items()),
-        "java": _java() or "",
+        "java": [_java() or "", _class_archive_key() or ""],
         "app": hashlib.sha256(DETECT_APP.read_bytes()).hexdigest(),
         "library": library_archive().name,
     }
@@ -677,29 +683,43 @@ def unfit_service_socket(path: str) -> str | None:
     return None
 
 
+def _peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a Unix socket (SO_PEERCRED: pid, uid, gid)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
 def served(path: str, settings: Mapping[str, str], args: list[str]) -> bool:
     """One detection (the app's arguments ``args``, its ``service_settings``) sent to the detection service at the
-    socket ``path``: True when the service ran it (SparkError when it failed there); False when it cannot serve it
-    (no such service, not this user's, other settings: said in the log), and the caller runs it itself."""
-    problem = unfit_service_socket(path)
+    socket ``path``: True when the service ran it (SparkError when it failed there, or when the service went away
+    once it had started it: never run twice at once); False when it cannot serve it (no such service, not this
+    user's, other settings, busy, its driver died, a relative path in ``args``: said in the log), and the caller runs
+    it itself."""
+    relative = [v for f, v in itertools.pairwise(args) if f in PATH_FLAGS and "://" not in v and not os.path.isabs(v)]
+    problem = f"is not asked: a relative path ({relative[0]})" if relative else unfit_service_socket(path)
+    replies: list[dict[str, Any]] = []
     if problem is None:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(SERVICE_CONNECT_S)
                 conn.connect(path)
+                if _peer_uid(conn) != os.getuid():
+                    raise OSError("not served by this user")
                 conn.sendall((json.dumps({"settings": dict(settings), "args": list(args)}) + "\n").encode())
-                with conn.makefile("r", encoding="utf-8") as replies:
-                    line = replies.readline()
-        except OSError as e:
-            line, problem = "", f"cannot be reached ({e.strerror or e})"
-        if not line and problem is None:
-            problem = "closed without a reply"
-    if problem is not None:
-        LOG.warning("detection service %s %s: this process runs the detection", path, problem)
-        return False
-    try:
-        reply = json.loads(line)
-    except ValueError:
-        LOG.warning("detection service %s answered garbage: this process runs the detection", path)
+                conn.settimeout(None)  # queued, then run: as long as it takes
+                with conn.makefile("r", encoding="utf-8") as lines:
+                    for line in lines:
+                        replies.append(json.loads(line))
+                        if "accepted" not in replies[-1]:
+                            break
+        except (OSError, ValueError) as e:
+            problem = f"cannot be reached ({getattr(e, 'strerror', None) or e})"
+    accepted = any("accepted" in r for r in replies)
+    reply = replies[-1] if replies and "accepted" not in replies[-1] else None
+    if reply is None and accepted:
+        raise SparkError(f"detection service {path} went away while it ran the detection ({problem or 'no answer'})")
+    if reply is None:
+        LOG.warning("detection service %s %s: this process runs the detection", path, problem or "did not answer")
         return False
     if "refused" in reply:
         LOG.info("detection service %s: %s; this process runs the detection", path, reply["refused"])
@@ -714,17 +734,24 @@ class DetectService:
     machine that names its socket in ``FLEET_DOCTOR_DETECT_SERVICE`` (an Airflow worker's audit and repair tasks, a
     scan): each pays a detection, not a driver JVM's start. It serves the runs whose ``service_settings`` are its
     own (``master``'s profile with the small-input settings, this environment) and refuses the others (a big
-    input, other settings), which run their own spark-submit. One run at a time, in turn (a driver JVM holds about
-    1 GB); the driver starts with the first run. The socket is made in a private directory, readable by this user
-    only."""
+    input, other settings), which run their own spark-submit. One run at a time, first come first served, at most
+    ``SERVICE_QUEUE`` waiting (one more is refused: busy). A run is answered "accepted" as it starts: a client that
+    loses the service before that runs its own, one that loses it after fails (never two runs of one detection at
+    once). A run whose driver died is refused (the caller runs its own; the next run starts another driver). The
+    socket is made in a private directory; a client of another user is refused (SO_PEERCRED)."""
 
     def __init__(self, path: Path, master: str = "local[*]") -> None:
+        if profile_for(master) != "local":
+            raise SparkError(f"a detection service serves a local master, not {master}")
         self.path, self.master = Path(path), master
         self.conf = {**conf_for(master), **SHORT_RUN_CONF, **SMALL_INPUT_CONF}
         self.settings = service_settings(master, self.conf)
         self.driver = WarmDriver(master, self.conf)
         self.served = self.refused = 0
         self._listener: socket.socket | None = None
+        self._runs: queue.Queue[tuple[socket.socket, list[str]] | None] = queue.Queue(SERVICE_QUEUE)
+        self._runner = threading.Thread(target=self._run_each, daemon=True)
+        self._lock = threading.Lock()
 
     def listen(self) -> None:
         directory = self.path.parent
@@ -740,53 +767,103 @@ class DetectService:
             self.path.unlink()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(self.path))
-        listener.listen(SERVICE_BACKLOG)
+        listener.listen(SERVICE_QUEUE * 2)
         self._listener = listener
 
     def serve_forever(self) -> None:
-        """Each run as it comes (its own thread reads it; the driver serves one at a time) until ``close``."""
+        """Each client as it comes (its own thread reads its request and queues it) until ``close``."""
         if self._listener is None:
             self.listen()
-        assert self._listener is not None
+        listener = self._listener
+        assert listener is not None
+        self._runner.start()
         while True:
             try:
-                conn = self._listener.accept()[0]
+                conn = listener.accept()[0]
             except OSError:  # closed
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._take, args=(conn,), daemon=True).start()
 
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("r", encoding="utf-8") as requests:
-            try:
+    def _count(self, reply: dict[str, Any]) -> None:
+        with self._lock:
+            if reply.get("ok"):
+                self.served += 1
+            elif "refused" in reply:
+                self.refused += 1
+        LOG.info("detection service: %s", "served" if reply.get("ok") else reply.get("refused") or "failed")
+
+    @staticmethod
+    def _say(conn: socket.socket, reply: dict[str, Any]) -> bool:
+        try:
+            conn.sendall((json.dumps(reply) + "\n").encode())
+            return True
+        except OSError:  # the client is gone
+            return False
+
+    def _take(self, conn: socket.socket) -> None:
+        """A client's request: refused (another user, other settings, the queue full) or queued for the runner."""
+        reply: dict[str, Any] | None = None
+        try:
+            conn.settimeout(SERVICE_CONNECT_S)
+            with conn.makefile("r", encoding="utf-8") as requests:
                 line = requests.readline()
-                if not line:  # a connection that asks nothing (a check that the service is up)
-                    return
+            conn.settimeout(None)
+            if not line:  # a connection that asks nothing (a check that the service is up)
+                conn.close()
+                return
+            if _peer_uid(conn) != os.getuid():
+                reply = {"refused": "another user's run"}
+            else:
                 request = json.loads(line)
                 asked = request.get("settings") or {}
                 differ = sorted(k for k in self.settings.keys() | asked.keys() if asked.get(k) != self.settings.get(k))
                 if differ:
-                    self.refused += 1
-                    reply: dict[str, Any] = {"refused": f"runs other settings ({', '.join(differ)} differ)"}
+                    reply = {"refused": f"runs other settings ({', '.join(differ)} differ)"}
                 else:
-                    reply = {"ok": True, "summary": self.driver.detect(list(request["args"]))}
-                    self.served += 1
-            except (
-                SparkError,
-                ValueError,
-                KeyError,
-                TypeError,
-                AttributeError,
-            ) as e:  # the run's, or a garbled request
-                reply = {"ok": False, "error": str(e)[-6000:]}
-            LOG.info("detection service: %s", "served" if reply.get("ok") else reply.get("refused") or "failed")
-            with contextlib.suppress(OSError):
-                conn.sendall((json.dumps(reply) + "\n").encode())
+                    self._runs.put_nowait((conn, [str(a) for a in request["args"]]))
+                    return
+        except queue.Full:
+            reply = {"refused": f"busy ({SERVICE_QUEUE} runs waiting)"}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:  # a garbled request, a client gone
+            reply = {"ok": False, "error": f"bad request: {e}"[-6000:]}
+        self._count(reply)
+        self._say(conn, reply)
+        conn.close()
+
+    def _run_each(self) -> None:
+        """The runner: one queued run after another, each told "accepted" as it starts (one whose client is gone is
+        not run), until ``close`` queues None."""
+        while (item := self._runs.get()) is not None:
+            conn, args = item
+            with conn:
+                if not self._say(conn, {"accepted": True}):
+                    continue
+                try:
+                    reply: dict[str, Any] = {"ok": True, "summary": self.driver.detect(args)}
+                except SparkError as e:
+                    # a driver stopped by the failure (its whole group killed): the run's fault or another's, unknown;
+                    # its caller runs it again on its own
+                    died = self.driver.proc is None
+                    reply = {"refused": f"its driver died ({e})"[:6000]} if died else {"ok": False, "error": str(e)}
+                self._count(reply)
+                self._say(conn, reply)
 
     def close(self) -> None:
+        """Stops taking runs, tells the waiting ones to run their own (they were not started), stops the driver."""
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(OSError):
                 listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
             listener.close()
             self.path.unlink(missing_ok=True)
+        while True:
+            try:
+                item = self._runs.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].close()  # not accepted yet: its client runs its own
+        if self._runner.is_alive():
+            self._runs.put(None)
+            self._runner.join(WARM_STOP_S + WARM_GROUP_GONE_S)
         self.driver.close()

@@ -40,7 +40,7 @@ class SessionService:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
-                start_new_session=True,  # the service, its driver and the driver's JVM: one group, stopped together
+                start_new_session=True,  # a group of its own (its driver has another: stopped by the service)
             )
         deadline = time.monotonic() + START_S
         while not self.listening():

@@ -35,9 +35,47 @@ class DetectOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.secret_file = secret_file  # a standalone cluster's authentication secret, read on the worker
 
+    def connection(self) -> dict[str, Any]:
+        """The connection (``spark_default``) resolved as the Spark provider resolves it."""
+        return dict(SparkSubmitHook(conn_id=self._conn_id)._connection)
+
     def master(self) -> str:
-        """The master the connection names, resolved as the Spark provider resolves it."""
-        return SparkSubmitHook(conn_id=self._conn_id)._connection["master"]
+        """The master the connection names."""
+        return str(self.connection()["master"])
+
+    def submits_more(self) -> list[str]:
+        """What this task's spark-submit would be given beyond the service's (the DAG's or the connection's own
+        files, packages, resources, identity, binary, deploy mode): such a run is not sent to the service."""
+        given = {
+            name: getattr(self, attr, None)
+            for name, attr in (
+                ("files", "files"),
+                ("archives", "_archives"),
+                ("driver class path", "driver_class_path"),
+                ("java class", "_java_class"),
+                ("packages", "packages"),
+                ("excluded packages", "exclude_packages"),
+                ("repositories", "_repositories"),
+                ("executor cores", "_executor_cores"),
+                ("total executor cores", "_total_executor_cores"),
+                ("executor memory", "_executor_memory"),
+                ("driver memory", "_driver_memory"),
+                ("executors", "_num_executors"),
+                ("keytab", "keytab"),
+                ("principal", "principal"),
+                ("proxy user", "proxy_user"),
+                ("properties file", "properties_file"),
+            )
+        }
+        more = [name for name, value in given.items() if value]
+        if self.py_files != str(spark.library_archive()):
+            more.append("py files")
+        conn = self.connection()
+        if conn.get("spark_binary") not in (None, "spark-submit") or conn.get("deploy_mode") == "cluster":
+            more.append("the connection's binary or deploy mode")
+        if conn.get("keytab") or conn.get("principal"):
+            more.append("the connection's identity")
+        return more
 
     def prepare(self) -> str:
         """Fill in the profile, the settings the staged input's size calls for (``spark.input_conf``: a small input's
@@ -59,6 +97,10 @@ class DetectOperator(SparkSubmitOperator):
         detection: only a local master's, without an authentication secret, and where it runs these settings."""
         service = os.environ.get(spark.DETECT_SERVICE_ENV, "")
         if not service or spark.profile_for(master) != "local" or self.secret_file:
+            return False
+        more = self.submits_more()
+        if more:
+            self.log.info("not sent to the detection service %s: its spark-submit gets %s", service, ", ".join(more))
             return False
         settings = spark.service_settings(master, self.conf, self.jars or "", self.env_vars)
         if not spark.served(service, settings, list(self.application_args or [])):

@@ -316,8 +316,8 @@ def _cmd_detect_service(args: argparse.Namespace) -> int:
     from fleet_doctor import spark
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    service = spark.DetectService(Path(args.socket), args.master)
     try:
+        service = spark.DetectService(Path(args.socket), args.master)
         service.listen()
     except (OSError, spark.SparkError) as e:
         print(f"fleet-doctor detect-service: error: {e}", file=sys.stderr)
@@ -344,7 +344,7 @@ def _add_detect_service(sub: Any) -> None:
         "are refused and run their own spark-submit. Stops on SIGTERM or Ctrl-C.",
     )
     dp.add_argument("--socket", required=True, metavar="PATH", help="the socket to serve on (its directory: 0700)")
-    dp.add_argument("--master", default="local[*]", help="the Spark master it serves (default local[*])")
+    dp.add_argument("--master", default="local[*]", help="the local Spark master it runs (default local[*])")
     dp.set_defaults(func=_cmd_detect_service, parser=dp)
 
 
