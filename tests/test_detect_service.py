@@ -139,7 +139,8 @@ def test_a_service_will_not_take_a_socket_another_serves_on_nor_a_shared_directo
     with pytest.raises(spark.SparkError, match="already serves there"):
         spark.DetectService(service.path).listen()
     shared = tmp_path / "shared"
-    shared.mkdir(mode=0o755)
+    shared.mkdir()
+    shared.chmod(0o777)  # anyone could put a socket of theirs here
     with pytest.raises(spark.SparkError, match="not a private directory"):
         spark.DetectService(shared / "socket").listen()
 

@@ -156,17 +156,30 @@ def cache_dir() -> Path | None:
     directory = Path(tempfile.gettempdir()) / f"fleet-doctor-spark-{os.getuid()}"
     if _CACHE_DIR == directory:
         return directory
-    try:
-        directory.mkdir(mode=0o700, exist_ok=True)
-        st = directory.lstat()
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return None
-        if st.st_mode & 0o777 != 0o700:
-            directory.chmod(0o700)
-    except OSError:
+    if not private_dir(directory):
         return None
     _CACHE_DIR = directory
     return directory
+
+
+def mine_and_closed(st: os.stat_result) -> bool:
+    """Whether the file of ``st`` is this user's and no one else can write to it."""
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def private_dir(directory: Path, parents: bool = False) -> bool:
+    """``directory`` made (0700) where it is not there, and made 0700 where it is this user's and only readable by
+    others; False when it cannot be made or is not a directory of this user's that no one else can write to."""
+    try:
+        directory.mkdir(mode=0o700, parents=parents, exist_ok=True)
+        st = directory.lstat()
+        if not stat.S_ISDIR(st.st_mode) or not mine_and_closed(st):
+            return False
+        if st.st_mode & 0o777 != 0o700:
+            directory.chmod(0o700)
+    except OSError:
+        return False
+    return True
 
 
 def _private_temp_dir() -> Path:
@@ -678,7 +691,7 @@ def unfit_service_socket(path: str) -> str | None:
         return "is not a socket"
     if st.st_uid != os.getuid() or parent.st_uid != os.getuid():
         return "is not this user's"
-    if parent.st_mode & 0o022:
+    if not mine_and_closed(parent):
         return "is in a directory others can write to"
     return None
 
@@ -743,7 +756,7 @@ class DetectService:
     def __init__(self, path: Path, master: str = "local[*]") -> None:
         if profile_for(master) != "local":
             raise SparkError(f"a detection service serves a local master, not {master}")
-        self.path, self.master = Path(path), master
+        self.path = Path(path)
         self.conf = {**conf_for(master), **SHORT_RUN_CONF, **SMALL_INPUT_CONF}
         self.settings = service_settings(master, self.conf)
         self.driver = WarmDriver(master, self.conf)
@@ -754,11 +767,8 @@ class DetectService:
         self._lock = threading.Lock()
 
     def listen(self) -> None:
-        directory = self.path.parent
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = directory.lstat()
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-            raise SparkError(f"{directory}: not a private directory of this user's (mode 0700) for the service")
+        if not private_dir(self.path.parent, parents=True):
+            raise SparkError(f"{self.path.parent}: not a private directory of this user's (mode 0700) for the service")
         # a socket there is this user's, in this user's private directory: a running service's, or a stopped one's
         if self.path.is_socket():
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:

@@ -73,7 +73,8 @@ class SessionService:
             pass
         self.proc.wait()
         lines = self.tail(100000).splitlines()
-        refusals = Counter(line.split("detection service: ", 1)[1] for line in lines if "other settings" in line)
+        said_of_runs = (line.split("detection service: ", 1)[1] for line in lines if "detection service: " in line)
+        refusals = Counter(why for why in said_of_runs if why != "served")
         said = (lines[-1:] or ["(no output)"])[0]
         said += "".join(f"\n  {n} x {why}" for why, n in refusals.most_common())
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -34,10 +34,13 @@ class DetectOperator(SparkSubmitOperator):
         kwargs.setdefault("name", "fleet-doctor-detect")
         super().__init__(**kwargs)
         self.secret_file = secret_file  # a standalone cluster's authentication secret, read on the worker
+        self._spark_connection: dict[str, Any] | None = None
 
     def connection(self) -> dict[str, Any]:
-        """The connection (``spark_default``) resolved as the Spark provider resolves it."""
-        return dict(SparkSubmitHook(conn_id=self._conn_id)._connection)
+        """The connection (``spark_default``) resolved as the Spark provider resolves it (once a task)."""
+        if self._spark_connection is None:
+            self._spark_connection = dict(SparkSubmitHook(conn_id=self._conn_id)._connection)
+        return self._spark_connection
 
     def master(self) -> str:
         """The master the connection names."""
