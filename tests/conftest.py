@@ -9,9 +9,11 @@ guard below refuses it, naming the process, so a test that needs one must say so
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -232,6 +234,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             by_module.setdefault(str(item.fspath), []).append(item)
         items[:] = [i for group in by_module.values() for i in reversed(group)]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """With ``FLEET_DOCTOR_TEST_TIMES`` set to a file: one JSON line per test (worker, group, test, start, end; setup
+    and teardown included), appended, so that a full run shows each group's span on its worker (GROUP_SECONDS)."""
+    times = os.environ.get("FLEET_DOCTOR_TEST_TIMES")
+    start = time.time()
+    try:
+        return (yield)
+    finally:
+        if times:
+            line = {
+                "worker": os.environ.get("PYTEST_XDIST_WORKER", "-"),
+                "group": group_of(item),
+                "test": item.nodeid,
+                "start": round(start, 2),
+                "end": round(time.time(), 2),
+            }
+            with open(times, "a") as out:
+                out.write(json.dumps(line) + "\n")
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

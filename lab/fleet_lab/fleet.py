@@ -259,6 +259,10 @@ PrintMotd no
 LogLevel INFO
 MaxStartups 50:30:100
 Subsystem sftp internal-sftp
+# each broker host its own home (its run dir), as a separate host has: a command over SSH runs in a login shell that
+# reads ~/.bashrc, and the tester's is not a broker host's (a developer's pyenv init there cost ~100 ms of CPU per
+# command, measured, and put its shims first in PATH: python3 was the tester's, not the host's /usr/bin/python3)
+SetEnv HOME={run_dir}
 """
 
 
