@@ -67,6 +67,7 @@ from fleet_lab.fleet import kill_sshd, run_service, start_sshd
 from fleet_lab.incidents import run_scenario
 from harness import zk_session
 from harness.backups import lost_files
+from harness.detect_service import bare_env
 from harness.fault_worker import GATES, POINTS
 from harness.repair_lab import plan_of
 from harness.shared import AUDIT_RUN, audited
@@ -218,7 +219,7 @@ def test_worker_killed_at_every_step_boundary(lab: dict[str, Any], tmp_path: Pat
         )
         proc = subprocess.run(
             [sys.executable, "-m", "harness.fault_worker", str(cfg)],
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path, "HOME": str(tmp_path)},
+            env=bare_env(PATH="/usr/bin:/bin", PYTHONPATH=env_path, HOME=str(tmp_path)),
             capture_output=True,
             text=True,
             timeout=600,

@@ -46,6 +46,7 @@ from fleet_doctor.repair.plan import BrokerPlan, Plan
 from fleet_lab import fleet
 from fleet_lab.incidents import kraft_controller_failover
 from harness.backups import lost_files, sha
+from harness.detect_service import bare_env
 from harness.fault_worker import GATES, run_attempt
 from harness.kraft_repair import STRAY_NODE, VICTIM, snapshot
 from harness.shared import AUDIT_RUN, audited
@@ -129,8 +130,9 @@ def kill_worker_at(ctx: dict[str, Any], plan: Plan, attempt: str, point: str, tm
             }
         )
     )
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    env["PYTHONPATH"] = f"{ROOT / 'plugins'}:{ROOT / 'lab'}:{ROOT / 'tests'}"
+    env = bare_env(
+        PATH="/usr/bin:/bin", HOME=str(tmp_path), PYTHONPATH=f"{ROOT / 'plugins'}:{ROOT / 'lab'}:{ROOT / 'tests'}"
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "harness.fault_worker", str(cfg)], env=env, capture_output=True, text=True, timeout=600
     )

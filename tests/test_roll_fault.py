@@ -22,6 +22,7 @@ from fleet_doctor.repair import roll_tasks
 from fleet_doctor.settings import Settings
 from fleet_doctor.zookeeper.lock import lock_holder
 from fleet_lab import fleet
+from harness.detect_service import bare_env
 from harness.roll_watch import Watcher
 from harness.ssh import ssh_connect
 
@@ -78,7 +79,7 @@ def test_a_worker_killed_mid_batch_leaves_the_batch_down_under_the_lock_and_the_
         env_path = f"{ROOT / 'plugins'}:{ROOT / 'lab'}:{ROOT / 'tests'}"
         proc = subprocess.run(
             [sys.executable, "-m", "harness.roll_worker", str(cfg)],
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": env_path, "HOME": str(d)},
+            env=bare_env(PATH="/usr/bin:/bin", PYTHONPATH=env_path, HOME=str(d)),
             capture_output=True,
             text=True,
             timeout=600,

@@ -18,11 +18,33 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fleet_doctor.spark import DETECT_SERVICE_ENV
+from fleet_doctor.spark import (
+    DETECT_SERVICE_ENV,
+    SERVICE_ENV_IGNORED,
+    SPARK_ENV_NAMES,
+    SPARK_ENV_PREFIXES,
+    SPARK_ENV_WITHHELD,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 START_S = 60.0  # the service's Python start (its driver starts with the first detection)
 STOP_S = 90.0  # its driver's stop (the session, the class archive) before the group is killed
+
+
+def bare_env(**basics: str) -> dict[str, str]:
+    """A worker's bare environment (``basics``: PATH, PYTHONPATH, HOME: a crashed Airflow worker's stand-in, nothing of
+    the test's), with the session's detection service, if it has one, and the variables of this environment its
+    driver compares (LANG, the JVM's and Spark's): the worker's detections are served by it rather than by a driver
+    JVM of their own."""
+    env = dict(basics)
+    service = os.environ.get(DETECT_SERVICE_ENV)
+    if service:
+        env[DETECT_SERVICE_ENV] = service
+        for k, v in os.environ.items():
+            spark = k in SPARK_ENV_NAMES or k.startswith(SPARK_ENV_PREFIXES)
+            if spark and k not in SERVICE_ENV_IGNORED | SPARK_ENV_WITHHELD and not k.startswith("FLEET_DOCTOR_"):
+                env.setdefault(k, v)
+    return env
 
 
 class SessionService:

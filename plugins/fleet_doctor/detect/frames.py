@@ -404,14 +404,15 @@ def _load(
         pairs = [x for r in broker_rows for x in (F.lit(r[0]), F.lit(r[index]))]
         return (F.create_map(*pairs)[F.col("broker_id")] if pairs else F.lit(None)).cast(dtype)
 
+    # built from names and literals only: one set of columns for every fact frame (each costs JVM round trips)
+    broker_tags = (
+        lookup(1, STRING).alias("kafka_version"),
+        lookup(2, LONG).alias("kafka_version_num"),
+        F.coalesce(lookup(3, BOOL), F.lit(False)).alias("running"),
+    )
+
     def tagged(df: DataFrame, *fields: str) -> DataFrame:
-        return df.select(
-            "broker_id",
-            lookup(1, STRING).alias("kafka_version"),
-            lookup(2, LONG).alias("kafka_version_num"),
-            F.coalesce(lookup(3, BOOL), F.lit(False)).alias("running"),
-            *(fields or [c for c in df.columns if c != "broker_id"]),
-        )
+        return df.select("broker_id", *broker_tags, *(fields or [c for c in df.columns if c != "broker_id"]))
 
     probed_ids = sorted(b for b in probed if b is not None)
 
