@@ -646,6 +646,16 @@ SERVICE_CONNECT_S = 5.0  # a client's connect and request; the run itself may ta
 PATH_FLAGS = (*INPUT_FLAGS, "--output", "--summary", "--findings-json")
 
 
+def service_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The driver environment a detection service compares with a run's: ``spark_env()`` under ``env``, less
+    ``SERVICE_ENV_IGNORED`` and ``FLEET_DOCTOR_*``."""
+    return {
+        k: v
+        for k, v in {**spark_env(), **(env or {})}.items()
+        if k not in SERVICE_ENV_IGNORED and not k.startswith("FLEET_DOCTOR_")
+    }
+
+
 def service_settings(
     master: str, conf: Mapping[str, str], jars: str = "", env: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -655,11 +665,7 @@ def service_settings(
     ``env``, with Spark and the Python it runs, less ``SERVICE_ENV_IGNORED`` and ``FLEET_DOCTOR_*``), the JVM and
     Spark's jars (``_class_archive_key``: a JDK or Spark upgraded in place is another), the detection app and the
     library it ships."""
-    driver_env = {
-        k: v
-        for k, v in {**spark_env(), **(env or {})}.items()
-        if k not in SERVICE_ENV_IGNORED and not k.startswith("FLEET_DOCTOR_")
-    }
+    driver_env = service_environment(env)
     # one installation reached by other paths (a venv's python and python3, a symlinked venv): the same code
     for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
         if driver_env.get(name):

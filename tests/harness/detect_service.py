@@ -18,13 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fleet_doctor.spark import (
-    DETECT_SERVICE_ENV,
-    SERVICE_ENV_IGNORED,
-    SPARK_ENV_NAMES,
-    SPARK_ENV_PREFIXES,
-    SPARK_ENV_WITHHELD,
-)
+from fleet_doctor.spark import DETECT_SERVICE_ENV, service_environment
 
 REPO = Path(__file__).resolve().parents[2]
 START_S = 60.0  # the service's Python start (its driver starts with the first detection)
@@ -40,10 +34,8 @@ def bare_env(**basics: str) -> dict[str, str]:
     service = os.environ.get(DETECT_SERVICE_ENV)
     if service:
         env[DETECT_SERVICE_ENV] = service
-        for k, v in os.environ.items():
-            spark = k in SPARK_ENV_NAMES or k.startswith(SPARK_ENV_PREFIXES)
-            if spark and k not in SERVICE_ENV_IGNORED | SPARK_ENV_WITHHELD and not k.startswith("FLEET_DOCTOR_"):
-                env.setdefault(k, v)
+        for k, v in service_environment().items():  # the basics given stay the worker's own
+            env.setdefault(k, v)
     return env
 
 
