@@ -959,6 +959,49 @@ def test_deep_full_scan_of_a_preallocated_index_skips_the_zero_tail_but_counts_i
     assert e["entries"] == 0 and e["zero_tail_entries"] == 512
 
 
+def test_deep_scan_reads_no_hole_of_a_sparse_preallocated_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka preallocates an active index with RandomAccessFile.setLength: on ext4/XFS the 10 MiB tail is a hole.
+    Deep mode asks the file system where the data ends (SEEK_DATA / SEEK_HOLE) and reads only up to there; the
+    summary is the one of the same entries followed by written zeros, which are read."""
+    from fleet_doctor.probe import OFFSET_INDEX, TIME_INDEX, read_index_summary
+
+    read = []
+    real_pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, pos: read.append(n) or real_pread(fd, n, pos))
+    for fmt, size, entries in (
+        (OFFSET_INDEX, 10485760, [(5, 0), (9, 4200), (0, 0), (20, 9000)]),
+        (TIME_INDEX, 10485756, [(1000, 3), (2000, 7)]),
+    ):
+        data = b"".join(fmt.entry.pack(*e) for e in entries)
+        sparse, written = tmp_path / f"sparse.{fmt.ext}", tmp_path / f"written.{fmt.ext}"
+        sparse.write_bytes(data)
+        os.truncate(sparse, size)  # setLength: a hole after the first block
+        written.write_bytes(data + bytes(size - len(data)))
+        fd = os.open(sparse, os.O_RDONLY)
+        try:
+            if os.lseek(fd, 0, os.SEEK_HOLE) >= size:
+                pytest.skip("this file system reports no holes (lseek SEEK_HOLE)")
+        finally:
+            os.close(fd)
+        read.clear()
+        from_sparse = read_index_summary(str(sparse), fmt, full=True)
+        assert sum(read) <= 1 << 16, "the hole was read"
+        read.clear()
+        assert read_index_summary(str(written), fmt, full=True) == from_sparse
+        assert sum(read) >= size - (1 << 20)  # written zeros are data: read to find the tail
+    # a hole between data: the data after it is found and read
+    mid = tmp_path / "mid.index"
+    with open(mid, "wb") as f:
+        f.write(OFFSET_INDEX.entry.pack(5, 0))
+        f.seek(4 << 20)
+        f.write(OFFSET_INDEX.entry.pack(9, 4200))
+        f.truncate(10485760)
+    s = read_index_summary(str(mid), OFFSET_INDEX, full=True)
+    assert s["entries"] == (4 << 20) // 8 + 1 and s["last"] == (9, 4200)
+
+
 def _probe_records(path: Path) -> list[dict]:
     import io
 

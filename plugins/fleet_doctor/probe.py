@@ -24,6 +24,7 @@ it reads and every check it makes travel together; splitting it would mean bundl
 """
 
 import bisect
+import errno
 import gc
 import itertools
 import json
@@ -826,11 +827,34 @@ def _nonzero_end(buf, block=1 << 16):
     return 0
 
 
+def _data_end(fd, total):
+    """Where the file's last data within its first ``total`` bytes ends, by the file system's map of its holes
+    (lseek SEEK_DATA / SEEK_HOLE): the bytes after it are a hole, which reads as zeros. Kafka grows an active
+    segment's index with RandomAccessFile.setLength, so on ext4 and XFS its preallocated tail is a hole: reading it
+    only had the kernel zero-fill up to 10 MiB of pages per index. ``total`` where the file system cannot say."""
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    if seek_data is None or seek_hole is None:
+        return total
+    end = pos = 0
+    try:
+        while pos < total:
+            start = os.lseek(fd, pos, seek_data)
+            if start >= total:
+                break
+            pos = os.lseek(fd, start, seek_hole)
+            end = min(pos, total)
+    except OSError as e:
+        if e.errno != errno.ENXIO:  # ENXIO: no data after pos; anything else: no map to go by
+            return total
+    return end
+
+
 def _zero_tail_start(fd, total, step):
     """Byte position where the all-zero tail of the first ``total`` bytes begins, found from the end in
     chunks with C-speed byte checks: a preallocated 10 MiB index is mostly tail, and entry-by-entry
-    unpacking of it in Python is what a deep probe of a running broker must not pay for."""
-    end = total
+    unpacking of it in Python is what a deep probe of a running broker must not pay for. A tail that is a
+    hole in the file is not read at all (_data_end)."""
+    end = _data_end(fd, total)
     while end > 0:
         start = max(0, end - step)
         buf = os.pread(fd, end - start, start)
