@@ -101,9 +101,9 @@ CONTROLLER = logging.getLogger("kafka.controller.KafkaController")
 RECONCILE_MIN_INTERVAL_S = 0.05  # passes run when a watched znode changes, at most this often ...
 # ... and at least this often. ZooKeeper mode: every pass re-arms a watch on each znode it read, and a new session (the
 # one thing that drops them) wakes the loop too (_connect_zookeeper's listener), as KafkaZkClient's state change
-# handlers do: the timed pass only covers a missed event. A pass reads each partition's state znode (~60 ZooKeeper
-# requests for the demo's topics), and every 2 s that was most of an idle lab's CPU (a broker ~0.7 %, ZooKeeper ~2 %
-# of one CPU, measured). KRaft mode: the quorum role's changes wake it (QuorumNode.on_change).
+# handlers do: the timed pass only covers a missed event. A pass reads every topic znode and the state znode of each
+# partition (the controller: of all of them), and every 2 s that was most of an idle lab's CPU (a broker ~0.7 %,
+# ZooKeeper ~2 % of one CPU, measured). KRaft mode: the quorum role's changes wake it (QuorumNode.on_change).
 RECONCILE_SAFETY_S = {"zookeeper": 10.0, "kraft": 2.0}
 KRAFT_CATCH_UP_S = 10.0  # KRaft: how long a starting broker waits for the metadata log to catch up with the leader's
 KRAFT_SHUTDOWN_S = 15.0  # KRaft: how long a stopping broker waits for the controller to move its partitions

@@ -837,7 +837,7 @@ def _data_end(fd, total):
         return total
     end = pos = 0
     try:
-        while pos < total:
+        while pos < total:  # every data extent in turn: data may follow a hole (lseek cannot look backwards)
             start = os.lseek(fd, pos, seek_data)
             if start >= total:
                 break
