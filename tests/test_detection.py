@@ -728,3 +728,35 @@ def test_compiled_and_interpreted_plans_give_the_recorded_findings(spark, mutate
             spark.conf.set(k, v)
     assert skipped == mutated.skipped
     assert _normalized(Run(mutated.fleet, rows, skipped), corpus) == recorded
+
+
+def test_the_column_functions_reach_the_jvm_in_one_round_trip(spark, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``findings.pin_jvm_classes`` (detect() calls it): once pinned, a column function is its call alone, with no
+    lookup of its class (through every star import of the JVM view) or of its method, and builds the same column."""
+    from pyspark.sql import functions as F
+
+    from fleet_doctor.detect.findings import PINNED_CLASSES, pin_jvm_classes
+
+    sc = spark.sparkContext
+    client = sc._gateway._gateway_client
+    sent: list[str] = []
+    real = client.send_command
+
+    def counted(command: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(command.split("\n", 1)[0])
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(client, "send_command", counted)
+    for short, fqn in PINNED_CLASSES.items():  # as a new gateway has them, whatever ran on this one before
+        monkeypatch.delitem(sc._jvm.__dict__, short, raising=False)
+        monkeypatch.delitem(sc._jvm.__dict__, fqn, raising=False)
+    before = str(F.when(F.col("a") >= 1, F.lit("x")))
+    assert sent.count("r") >= 6, sent  # unpinned: the class and its member looked up for each function
+    pin_jvm_classes(sc)
+    pin_jvm_classes(sc)  # once per gateway: pinned again, the same
+    assert str(F.when(F.col("a") >= 1, F.lit("x"))) == before  # each method looked up once, here
+    sent.clear()
+    assert str(F.when(F.col("a") >= 1, F.lit("x"))) == before
+    assert sent and "r" not in sent, sent  # calls only ("c"), no reflection
+    for short, fqn in PINNED_CLASSES.items():
+        assert getattr(sc._jvm, short) is getattr(sc._jvm, fqn)

@@ -28,6 +28,7 @@ from fleet_doctor.detect.findings import (
     FINDING_COLUMNS,
     Check,
     clear_column_cache,
+    pin_jvm_classes,
     run_checks,
     union_all,
 )
@@ -58,6 +59,7 @@ def detect(f: Frames, partial_scope: bool = False) -> tuple[DataFrame, dict[str,
     """All findings, plus {rule id: reason} for rules that could not be evaluated. ``partial_scope``: the run
     staged only some of the fleet's brokers on purpose (the audit DAG's ``brokers`` param)."""
     clear_column_cache()
+    pin_jvm_classes(f.brokers.sparkSession.sparkContext)
     skipped: dict[str, str] = {}
     parts: list[DataFrame] = []
     checks: dict[str, list[Check]] = {}
