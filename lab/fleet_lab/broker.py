@@ -783,6 +783,7 @@ class LabBroker:
     def run(self) -> None:
         from kazoo.exceptions import KazooException
 
+        safety_s = RECONCILE_SAFETY_S["kraft" if self.quorum is not None else "zookeeper"]
         while not self.stop_event.is_set():
             try:
                 if self.quorum is not None:
@@ -803,7 +804,7 @@ class LabBroker:
                 LOG.error("%s", e)
             self.stop_event.wait(RECONCILE_MIN_INTERVAL_S)
             # a ZooKeeper watch, a new session, a quorum change or a stop request wakes the next pass
-            self.wake.wait(RECONCILE_SAFETY_S["kraft" if self.quorum is not None else "zookeeper"])
+            self.wake.wait(safety_s)
             self.wake.clear()
 
     def _poke(self, _event: Any = None) -> None:
