@@ -55,9 +55,20 @@ def test_every_input_counts_the_cluster_facts_too(tmp_path: Path) -> None:
     assert spark.input_conf(_args(str(tmp_path / "probe"), str(tmp_path / "zk.jsonl"))) == {}
 
 
-@pytest.mark.parametrize("where", ["s3a://bucket/run/probe", "hdfs://nn/run/probe", "/nonexistent/probe"])
+# an S3 store that cannot be reached (nothing listens on 127.0.0.1's discard port); its credentials given, so no
+# credential chain is asked (a bucket of one that can: tests/test_store.py)
+UNREACHABLE_S3 = {
+    "FLEET_DOCTOR_S3_ENDPOINT": "http://127.0.0.1:9",
+    "AWS_ACCESS_KEY_ID": "a",
+    "AWS_SECRET_ACCESS_KEY": "b",
+}
+
+
+@pytest.mark.parametrize(
+    "where", ["s3a://bucket/run/probe", "hdfs://nn/run/probe", "gs://bucket/run/probe", "/nonexistent/probe"]
+)
 def test_an_input_whose_size_cannot_be_told_keeps_sparks_defaults(where: str) -> None:
-    assert spark.input_conf(_args(where)) == {}
+    assert spark.input_conf(_args(where), UNREACHABLE_S3) == {}
     assert spark.input_conf([]) == {}
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyarrow import fs
 
-from fleet_doctor import layout
+from fleet_doctor import layout, spark
 from fleet_doctor.audit import history
 from fleet_doctor.repair import tasks
 from fleet_doctor.repair.errors import RepairError
@@ -51,6 +51,23 @@ def test_round_trip_and_missing_objects(store_env: tuple[str, dict[str, str]]) -
     store.delete("staging/run 1/zk.jsonl")  # nothing there: no error
     assert not store.is_file("staging/run 1/zk.jsonl") and store.read_bytes("staging/run 1/zk.jsonl") is None
     assert store.url("findings") == f"{root if '://' in root else Path(root).resolve()}/findings"
+
+
+def test_the_size_of_a_staged_input_is_told_on_every_store(store_env: tuple[str, dict[str, str]]) -> None:
+    """What the detection's settings are chosen by (``spark.input_conf``): the bytes under a prefix, temporary
+    objects left out, from one listing; nothing there is None, not 0."""
+    root, env = store_env
+    store = Store(root, env)
+    store.write_bytes("run/probe/broker_id=1/logdir-0.jsonl", b"x" * 1000)
+    store.write_bytes("run/probe/broker_id=2/logdir-0.jsonl", b"x" * 300)
+    with store.fs.open_output_stream(store._path("run/probe/broker_id=2/.logdir-1.jsonl.tmp")) as f:
+        f.write(b"x" * 5000)  # a writer's temporary object: not staged input
+    assert store.size("run/probe") == 1300 and store.size("run/probe/broker_id=2/logdir-0.jsonl") == 300
+    assert store.size("run/nothing") is None
+    url = store.url("run/probe")
+    assert spark.staged_bytes(url, env) == 1300 and spark.staged_bytes(store.url("run/nothing"), env) is None
+    args = spark.detect_args(url, url, "/out", "run", "/s.json", "/f.jsonl", None)
+    assert spark.input_conf(args, env) == spark.SMALL_INPUT_CONF
 
 
 def test_a_failed_write_leaves_nothing_behind(store_env: tuple[str, dict[str, str]]) -> None:

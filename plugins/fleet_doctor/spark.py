@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from fleet_doctor import spark_auth
-from fleet_doctor.store import atomic_file, temporary_name
+from fleet_doctor.store import Store, StoreError, atomic_file, temporary_name
 
 PACKAGE = Path(__file__).resolve().parent
 # the detection app: in a checkout spark_apps/detect.py, in an installed wheel its package data (pyproject.toml)
@@ -215,35 +215,24 @@ def library_archive(cache: str | os.PathLike[str] | None = None) -> Path:
 INPUT_FLAGS = ("--probe-dir", "--brokers", "--cluster-metadata", "--zk-snapshot", "--controllers")
 
 
-def staged_bytes(path: str) -> int | None:
-    """The size of a staged input (a file, or a directory's files; a local path or ``file://`` URL); None where it
-    cannot be told from here (another filesystem's URL, a path that is not there or cannot be read)."""
-    if "://" in path and not path.startswith("file://"):
-        return None
-    local = path.removeprefix("file://")
+def staged_bytes(path: str, environ: Mapping[str, str] | None = None) -> int | None:
+    """The size of a staged input (a file, or the files under a directory or prefix; names Spark skips, hidden ones,
+    left out): a local path, a ``file://`` URL or a data store's URL (``s3a://``: one listing, with the store's
+    settings from ``environ``, default this process's). None where it cannot be told from here (a store that cannot
+    be reached, a path that is not there or cannot be read)."""
     try:
-        if os.path.isfile(local):
-            return os.stat(local).st_size
-        if not os.path.isdir(local):
-            return None
-        total = 0
-        for root, _dirs, files in os.walk(local, onerror=_raise):
-            total += sum(os.lstat(os.path.join(root, name)).st_size for name in files)
-        return total
-    except OSError:
+        return Store(path, environ).size()
+    except StoreError:
         return None
 
 
-def _raise(error: OSError) -> None:
-    raise error
-
-
-def input_conf(app_args: list[str]) -> dict[str, str]:
+def input_conf(app_args: list[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings the detection app's input calls for (``app_args``: its arguments; every input it names counts,
-    the probe's staged output and the cluster facts): ``SMALL_INPUT_CONF`` for a small one, nothing for a big one or
-    one whose size is unknown (the nightly run of a big fleet wants the full JIT and compiled plans)."""
+    the probe's staged output and the cluster facts; ``environ``: a data store's settings, as ``staged_bytes``):
+    ``SMALL_INPUT_CONF`` for a small one, nothing for a big one or one whose size is unknown (the nightly run of a
+    big fleet wants the full JIT and compiled plans)."""
     paths = [value for flag, value in itertools.pairwise(app_args) if flag in INPUT_FLAGS]
-    sizes = [staged_bytes(p) for p in paths]
+    sizes = [staged_bytes(p, environ) for p in paths]
     if not paths or None in sizes:
         return {}
     return dict(SMALL_INPUT_CONF) if sum(s for s in sizes if s is not None) <= SMALL_INPUT_BYTES else {}

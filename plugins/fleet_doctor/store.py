@@ -217,6 +217,22 @@ class Store:
         rel = (i.path[len(base) :].lstrip("/") for i in infos if i.type == fs.FileType.File)
         return sorted(r for r in rel if not any(part.startswith(".") for part in r.split("/")))
 
+    def size(self, key: str = "") -> int | None:
+        """The bytes of the object at ``key``, or of every object under it (one listing, as ``files``; temporary
+        objects left out); None when there is nothing there."""
+        from pyarrow import fs
+
+        base = self._path(key)
+        info = self._call("stat", key, self.fs.get_file_info, base)
+        if info.type == fs.FileType.File:
+            return int(info.size)
+        if info.type != fs.FileType.Directory:
+            return None
+        selector = fs.FileSelector(base, recursive=True, allow_not_found=True)
+        infos = self._call("list", key, self.fs.get_file_info, selector)
+        files = (i for i in infos if i.type == fs.FileType.File)
+        return sum(int(i.size) for i in files if not any(p.startswith(".") for p in i.path[len(base) :].split("/")))
+
     def _open(self, key: str) -> Any:
         """An input stream, or None when the object does not exist (one request: no stat first)."""
         try:
