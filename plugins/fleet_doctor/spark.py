@@ -216,10 +216,10 @@ INPUT_FLAGS = ("--probe-dir", "--brokers", "--cluster-metadata", "--zk-snapshot"
 
 
 def staged_bytes(path: str, environ: Mapping[str, str] | None = None) -> int | None:
-    """The size of a staged input (a file, or the files under a directory or prefix; names Spark skips, hidden ones,
-    left out): a local path, a ``file://`` URL or a data store's URL (``s3a://``: one listing, with the store's
-    settings from ``environ``, default this process's). None where it cannot be told from here (a store that cannot
-    be reached, a path that is not there or cannot be read)."""
+    """The size of a staged input (a file, or the files under a directory or prefix, hidden names such as a writer's
+    temporary objects left out: ``Store.size``): a local path, a ``file://`` URL or a data store's URL (``s3a://``,
+    with the store's settings from ``environ``, default this process's). None where it cannot be told from here (a
+    store that cannot be reached, a path that is not there or cannot be read)."""
     try:
         return Store(path, environ).size()
     except StoreError:

@@ -206,32 +206,32 @@ class Store:
         infos = self._call("list", key, self.fs.get_file_info, selector)
         return sorted(i.base_name for i in infos if not i.base_name.startswith("."))
 
-    def files(self, key: str = "") -> list[str]:
-        """Every file under ``key``, as keys relative to it, in one listing (S3: one paginated list, however many
-        objects); temporary objects left out."""
+    def _listed(self, key: str) -> dict[str, Any]:
+        """Every file under ``key`` in one listing (S3: one paginated list, however many objects), by its key
+        relative to ``key``, with its pyarrow ``FileInfo``; temporary objects left out."""
         from pyarrow import fs
 
         base = self._path(key)
         selector = fs.FileSelector(base, recursive=True, allow_not_found=True)
         infos = self._call("list", key, self.fs.get_file_info, selector)
-        rel = (i.path[len(base) :].lstrip("/") for i in infos if i.type == fs.FileType.File)
-        return sorted(r for r in rel if not any(part.startswith(".") for part in r.split("/")))
+        rel = ((i.path[len(base) :].lstrip("/"), i) for i in infos if i.type == fs.FileType.File)
+        return {r: i for r, i in rel if not any(part.startswith(".") for part in r.split("/"))}
+
+    def files(self, key: str = "") -> list[str]:
+        """Every file under ``key``, as keys relative to it, in one listing; temporary objects left out."""
+        return sorted(self._listed(key))
 
     def size(self, key: str = "") -> int | None:
-        """The bytes of the object at ``key``, or of every object under it (one listing, as ``files``; temporary
-        objects left out); None when there is nothing there."""
+        """The bytes of the object at ``key``, or of every object under it (a stat, then one listing as ``files``;
+        temporary objects left out); None when there is nothing there."""
         from pyarrow import fs
 
-        base = self._path(key)
-        info = self._call("stat", key, self.fs.get_file_info, base)
+        info = self._call("stat", key, self.fs.get_file_info, self._path(key))
         if info.type == fs.FileType.File:
             return int(info.size)
         if info.type != fs.FileType.Directory:
             return None
-        selector = fs.FileSelector(base, recursive=True, allow_not_found=True)
-        infos = self._call("list", key, self.fs.get_file_info, selector)
-        files = (i for i in infos if i.type == fs.FileType.File)
-        return sum(int(i.size) for i in files if not any(p.startswith(".") for p in i.path[len(base) :].split("/")))
+        return sum(int(i.size) for i in self._listed(key).values())
 
     def _open(self, key: str) -> Any:
         """An input stream, or None when the object does not exist (one request: no stat first)."""
