@@ -24,6 +24,13 @@ from fleet_doctor import spark as fd_spark
 from fleet_doctor.spark import JAVA_OPTIONS, SHORT_RUN_CONF, SMALL_INPUT_CONF
 from harness.corpus import CORPUS
 
+# The suite's Spark drivers run without the class-data sharing archive (fleet_doctor.spark.class_archive), unless the
+# environment says otherwise: only ~4 of its JVMs would map it (the session's detection service, the workers' warm
+# drivers; the in-process SparkSessions never do), ~3 s of CPU each, while dumping it costs ~27 s on setup's path
+# (bin/dev test no longer dumps it; measured). The archive's own tests (tests/test_spark_fast_start.py) turn it on in
+# a cache dir of their own, dump one and map it.
+os.environ.setdefault(fd_spark.CLASS_ARCHIVE_ENV, "off")
+
 
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:

@@ -235,9 +235,9 @@ def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
     """``warm_drivers``: one detection app (a real spark-submit of ``detect.py --serve``) serves every run of the
     block, with the same findings each time (the code a spark-submit of the app runs: ``detect_once``); a run that
     fails fails alone (the driver serves on); a driver that died is started again by the next run; the block's
-    end stops it (no process left, its private dir gone). In the machine's own cache dir, as the product runs: its
-    class archive is the one setup dumped (the archive's own tests above make theirs in a dir of their own; here a
-    dump at each driver's exit would cost ~15 s of CPU and test nothing more)."""
+    end stops it (no process left, its private dir gone). In the machine's own cache dir, as the product runs, with
+    the suite's class archive setting (tests/conftest.py: off unless the environment turns it on; the archive's own
+    tests above make theirs in a dir of their own)."""
     if spark._java() is None:
         pytest.skip("no java on this machine")
     work, zk = aryan_staged
