@@ -697,7 +697,7 @@ def _java_processes_under(path: Path) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     base = tmp_path_factory.mktemp("zookeeper")
     server = ZooKeeperServer(base).start()
@@ -711,7 +711,7 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
         assert _java_processes_under(base) == []
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka(zk_server: ZooKeeperServer) -> Iterator[dict[str, KafkaCluster]]:
     main = KafkaCluster(zk_server.connect, "", "Xq9yVfGdRmWz3k8LbN2pQA")
     east = KafkaCluster(zk_server.connect, "/kafka-east", "ZWFzdC1jbHVzdGVyLWlkLTA")
@@ -934,7 +934,7 @@ def test_znode_vanishing_between_listing_and_reading_is_noted(zk_server: ZooKeep
     assert recs[-1]["skipped_znodes"] == reader.skipped
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def restarted_snapshot(zk_server: ZooKeeperServer, kafka: dict[str, KafkaCluster]) -> Path:
     """Restart ZooKeeper: it writes a snapshot of the loaded database, ephemerals of live sessions included."""
     return zk_server.restart()
