@@ -150,10 +150,21 @@ def test_the_position_read_is_one_small_record(lab: dict[str, Any], tmp_path: Pa
 
 
 # ---- the partition gates' view (repair.kraft_cluster): the committed image, followed
-def kraft_cluster(lab: dict[str, Any]) -> Any:
+@pytest.fixture
+def kraft_cluster(lab: dict[str, Any]) -> Iterator[Callable[[], Any]]:
+    """Makes a KraftCluster over the lab's inventory; the connections each keeps to the voters are closed when the
+    test ends (their sshd session processes outlive the lab's sshd otherwise, and their transports the module)."""
     from fleet_doctor.repair.kraft_cluster import KraftCluster
 
-    return KraftCluster(inv.load(lab["state"].inventory_path), connect)
+    made: list[KraftCluster] = []
+
+    def make() -> KraftCluster:
+        made.append(KraftCluster(inv.load(lab["state"].inventory_path), connect))
+        return made[-1]
+
+    yield make
+    for cluster in made:
+        cluster.close()
 
 
 def lab_image(lab: dict[str, Any]) -> dict[tuple[str, int], tuple[list[int], list[int], int]]:
@@ -170,11 +181,13 @@ def view_of(cluster: Any) -> dict[tuple[str, int], tuple[list[int], list[int], i
     return {(p["topic"], p["partition"]): (p["replicas"], p["isr"], p["leader"]) for p in cluster.partitions()}
 
 
-def test_the_gates_keep_one_connection_per_voter_and_open_it_again_when_it_breaks(lab: dict[str, Any]) -> None:
+def test_the_gates_keep_one_connection_per_voter_and_open_it_again_when_it_breaks(
+    lab: dict[str, Any], kraft_cluster: Callable[[], Any]
+) -> None:
     import socket
 
     fleet.wait_healthy(lab["state"], timeout=60)
-    cluster = kraft_cluster(lab)
+    cluster = kraft_cluster()
     sessions = cluster.follower.sessions
     try:
         for _ in range(4):
@@ -196,10 +209,12 @@ def test_the_gates_keep_one_connection_per_voter_and_open_it_again_when_it_break
     assert sessions.clients == {}
 
 
-def test_the_cluster_view_follows_the_committed_image_a_few_records_at_a_time(lab: dict[str, Any]) -> None:
+def test_the_cluster_view_follows_the_committed_image_a_few_records_at_a_time(
+    lab: dict[str, Any], kraft_cluster: Callable[[], Any]
+) -> None:
     state = lab["state"]
     fleet.wait_healthy(state, timeout=60)
-    cluster = kraft_cluster(lab)
+    cluster = kraft_cluster()
     assert cluster.registered() == set(VOTERS) and cluster.controller() == fleet.quorum_leader(state)[0]  # type: ignore[index]
     assert cluster.cluster_id() == state.cluster_id
     until("the view is the lab's image", lambda: view_of(cluster) == lab_image(lab))
@@ -239,11 +254,13 @@ def test_the_cluster_view_follows_the_committed_image_a_few_records_at_a_time(la
     assert follower.records - first < 200  # the whole run followed the log: never the image again
 
 
-def test_the_cluster_view_fails_closed_when_no_majority_can_be_read(lab: dict[str, Any]) -> None:
+def test_the_cluster_view_fails_closed_when_no_majority_can_be_read(
+    lab: dict[str, Any], kraft_cluster: Callable[[], Any]
+) -> None:
     from fleet_doctor.repair.kraft_cluster import GateUnreadable
 
     state = lab["state"]
-    cluster = kraft_cluster(lab)
+    cluster = kraft_cluster()
     fleet.kill_sshd(state, 2)
     fleet.kill_sshd(state, 3)
     try:

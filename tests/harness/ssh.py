@@ -25,15 +25,19 @@ def ssh_client(
             f"[{entry.host}]:{entry.ssh_port}", kind, paramiko.Ed25519Key(data=base64.b64decode(b64))
         )
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect(
-        entry.host,
-        port=entry.ssh_port,
-        username=entry.ssh_user,
-        key_filename=entry.ssh_key_file,
-        look_for_keys=False,
-        allow_agent=False,
-        timeout=10,
-    )
+    try:
+        client.connect(
+            entry.host,
+            port=entry.ssh_port,
+            username=entry.ssh_user,
+            key_filename=entry.ssh_key_file,
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=10,
+        )
+    except BaseException:
+        client.close()  # a refused host key leaves the transport (its thread and socket) running otherwise
+        raise
     return client
 
 
