@@ -28,7 +28,8 @@ from harness.corpus import CORPUS
 # environment says otherwise: only ~4 of its JVMs would map it (the session's detection service, the workers' warm
 # drivers; the in-process SparkSessions never do), ~3 s of CPU each, while dumping it costs ~27 s on setup's path
 # (bin/dev test no longer dumps it; measured). The archive's own tests (tests/test_spark_fast_start.py) turn it on in
-# a cache dir of their own, dump one and map it.
+# a cache dir of their own, dump one and map it, with spark-submit and with a warm driver; workers started with a bare
+# environment get the setting too (harness.detect_service.bare_env).
 os.environ.setdefault(fd_spark.CLASS_ARCHIVE_ENV, "off")
 
 

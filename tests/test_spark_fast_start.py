@@ -99,14 +99,19 @@ def test_the_detect_task_takes_the_small_input_settings_under_the_configured_one
 
 
 # ------------------------------------------------------------------------------------------- the class archive
+def _cache_in(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
+    """The machine's cache dir (and so its class archive) under ``tmp``, the archive on (the suite turns it off)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(spark, "_CACHE_DIR", None)
+    monkeypatch.delenv(spark.CLASS_ARCHIVE_ENV, raising=False)
+
+
 @pytest.fixture
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A temp dir of its own, so that the cache (and its class archive) is this test's."""
     if spark._java() is None:
         pytest.skip("no java on this machine")
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(spark, "_CACHE_DIR", None)
-    monkeypatch.delenv(spark.CLASS_ARCHIVE_ENV, raising=False)
+    _cache_in(monkeypatch, tmp_path)
     return tmp_path
 
 
@@ -192,24 +197,57 @@ def _detect(work: Path, zk: list[dict], name: str, java_options: str = "") -> li
     return [json.loads(line) for line in (run / "findings.jsonl").read_text().splitlines()]
 
 
+@pytest.fixture(scope="module")
+def dumped_archive(
+    aryan_staged: tuple[Path, list[dict]], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, list[dict]]:
+    """A cache dir of this module's, whose class archive its first run dumped (a spark-submit of the detection app of
+    its own, as a machine's first scan): (the temp dir holding the cache dir, the archive, that run's findings)."""
+    if spark._java() is None:
+        pytest.skip("no java on this machine")
+    work, zk = aryan_staged
+    tmp = tmp_path_factory.mktemp("archived")
+    with pytest.MonkeyPatch.context() as mp:
+        _cache_in(mp, tmp)
+        mp.setattr(spark, "_WARM_POOLS", [])  # a spark-submit of its own (as spark_submit_itself)
+        mp.delenv(spark.DETECT_SERVICE_ENV, raising=False)
+        first = spark.class_archive("local[2]")
+        assert first.dumping and first.archive is not None
+        found = _detect(work, zk, "first")
+    return tmp, first.archive, found
+
+
+@pytest.fixture
+def archived_tmp(dumped_archive: tuple[Path, Path, list[dict]], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The machine's cache dir is the module's, holding the class archive its first run dumped."""
+    tmp, _archive, _found = dumped_archive
+    _cache_in(monkeypatch, tmp)
+    return tmp
+
+
+def shared_classes(log: Path) -> bool:
+    """Whether the driver JVM whose ``-Xlog:class+load`` went to ``log`` took Spark's classes out of the archive."""
+    loads = [line for line in log.read_text().splitlines() if "org.apache.spark.SparkContext " in line]
+    return bool(loads) and "source: shared objects file (top)" in loads[0]
+
+
 @pytest.mark.spark_submit
 def test_the_first_run_dumps_the_archive_and_the_next_map_it_with_the_same_findings(
-    private_tmp: Path, aryan_staged: tuple[Path, list[dict]]
+    archived_tmp: Path,
+    dumped_archive: tuple[Path, Path, list[dict]],
+    aryan_staged: tuple[Path, list[dict]],
+    tmp_path: Path,
 ) -> None:
     work, zk = aryan_staged
-    first = spark.class_archive("local[2]")
-    assert first.dumping
-    dumped = _detect(work, zk, "first")
-    archive = first.archive
-    assert archive is not None and archive.is_file() and archive.stat().st_size > 1 << 20
+    _tmp, archive, dumped = dumped_archive
+    assert archive.is_file() and archive.stat().st_size > 1 << 20
     assert not list(archive.parent.glob(".*jsa*")), "no temporary dump left"
     second = spark.class_archive("local[2]")
     assert not second.dumping and second.path == archive
     # the driver JVM maps it: Spark's own classes come out of it (class+load says where each class came from)
-    log = private_tmp / "class-load.log"
+    log = tmp_path / "class-load.log"
     assert _detect(work, zk, "mapped", f"-Xlog:class+load=info:file={log}") == dumped
-    loads = [line for line in log.read_text().splitlines() if "org.apache.spark.SparkContext " in line]
-    assert loads and "source: shared objects file (top)" in loads[0], loads
+    assert shared_classes(log), log.read_text()[-2000:]
     topic_ids = {f["topic"] for f in dumped if f["rule"] == "topic-id-mismatch"}
     assert topic_ids == {"design1"}  # MANIFEST.md: the genuine drift of aryan's design1
 
@@ -230,20 +268,21 @@ def test_a_damaged_archive_is_ignored_by_the_jvm(private_tmp: Path, aryan_staged
 # ------------------------------------------------------------------------------------------------ the warm driver
 @pytest.mark.spark_submit  # this test makes its own warm drivers
 def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
-    aryan_staged: tuple[Path, list[dict]],
+    archived_tmp: Path, aryan_staged: tuple[Path, list[dict]], tmp_path: Path
 ) -> None:
     """``warm_drivers``: one detection app (a real spark-submit of ``detect.py --serve``) serves every run of the
     block, with the same findings each time (the code a spark-submit of the app runs: ``detect_once``); a run that
     fails fails alone (the driver serves on); a driver that died is started again by the next run; the block's
-    end stops it (no process left, its private dir gone). In the machine's own cache dir, as the product runs, with
-    the suite's class archive setting (tests/conftest.py: off unless the environment turns it on; the archive's own
-    tests above make theirs in a dir of their own)."""
-    if spark._java() is None:
-        pytest.skip("no java on this machine")
+    end stops it (no process left, its private dir gone). With a class archive in the cache dir, as on a machine whose
+    first scan dumped one (the module's: the suite's other drivers run without one, tests/conftest.py), which each
+    driver maps."""
     work, zk = aryan_staged
+    log = tmp_path / "class-load.log"
+    classes = f"-Xlog:class+load=info:file={log}"  # every run with the same settings: one driver serves them
     with spark.warm_drivers() as pool:
-        first = _detect(work, zk, "warm-1")
-        again = _detect(work, zk, "warm-2")
+        first = _detect(work, zk, "warm-1", classes)
+        assert shared_classes(log), log.read_text()[-2000:]
+        again = _detect(work, zk, "warm-2", classes)
         driver = pool.current
         assert driver is not None and driver.runs == 2 and driver.proc is not None
         with pytest.raises(spark.SparkError, match="PATH_NOT_FOUND"):
@@ -251,7 +290,9 @@ def test_a_warm_driver_serves_many_detections_with_spark_submits_findings(
         pid = driver.proc.pid
         os.killpg(pid, 9)  # the driver dies between two runs: the next starts another
         driver.proc.wait()
-        third = _detect(work, zk, "warm-3")
+        log.unlink()
+        third = _detect(work, zk, "warm-3", classes)
+        assert shared_classes(log), log.read_text()[-2000:]  # the driver started again maps it too
         assert driver.proc is not None and driver.proc.pid != pid and driver.runs == 4  # the failed run too
         where, pid = driver.dir, driver.proc.pid
         assert where is not None and where.stat().st_mode & 0o777 == 0o700

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fleet_doctor.spark import DETECT_SERVICE_ENV, service_environment
+from fleet_doctor.spark import CLASS_ARCHIVE_ENV, DETECT_SERVICE_ENV, service_environment
 
 REPO = Path(__file__).resolve().parents[2]
 START_S = 60.0  # the service's Python start (its driver starts with the first detection)
@@ -31,6 +31,8 @@ def bare_env(**basics: str) -> dict[str, str]:
     driver compares (LANG, the JVM's and Spark's): the worker's detections are served by it rather than by a driver
     JVM of their own."""
     env = dict(basics)
+    if CLASS_ARCHIVE_ENV in os.environ:  # the suite's class archive setting (tests/conftest.py), for a run not served
+        env.setdefault(CLASS_ARCHIVE_ENV, os.environ[CLASS_ARCHIVE_ENV])
     service = os.environ.get(DETECT_SERVICE_ENV)
     if service:
         env[DETECT_SERVICE_ENV] = service
