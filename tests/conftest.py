@@ -71,11 +71,16 @@ def warm_detection() -> Iterator[fd_spark.WarmPool]:
         yield pool
 
 
+def own_spark_submit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's detections go through a spark-submit of their own: no warm driver, no detection service."""
+    monkeypatch.setattr(fd_spark, "_WARM_POOLS", [])
+    monkeypatch.delenv(fd_spark.DETECT_SERVICE_ENV, raising=False)
+
+
 @pytest.fixture(autouse=True)
 def spark_submit_itself(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("spark_submit"):
-        monkeypatch.setattr(fd_spark, "_WARM_POOLS", [])
-        monkeypatch.delenv(fd_spark.DETECT_SERVICE_ENV, raising=False)
+        own_spark_submit(monkeypatch)
 
 
 @pytest.fixture(scope="session")

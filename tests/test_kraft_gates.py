@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,20 @@ def refusals(lab: dict[str, Any]) -> dict[int, str | None]:
     return {t: restart_refusal(view, t, earlier) for t in VOTERS}
 
 
+def until_it_may_go(lab: dict[str, Any], node: int) -> dict[int, str | None]:
+    """The gates' answers of the first round (within 10 s) in which ``node`` may go, the other two voters caught up.
+    Polled as the gate polls: in one round a running follower can read one NoOpRecord behind the leader's log end
+    without having moved since the round before (then ``node`` may not go either); it fetches within the next."""
+    found: dict[int, str | None] = {}
+
+    def may_go() -> bool:
+        found.update(refusals(lab))
+        return found[node] is None
+
+    until(f"node {node} may go (the other two voters caught up)", may_go, timeout=10)
+    return found
+
+
 def test_a_healthy_quorum_lets_any_one_voter_go(lab: dict[str, Any]) -> None:
     fleet.wait_healthy(lab["state"], timeout=60)
     until("every voter may go", lambda: set(refusals(lab).values()) == {None})
@@ -84,15 +99,7 @@ def test_a_stopped_voter_falls_behind_and_holds_every_other(lab: dict[str, Any])
     assert fleet.run_service(state.broker(down), "stop").returncode == 0
     try:
         until(f"node {down} behind", lambda: refusals(lab)[leader] is not None, timeout=30)
-        found: dict[int, str | None] = {}
-
-        # the stopped one itself may go: the two others are caught up. Polled as the gate polls: in one round the
-        # running follower can read one NoOpRecord behind the leader's log end; it fetches within the next
-        def the_stopped_one_may_go() -> bool:
-            found.update(refusals(lab))
-            return found[down] is None
-
-        until(f"node {down} may go (the other two voters caught up)", the_stopped_one_may_go, timeout=10)
+        found = until_it_may_go(lab, down)  # the stopped one itself may go: the two others are caught up
         for t in set(VOTERS) - {down}:
             assert found[t] is not None and f"node {down}: log end" in found[t], found  # type: ignore[operator]
     finally:
@@ -104,16 +111,8 @@ def test_a_stopped_voter_falls_behind_and_holds_every_other(lab: dict[str, Any])
 def test_a_voter_that_cannot_be_read_holds_every_other(lab: dict[str, Any]) -> None:
     state = lab["state"]
     fleet.kill_sshd(state, 2)
-    found: dict[int, str | None] = {}
     try:
-        # polled as the gate polls: in one round a follower can read one NoOpRecord behind the leader's log end
-        # without having moved since the round before (then node 2 may not go either); it fetches within the next
-
-        def node_2_may_go() -> bool:
-            found.update(refusals(lab))
-            return found[2] is None
-
-        until("node 2 may go (the other two voters caught up)", node_2_may_go, timeout=10)
+        found = until_it_may_go(lab, 2)
     finally:
         fleet.start_sshd(state, 2)
     for t in (1, 3):
@@ -156,15 +155,8 @@ def kraft_cluster(lab: dict[str, Any]) -> Iterator[Callable[[], Any]]:
     test ends (their sshd session processes outlive the lab's sshd otherwise, and their transports the module)."""
     from fleet_doctor.repair.kraft_cluster import KraftCluster
 
-    made: list[KraftCluster] = []
-
-    def make() -> KraftCluster:
-        made.append(KraftCluster(inv.load(lab["state"].inventory_path), connect))
-        return made[-1]
-
-    yield make
-    for cluster in made:
-        cluster.close()
+    with ExitStack() as made:
+        yield lambda: made.enter_context(KraftCluster(inv.load(lab["state"].inventory_path), connect))
 
 
 def lab_image(lab: dict[str, Any]) -> dict[tuple[str, int], tuple[list[int], list[int], int]]:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import own_spark_submit
 
 from fleet_doctor import spark
 from fleet_doctor.cli.scan import stage_probe
@@ -209,8 +210,7 @@ def dumped_archive(
     tmp = tmp_path_factory.mktemp("archived")
     with pytest.MonkeyPatch.context() as mp:
         _cache_in(mp, tmp)
-        mp.setattr(spark, "_WARM_POOLS", [])  # a spark-submit of its own (as spark_submit_itself)
-        mp.delenv(spark.DETECT_SERVICE_ENV, raising=False)
+        own_spark_submit(mp)  # as a test marked spark_submit: a module fixture is made before that marker acts
         first = spark.class_archive("local[2]")
         assert first.dumping and first.archive is not None
         found = _detect(work, zk, "first")
